@@ -1,0 +1,1 @@
+"""Development helpers: local service clusters for tests, CI and benchmarks."""

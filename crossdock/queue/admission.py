@@ -1,0 +1,126 @@
+"""Submit-time checks of a spec against the admin config: the queue, pool and priority class
+exist, the queue's per-job limits hold, and some node could ever hold the job.
+
+Called before anything is stored, so a job that can never run is refused with a message that
+names the field and the fix instead of waiting forever.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Sequence
+
+from crossdock.queue.config import ClusterConfig
+from crossdock.queue.errors import InvalidJob
+from crossdock.queue.models import JobSpec
+from crossdock.queue.snapshot import Node
+
+
+@dataclass(frozen=True)
+class Resolved:
+    queue: str
+    priority_class: str
+    priority: int
+    preemptible: bool
+    pools: tuple[str, ...]
+
+
+def _names(d: dict) -> str:
+    return ", ".join(sorted(d)) or "none"
+
+
+def resolve(spec: JobSpec, cfg: ClusterConfig) -> Resolved:
+    """Queue and priority class for ``spec``; ``-p`` may name a queue or a pool, as in Slurm."""
+    queue, pool = spec.queue, spec.pool
+    if spec.partition:
+        if spec.partition in cfg.queues:
+            queue = queue or spec.partition
+        elif spec.partition in cfg.pools:
+            pool = pool or spec.partition
+        else:
+            raise InvalidJob(f"--partition: unknown queue or pool {spec.partition!r}; queues: {_names(cfg.queues)};"
+                             f" pools: {_names(cfg.pools)}")
+    qname = cfg.queue_name(queue)
+    if qname not in cfg.queues:
+        raise InvalidJob(f"--queue: unknown queue {qname!r}; defined: {_names(cfg.queues)}")
+    q = cfg.queues[qname]
+    if pool is not None:
+        if pool not in cfg.pools:
+            raise InvalidJob(f"--pool: unknown pool {pool!r}; defined: {_names(cfg.pools)}")
+        if pool not in q.pools:
+            raise InvalidJob(f"--pool: pool {pool!r} is not one of queue {qname!r}'s pools ({', '.join(q.pools)})")
+        pools: tuple[str, ...] = (pool,)
+    else:
+        pools = tuple(q.pools)
+    if spec.backend is not None:
+        pools = tuple(p for p in pools if cfg.pools[p].backend == spec.backend)
+        if not pools:
+            raise InvalidJob(f"--backend: queue {qname!r} has no {spec.backend!r} pool; its pools: {', '.join(q.pools)}")
+    pcname = spec.priority_class or q.priority_class
+    if pcname not in cfg.priority_classes:
+        raise InvalidJob(f"--priority-class/--qos: unknown priority class {pcname!r}; defined: {_names(cfg.priority_classes)}")
+    pc = cfg.priority_classes[pcname]
+    return Resolved(qname, pcname, pc.value, pc.preemptible, pools)
+
+
+def check_limits(spec: JobSpec, cfg: ClusterConfig, queue: str) -> None:
+    lim = cfg.queues[queue].per_job
+    cpus = spec.cpus_per_task * spec.ntasks
+    if lim.cpu is not None and cpus > lim.cpu:
+        raise InvalidJob(f"--cpus-per-task x --ntasks: {cpus} CPUs exceeds queue {queue!r}'s per-job limit of {lim.cpu:g};"
+                         " ask for fewer or use another queue")
+    gpus = spec.total_gpus()
+    if lim.gpu is not None and gpus > lim.gpu:
+        raise InvalidJob(f"--gpus: {gpus:g} GPUs exceeds queue {queue!r}'s per-job limit of {lim.gpu:g};"
+                         " ask for fewer or use another queue")
+    mem = spec.mem_per_node(0) * spec.nodes
+    if lim.mem_mib is not None and mem > lim.mem_mib:
+        raise InvalidJob(f"--mem: {mem} MiB exceeds queue {queue!r}'s per-job limit of {lim.mem_mib} MiB")
+    if lim.nodes is not None and spec.nodes > lim.nodes:
+        raise InvalidJob(f"--nodes: {spec.nodes} exceeds queue {queue!r}'s per-job limit of {lim.nodes}")
+
+
+def fits_empty(spec: JobSpec, node: Node, default_mem_per_cpu: int = 0) -> bool:
+    """Could ``node``, with nothing running on it, ever hold one node's share of ``spec``?"""
+    if spec.cpus_per_node() * 1000 > node.cpu_milli:
+        return False
+    if spec.mem_per_node(default_mem_per_cpu * spec.cpus_per_node()) > node.memory_mib:
+        return False
+    req = spec.gpu_request()
+    if req is None:
+        return True
+    models = req.allowed_models()
+    usable = [g for g in node.gpus if not models or g.model.lower() in {m.lower() for m in models}]
+    if req.share is not None:
+        return bool(usable) and node.gpu_sharing
+    return len(usable) >= spec.gpus_per_node()
+
+
+def check_satisfiable(spec: JobSpec, cfg: ClusterConfig, resolved: Resolved, nodes: Sequence[Node]) -> None:
+    """Refuse a job no node of its pools could ever hold (nodes known for those pools only)."""
+    known = [n for n in nodes if n.pool in resolved.pools]
+    if not known:
+        return  # pools whose inventory is not known here (remote backends) are checked by them
+    default_mem = cfg.scheduler.default_mem_per_cpu_mib
+    if sum(fits_empty(spec, n, default_mem) for n in known) >= spec.nodes:
+        return
+    req = spec.gpu_request()
+    biggest_gpu = max((len(n.gpus) for n in known), default=0)
+    if req is not None and spec.gpus_per_node() > biggest_gpu:
+        raise InvalidJob(f"--gpus: {spec.gpus_per_node()} GPUs per node, but the largest node in pools"
+                         f" {', '.join(resolved.pools)} has {biggest_gpu}; ask for at most {biggest_gpu} per node")
+    if req is not None and req.allowed_models():
+        have = sorted({g.model for n in known for g in n.gpus})
+        if not any(fits_empty(spec, n, default_mem) for n in known):
+            raise InvalidJob(f"--gpus: no node in pools {', '.join(resolved.pools)} has {spec.gpus_per_node()} GPUs"
+                             f" of model {'|'.join(req.allowed_models())}; models there: {', '.join(have) or 'none'}")
+    biggest_cpu = max(n.cpu_milli for n in known) // 1000
+    if spec.cpus_per_node() > biggest_cpu:
+        raise InvalidJob(f"--cpus-per-task: {spec.cpus_per_node()} CPUs per node, but the largest node in pools"
+                         f" {', '.join(resolved.pools)} has {biggest_cpu}")
+    biggest_mem = max(n.memory_mib for n in known)
+    if spec.mem_per_node(default_mem * spec.cpus_per_node()) > biggest_mem:
+        raise InvalidJob(f"--mem: {spec.mem_per_node(0)} MiB per node, but the largest node in pools"
+                         f" {', '.join(resolved.pools)} has {biggest_mem} MiB")
+    raise InvalidJob(f"--nodes: {spec.nodes} nodes requested, but only {len(known)} nodes exist in pools"
+                     f" {', '.join(resolved.pools)} and fewer can hold one task group")

@@ -1,0 +1,250 @@
+"""Admin configuration: priority classes, pools and queues, loaded from one YAML file.
+
+``load_config`` returns a validated :class:`ClusterConfig` or raises :class:`ConfigError`
+listing every problem with its path (``queues.training.per_job.gpu: must be ≥ 0``).
+``lint`` returns warnings about settings that are legal but risky.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any, Literal
+
+import yaml
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
+
+from crossdock.queue.errors import ConfigError
+
+Placement = Literal["binpack", "spread", "most-requested", "balanced"]
+BackendKind = Literal["local", "slurm", "k8s"]
+
+
+class _Cfg(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+
+
+class PriorityClass(_Cfg):
+    value: int
+    preemptible: bool = False
+    preemption_policy: Literal["PreemptLowerPriority", "Never"] = "PreemptLowerPriority"
+    grace_seconds: int = Field(30, ge=0)
+    description: str = ""
+
+
+class PoolGpu(_Cfg):
+    model: str | None = None
+    sharing: bool = False
+    """Whether fractions of one GPU may be placed on this pool's GPUs."""
+    mig: bool = False
+
+
+class NodeDecl(_Cfg):
+    """A node declared in config, for backends that cannot discover their nodes (local, simulator)."""
+
+    name: str
+    cpus: int = Field(ge=1)
+    memory_mib: int = Field(ge=1)
+    gpus: int = Field(0, ge=0)
+    gpu_model: str | None = None
+    labels: dict[str, str] = Field(default_factory=dict)
+
+
+class Pool(_Cfg):
+    backend: BackendKind
+    selector: dict[str, str] = Field(default_factory=dict)
+    partition: str | None = None
+    gpu: PoolGpu = Field(default_factory=PoolGpu)
+    tolerations: list[dict[str, str]] = Field(default_factory=list)
+    nodes: list[NodeDecl] = Field(default_factory=list)
+    min_nodes: int = Field(0, ge=0)
+    max_nodes: int | None = Field(None, ge=0)
+
+    @model_validator(mode="after")
+    def _slurm_needs_partition(self) -> "Pool":
+        if self.backend == "slurm" and not self.partition:
+            raise ValueError("a slurm pool needs partition: <slurm partition name>")
+        return self
+
+
+class PerJob(_Cfg):
+    cpu: float | None = Field(None, ge=0)
+    gpu: float | None = Field(None, ge=0)
+    mem_mib: int | None = Field(None, ge=0)
+    nodes: int | None = Field(None, ge=1)
+
+
+class Quota(_Cfg):
+    cpu: float | None = Field(None, ge=0)
+    gpu: float | None = Field(None, ge=0)
+    mem_mib: int | None = Field(None, ge=0)
+    gpu_models: dict[str, float] = Field(default_factory=dict)
+    cohort: str | None = None
+    borrowing: bool = False
+    max_running_per_user: int | None = Field(None, ge=1)
+
+
+class Elastic(_Cfg):
+    metric: Literal["qps", "queue_length"]
+    target: float | None = Field(None, gt=0)
+    per_replica: float | None = Field(None, gt=0)
+    min: int = Field(0, ge=0)
+    max: int | None = Field(None, ge=1)
+
+
+class Queue(_Cfg):
+    priority_class: str
+    pools: list[str] = Field(min_length=1)
+    placement: Placement = "binpack"
+    plugin_weights: dict[str, int] = Field(default_factory=dict)
+    per_job: PerJob = Field(default_factory=PerJob)
+    quota: Quota = Field(default_factory=Quota)
+    weight: float = Field(1.0, gt=0)
+    """Fair-share weight of this queue."""
+    cpu_request_ratio: float = Field(1.0, gt=0, le=1)
+    """CPU request as a fraction of the CPU limit (CPU is compressible; placement uses the request)."""
+    default_time_minutes: int | None = Field(None, ge=1)
+    elastic: Elastic | Literal["none"] = "none"
+
+
+class Scheduler(_Cfg):
+    interval_seconds: float = Field(1.0, gt=0)
+    max_array_size: int = Field(1001, ge=1)
+    default_mem_per_cpu_mib: int = Field(100, ge=0)
+    fairshare_half_life_minutes: float = Field(7 * 24 * 60, gt=0)
+    max_preemptions_per_cycle: int = Field(16, ge=0)
+    lease_seconds: float = Field(5.0, gt=0)
+    requeue_delay_seconds: float = Field(0, ge=0)
+
+
+class ClusterConfig(_Cfg):
+    priority_classes: dict[str, PriorityClass]
+    pools: dict[str, Pool]
+    queues: dict[str, Queue]
+    default_queue: str | None = None
+    scheduler: Scheduler = Field(default_factory=Scheduler)
+
+    # --- lookups -------------------------------------------------------------------------
+    def queue_name(self, requested: str | None) -> str:
+        if requested:
+            return requested
+        if self.default_queue:
+            return self.default_queue
+        return next(iter(self.queues))
+
+    def pools_of(self, queue: str) -> list[str]:
+        return list(self.queues[queue].pools)
+
+
+def _num(x: Any) -> Any:
+    return int(x) if isinstance(x, float) and x.is_integer() else x
+
+
+def _message(err: dict[str, Any]) -> str:
+    ctx = {k: _num(v) for k, v in (err.get("ctx") or {}).items()}
+    kind = err["type"]
+    if kind == "greater_than_equal":
+        return f"must be ≥ {ctx['ge']}"
+    if kind == "greater_than":
+        return f"must be > {ctx['gt']}"
+    if kind == "less_than_equal":
+        return f"must be ≤ {ctx['le']}"
+    if kind == "extra_forbidden":
+        return "unknown field; remove it or check its spelling"
+    if kind == "missing":
+        return "required field is missing"
+    if kind == "literal_error":
+        return f"must be one of {ctx.get('expected')}"
+    if kind == "value_error":
+        return str(ctx.get("error", err["msg"]))
+    return err["msg"]
+
+
+def _format_errors(exc: ValidationError) -> list[str]:
+    lines: list[str] = []
+    errs = exc.errors()
+    # A union such as ``Elastic | "none"`` reports one error per branch; keep the deeper one.
+    deep = [err["loc"] for err in errs if err["type"] != "literal_error"]
+    for err in errs:
+        branch_of = err["loc"][:-1]
+        if (err["type"] == "literal_error" and str(err["loc"][-1]).startswith("literal[")
+                and any(len(d) > len(branch_of) and d[:len(branch_of)] == branch_of for d in deep)):
+            continue
+        loc = [str(p) for p in err["loc"] if not str(p).startswith(("literal[", "function-"))]
+        # union branches (Elastic | "none") put the branch name in loc; keep the user's path
+        loc = [p for p in loc if p not in ("Elastic",)]
+        msg = _message(err)
+        path = ".".join(loc)
+        lines.append(f"{path}: {msg}" if path else msg)
+    return list(dict.fromkeys(lines))
+
+
+def _reference_errors(data: dict[str, Any]) -> list[str]:
+    """Names that point nowhere: a queue's priority class and pools, the default queue."""
+    def names(section: str) -> dict[str, Any]:
+        value = data.get(section)
+        return value if isinstance(value, dict) else {}
+
+    classes, pools, queues = names("priority_classes"), names("pools"), names("queues")
+    errors: list[str] = []
+    for qname, q in queues.items():
+        if not isinstance(q, dict):
+            continue
+        pc = q.get("priority_class")
+        if isinstance(pc, str) and pc not in classes:
+            errors.append(f"queues.{qname}.priority_class: unknown priority class {pc!r};"
+                          f" defined: {', '.join(sorted(classes)) or 'none'}")
+        for i, p in enumerate(q.get("pools") or []):
+            if isinstance(p, str) and p not in pools:
+                errors.append(f"queues.{qname}.pools.{i}: unknown pool {p!r}; defined: {', '.join(sorted(pools)) or 'none'}")
+    default = data.get("default_queue")
+    if default is not None and default not in queues:
+        errors.append(f"default_queue: unknown queue {default!r}; defined: {', '.join(sorted(queues)) or 'none'}")
+    return errors
+
+
+def parse_config(data: Any, source: str = "<config>") -> ClusterConfig:
+    if not isinstance(data, dict):
+        raise ConfigError([f"{source}: top level must be a mapping with priority_classes, pools and queues"])
+    errors = _reference_errors(data)
+    try:
+        cfg = ClusterConfig.model_validate(data)
+    except ValidationError as exc:
+        errors = _format_errors(exc) + errors
+    if errors:
+        raise ConfigError(errors)
+    return cfg
+
+
+def load_config(path: str | Path) -> ClusterConfig:
+    p = Path(path)
+    try:
+        text = p.read_text()
+    except OSError as exc:
+        raise ConfigError([f"{p}: cannot read: {exc.strerror}"]) from None
+    try:
+        data = yaml.safe_load(text)
+    except yaml.YAMLError as exc:
+        mark = getattr(exc, "problem_mark", None)
+        where = f" line {mark.line + 1}, column {mark.column + 1}" if mark else ""
+        raise ConfigError([f"{p}:{where}: not valid YAML: {getattr(exc, 'problem', exc)}"]) from None
+    return parse_config(data, str(p))
+
+
+def lint(cfg: ClusterConfig) -> list[str]:
+    """Warnings for legal but risky settings."""
+    warnings: list[str] = []
+    for qname, q in cfg.queues.items():
+        pc = cfg.priority_classes[q.priority_class]
+        scaled_by_traffic = q.elastic != "none" and q.elastic.metric == "qps"
+        latency_sensitive = not pc.preemptible and (q.placement == "spread" or scaled_by_traffic)
+        if latency_sensitive and q.cpu_request_ratio < 0.8:
+            warnings.append(f"queues.{qname}.cpu_request_ratio: {q.cpu_request_ratio} is below 0.8 for a latency-sensitive"
+                            " queue; CPU throttling will add tail latency — raise it to ≥ 0.8")
+        if pc.preemptible and q.placement == "spread":
+            warnings.append(f"queues.{qname}.placement: spread on a preemptible class fragments GPUs; use binpack")
+        if q.elastic != "none" and q.elastic.max is None:
+            warnings.append(f"queues.{qname}.elastic.max: no maximum; autoscaling is unbounded — set max")
+    for name, pc in cfg.priority_classes.items():
+        if pc.preemptible and pc.value >= max(c.value for c in cfg.priority_classes.values()):
+            warnings.append(f"priority_classes.{name}: preemptible class has the highest value; nothing can preempt it")
+    return warnings

@@ -1,0 +1,39 @@
+"""Error roots. Messages name the field, the value and the fix."""
+
+from __future__ import annotations
+
+
+class CrossdockError(Exception):
+    """Root of every error crossdock raises on purpose."""
+
+
+class ConfigError(CrossdockError):
+    """An admin config file is invalid. ``errors`` holds one ``path: message`` line per problem."""
+
+    def __init__(self, errors: list[str]):
+        self.errors = list(errors)
+        super().__init__("\n".join(self.errors))
+
+
+class InvalidOption(CrossdockError):
+    """A submission option has a value crossdock cannot accept."""
+
+    def __init__(self, option: str, value: object, accepted: str):
+        self.option, self.value, self.accepted = option, value, accepted
+        super().__init__(f"{option}: invalid value {value!r}; accepted: {accepted}")
+
+
+class InvalidJob(CrossdockError):
+    """A job spec is valid on its own but cannot run under this config (unknown queue, too large…)."""
+
+
+class IllegalTransition(CrossdockError):
+    def __init__(self, job_id: int | None, old: object, new: object):
+        self.job_id, self.old, self.new = job_id, old, new
+        super().__init__(f"job {job_id}: illegal state transition {old} -> {new}")
+
+
+class NoSuchJob(CrossdockError):
+    def __init__(self, job_id: object):
+        self.job_id = job_id
+        super().__init__(f"no such job: {job_id}")

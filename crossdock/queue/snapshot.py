@@ -1,0 +1,82 @@
+"""The immutable picture a scheduling cycle decides on: nodes, what runs on them, and the
+facts pending jobs depend on (dependency targets, array throttles, names for singletons)."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from datetime import datetime
+from types import MappingProxyType
+from typing import Mapping
+
+from crossdock.queue.states import JobState
+
+
+@dataclass(frozen=True, slots=True)
+class GpuDevice:
+    """One physical GPU. ``island`` groups GPUs joined by NVLink; ``mig`` lists its MIG slices."""
+
+    id: str
+    index: int
+    model: str
+    memory_mib: int = 0
+    island: int | None = None
+    mig: tuple[str, ...] = ()
+
+
+@dataclass(frozen=True, slots=True)
+class Node:
+    name: str
+    pool: str
+    backend: str
+    cpu_milli: int
+    memory_mib: int
+    gpus: tuple[GpuDevice, ...] = ()
+    labels: Mapping[str, str] = field(default_factory=lambda: MappingProxyType({}))
+    taints: tuple[str, ...] = ()
+    gpu_sharing: bool = False
+    schedulable: bool = True
+
+
+@dataclass(frozen=True, slots=True)
+class Allocation:
+    """Capacity held on one node by a placed job (crossdock's or a foreign one)."""
+
+    job_id: int | None
+    node: str
+    cpu_milli: int
+    memory_mib: int
+    gpu_ids: tuple[str, ...] = ()
+    gpu_share: Mapping[str, float] = field(default_factory=lambda: MappingProxyType({}))
+    priority: int = 0
+    preemptible: bool = False
+    queue: str = ""
+    user: str = ""
+    start_time: datetime | None = None
+    time_limit_minutes: int | None = None
+    grace_seconds: int = 0
+
+
+@dataclass(frozen=True, slots=True)
+class JobFacts:
+    """What a dependency or throttle needs to know about another job."""
+
+    id: int
+    state: JobState
+    exit_code: int | None = None
+    name: str = ""
+    user: str = ""
+    array_job_id: int | None = None
+    array_task_id: int | None = None
+    end_time: datetime | None = None
+    start_time: datetime | None = None
+
+
+@dataclass(frozen=True)
+class Snapshot:
+    nodes: tuple[Node, ...]
+    allocations: tuple[Allocation, ...] = ()
+    jobs: Mapping[int, JobFacts] = field(default_factory=lambda: MappingProxyType({}))
+    """Facts about jobs that pending jobs reference (dependencies, arrays, singletons)."""
+    running_per_array: Mapping[int, int] = field(default_factory=lambda: MappingProxyType({}))
+    usage: Mapping[str, float] = field(default_factory=lambda: MappingProxyType({}))
+    """Decayed fair-share usage per ``queue`` and per ``queue/user`` key."""

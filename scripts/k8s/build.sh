@@ -1,0 +1,73 @@
+#!/usr/bin/env bash
+# Build the local Kubernetes control plane from upstream Go modules at the
+# releases pinned in versions.env, into
+#   ${CROSSDOCK_CACHE:-$HOME/.cache/crossdock}/k8s/<KUBERNETES_VERSION>/bin/
+# (kube-apiserver, kube-controller-manager, kube-scheduler, etcd, kwok).
+# Go module and build caches live in ${CROSSDOCK_CACHE}/k8s/go/. Binaries
+# already present are kept; pass --force to rebuild. Nothing is written to the
+# repository.
+set -euo pipefail
+
+here="$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)"
+# shellcheck source=versions.env
+source "$here/versions.env"
+
+force=0
+for arg in "$@"; do
+  case "$arg" in
+    --force) force=1 ;;
+    *) echo "usage: $0 [--force]" >&2; exit 2 ;;
+  esac
+done
+
+go_bin="${GO:-$(command -v go || echo /usr/local/go/bin/go)}"
+cache_root="${CROSSDOCK_CACHE:-$HOME/.cache/crossdock}/k8s"
+bin_dir="$cache_root/$KUBERNETES_VERSION/bin"
+export GOMODCACHE="${GOMODCACHE_OVERRIDE:-$cache_root/go/mod}"
+export GOCACHE="${GOCACHE_OVERRIDE:-$cache_root/go/build}"
+export GOTOOLCHAIN=local
+export GOFLAGS="${CROSSDOCK_GOFLAGS:--p=2} -buildvcs=false"
+export CGO_ENABLED=0
+mkdir -p "$bin_dir" "$GOMODCACHE" "$GOCACHE"
+
+minor="${KUBERNETES_VERSION#v1.}"; minor="${minor%%.*}"
+k8s_ldflags="-s -w"
+for pkg in k8s.io/component-base/version k8s.io/client-go/pkg/version; do
+  k8s_ldflags+=" -X $pkg.gitVersion=$KUBERNETES_VERSION -X $pkg.gitMajor=1 -X $pkg.gitMinor=$minor"
+  k8s_ldflags+=" -X $pkg.gitTreeState=clean -X $pkg.buildDate=1970-01-01T00:00:00Z"
+done
+
+stage="$(mktemp -d "$bin_dir/.stage.XXXXXX")"
+trap 'rm -rf "$stage"' EXIT
+
+step() { printf '[build %s] %s\n' "$(date -u +%H:%M:%S)" "$*" >&2; }
+
+need_k8s=0
+for b in kube-apiserver kube-controller-manager kube-scheduler; do
+  [[ $force == 1 || ! -x "$bin_dir/$b" ]] && need_k8s=1
+done
+if [[ $need_k8s == 1 ]]; then
+  step "kube-apiserver kube-controller-manager kube-scheduler $KUBERNETES_VERSION"
+  (cd "$here" && nice -n 10 "$go_bin" build -trimpath -ldflags "$k8s_ldflags" -o "$stage/" \
+      k8s.io/kubernetes/cmd/kube-apiserver \
+      k8s.io/kubernetes/cmd/kube-controller-manager \
+      k8s.io/kubernetes/cmd/kube-scheduler)
+  mv -f "$stage/kube-apiserver" "$stage/kube-controller-manager" "$stage/kube-scheduler" "$bin_dir/"
+fi
+
+if [[ $force == 1 || ! -x "$bin_dir/etcd" ]]; then
+  step "etcd $ETCD_VERSION"
+  (cd "$here" && nice -n 10 "$go_bin" build -trimpath -ldflags "-s -w" -o "$stage/etcd" \
+      go.etcd.io/etcd/server/v3)
+  mv -f "$stage/etcd" "$bin_dir/"
+fi
+
+if [[ $force == 1 || ! -x "$bin_dir/kwok" ]]; then
+  step "kwok $KWOK_VERSION"
+  # kwok's go.mod has no replace directives: build it in its own module graph.
+  GOBIN="$stage" nice -n 10 "$go_bin" install -trimpath -ldflags "-s -w" \
+      "sigs.k8s.io/kwok/cmd/kwok@$KWOK_VERSION"
+  mv -f "$stage/kwok" "$bin_dir/"
+fi
+
+step "done: $bin_dir"
