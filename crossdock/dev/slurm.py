@@ -507,7 +507,8 @@ def node_states(layout: Layout) -> dict[str, str]:
     return dict(line.split(None, 1) for line in done.stdout.splitlines() if line.strip())
 
 
-def _restd_ready(layout: Layout) -> bool:
+def _restd_ready(layout: Layout, token: str) -> bool:
+    """Both slurmrestd instances answer a ping (the TCP one with the JWT)."""
     import http.client
     import socket
 
@@ -517,9 +518,14 @@ def _restd_ready(layout: Layout) -> bool:
             self.sock.settimeout(5)
             self.sock.connect(str(layout.restd_socket))
 
-    for conn in (_Unix("localhost", timeout=5), http.client.HTTPConnection("127.0.0.1", layout.restd_port, timeout=5)):
+    jwt_headers = {"X-SLURM-USER-NAME": "root", "X-SLURM-USER-TOKEN": token}
+    checks = (
+        (_Unix("localhost", timeout=5), {}),
+        (http.client.HTTPConnection("127.0.0.1", layout.restd_port, timeout=5), jwt_headers),
+    )
+    for conn, headers in checks:
         try:
-            conn.request("GET", "/openapi/v3")
+            conn.request("GET", f"/slurm/{OPENAPI_PLUGIN.split('/')[1]}/ping", headers=headers)
             if conn.getresponse().status != 200:
                 return False
         except OSError:
@@ -571,10 +577,11 @@ def up(state_dir: str | os.PathLike[str] | None = None, with_rest: bool = True, 
     }
     if with_rest:
         _check_alive(layout, [("slurmrestd-local", "slurmrestd"), ("slurmrestd-jwt", "slurmrestd")])
-        _wait(lambda: _restd_ready(layout), 20, "slurmrestd", layout.logs / "slurmrestd-jwt.log")
+        token = issue_token(layout, "root")
+        _wait(lambda: _restd_ready(layout, token), 20, "slurmrestd", layout.logs / "slurmrestd-jwt.log")
         env["SLURMRESTD_SOCKET"] = str(layout.restd_socket)
         env["SLURMRESTD_URL"] = layout.restd_url
-        env["SLURM_LOCAL_JWT"] = issue_token(layout, "root")
+        env["SLURM_LOCAL_JWT"] = token
     tmp = layout.env_file.with_suffix(".tmp")
     _write_private(tmp, "".join(f"{k}={v}\n" for k, v in env.items()).encode())
     tmp.replace(layout.env_file)
