@@ -70,4 +70,22 @@ if [[ $force == 1 || ! -x "$bin_dir/kwok" ]]; then
   mv -f "$stage/kwok" "$bin_dir/"
 fi
 
+stages_dir="$bin_dir/../kwok-stages"
+if [[ $force == 1 || ! -s "$stages_dir/pod-ready.yaml" ]]; then
+  step "kwok $KWOK_VERSION stages"
+  # The upstream node and pod Stages of this kwok release; crossdock/dev/k8s.py
+  # adds its own pod-termination Stages beside them.
+  kwok_dir="$(cd "$stage" && "$go_bin" mod download -json "sigs.k8s.io/kwok@$KWOK_VERSION" \
+      | sed -n 's/^[[:space:]]*"Dir": "\(.*\)",$/\1/p')"
+  mkdir -p "$stage/kwok-stages"
+  cp "$kwok_dir/kustomize/stage/node/fast/node-initialize.yaml" \
+     "$kwok_dir/kustomize/stage/node/heartbeat-with-lease/node-heartbeat-with-lease.yaml" \
+     "$kwok_dir/kustomize/stage/pod/fast/pod-ready.yaml" \
+     "$kwok_dir/kustomize/stage/pod/fast/pod-delete.yaml" \
+     "$stage/kwok-stages/"
+  chmod 0644 "$stage/kwok-stages/"*.yaml
+  rm -rf "$stages_dir"
+  mv "$stage/kwok-stages" "$stages_dir"
+fi
+
 step "done: $bin_dir"

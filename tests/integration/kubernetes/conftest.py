@@ -1,0 +1,107 @@
+"""Fixtures for tests against a real Kubernetes control plane.
+
+With ``KUBECONFIG`` set, the tests use that cluster. Otherwise the session
+starts the local control plane of ``crossdock.dev.k8s`` (binaries built with
+``python -m crossdock.dev.k8s build``) and stops it at the end, unless it was
+already running or ``CROSSDOCK_K8S_KEEP=1``. When the plane is unreachable the
+tests skip locally and FAIL under ``CI=true``.
+"""
+
+from __future__ import annotations
+
+import os
+import time
+import uuid
+from collections.abc import Callable, Iterator
+from pathlib import Path
+from typing import Any, TypeVar
+
+import pytest
+
+from crossdock.dev import k8s
+
+kubernetes = pytest.importorskip("kubernetes")
+from kubernetes import client, config  # noqa: E402
+from kubernetes.client.rest import ApiException  # noqa: E402
+
+T = TypeVar("T")
+
+
+def _in_ci() -> bool:
+    return os.environ.get("CI", "").strip().lower() in {"1", "true", "yes"}
+
+
+def _unavailable(reason: str) -> None:
+    if _in_ci():
+        pytest.fail(f"Kubernetes control plane unavailable under CI=true: {reason}", pytrace=False)
+    pytest.skip(f"Kubernetes control plane unavailable: {reason}")
+
+
+@pytest.fixture(scope="session")
+def k8s_kubeconfig() -> Iterator[Path]:
+    """Path of an admin kubeconfig for a reachable cluster."""
+    env = os.environ.get("KUBECONFIG")
+    if env:
+        yield Path(env)
+        return
+    was_running = k8s.status().running
+    try:
+        path = k8s.up()
+    except k8s.MissingBinariesError as err:
+        _unavailable(str(err))
+    except k8s.ControlPlaneError as err:
+        pytest.fail(f"starting the local control plane failed: {err}", pytrace=False)
+    yield path
+    if not was_running and os.environ.get("CROSSDOCK_K8S_KEEP") != "1":
+        k8s.down()
+
+
+@pytest.fixture(scope="session")
+def k8s_client(k8s_kubeconfig: Path) -> Iterator[client.ApiClient]:
+    """A ``kubernetes.client.ApiClient`` for the cluster, checked to answer."""
+    api_client = config.new_client_from_config(config_file=str(k8s_kubeconfig))
+    try:
+        client.VersionApi(api_client).get_code()
+    except Exception as err:  # noqa: BLE001 - any failure here means unreachable
+        api_client.close()
+        _unavailable(f"{k8s_kubeconfig}: {err}")
+    yield api_client
+    api_client.close()
+
+
+def _wait_for(what: str, fn: Callable[[], T | None], timeout: float = 60.0, interval: float = 0.25) -> T:
+    """Poll ``fn`` until it returns a truthy value; fail the test after ``timeout``."""
+    deadline = time.monotonic() + timeout
+    last: T | None = None
+    while time.monotonic() < deadline:
+        last = fn()
+        if last:
+            return last
+        time.sleep(interval)
+    pytest.fail(f"timed out after {timeout:.0f}s waiting for {what} (last: {last!r})")
+
+
+@pytest.fixture
+def k8s_namespace(k8s_client: client.ApiClient) -> Iterator[str]:
+    """A fresh namespace whose ``default`` service account exists; its pods are gone after the test."""
+    core = client.CoreV1Api(k8s_client)
+    name = f"cd-test-{uuid.uuid4().hex[:8]}"
+    core.create_namespace(client.V1Namespace(metadata=client.V1ObjectMeta(name=name)))
+
+    def service_account() -> Any:
+        try:
+            return core.read_namespaced_service_account("default", name)
+        except ApiException as err:
+            if err.status == 404:
+                return None
+            raise
+
+    _wait_for(f"service account {name}/default", service_account)
+    yield name
+    # Free the fake nodes' capacity before the next test: delete the Jobs and their
+    # pods now and wait until kwok has removed every pod, then drop the namespace.
+    batch = client.BatchV1Api(k8s_client)
+    batch.delete_collection_namespaced_job(name, propagation_policy="Background")
+    core.delete_collection_namespaced_pod(name, grace_period_seconds=0)
+    _wait_for(f"pods of {name} deleted", lambda: not core.list_namespaced_pod(name).items, timeout=60)
+    core.delete_namespace(name)
