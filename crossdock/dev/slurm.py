@@ -122,7 +122,9 @@ class Layout:
     gres_conf = property(lambda self: self.etc / "gres.conf")
     jwt_key = property(lambda self: self.etc / "jwt_hs256.key")
     state = property(lambda self: self.root / "state")
-    spool = property(lambda self: self.root / "spool")
+    # Jobs of other users (slurmrestd's local auth runs them as slurm) exec their script
+    # from the spool directory, so it cannot sit under a private home either.
+    spool = property(lambda self: self.runtime / "spool")
     logs = property(lambda self: self.root / "log")
     pids = property(lambda self: self.root / "run")
     devices = property(lambda self: self.root / "dev")

@@ -1,0 +1,233 @@
+"""Drive Slurm through its command-line tools (sbatch, squeue/sinfo --json, scontrol, scancel).
+
+Every call is one process with an argument list (never a shell). ``squeue --json`` and
+``sinfo --json`` ignore their filters in 22.05 and dump everything, so filtering happens in
+the caller, once per cycle.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import tempfile
+from collections.abc import Mapping
+
+from crossdock.backends.slurm.driver import (
+    UNAVAILABLE_PATTERNS,
+    SlurmError,
+    SlurmJob,
+    SlurmNode,
+    SlurmPartition,
+    SlurmUnavailable,
+    SubmitRejected,
+    SubmitRequest,
+    parse_job,
+    parse_node,
+)
+from crossdock.backends.slurm.states import expand_hostlist, parse_exit_code
+
+DEFAULT_TIMEOUT_S = 30.0
+
+
+def sbatch_options(req: SubmitRequest) -> list[str]:
+    """The sbatch long options for ``req`` (the script itself goes on stdin or as a file)."""
+    opts = [
+        f"--job-name={req.name}",
+        f"--comment={req.comment}",
+        f"--chdir={req.workdir}",
+        f"--nodes={req.nodes}" + (f"-{req.nodes_max}" if req.nodes_max else ""),
+        f"--ntasks={req.ntasks}",
+        f"--cpus-per-task={req.cpus_per_task}",
+        "--open-mode=append",  # a requeued job keeps every run's output
+        "--requeue" if req.requeue else "--no-requeue",
+        f"--export={export_value(req.export, req.env)}",
+    ]
+    optional = {
+        "--partition": req.partition,
+        "--nodelist": ",".join(req.nodelist),
+        "--exclude": ",".join(req.exclude),
+        "--ntasks-per-node": req.ntasks_per_node,
+        "--mem": f"{req.mem_per_node_mib}M" if req.mem_per_node_mib is not None else None,
+        "--mem-per-cpu": f"{req.mem_per_cpu_mib}M" if req.mem_per_cpu_mib is not None else None,
+        "--gres": ",".join(req.gres),
+        "--gpus": req.gpus,
+        "--gpus-per-task": req.gpus_per_task,
+        "--time": req.time_limit_minutes,
+        "--array": req.array,
+        "--dependency": req.dependency,
+        "--output": req.stdout,
+        "--error": req.stderr,
+        "--nice": req.nice or None,
+    }
+    opts += [f"{flag}={value}" for flag, value in optional.items() if value not in (None, "")]
+    if req.hold:
+        opts.append("--hold")
+    if req.exclusive:
+        opts.append("--exclusive")
+    return opts
+
+
+def export_value(export: str, env: Mapping[str, str]) -> str:
+    """sbatch's ``--export``: values travel in sbatch's own environment, names on the line.
+
+    Passing names rather than ``NAME=value`` keeps values with commas intact.
+    """
+    if export.upper() == "ALL" or not env:
+        return export
+    names = ",".join(sorted(env))
+    return names if export.upper() == "NONE" else f"{export},{names}"
+
+
+class CliDriver:
+    name = "cli"
+
+    def __init__(self, env: Mapping[str, str] | None = None, timeout_s: float = DEFAULT_TIMEOUT_S):
+        base = dict(os.environ if env is None else env)
+        base.pop("SLURM_JWT", None)  # with it set, srun inside jobs switches to auth/jwt and fails
+        self.env = base
+        self.timeout_s = timeout_s
+
+    # --- plumbing ---------------------------------------------------------------------------
+
+    def _run(self, argv: list[str], *, stdin: str | None = None, env: Mapping[str, str] | None = None) -> str:
+        try:
+            done = subprocess.run(
+                argv,
+                input=stdin,
+                env=dict(env or self.env),
+                capture_output=True,
+                text=True,
+                timeout=self.timeout_s,
+            )
+        except subprocess.TimeoutExpired:
+            raise SlurmUnavailable(f"{argv[0]} timed out after {self.timeout_s:.0f}s") from None
+        except FileNotFoundError:
+            raise SlurmUnavailable(f"{argv[0]} is not installed (crossdock dev slurm up installs it)") from None
+        if done.returncode != 0:
+            message = (done.stderr or done.stdout).strip()
+            if UNAVAILABLE_PATTERNS.search(message):
+                raise SlurmUnavailable(f"{argv[0]}: {message}")
+            raise SlurmError(f"{' '.join(argv[:2])} failed ({done.returncode}): {message}")
+        return done.stdout
+
+    # --- SlurmDriver ------------------------------------------------------------------------
+
+    def submit(self, request: SubmitRequest) -> int:
+        argv = ["sbatch", "--parsable", *sbatch_options(request)]
+        env = {**self.env, **request.env} if request.env else self.env
+        try:
+            if request.args:
+                with tempfile.NamedTemporaryFile("w", prefix="crossdock-", suffix=".sh") as f:
+                    f.write(request.script)
+                    f.flush()
+                    out = self._run([*argv, f.name, *request.args], env=env)
+            else:
+                out = self._run(argv, stdin=request.script, env=env)
+        except SlurmUnavailable:
+            raise
+        except SlurmError as exc:
+            raise SubmitRejected(str(exc)) from None
+        # --parsable prints "jobid" or "jobid;cluster"
+        return int(out.strip().splitlines()[-1].split(";")[0])
+
+    def jobs(self) -> list[SlurmJob]:
+        data = json.loads(self._run(["squeue", "--json"]))
+        return [parse_job(j) for j in data.get("jobs", [])]
+
+    def nodes(self) -> list[SlurmNode]:
+        data = json.loads(self._run(["sinfo", "--json"]))
+        return [parse_node(n) for n in data.get("nodes", [])]
+
+    def partitions(self) -> list[SlurmPartition]:
+        out = self._run(["scontrol", "show", "partition", "-o"])
+        parts = []
+        for line in out.splitlines():
+            fields = _key_values(line)
+            if "PartitionName" not in fields:
+                continue
+            parts.append(
+                SlurmPartition(
+                    name=fields["PartitionName"],
+                    nodes=tuple(expand_hostlist(fields.get("Nodes", ""))),
+                    priority_tier=int(fields.get("PriorityTier", "1")),
+                    default=fields.get("Default") == "YES",
+                    state=fields.get("State", "UP"),
+                )
+            )
+        return parts
+
+    def signal(self, job_id: str, signal: str) -> None:
+        self._run(["scancel", "--full", f"--signal={signal}", job_id])
+
+    def cancel(self, job_id: str) -> None:
+        self._run(["scancel", job_id])
+
+    def requeue(self, job_id: str) -> None:
+        self._run(["scontrol", "requeue", job_id])
+
+    def hold(self, job_id: str) -> None:
+        self._run(["scontrol", "hold", job_id])
+
+    def release(self, job_id: str) -> None:
+        self._run(["scontrol", "release", job_id])
+
+    # --- accounting (only with slurmdbd) ----------------------------------------------------
+
+    def accounting_enabled(self) -> bool:
+        for line in self._run(["scontrol", "show", "config"]).splitlines():
+            key, _, value = line.partition("=")
+            if key.strip() == "AccountingStorageType":
+                return value.strip() != "accounting_storage/none"
+        return False
+
+    def history(self, job_ids: list[str]) -> list[SlurmJob]:
+        """Finished jobs slurmctld has forgotten, from ``sacct -P`` (its text exit codes are right
+        on 22.05, where ``sacct --json`` reports SUCCESS for a job that exited 7)."""
+        if not job_ids:
+            return []
+        out = self._run(
+            ["sacct", "-P", "-n", "-X", "-j", ",".join(job_ids), "-o", SACCT_FIELDS]
+        )
+        return parse_sacct(out)
+
+
+SACCT_FIELDS = "JobID,JobName,State,ExitCode,Reason,Partition,NodeList,User"
+
+
+def parse_sacct(text: str) -> list[SlurmJob]:
+    """Records of ``sacct -P -n -X -o`` :data:`SACCT_FIELDS`."""
+    jobs = []
+    for line in text.splitlines():
+        cols = line.split("|")
+        if len(cols) != 8:
+            continue
+        job_id, name, state, exit_code, reason, partition, nodelist, user = cols
+        code, signal = parse_exit_code(exit_code or "0:0")
+        base, _, task = job_id.partition("_")
+        jobs.append(
+            SlurmJob(
+                job_id=int(base),
+                state=state.split()[0],
+                reason=reason or "None",
+                exit_code=code,
+                signal=signal,
+                name=name,
+                user=user,
+                partition=partition,
+                nodes=tuple(expand_hostlist(nodelist)) if nodelist not in ("", "None assigned") else (),
+                array_job_id=int(base) if task.isdigit() else None,
+                array_task_id=int(task) if task.isdigit() else None,
+            )
+        )
+    return jobs
+
+
+def _key_values(line: str) -> dict[str, str]:
+    """``scontrol show … -o`` output → dict (values never contain spaces for the keys we read)."""
+    out = {}
+    for item in line.split():
+        key, sep, value = item.partition("=")
+        if sep:
+            out[key] = value
+    return out

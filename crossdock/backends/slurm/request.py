@@ -1,0 +1,147 @@
+"""A crossdock job (spec, id, attempt) → one Slurm submission (:class:`SubmitRequest`).
+
+The job's tag ``crossdock:<job id>:<attempt>`` goes into Slurm's ``--comment``: the same
+dispatch replayed finds the job it already submitted by that tag instead of submitting twice.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+import shlex
+import sys
+from collections.abc import Mapping
+from pathlib import Path
+
+from crossdock.backends.slurm.driver import SubmitRejected, SubmitRequest
+from crossdock.backends.slurm.states import format_array_tasks
+from crossdock.queue.models import DependencySpec, DependencyType, Job, JobSpec
+
+TAG_PREFIX = "crossdock"
+_TAG = re.compile(rf"^{TAG_PREFIX}:(\d+):(\d+)$")
+
+
+def job_tag(job_id: int, attempt: int) -> str:
+    return f"{TAG_PREFIX}:{job_id}:{attempt}"
+
+
+def parse_tag(comment: str) -> tuple[int, int] | None:
+    """(job id, attempt) from a Slurm comment, or None for a job crossdock did not submit."""
+    m = _TAG.match(comment or "")
+    return (int(m[1]), int(m[2])) if m else None
+
+
+def render_script(spec: JobSpec) -> str:
+    """The batch script text: the user's script, or one that execs the command or callable."""
+    if spec.script is not None:
+        text = spec.script
+    elif spec.script_path is not None:
+        try:
+            text = Path(spec.script_path).read_text()
+        except OSError as exc:
+            raise SubmitRejected(f"script_path: cannot read {spec.script_path!r}: {exc}") from None
+    elif spec.command is not None:
+        return "#!/bin/bash\nexec " + shlex.join([*spec.command, *spec.args]) + "\n"
+    elif spec.python is not None:
+        # The payload is a cloudpickled zero-argument callable; its return value is discarded.
+        runner = (
+            "import base64, cloudpickle, sys\n"
+            f"fn = cloudpickle.loads(base64.b64decode({spec.python.payload!r}))\n"
+            "fn()\n"
+        )
+        return f"#!/bin/bash\nexec {shlex.quote(sys.executable)} -c {shlex.quote(runner)}\n"
+    else:
+        raise SubmitRejected("job has nothing to run: give command, script, script_path or python")
+    return text if text.startswith("#!") else "#!/bin/bash\n" + text
+
+
+def render_dependency(dep: DependencySpec, slurm_ids: Mapping[int, str]) -> str:
+    """Slurm's ``--dependency`` value with crossdock job ids replaced by Slurm job ids."""
+    parts = []
+    for d in dep.deps:
+        if d.type == DependencyType.SINGLETON:
+            parts.append("singleton")
+            continue
+        if d.job_id is None or d.job_id not in slurm_ids:
+            raise SubmitRejected(
+                f"dependency: crossdock job {d.job_id} has no Slurm job id; submit it to Slurm first"
+            )
+        target = slurm_ids[d.job_id]
+        if d.array_task is not None:
+            target = f"{target}_{d.array_task}"
+        if d.delay_minutes:
+            target = f"{target}+{d.delay_minutes}"
+        parts.append(f"{d.type.value}:{target}")
+    return ("?" if dep.combine == "OR" else ",").join(parts)
+
+
+def _gpu_options(spec: JobSpec) -> tuple[list[str], str | None, str | None]:
+    """(typed per-node gres, --gpus, --gpus-per-task) for the job's GPU request."""
+    gres = [f"{g.name}:{g.type}:{g.count}" if g.type else f"{g.name}:{g.count}" for g in spec.gres if g.name != "gpu"]
+    req = spec.gpu_request()
+    if req is None:
+        return gres, None, None
+    if req.share is not None or req.mig is not None:
+        raise SubmitRejected("gpus: fractional or MIG GPUs are not offered by Slurm pools; request whole GPUs")
+    models = req.allowed_models()
+    kind = models[0] if len(models) == 1 else None  # several acceptable models: let the partition decide
+    typed = f"{kind}:{req.count}" if kind else str(req.count)
+    if req.per == "node":
+        return [*gres, f"gpu:{typed}"], None, None
+    if req.per == "task":
+        return gres, None, typed
+    return gres, typed, None
+
+
+def build_request(
+    job: Job,
+    *,
+    partition: str | None = None,
+    nodelist: list[str] | None = None,
+    slurm_ids: Mapping[int, str] | None = None,
+    workdir: str | None = None,
+) -> SubmitRequest:
+    """The submission for ``job``'s current attempt, placed on ``partition``/``nodelist``.
+
+    ``slurm_ids`` maps crossdock job ids to Slurm job ids for dependencies Slurm should
+    enforce; without it the spec's dependencies are left to crossdock's own scheduler.
+    """
+    spec = job.spec
+    gres, gpus, gpus_per_task = _gpu_options(spec)
+    dependency = None
+    if spec.dependency is not None and slurm_ids is not None:
+        dependency = render_dependency(spec.dependency, slurm_ids)
+    array = None
+    if spec.array is not None:
+        array = format_array_tasks(spec.array.task_ids, spec.array.max_running)
+    return SubmitRequest(
+        script=render_script(spec),
+        name=spec.display_name(),
+        comment=job_tag(job.id, job.attempts),
+        workdir=spec.workdir or workdir or os.getcwd(),
+        partition=partition or spec.partition,
+        nodelist=tuple(nodelist if nodelist is not None else spec.nodelist),
+        exclude=tuple(spec.exclude),
+        nodes=spec.nodes,
+        nodes_max=spec.nodes_max,
+        ntasks=spec.ntasks,
+        ntasks_per_node=spec.ntasks_per_node,
+        cpus_per_task=spec.cpus_per_task,
+        mem_per_node_mib=spec.mem_per_node_mib,
+        mem_per_cpu_mib=spec.mem_per_cpu_mib,
+        gres=tuple(gres),
+        gpus=gpus,
+        gpus_per_task=gpus_per_task,
+        time_limit_minutes=spec.time_limit_minutes,
+        array=array,
+        dependency=dependency,
+        stdout=spec.stdout,
+        stderr=spec.stderr,
+        env=dict(spec.env),
+        export=spec.export,
+        hold=spec.hold,
+        requeue=spec.requeue,
+        exclusive=spec.exclusive,
+        nice=spec.nice,
+        args=tuple(spec.args) if spec.command is None else (),
+    )

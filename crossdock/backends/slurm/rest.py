@@ -1,0 +1,226 @@
+"""Drive Slurm through slurmrestd (openapi v0.0.38, Slurm 22.05).
+
+Two ways in: a unix socket with ``rest_auth/local`` (requests run as slurmrestd's own user),
+or TCP with a JWT (``X-SLURM-USER-NAME``/``X-SLURM-USER-TOKEN``; requests run as the token's
+user). Uses the standard library's ``http.client`` with one kept-alive connection per thread.
+
+v0.0.38 has no requeue, hold or release endpoint; those go to ``fallback`` (a CLI driver)
+when one is given and raise :class:`Unsupported` otherwise. The ``job`` object accepts
+sbatch's long option names, which is how ``nodelist`` and ``exclude`` get through although
+the published schema lists neither.
+"""
+
+from __future__ import annotations
+
+import http.client
+import json
+import os
+import socket
+import threading
+from collections.abc import Mapping
+from typing import Any
+from urllib.parse import quote, urlsplit
+
+from crossdock.backends.slurm.driver import (
+    UNAVAILABLE_PATTERNS,
+    SlurmDriver,
+    SlurmError,
+    SlurmJob,
+    SlurmNode,
+    SlurmPartition,
+    SlurmUnavailable,
+    SubmitRejected,
+    SubmitRequest,
+    Unsupported,
+    parse_job,
+    parse_node,
+)
+from crossdock.backends.slurm.states import expand_hostlist
+
+API = "/slurm/v0.0.38"
+DEFAULT_PATH = "/usr/local/bin:/usr/bin:/bin"
+
+
+class _UnixConnection(http.client.HTTPConnection):
+    def __init__(self, path: str, timeout: float):
+        super().__init__("localhost", timeout=timeout)
+        self._path = path
+
+    def connect(self) -> None:
+        self.sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+        self.sock.settimeout(self.timeout)
+        self.sock.connect(self._path)
+
+
+def job_properties(req: SubmitRequest, base_env: Mapping[str, str]) -> dict[str, Any]:
+    """The v0.0.38 ``job`` object for ``req``. REST jobs inherit no environment: ``export=ALL``
+    sends the submitter's, as sbatch would."""
+    if req.export.upper() == "ALL":
+        environment = {**base_env, **req.env}
+    else:
+        environment = dict(req.env)
+    environment.setdefault("PATH", DEFAULT_PATH)
+    job: dict[str, Any] = {
+        "name": req.name,
+        "comment": req.comment,
+        "current_working_directory": req.workdir,
+        "nodes": [req.nodes, req.nodes_max or req.nodes],
+        "tasks": req.ntasks,
+        "cpus_per_task": req.cpus_per_task,
+        "environment": environment,
+        "requeue": req.requeue,
+        "open_mode": "append",  # a requeued job keeps every run's output
+    }
+    optional = {
+        "partition": req.partition,
+        "nodelist": ",".join(req.nodelist),
+        "exclude": ",".join(req.exclude),
+        "tasks_per_node": req.ntasks_per_node,
+        "memory_per_node": req.mem_per_node_mib,
+        "memory_per_cpu": req.mem_per_cpu_mib,
+        "gres": ",".join(req.gres),
+        "gpus": req.gpus,
+        "gpus_per_task": req.gpus_per_task,
+        "time_limit": req.time_limit_minutes,
+        "array": req.array,
+        "dependency": req.dependency,
+        "standard_output": req.stdout,
+        "standard_error": req.stderr,
+        "nice": req.nice or None,
+        "argv": list(req.args) or None,
+    }
+    job.update({k: v for k, v in optional.items() if v not in (None, "")})
+    if req.hold:
+        job["hold"] = True
+    if req.exclusive:
+        job["exclusive"] = "true"
+    return job
+
+
+class RestDriver:
+    name = "rest"
+
+    def __init__(
+        self,
+        *,
+        socket_path: str | None = None,
+        url: str | None = None,
+        user: str | None = None,
+        token: str | None = None,
+        fallback: SlurmDriver | None = None,
+        job_env: Mapping[str, str] | None = None,
+        timeout_s: float = 30.0,
+    ):
+        if (socket_path is None) == (url is None):
+            raise ValueError("give exactly one of socket_path (local auth) or url (JWT)")
+        if url is not None and not token:
+            raise ValueError("a JWT (token=) is needed with url=; `scontrol token` issues one")
+        self.socket_path = socket_path
+        self.url = urlsplit(url) if url else None
+        self.headers = {"Content-Type": "application/json", "Accept": "application/json"}
+        if token:
+            self.headers["X-SLURM-USER-NAME"] = user or "root"
+            self.headers["X-SLURM-USER-TOKEN"] = token
+        self.fallback = fallback
+        self.job_env = dict(os.environ if job_env is None else job_env)
+        self.job_env.pop("SLURM_JWT", None)
+        self.timeout_s = timeout_s
+        self._local = threading.local()
+
+    @classmethod
+    def from_env(cls, env: Mapping[str, str], *, transport: str = "jwt", fallback: SlurmDriver | None = None) -> "RestDriver":
+        """From the variables ``crossdock dev slurm up`` writes (SLURMRESTD_URL, SLURM_LOCAL_JWT,
+        SLURMRESTD_SOCKET)."""
+        if transport == "unix":
+            return cls(socket_path=env["SLURMRESTD_SOCKET"], fallback=fallback)
+        return cls(url=env["SLURMRESTD_URL"], token=env["SLURM_LOCAL_JWT"], user=env.get("SLURM_LOCAL_USER", "root"), fallback=fallback)
+
+    # --- plumbing ---------------------------------------------------------------------------
+
+    def _connection(self) -> http.client.HTTPConnection:
+        conn = getattr(self._local, "conn", None)
+        if conn is None:
+            if self.socket_path:
+                conn = _UnixConnection(self.socket_path, self.timeout_s)
+            else:
+                conn = http.client.HTTPConnection(self.url.hostname, self.url.port or 80, timeout=self.timeout_s)
+            self._local.conn = conn
+        return conn
+
+    def _request(self, method: str, path: str, body: Any = None) -> dict[str, Any]:
+        payload = json.dumps(body).encode() if body is not None else None
+        for attempt in (0, 1):  # one reconnect: slurmrestd closes idle keep-alive connections
+            conn = self._connection()
+            try:
+                conn.request(method, API + path, body=payload, headers=self.headers)
+                resp = conn.getresponse()
+                raw = resp.read()
+                break
+            except (OSError, http.client.HTTPException) as exc:
+                conn.close()
+                self._local.conn = None
+                if attempt:
+                    raise SlurmUnavailable(f"slurmrestd unreachable: {exc}") from None
+        try:
+            data = json.loads(raw) if raw else {}
+        except ValueError:
+            data = {"errors": [{"error": raw[:500].decode(errors="replace")}]}
+        errors = [e for e in data.get("errors", []) if e]
+        if resp.status in (401, 403):
+            raise SlurmError(f"slurmrestd refused the credentials ({resp.status}) for {method} {path}")
+        if resp.status >= 400 or errors:
+            message = "; ".join(str(e.get("error") or e.get("description") or e) for e in errors) or f"HTTP {resp.status}"
+            if UNAVAILABLE_PATTERNS.search(message):
+                raise SlurmUnavailable(f"{method} {path}: {message}")
+            raise SlurmError(f"{method} {path} failed ({resp.status}): {message}")
+        return data
+
+    def _fallback(self, operation: str) -> SlurmDriver:
+        if self.fallback is None:
+            raise Unsupported(f"slurmrestd v0.0.38 has no {operation}; construct RestDriver with fallback=CliDriver()")
+        return self.fallback
+
+    # --- SlurmDriver ------------------------------------------------------------------------
+
+    def submit(self, request: SubmitRequest) -> int:
+        body = {"script": request.script, "job": job_properties(request, self.job_env)}
+        try:
+            data = self._request("POST", "/job/submit", body)
+        except SlurmUnavailable:
+            raise
+        except SlurmError as exc:
+            raise SubmitRejected(str(exc)) from None
+        return int(data["job_id"])
+
+    def jobs(self) -> list[SlurmJob]:
+        return [parse_job(j) for j in self._request("GET", "/jobs").get("jobs", [])]
+
+    def nodes(self) -> list[SlurmNode]:
+        return [parse_node(n) for n in self._request("GET", "/nodes").get("nodes", [])]
+
+    def partitions(self) -> list[SlurmPartition]:
+        return [
+            SlurmPartition(
+                name=p["name"],
+                nodes=tuple(expand_hostlist(p.get("nodes") or "")),
+                priority_tier=int(p.get("priority_tier") or 1),
+                default="default" in (p.get("flags") or ()),
+                state=p.get("state") or "UP",
+            )
+            for p in self._request("GET", "/partitions").get("partitions", [])
+        ]
+
+    def signal(self, job_id: str, signal: str) -> None:
+        self._request("DELETE", f"/job/{quote(job_id)}?signal={quote(signal)}")
+
+    def cancel(self, job_id: str) -> None:
+        self._request("DELETE", f"/job/{quote(job_id)}")
+
+    def requeue(self, job_id: str) -> None:
+        self._fallback("requeue").requeue(job_id)
+
+    def hold(self, job_id: str) -> None:
+        self._fallback("hold").hold(job_id)
+
+    def release(self, job_id: str) -> None:
+        self._fallback("release").release(job_id)
