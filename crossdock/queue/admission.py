@@ -8,12 +8,14 @@ names the field and the fix instead of waiting forever.
 from __future__ import annotations
 
 from dataclasses import dataclass
+from datetime import datetime
 from typing import Sequence
 
 from crossdock.queue.config import ClusterConfig
 from crossdock.queue.errors import InvalidJob
-from crossdock.queue.models import JobSpec
+from crossdock.queue.models import Job, JobSpec
 from crossdock.queue.snapshot import Node
+from crossdock.queue.states import Reason
 
 
 @dataclass(frozen=True)
@@ -124,3 +126,29 @@ def check_satisfiable(spec: JobSpec, cfg: ClusterConfig, resolved: Resolved, nod
                          f" {', '.join(resolved.pools)} has {biggest_mem} MiB")
     raise InvalidJob(f"--nodes: {spec.nodes} nodes requested, but only {len(known)} nodes exist in pools"
                      f" {', '.join(resolved.pools)} and fewer can hold one task group")
+
+
+def to_jobs(spec: JobSpec, resolved: Resolved, now: datetime) -> list[Job]:
+    """The job records for one submission: one job, or one per array task (ids assigned by the store)."""
+    base = dict(spec=spec, queue=resolved.queue, priority_class=resolved.priority_class, priority=resolved.priority,
+                preemptible=resolved.preemptible, pools=list(resolved.pools), submit_time=now,
+                reason=Reason.JOB_HELD_USER if spec.hold else Reason.NONE)
+    if spec.array is None:
+        return [Job(id=0, **base)]
+    return [Job(id=0, array_job_id=-1, array_task_id=t, **base) for t in spec.array.task_ids]
+
+
+def admit(spec: JobSpec, cfg: ClusterConfig, nodes: Sequence[Node], now: datetime) -> list[Job]:
+    """Validate ``spec`` against the config and known nodes and return its job records, or raise InvalidJob."""
+    if spec.command is None and spec.script is None and spec.python is None:
+        raise InvalidJob("nothing to run: give a script, a command (--wrap) or a Python callable")
+    if spec.script is not None and not spec.script.startswith("#!"):
+        raise InvalidJob("script: the first line must start with #! followed by the path to an interpreter,"
+                         " as sbatch requires (e.g. #!/bin/bash)")
+    if spec.array is not None and max(spec.array.task_ids) >= cfg.scheduler.max_array_size:
+        raise InvalidJob(f"--array: task id {max(spec.array.task_ids)} is not below MaxArraySize"
+                         f" {cfg.scheduler.max_array_size}; use smaller task ids")
+    resolved = resolve(spec, cfg)
+    check_limits(spec, cfg, resolved.queue)
+    check_satisfiable(spec, cfg, resolved, nodes)
+    return to_jobs(spec, resolved, now)

@@ -114,6 +114,8 @@ class Scheduler(_Cfg):
     max_preemptions_per_cycle: int = Field(16, ge=0)
     lease_seconds: float = Field(5.0, gt=0)
     requeue_delay_seconds: float = Field(0, ge=0)
+    kill_wait_seconds: float = Field(30, ge=0)
+    """Between SIGTERM and SIGKILL when a job hits its time limit or is cancelled (Slurm's KillWait)."""
 
 
 class ClusterConfig(_Cfg):

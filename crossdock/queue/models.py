@@ -122,6 +122,8 @@ class JobSpec(_Model):
     gres: list[Gres] = Field(default_factory=list)
     gpus: GpuRequest | None = None
     time_limit_minutes: int | None = Field(None, ge=1)
+    time_limit_seconds: int | None = Field(None, ge=1)
+    """Finer limit for the Python API; when set it wins over ``time_limit_minutes``."""
     # Queueing.
     queue: str | None = None
     priority_class: str | None = None
@@ -197,6 +199,12 @@ class JobSpec(_Model):
             return req.share
         return self.gpus_per_node() * self.nodes
 
+    def time_limit(self) -> int | None:
+        """The time limit in seconds, or None for no limit."""
+        if self.time_limit_seconds is not None:
+            return self.time_limit_seconds
+        return None if self.time_limit_minutes is None else self.time_limit_minutes * 60
+
     def display_name(self) -> str:
         if self.name:
             return self.name
@@ -228,10 +236,13 @@ class Job(_Model):
     backend_ref: str | None = None
     nodes: list[str] = Field(default_factory=list)
     gpu_ids: list[str] = Field(default_factory=list)
+    alloc_cpu_milli: int = 0
+    alloc_mem_mib: int = 0
     exit_code: int | None = None
     signal: int | None = None
     submit_time: datetime | None = None
     eligible_time: datetime | None = None
+    scheduled_time: datetime | None = None
     start_time: datetime | None = None
     end_time: datetime | None = None
 

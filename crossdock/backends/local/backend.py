@@ -1,0 +1,90 @@
+"""The local backend: this machine as one node, jobs as supervised subprocesses."""
+
+from __future__ import annotations
+
+import os
+import signal
+import socket
+import subprocess
+import sys
+from pathlib import Path
+from types import MappingProxyType
+from typing import Sequence
+
+from crossdock.backends.base import BackendStatus, Inventory
+from crossdock.backends.local import gpus as gpu_discovery
+from crossdock.backends.redis_store.store import JobStore
+from crossdock.queue.config import ClusterConfig
+from crossdock.queue.models import Job
+from crossdock.queue.snapshot import GpuDevice, Node
+from crossdock.queue.states import JobState
+
+
+def local_nodes(cfg: ClusterConfig, discovered: list[gpu_discovery.DiscoveredGpu] | None) -> tuple[Node, ...]:
+    """Nodes of every local pool. Discovered GPUs replace the declared ones on the first node."""
+    nodes = []
+    for pool_name, pool in cfg.pools.items():
+        if pool.backend != "local":
+            continue
+        decls = pool.nodes or []
+        for i, d in enumerate(decls):
+            if discovered is not None and i == 0:
+                devices = tuple(GpuDevice(f"{d.name}:{g.index}", g.index, gpu_discovery.short_model(g.name),
+                                          g.memory_mib) for g in discovered)
+            else:
+                devices = tuple(GpuDevice(f"{d.name}:{k}", k, d.gpu_model or pool.gpu.model or "GPU")
+                                for k in range(d.gpus))
+            nodes.append(Node(d.name, pool_name, "local", d.cpus * 1000, d.memory_mib, devices,
+                              MappingProxyType(dict(d.labels)), gpu_sharing=pool.gpu.sharing))
+        if not decls:
+            cpus = os.cpu_count() or 1
+            mem = os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES") // (1024 * 1024)
+            devices = tuple(GpuDevice(f"localhost:{g.index}", g.index, gpu_discovery.short_model(g.name), g.memory_mib)
+                            for g in discovered or [])
+            nodes.append(Node("localhost", pool_name, "local", cpus * 1000, mem, devices))
+    return tuple(nodes)
+
+
+class LocalBackend:
+    kind = "local"
+
+    def __init__(self, store: JobStore, cfg: ClusterConfig, state_dir: Path, env: dict[str, str]):
+        self.store, self.cfg, self.state_dir, self.env = store, cfg, state_dir, env
+        self._gpus: list[gpu_discovery.DiscoveredGpu] | None | bool = False
+
+    def inventory(self) -> Inventory:
+        if self._gpus is False:
+            self._gpus = gpu_discovery.discover()
+        return Inventory(local_nodes(self.cfg, self._gpus or None))
+
+    def submit(self, job: Job) -> str:
+        """Start a detached supervisor for this attempt. The caller has claimed the dispatch, so
+        a redelivered task never gets here twice for one attempt."""
+        logdir = self.state_dir / "log"
+        logdir.mkdir(parents=True, exist_ok=True)
+        with open(logdir / f"supervisor-{job.id}.log", "ab") as log:
+            proc = subprocess.Popen([sys.executable, "-m", "crossdock.backends.local.supervisor", str(job.id),
+                                     str(job.attempts), "--daemonize"], env=self.env, stdin=subprocess.DEVNULL,
+                                    stdout=log, stderr=log, close_fds=True)
+            proc.wait()  # the daemonizing parent exits at once
+        return f"local:{socket.gethostname()}"
+
+    def cancel(self, job: Job) -> None:
+        """The supervisor sees ``cancel_requested`` within a heartbeat and stops the job."""
+
+    def preempt(self, job: Job, grace_seconds: int) -> None:
+        self.store.update_if(job.id, (JobState.SCHEDULED, JobState.RUNNING),
+                             {"preempt_requested": "1", "preempt_grace": grace_seconds})
+
+    def status(self, jobs: Sequence[Job]) -> dict[int, BackendStatus]:
+        alive = self.store.alive([j.id for j in jobs])
+        return {j.id: BackendStatus(j.backend_ref or "", JobState.RUNNING) for j in jobs if alive.get(j.id)}
+
+    def kill_orphan(self, job: Job) -> None:
+        """Stop what is left of a job whose supervisor died (its process group)."""
+        pid = self.store.field(job.id, "pid")
+        if pid and pid.isdigit():
+            try:
+                os.killpg(int(pid), signal.SIGKILL)
+            except (ProcessLookupError, PermissionError):
+                pass

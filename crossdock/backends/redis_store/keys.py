@@ -1,0 +1,84 @@
+"""Every Redis key crossdock uses, in one place. ``prefix`` namespaces one installation."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+
+@dataclass(frozen=True)
+class Keys:
+    prefix: str = "cd"
+
+    # counters and indexes
+    @property
+    def job_counter(self) -> str:
+        """INCR counter: job ids are integers, like Slurm's."""
+        return f"{self.prefix}:counter:job"
+
+    @property
+    def all_jobs(self) -> str:
+        """ZSET of every job id (score = id)."""
+        return f"{self.prefix}:jobs"
+
+    @property
+    def pending(self) -> str:
+        """ZSET of PENDING job ids (score = id)."""
+        return f"{self.prefix}:pending"
+
+    @property
+    def active(self) -> str:
+        """ZSET of SCHEDULED and RUNNING job ids (score = id)."""
+        return f"{self.prefix}:active"
+
+    @property
+    def events(self) -> str:
+        """STREAM of every event (who did what, when)."""
+        return f"{self.prefix}:events"
+
+    @property
+    def scheduler_lease(self) -> str:
+        """STRING holder id, PX lease: the one scheduling leader."""
+        return f"{self.prefix}:lease:scheduler"
+
+    @property
+    def usage(self) -> str:
+        """HASH of decayed fair-share usage per queue and queue/user."""
+        return f"{self.prefix}:usage"
+
+    @property
+    def inventory(self) -> str:
+        """STRING JSON of the last inventory, for `crossdock info` without backend calls."""
+        return f"{self.prefix}:inventory"
+
+    # per job
+    def job(self, job_id: int) -> str:
+        """HASH: spec (JSON) and status fields of one job."""
+        return f"{self.prefix}:job:{job_id}"
+
+    def job_events(self, job_id: int) -> str:
+        """STREAM of one job's events."""
+        return f"{self.prefix}:job:{job_id}:events"
+
+    def result(self, job_id: int) -> str:
+        """STRING cloudpickled return value or exception of a Python-callable job."""
+        return f"{self.prefix}:job:{job_id}:result"
+
+    def heartbeat(self, job_id: int) -> str:
+        """STRING with TTL, refreshed by the process that watches a running local job."""
+        return f"{self.prefix}:job:{job_id}:heartbeat"
+
+    def dispatch_claim(self, job_id: int, attempt: int) -> str:
+        """STRING SET NX by the first delivery of a dispatch task: later deliveries do nothing."""
+        return f"{self.prefix}:job:{job_id}:dispatch:{attempt}"
+
+    def array(self, array_job_id: int) -> str:
+        """ZSET of the task job ids of one array (score = task id)."""
+        return f"{self.prefix}:array:{array_job_id}"
+
+    def idempotency(self, token: str) -> str:
+        """STRING job id first created with this client-supplied token."""
+        return f"{self.prefix}:idem:{token}"
+
+    def by_name(self, user: str, name: str) -> str:
+        """ZSET of job ids with this user and name (singleton dependencies)."""
+        return f"{self.prefix}:name:{user}:{name}"

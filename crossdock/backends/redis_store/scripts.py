@@ -1,0 +1,70 @@
+"""Lua scripts for the store's atomic multi-key steps. Each header names its KEYS and ARGV."""
+
+TRANSITION = """
+-- transition: move one job to a new state if its current state allows it, and record the event.
+-- KEYS[1] job hash   KEYS[2] pending zset   KEYS[3] active zset
+-- KEYS[4] job event stream   KEYS[5] global event stream
+-- ARGV[1] job id   ARGV[2] new state   ARGV[3] allowed old states, space-separated
+-- ARGV[4] JSON object of fields to set ("" deletes the field)   ARGV[5] JSON object of event fields
+-- ARGV[6] stream max length   ARGV[7] required attempts value ("" = any)
+-- ARGV[8] a field that must be unset ("" = none)   ARGV[9] "1" to increment attempts
+-- returns {1, old state} when moved, {0, old state or "missing"} when refused
+local old = redis.call('HGET', KEYS[1], 'state')
+if not old then return {0, 'missing'} end
+if not string.find(' ' .. ARGV[3] .. ' ', ' ' .. old .. ' ', 1, true) then return {0, old} end
+if ARGV[7] ~= '' and redis.call('HGET', KEYS[1], 'attempts') ~= ARGV[7] then return {0, old} end
+if ARGV[8] ~= '' and redis.call('HEXISTS', KEYS[1], ARGV[8]) == 1 then return {0, old} end
+for k, v in pairs(cjson.decode(ARGV[4])) do
+  if v == '' then redis.call('HDEL', KEYS[1], k) else redis.call('HSET', KEYS[1], k, v) end
+end
+if ARGV[9] == '1' then redis.call('HINCRBY', KEYS[1], 'attempts', 1) end
+local new = ARGV[2]
+redis.call('HSET', KEYS[1], 'state', new)
+if new == 'PENDING' then redis.call('ZADD', KEYS[2], ARGV[1], ARGV[1]) else redis.call('ZREM', KEYS[2], ARGV[1]) end
+if new == 'SCHEDULED' or new == 'RUNNING' then
+  redis.call('ZADD', KEYS[3], ARGV[1], ARGV[1])
+else
+  redis.call('ZREM', KEYS[3], ARGV[1])
+end
+local flat = {'from', old, 'to', new}
+for k, v in pairs(cjson.decode(ARGV[5])) do table.insert(flat, k); table.insert(flat, tostring(v)) end
+redis.call('XADD', KEYS[4], 'MAXLEN', '~', ARGV[6], '*', unpack(flat))
+redis.call('XADD', KEYS[5], 'MAXLEN', '~', ARGV[6], '*', 'job', ARGV[1], unpack(flat))
+return {1, old}
+"""
+
+UPDATE_IF = """
+-- update_if: set fields on a job only while it is in one of the given states.
+-- KEYS[1] job hash
+-- ARGV[1] allowed states, space-separated   ARGV[2] JSON object of fields to set ("" deletes)
+-- returns 1 when updated, 0 when the job is missing or in another state
+local st = redis.call('HGET', KEYS[1], 'state')
+if not st or not string.find(' ' .. ARGV[1] .. ' ', ' ' .. st .. ' ', 1, true) then return 0 end
+for k, v in pairs(cjson.decode(ARGV[2])) do
+  if v == '' then redis.call('HDEL', KEYS[1], k) else redis.call('HSET', KEYS[1], k, v) end
+end
+return 1
+"""
+
+LEASE = """
+-- lease: take the lease if free, or extend it if this holder has it.
+-- KEYS[1] lease key   ARGV[1] holder id   ARGV[2] lease length in milliseconds
+-- returns 1 when held by ARGV[1] afterwards, else 0
+local cur = redis.call('GET', KEYS[1])
+if not cur then
+  redis.call('SET', KEYS[1], ARGV[1], 'PX', ARGV[2])
+  return 1
+end
+if cur == ARGV[1] then
+  redis.call('PEXPIRE', KEYS[1], ARGV[2])
+  return 1
+end
+return 0
+"""
+
+RELEASE = """
+-- release: drop the lease only if this holder has it.
+-- KEYS[1] lease key   ARGV[1] holder id
+if redis.call('GET', KEYS[1]) == ARGV[1] then return redis.call('DEL', KEYS[1]) end
+return 0
+"""

@@ -1,0 +1,66 @@
+"""What the CLI and the Python API share: submit, cancel, and the inventory they check against."""
+
+from __future__ import annotations
+
+import json
+from dataclasses import asdict
+from datetime import datetime, timezone
+from types import MappingProxyType
+from typing import Iterable, Sequence
+
+from crossdock.backends.local import gpus
+from crossdock.backends.local.backend import local_nodes
+from crossdock.backends.redis_store.store import JobStore
+from crossdock.queue.admission import admit
+from crossdock.queue.models import Job, JobSpec
+from crossdock.queue.snapshot import GpuDevice, Node
+from crossdock.runtime import Runtime
+
+
+def save_inventory(store: JobStore, nodes: Sequence[Node]) -> None:
+    data = [{**asdict(n), "labels": dict(n.labels)} for n in nodes]
+    store.r.set(store.k.inventory, json.dumps(data))
+
+
+def load_inventory(rt: Runtime) -> list[Node]:
+    """Nodes as the scheduler last saw them; before it ran, the local pools from the config."""
+    raw = rt.store.r.get(rt.store.k.inventory)
+    if raw is None:
+        return list(local_nodes(rt.config, gpus.discover()))
+    nodes = []
+    for d in json.loads(raw):
+        d["gpus"] = tuple(GpuDevice(**{**g, "mig": tuple(g.get("mig", ()))}) for g in d["gpus"])
+        d["labels"] = MappingProxyType(d["labels"])
+        d["taints"] = tuple(d.get("taints", ()))
+        nodes.append(Node(**d))
+    return nodes
+
+
+def submit(rt: Runtime, specs: Iterable[JobSpec], token: str | None = None,
+           nodes: Sequence[Node] | None = None) -> list[Job]:
+    """Validate every spec, then store all their jobs in one atomic step (nothing stored on error)."""
+    now = datetime.now(timezone.utc)
+    nodes = load_inventory(rt) if nodes is None else nodes
+    jobs: list[Job] = []
+    for group, spec in enumerate(specs):
+        for job in admit(spec, rt.config, nodes, now):
+            if job.array_job_id is not None:
+                job = job.model_copy(update={"array_job_id": -1 - group})
+            jobs.append(job)
+    return rt.store.submit(jobs, token=token)
+
+
+def cancel(rt: Runtime, refs: Iterable[str], send) -> list[tuple[str, str]]:
+    """Cancel jobs (``12``, ``12_3`` or a whole array ``12``); returns (job, outcome) pairs."""
+    out = []
+    for ref in refs:
+        for job_id in rt.store.resolve(ref):
+            res = rt.store.cancel(job_id)
+            if res.cancelled_now:
+                out.append((str(job_id), "CANCELLED"))
+            elif res.state.terminal:
+                out.append((str(job_id), f"already {res.state.value}"))
+            else:
+                send("crossdock.cancel", [job_id], res.backend or "local")
+                out.append((str(job_id), "cancelling"))
+    return out

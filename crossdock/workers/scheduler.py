@@ -1,0 +1,256 @@
+"""The scheduling loop: one leader (a Redis lease) runs cycles and reconciles backends.
+
+Each cycle: snapshot (store + inventories) -> ``run_cycle`` (pure) -> commit every decision in
+one pipelined round trip -> send one dispatch task per admitted job. A crash between commit
+and send leaves jobs SCHEDULED without a dispatch claim; :meth:`Scheduler.reconcile` resends
+them, and the dispatch claim makes a duplicate harmless.
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+import time
+import uuid
+from dataclasses import dataclass
+from datetime import datetime, timezone
+from typing import Callable, Sequence
+
+from crossdock.backends.base import BackendError, Inventory
+from crossdock.queue.cycle import CycleResult, facts_of, run_cycle
+from crossdock.queue.models import Job, DependencyType
+from crossdock.queue.snapshot import Allocation, Node, Snapshot
+from crossdock.queue.states import JobState, Reason
+from crossdock.runtime import Runtime
+from crossdock.service import save_inventory
+from crossdock.workers.backends import backend
+
+log = logging.getLogger(__name__)
+
+SendTask = Callable[[str, list, str], None]
+RESEND_AFTER_SECONDS = 15.0
+LOST_AFTER_SECONDS = 60.0
+
+
+def _now() -> datetime:
+    return datetime.now(timezone.utc)
+
+
+@dataclass
+class CycleStats:
+    admitted: int = 0
+    cancelled: int = 0
+    pending: int = 0
+    seconds: float = 0.0
+
+
+class Scheduler:
+    def __init__(self, rt: Runtime, send: SendTask, holder: str | None = None):
+        self.rt, self.send = rt, send
+        self.holder = holder or f"scheduler-{uuid.uuid4().hex[:8]}"
+        self._inventory: dict[str, tuple[float, Inventory]] = {}
+
+    # --- snapshot ----------------------------------------------------------------------------
+    def inventory(self, refresh_seconds: float = 10.0) -> tuple[list[Node], list[Allocation]]:
+        nodes: list[Node] = []
+        foreign: list[Allocation] = []
+        refreshed = False
+        for kind in sorted({p.backend for p in self.rt.config.pools.values()}):
+            cached = self._inventory.get(kind)
+            if cached is None or time.monotonic() - cached[0] > refresh_seconds:
+                try:
+                    cached = (time.monotonic(), backend(kind, self.rt).inventory())
+                except (BackendError, ImportError, OSError) as exc:
+                    log.warning("inventory of %s unavailable: %s", kind, exc)
+                    cached = (time.monotonic(), cached[1] if cached else Inventory(()))
+                self._inventory[kind] = cached
+                refreshed = True
+            nodes.extend(cached[1].nodes)
+            foreign.extend(cached[1].foreign)
+        if refreshed:
+            save_inventory(self.rt.store, nodes)
+        return nodes, foreign
+
+    def snapshot(self, pending: Sequence[Job], active: Sequence[Job]) -> Snapshot:
+        store = self.rt.store
+        nodes, foreign = self.inventory()
+        allocations = list(foreign)
+        running_per_array: dict[int, int] = {}
+        for job in active:
+            allocations.extend(_allocations(job, self.rt))
+            if job.array_job_id is not None:
+                running_per_array[job.array_job_id] = running_per_array.get(job.array_job_id, 0) + 1
+        wanted: set[int] = set()
+        for job in pending:
+            dep = job.spec.dependency
+            if dep is None:
+                continue
+            for d in dep.deps:
+                if d.type is DependencyType.SINGLETON:
+                    wanted.update(store.ids_by_name(job.spec.user, job.spec.display_name()))
+                elif d.job_id is not None:
+                    wanted.add(d.job_id)
+                    wanted.update(store.array_ids(d.job_id))
+        known = {j.id: j for j in [*pending, *active]}
+        facts = {j.id: facts_of(j) for j in store.get_many(i for i in wanted if i not in known)}
+        facts.update({j.id: facts_of(j) for j in known.values() if j.id in wanted})
+        return Snapshot(nodes=tuple(nodes), allocations=tuple(allocations), jobs=facts,
+                        running_per_array=running_per_array)
+
+    # --- one cycle ---------------------------------------------------------------------------
+    def cycle_once(self) -> CycleStats:
+        t0 = time.perf_counter()
+        store = self.rt.store
+        pending = store.get_many(store.pending_ids())
+        if not pending:
+            return CycleStats(seconds=time.perf_counter() - t0)
+        active = store.get_many(store.active_ids())
+        snap = self.snapshot(pending, active)
+        result = run_cycle(snap, pending, self.rt.config, _now())
+        self.commit(result, {j.id: j for j in [*pending, *active]})
+        stats = CycleStats(len(result.admitted), len(result.cancelled), len(result.pending), time.perf_counter() - t0)
+        log.debug("cycle: %s admitted, %s pending, %.3fs (%s)", stats.admitted, stats.pending, stats.seconds,
+                  {k: round(v, 4) for k, v in result.timings.items()})
+        return stats
+
+    def commit(self, result: CycleResult, jobs: dict[int, Job]) -> None:
+        store = self.rt.store
+        now = _now()
+        with store.r.pipeline(transaction=True) as pipe:
+            for p in result.admitted:
+                store.transition(p.job_id, JobState.SCHEDULED, pipe=pipe, actor=self.holder, bump_attempt=True,
+                                 fields={"nodes": list(p.nodes), "gpu_ids": list(p.gpu_ids), "pool": p.pool,
+                                         "backend": p.backend, "reason": Reason.NONE, "scheduled_time": now,
+                                         "alloc_cpu_milli": p.cpu_milli, "alloc_mem_mib": p.memory_mib})
+            for job_id, reason in result.cancelled.items():
+                store.transition(job_id, JobState.CANCELLED, pipe=pipe, actor=self.holder, reason=reason,
+                                 fields={"end_time": now})
+            outcomes = pipe.execute()
+        for p, (moved, _old) in zip(result.admitted, outcomes):
+            if moved:
+                self.send("crossdock.dispatch", [p.job_id, jobs[p.job_id].attempts + 1], p.backend)
+        for pre in result.preemptions:
+            victim = jobs.get(pre.victim_id)
+            if victim is not None and victim.backend:
+                self.send("crossdock.preempt", [pre.victim_id, pre.grace_seconds], victim.backend)
+        store.set_reasons(result.pending)
+
+    # --- reconcile ---------------------------------------------------------------------------
+    def reconcile(self) -> None:
+        """Heal both ways: resend lost dispatches, mark jobs whose watcher vanished, follow remote backends."""
+        store = self.rt.store
+        active = store.get_many(store.active_ids())
+        now = time.time()
+        by_backend: dict[str, list[Job]] = {}
+        for job in active:
+            by_backend.setdefault(job.backend or "local", []).append(job)
+        for kind, jobs in by_backend.items():
+            if kind == "local":
+                self._reconcile_local(jobs, now)
+            else:
+                self._follow(kind, jobs)
+
+    def _reconcile_local(self, jobs: list[Job], now: float) -> None:
+        store = self.rt.store
+        alive = store.alive([j.id for j in jobs])
+        for job in jobs:
+            scheduled = job.scheduled_time.timestamp() if job.scheduled_time else now
+            if job.state is JobState.SCHEDULED:
+                claimed = store.dispatch_claimed(job.id, job.attempts)
+                if not claimed and now - scheduled > RESEND_AFTER_SECONDS:
+                    log.warning("job %s: dispatch not picked up in %.0fs; resending", job.id, now - scheduled)
+                    store.update_if(job.id, (JobState.SCHEDULED,), {"scheduled_time": _now()})
+                    self.send("crossdock.dispatch", [job.id, job.attempts], "local")
+                elif claimed and not alive[job.id] and now - scheduled > LOST_AFTER_SECONDS:
+                    self._lost(job, "dispatched but never started")
+            elif job.state is JobState.RUNNING and not alive[job.id]:
+                self._lost(job, "its supervisor stopped reporting")
+
+    def _lost(self, job: Job, why: str) -> None:
+        store = self.rt.store
+        log.warning("job %s lost: %s", job.id, why)
+        if job.backend == "local":
+            backend("local", self.rt).kill_orphan(job)
+        if store.transition(job.id, JobState.NODE_FAIL, attempt=job.attempts, reason=Reason.NODE_LOST,
+                            fields={"end_time": _now()}, actor=self.holder) and job.spec.requeue:
+            store.requeue(job.id, actor=self.holder, reason=Reason.NODE_LOST)
+
+    def _follow(self, kind: str, jobs: list[Job]) -> None:
+        store = self.rt.store
+        try:
+            statuses = backend(kind, self.rt).status(jobs)
+        except (BackendError, ImportError, OSError) as exc:
+            log.warning("status of %s unavailable: %s", kind, exc)
+            return
+        now = time.time()
+        for job in jobs:
+            st = statuses.get(job.id)
+            if st is None:
+                scheduled = job.scheduled_time.timestamp() if job.scheduled_time else now
+                if job.state is JobState.RUNNING or (job.backend_ref and now - scheduled > LOST_AFTER_SECONDS):
+                    self._lost(job, f"{kind} no longer knows it")
+                elif not store.dispatch_claimed(job.id, job.attempts) and now - scheduled > RESEND_AFTER_SECONDS:
+                    store.update_if(job.id, (JobState.SCHEDULED,), {"scheduled_time": _now()})
+                    self.send("crossdock.dispatch", [job.id, job.attempts], kind)
+                continue
+            fields = {"exit_code": st.exit_code if st.exit_code is not None else "", "nodes": list(st.nodes) or job.nodes}
+            if st.signal is not None:
+                fields["signal"] = st.signal
+            if st.state is job.state:
+                if st.reason and job.state is JobState.SCHEDULED:
+                    store.update_if(job.id, (JobState.SCHEDULED,), {"reason": st.reason})
+                continue
+            if st.state is JobState.RUNNING:
+                fields["start_time"] = _now()
+            elif st.state.terminal or st.state is JobState.PREEMPTED:
+                fields["end_time"] = _now()
+            if st.state is JobState.PENDING:
+                store.requeue(job.id, actor=kind, reason=st.reason or "Requeued")
+            elif store.transition(job.id, st.state, fields=fields, reason=st.reason, actor=kind) \
+                    and st.state is JobState.PREEMPTED and job.spec.requeue:
+                store.requeue(job.id, actor=kind, reason=Reason.PREEMPTED)
+
+    # --- the loop ----------------------------------------------------------------------------
+    def run(self, stop: threading.Event, reconcile_every: float = 2.0) -> None:
+        cfg = self.rt.config.scheduler
+        next_reconcile = 0.0
+        leader = False
+        try:
+            while not stop.is_set():
+                was_leader, leader = leader, self.rt.store.acquire_lease(self.holder, cfg.lease_seconds)
+                if leader != was_leader:
+                    log.info("%s %s leadership", self.holder, "took" if leader else "lost")
+                if leader:
+                    try:
+                        self.cycle_once()
+                        if time.monotonic() >= next_reconcile:
+                            self.reconcile()
+                            next_reconcile = time.monotonic() + reconcile_every
+                    except Exception:
+                        log.exception("scheduling cycle failed; retrying next interval")
+                stop.wait(cfg.interval_seconds if leader else cfg.lease_seconds / 3)
+        finally:
+            if leader:
+                self.rt.store.release_lease(self.holder)
+
+
+def _allocations(job: Job, rt: Runtime) -> list[Allocation]:
+    pc = rt.config.priority_classes.get(job.priority_class)
+    cpu = job.alloc_cpu_milli or job.spec.cpus_per_node() * 1000
+    mem = job.alloc_mem_mib or job.spec.mem_per_node(0)
+    by_node: dict[str, list[str]] = {}
+    for g in job.gpu_ids:
+        by_node.setdefault(g.rsplit(":", 1)[0], []).append(g)
+    return [Allocation(job.id, node, cpu, mem, tuple(by_node.get(node, ())), priority=job.priority,
+                       preemptible=job.preemptible, queue=job.queue, user=job.spec.user, start_time=job.start_time,
+                       time_limit_minutes=job.spec.time_limit_minutes, grace_seconds=pc.grace_seconds if pc else 0)
+            for node in job.nodes]
+
+
+def celery_sender(app) -> SendTask:
+    from crossdock.workers.app import queue_for
+
+    def send(name: str, args: list, backend_kind: str) -> None:
+        app.send_task(name, args=args, queue=queue_for(backend_kind))
+
+    return send
