@@ -1,0 +1,344 @@
+"""Slurm translation without a cluster: state table, exit statuses, array/host strings,
+v0.0.38 record parsing, sbatch option rendering, and the backend's dispatch logic over an
+in-memory driver."""
+
+from __future__ import annotations
+
+import pytest
+from hypothesis import given
+from hypothesis import strategies as st
+
+from crossdock.backends.slurm.backend import SlurmBackend
+from crossdock.backends.slurm.cli import export_value, parse_sacct, sbatch_options
+from crossdock.backends.slurm.driver import SlurmJob, SlurmUnavailable, SubmitRejected, parse_gpu_gres, parse_job, parse_node
+from crossdock.backends.slurm.request import build_request, job_tag, parse_tag, render_script
+from crossdock.backends.slurm.rest import job_properties
+from crossdock.backends.slurm.states import (
+    SLURM_STATES,
+    UnknownSlurmState,
+    decode_wait_status,
+    expand_array_tasks,
+    expand_hostlist,
+    format_array_tasks,
+    parse_exit_code,
+    translate,
+)
+from crossdock.queue.models import ArraySpec, Dependency, DependencySpec, GpuRequest, Gres, Job, JobSpec
+from crossdock.queue.states import JobState, Reason
+
+# --- state table ---------------------------------------------------------------------------
+
+EVERY_SLURM_STATE = [
+    "PENDING", "CONFIGURING", "RUNNING", "SUSPENDED", "COMPLETING", "COMPLETED", "CANCELLED", "FAILED",
+    "TIMEOUT", "NODE_FAIL", "PREEMPTED", "BOOT_FAIL", "DEADLINE", "OUT_OF_MEMORY", "REQUEUED", "RESIZING",
+    "REVOKED", "SPECIAL_EXIT", "REQUEUE_HOLD", "REQUEUE_FED", "RESV_DEL_HOLD", "STOPPED", "SIGNALING",
+    "STAGE_OUT", "LAUNCH_FAILED", "POWER_UP_NODE", "RECONFIG_FAIL", "UPDATE_DB",
+]
+
+
+@pytest.mark.parametrize("slurm_state", EVERY_SLURM_STATE)
+def test_every_slurm_state_is_in_the_table(slurm_state):
+    assert slurm_state in SLURM_STATES
+    assert isinstance(translate(slurm_state).state, JobState)
+
+
+@pytest.mark.parametrize(
+    "slurm_state, reason, state, want_reason",
+    [
+        ("PENDING", "Priority", JobState.PENDING, Reason.PRIORITY),
+        ("PENDING", "Resources", JobState.PENDING, Reason.RESOURCES),
+        ("PENDING", "JobArrayTaskLimit", JobState.PENDING, Reason.ARRAY_TASK_LIMIT),
+        ("PENDING", "DependencyNeverSatisfied", JobState.PENDING, Reason.DEPENDENCY_NEVER_SATISFIED),
+        ("PENDING", "ReqNodeNotAvail,_UnavailableNodes:cpu1", JobState.PENDING, "ReqNodeNotAvail,_UnavailableNodes:cpu1"),
+        ("CONFIGURING", "None", JobState.SCHEDULED, "Configuring"),
+        ("RUNNING", "None", JobState.RUNNING, Reason.NONE),
+        ("SUSPENDED", "None", JobState.RUNNING, "Suspended"),
+        ("COMPLETING", "None", JobState.RUNNING, "Completing"),
+        ("COMPLETED", "None", JobState.COMPLETED, Reason.NONE),
+        ("FAILED", "NonZeroExitCode", JobState.FAILED, Reason.NON_ZERO_EXIT),
+        ("FAILED", "JobLaunchFailure", JobState.FAILED, "JobLaunchFailure"),
+        ("CANCELLED", "None", JobState.CANCELLED, Reason.CANCELLED_BY_USER),
+        ("TIMEOUT", "TimeLimit", JobState.TIMEOUT, Reason.TIME_LIMIT),
+        ("DEADLINE", "None", JobState.TIMEOUT, "Deadline"),
+        ("NODE_FAIL", "None", JobState.NODE_FAIL, Reason.NODE_LOST),
+        ("BOOT_FAIL", "None", JobState.NODE_FAIL, "BootFail"),
+        ("PREEMPTED", "None", JobState.PREEMPTED, Reason.PREEMPTED),
+        ("OUT_OF_MEMORY", "None", JobState.OUT_OF_MEMORY, "OutOfMemory"),
+        ("REQUEUED", "None", JobState.PENDING, "Requeued"),
+        ("SPECIAL_EXIT", "None", JobState.PENDING, Reason.JOB_HELD_ADMIN),
+        ("REVOKED", "None", JobState.CANCELLED, "Revoked"),
+        ("RESIZING", "None", JobState.RUNNING, "Resizing"),
+    ],
+)
+def test_translate(slurm_state, reason, state, want_reason):
+    got = translate(slurm_state, reason)
+    assert (got.state, got.reason) == (state, str(want_reason))
+
+
+@pytest.mark.parametrize("text", ["CANCELLED by 0", "cancelled", "CANCELLED+", "CANCELLED,COMPLETING"])
+def test_translate_ignores_flags_and_case(text):
+    assert translate(text).state == JobState.CANCELLED
+
+
+def test_unknown_state_names_the_table():
+    with pytest.raises(UnknownSlurmState, match="SLURM_STATES"):
+        translate("EXPLODED")
+
+
+def test_active_slurm_states_hold_resources_and_final_ones_are_terminal():
+    for name in ("RUNNING", "CONFIGURING", "COMPLETING", "SUSPENDED"):
+        assert translate(name).state.active
+    for name in ("COMPLETED", "FAILED", "CANCELLED", "TIMEOUT", "NODE_FAIL", "OUT_OF_MEMORY", "BOOT_FAIL", "DEADLINE"):
+        assert translate(name).state.terminal
+
+
+# --- exit statuses -------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    "raw, expected",
+    [(0, (0, None)), (768, (3, None)), (1792, (7, None)), (256, (1, None)), (65280, (255, None)),
+     (15, (0, 15)), (9, (0, 9)), (137, (0, 9)), (4294967294, (0, None))],
+    ids=["ok", "exit3", "exit7", "exit1", "exit255", "sigterm", "sigkill", "sigkill+core", "no_val"],
+)
+def test_decode_wait_status(raw, expected):
+    assert decode_wait_status(raw) == expected
+
+
+@given(st.integers(0, 255), st.integers(0, 127))
+def test_wait_status_roundtrip(code, sig):
+    raw = sig if sig else code << 8
+    assert decode_wait_status(raw) == ((0, sig) if sig else (code, None))
+
+
+@pytest.mark.parametrize("text, expected", [("3:0", (3, None)), ("0:15", (0, 15)), ("7:0", (7, None)), ("0:0", (0, None))])
+def test_parse_exit_code(text, expected):
+    assert parse_exit_code(text) == expected
+
+
+def test_negative_wait_status_is_rejected():
+    with pytest.raises(ValueError):
+        decode_wait_status(-1)
+
+
+# --- array and host strings ----------------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    "text, ids",
+    [("2-5%2", [2, 3, 4, 5]), ("1,3,5-7", [1, 3, 5, 6, 7]), ("0-10:5", [0, 5, 10]), ("4", [4]), ("", [])],
+)
+def test_expand_array_tasks(text, ids):
+    assert expand_array_tasks(text) == ids
+
+
+@given(st.lists(st.integers(0, 300), min_size=1, max_size=40), st.one_of(st.none(), st.integers(1, 9)))
+def test_array_format_roundtrip(ids, throttle):
+    text = format_array_tasks(ids, throttle)
+    assert expand_array_tasks(text) == sorted(set(ids))
+    assert text.endswith(f"%{throttle}") == (throttle is not None)
+
+
+@pytest.mark.parametrize(
+    "text, hosts",
+    [("cpu[1-2],gpu-a100-1", ["cpu1", "cpu2", "gpu-a100-1"]), ("n[01-03,7]", ["n01", "n02", "n03", "n7"]),
+     ("gpu-l4-1", ["gpu-l4-1"]), ("", [])],
+)
+def test_expand_hostlist(text, hosts):
+    assert expand_hostlist(text) == hosts
+
+
+@pytest.mark.parametrize(
+    "text, gpus",
+    [("gpu:a100:8(S:0)", {"a100": 8}), ("gpu:a100:2(IDX:0-1)", {"a100": 2}), ("gpu:0", {}),
+     ("gpu:l4:0(IDX:N/A)", {}), ("gpu:3", {"": 3}), ("", {}), ("gpu:a100:2(IDX:0,3),gpu:l4:1", {"a100": 2, "l4": 1})],
+)
+def test_parse_gpu_gres(text, gpus):
+    assert parse_gpu_gres(text) == gpus
+
+
+# --- v0.0.38 records -----------------------------------------------------------------------
+
+
+def test_parse_job_decodes_raw_exit_and_gres():
+    j = parse_job({"job_id": 5, "array_job_id": 4, "array_task_id": 0, "job_state": "FAILED", "exit_code": 768,
+                   "state_reason": "NonZeroExitCode", "comment": "crossdock:7:0", "nodes": "gpu-a100-1",
+                   "gres_detail": ["gpu:a100:2(IDX:0-1)"], "cpus": 1, "restart_cnt": 1})
+    assert (j.ref, j.exit_code, j.signal, j.gpus, j.restarts, j.nodes) == ("4_0", 3, None, {"a100": 2}, 1, ("gpu-a100-1",))
+
+
+def test_parse_job_expands_the_pending_rest_of_an_array():
+    j = parse_job({"job_id": 4, "array_job_id": 4, "array_task_id": None, "array_task_string": "2-5%2",
+                   "job_state": "PENDING", "exit_code": 0, "state_reason": "JobArrayTaskLimit"})
+    assert j.array_task_id is None and j.array_pending_tasks == (2, 3, 4, 5)
+
+
+def test_parse_job_plain_job_has_no_array():
+    j = parse_job({"job_id": 9, "array_job_id": 0, "array_task_id": None, "job_state": "TIMEOUT", "exit_code": 15})
+    assert (j.ref, j.array_job_id, j.exit_code, j.signal) == ("9", None, 0, 15)
+
+
+def test_parse_node():
+    n = parse_node({"name": "gpu-a100-1", "state": "mixed", "state_flags": ["DRAIN"], "cpus": 16, "alloc_cpus": 2,
+                    "real_memory": 64000, "alloc_memory": 200, "gres": "gpu:a100:8", "gres_used": "gpu:a100:4(IDX:0-3)",
+                    "partitions": ["gpu-a100", "high"]})
+    assert (n.gpus, n.gpus_alloc, n.flags, n.partitions) == ({"a100": 8}, {"a100": 4}, ("drain",), ("gpu-a100", "high"))
+
+
+def test_parse_sacct_text():
+    jobs = parse_sacct("12|wrap|FAILED|7:0|None|cpu|cpu1|root\n13_2|arr|CANCELLED by 0|0:15|None|cpu|None assigned|root\n")
+    assert [(j.ref, j.state, j.exit_code, j.signal, j.nodes) for j in jobs] == [
+        ("12", "FAILED", 7, None, ("cpu1",)), ("13_2", "CANCELLED", 0, 15, ())]
+
+
+# --- submission rendering ------------------------------------------------------------------
+
+
+def _job(job_id=42, attempt=1, **spec) -> Job:
+    spec.setdefault("command", ["echo", "hi there"])
+    spec.setdefault("workdir", "/tmp")
+    return Job(id=job_id, spec=JobSpec(**spec), attempts=attempt)
+
+
+def test_tag_roundtrip_and_foreign_comments():
+    assert parse_tag(job_tag(42, 3)) == (42, 3)
+    assert parse_tag("my own comment") is None and parse_tag("crossdock:x:1") is None
+
+
+def test_sbatch_options_carry_every_resource():
+    job = _job(cpus_per_task=4, mem_per_node_mib=2048, time_limit_minutes=30, gres=[Gres(name="gpu", type="a100", count=2)],
+               array=ArraySpec(task_ids=[0, 1, 2, 3, 7], max_running=2), stdout="/tmp/%A_%a.out", name="train")
+    opts = sbatch_options(build_request(job, partition="gpu-a100", nodelist=["gpu-a100-1"]))
+    for expected in ["--job-name=train", "--comment=crossdock:42:1", "--chdir=/tmp", "--partition=gpu-a100",
+                     "--nodelist=gpu-a100-1", "--cpus-per-task=4", "--mem=2048M", "--time=30", "--gres=gpu:a100:2",
+                     "--array=0-3,7%2", "--output=/tmp/%A_%a.out", "--requeue", "--export=ALL"]:
+        assert expected in opts
+    assert not any(o.startswith("--gpus=") for o in opts)
+
+
+@pytest.mark.parametrize(
+    "gpus, gres, per_job, per_task",
+    [(GpuRequest(count=2, type="l4"), ("gpu:l4:2",), None, None),
+     (GpuRequest(count=3, per="job"), (), "3", None),
+     (GpuRequest(count=1, type="a100", per="task"), (), None, "a100:1"),
+     (GpuRequest(count=2, models=["a100", "l4"]), ("gpu:2",), None, None)],
+    ids=["typed-per-node", "per-job", "per-task", "any-of-models"],
+)
+def test_gpu_requests(gpus, gres, per_job, per_task):
+    req = build_request(_job(gpus=gpus))
+    assert (req.gres, req.gpus, req.gpus_per_task) == (gres, per_job, per_task)
+
+
+def test_fractional_gpu_is_rejected_with_the_fix():
+    with pytest.raises(SubmitRejected, match="whole GPUs"):
+        build_request(_job(gpus=GpuRequest(count=1, share=0.5)))
+
+
+def test_dependencies_are_translated_to_slurm_ids():
+    dep = DependencySpec(combine="OR", deps=[Dependency(type="afterok", job_id=1), Dependency(type="afterany", job_id=2, array_task=3)])
+    req = build_request(_job(dependency=dep), slurm_ids={1: "101", 2: "102"})
+    assert req.dependency == "afterok:101?afterany:102_3"
+    assert build_request(_job(dependency=dep)).dependency is None  # left to crossdock's scheduler
+    with pytest.raises(SubmitRejected, match="crossdock job 2"):
+        build_request(_job(dependency=dep), slurm_ids={1: "101"})
+
+
+def test_script_rendering():
+    assert render_script(JobSpec(command=["echo", "a b"])) == "#!/bin/bash\nexec echo 'a b'\n"
+    assert render_script(JobSpec(script="echo x\n")) == "#!/bin/bash\necho x\n"
+    assert render_script(JobSpec(script="#!/usr/bin/env python3\nprint(1)\n")).startswith("#!/usr/bin/env python3")
+
+
+def test_export_keeps_values_with_commas_out_of_the_option():
+    assert export_value("ALL", {"A": "1,2"}) == "ALL"
+    assert export_value("NONE", {"B": "x", "A": "1,2"}) == "A,B"
+    assert export_value("NONE", {}) == "NONE"
+
+
+def test_rest_job_properties():
+    job = _job(env={"FOO": "a,b"}, mem_per_node_mib=512, nodelist=["cpu2"], time_limit_minutes=5, export="NONE")
+    props = job_properties(build_request(job, partition="cpu"), {"HOME": "/root"})
+    assert props["environment"]["FOO"] == "a,b" and "HOME" not in props["environment"]
+    assert (props["nodes"], props["nodelist"], props["memory_per_node"], props["time_limit"], props["comment"]) == (
+        [1, 1], "cpu2", 512, 5, "crossdock:42:1")
+
+
+# --- backend logic over an in-memory driver -------------------------------------------------
+
+
+class MemoryDriver:
+    """Keeps submitted jobs in a list; ``down`` makes every call raise SlurmUnavailable."""
+
+    name = "memory"
+
+    def __init__(self):
+        self.submitted: list = []
+        self.records: list[SlurmJob] = []
+        self.down = 0
+
+    def _check(self):
+        if self.down:
+            self.down -= 1
+            raise SlurmUnavailable("Unable to contact slurm controller (connect failure)")
+
+    def submit(self, request):
+        self._check()
+        self.submitted.append(request)
+        job_id = 100 + len(self.submitted)
+        self.records.append(SlurmJob(job_id=job_id, state="PENDING", reason="Priority", exit_code=0, signal=None,
+                                     comment=request.comment))
+        return job_id
+
+    def jobs(self):
+        self._check()
+        return list(self.records)
+
+
+def test_replayed_dispatch_submits_once():
+    driver = MemoryDriver()
+    backend = SlurmBackend(driver)
+    job = _job()
+    assert backend.submit(job) == backend.submit(job) == "101"
+    assert len(driver.submitted) == 1
+    retry = _job(attempt=2)  # a new attempt is a new submission
+    assert backend.submit(retry) == "102"
+
+
+def test_submit_retries_while_slurm_is_unavailable():
+    driver = MemoryDriver()
+    driver.down = 5
+    now = [0.0]
+    backend = SlurmBackend(driver, submit_retry_s=30, retry_interval_s=2, clock=lambda: now[0],
+                           sleep=lambda s: now.__setitem__(0, now[0] + s))
+    assert backend.submit(_job()) == "101"
+    assert now[0] == 10.0 and len(driver.submitted) == 1
+
+
+def test_submit_gives_up_after_the_retry_window():
+    driver = MemoryDriver()
+    driver.down = 1000
+    now = [0.0]
+    backend = SlurmBackend(driver, submit_retry_s=5, retry_interval_s=1, clock=lambda: now[0],
+                           sleep=lambda s: now.__setitem__(0, now[0] + s))
+    with pytest.raises(SlurmUnavailable):
+        backend.submit(_job())
+    assert driver.submitted == []
+
+
+def test_status_sums_up_an_array_and_reports_unknown_refs():
+    driver = MemoryDriver()
+    driver.records = [
+        SlurmJob(job_id=11, state="COMPLETED", reason="None", exit_code=0, signal=None, array_job_id=10, array_task_id=0),
+        SlurmJob(job_id=12, state="FAILED", reason="NonZeroExitCode", exit_code=2, signal=None, array_job_id=10, array_task_id=1),
+        SlurmJob(job_id=10, state="PENDING", reason="JobArrayTaskLimit", exit_code=0, signal=None, array_job_id=10,
+                 array_pending_tasks=(2, 3)),
+    ]
+    backend = SlurmBackend(driver)
+    got = backend.status(["10", "10_1", "10_3", "99"])
+    assert got["10"].state == JobState.PENDING and sorted(got["10"].tasks) == [0, 1, 2, 3]
+    assert (got["10_1"].state, got["10_1"].exit_code) == (JobState.FAILED, 2)
+    assert (got["10_3"].state, got["10_3"].reason) == (JobState.PENDING, Reason.ARRAY_TASK_LIMIT)
+    assert got["99"].state is None
+    driver.records = driver.records[:2]
+    done = backend.status(["10"])["10"]
+    assert (done.state, done.exit_code) == (JobState.FAILED, 2)
