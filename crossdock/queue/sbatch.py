@@ -1,0 +1,628 @@
+"""sbatch-compatible submission: ``#SBATCH`` directives and command-line options -> ``JobSpec``.
+
+The reading follows sbatch itself:
+
+1. ``#SBATCH`` lines are read from the top of the script until the first line that is
+   neither blank nor a comment (the shebang is a comment). Each line is split the way sbatch's
+   ``_get_argument`` splits it: blanks separate words, ``'`` and ``"`` quote, ``\\`` escapes
+   the next character (inside quotes too), an unquoted ``#`` ends the line.
+2. Options are read like ``getopt_long`` with a leading ``+``: ``--opt=value``,
+   ``--opt value``, ``-cVALUE``, ``-c VALUE``, clustered flags (``-Hc4``), unique prefixes of
+   long names (``--part``), and options with an optional value take it only after ``=``.
+   Reading stops at the first word that is not an option (the script) or after ``--``.
+3. Command-line options override the script's directives, option by option. Within one
+   source, ``--mem`` and ``--mem-per-cpu`` exclude each other, as do the GPU options; across
+   sources the command line's choice replaces the script's.
+
+Everything here is pure: the caller reads the script file and prints the result.
+"""
+
+from __future__ import annotations
+
+import difflib
+import posixpath
+from collections.abc import Callable, Iterable, Sequence
+from dataclasses import dataclass, field
+from typing import Any, Literal
+
+from pydantic import ValidationError
+
+from crossdock.queue.errors import InvalidOption
+from crossdock.queue.models import JobSpec
+from crossdock.queue.sbatch_formats import (
+    DEFAULT_MAX_ARRAY_SIZE,
+    expand_hostlist,
+    parse_array,
+    parse_count,
+    parse_dependency,
+    parse_export,
+    parse_gpus,
+    parse_gres,
+    parse_mem,
+    parse_nice,
+    parse_nodes,
+    parse_time,
+)
+
+__all__ = [
+    "InvalidDirective",
+    "Submission",
+    "build_spec",
+    "dry_run_json",
+    "read_sbatch_directives",
+    "split_argv",
+]
+
+MAGIC = "#SBATCH"
+# C's isspace() in the "C" locale: what sbatch splits directive words on.
+_BLANKS = " \t\n\v\f\r"
+
+
+class InvalidDirective(InvalidOption):
+    """An ``#SBATCH`` line that sbatch would refuse; ``line`` is its 1-based line number."""
+
+    def __init__(self, option: str, value: object, accepted: str, line: int):
+        super().__init__(option, value, accepted)
+        self.line = line
+        Exception.__init__(self, f"#SBATCH line {line}: {option}: invalid value {value!r}; accepted: {accepted}")
+
+
+# --- #SBATCH directives ---------------------------------------------------------------------
+
+
+def _directive_words(rest: str, line: int) -> list[str]:
+    """Split the text after ``#SBATCH`` the way sbatch's ``_get_argument`` does."""
+    words: list[str] = []
+    i, n = 0, len(rest)
+    while True:
+        while i < n and rest[i] in _BLANKS:
+            i += 1
+        if i >= n:
+            return words
+        if rest[i] == ":":
+            raise InvalidDirective(MAGIC, rest.strip(), "options, not a ':' heterogeneous-job separator", line)
+        word: list[str] = []
+        quote = ""
+        escaped = False
+        while i < n and (quote or rest[i] not in _BLANKS):
+            ch = rest[i]
+            if escaped:
+                escaped = False
+            elif ch == "\\":
+                escaped = True
+                i += 1
+                continue
+            elif quote:
+                if ch == quote:
+                    quote = ""
+                    i += 1
+                    continue
+            elif ch in "\"'":
+                quote = ch
+                i += 1
+                continue
+            elif ch == "#":
+                break  # an unquoted, unescaped '#' starts a comment
+            word.append(ch)
+            i += 1
+        if quote:
+            raise InvalidDirective(MAGIC, rest.strip(), f"quoted words; unmatched {quote} in the line", line)
+        if not word:
+            # sbatch's _get_argument returns NULL for an empty word: the rest of the line is ignored.
+            return words
+        words.append("".join(word))
+
+
+def _directive_tokens(script_text: str) -> list[tuple[str, int]]:
+    tokens: list[tuple[str, int]] = []
+    for lineno, line in enumerate(script_text.split("\n"), start=1):
+        if line.startswith(MAGIC):
+            words = _directive_words(line[len(MAGIC):], lineno)
+            if words and words[0].lower() in ("hetjob", "packjob"):
+                raise InvalidDirective(MAGIC, words[0], "one job per script; heterogeneous jobs are not supported", lineno)
+            tokens.extend((w, lineno) for w in words)
+            continue
+        stripped = line.lstrip(_BLANKS)
+        if stripped and not stripped.startswith("#"):
+            break  # the first command ends the directives
+    return tokens
+
+
+def read_sbatch_directives(script_text: str) -> list[str]:
+    """The argv that the script's ``#SBATCH`` lines give, in order."""
+    return [word for word, _ in _directive_tokens(script_text)]
+
+
+# --- the option table -----------------------------------------------------------------------
+
+Arg = Literal["required", "optional", "none"]
+Settings = dict[str, Any]
+
+
+@dataclass(frozen=True)
+class _Ctx:
+    max_array_size: int
+    warnings: list[str]
+
+
+Apply = Callable[[Settings, "str | None", str, _Ctx], None]
+
+
+@dataclass(frozen=True)
+class OptionDef:
+    long: str
+    short: str | None
+    arg: Arg
+    apply: Apply
+    help: str = ""
+    cli_only: bool = False
+
+
+def _store(key: str, parse: Callable[[str, str], Any] | None = None) -> Apply:
+    def apply(s: Settings, value: str | None, opt: str, ctx: _Ctx) -> None:
+        s[key] = parse(value, opt) if parse else value
+
+    return apply
+
+
+def _const(key: str, constant: Any) -> Apply:
+    def apply(s: Settings, value: str | None, opt: str, ctx: _Ctx) -> None:
+        s[key] = constant
+
+    return apply
+
+
+def _exclusive_group(group: str, member: str, parse: Callable[[str, str], Any]) -> Apply:
+    """Options of which one source may give only one kind (``--mem`` vs ``--mem-per-cpu``)."""
+
+    def apply(s: Settings, value: str | None, opt: str, ctx: _Ctx) -> None:
+        previous = s.get(group)
+        if previous is not None and previous[0] != member:
+            others = " and ".join(sorted({previous[2], opt}))
+            raise InvalidOption(opt, value, f"one of {others}, not both")
+        s[group] = (member, parse(value, opt), opt)
+
+    return apply
+
+
+def _nodes(s: Settings, value: str | None, opt: str, ctx: _Ctx) -> None:
+    s["nodes"], s["nodes_max"] = parse_nodes(value, opt)
+
+
+def _array(s: Settings, value: str | None, opt: str, ctx: _Ctx) -> None:
+    s["array"] = parse_array(value, ctx.max_array_size, opt)
+
+
+def _output(key: str) -> Apply:
+    def apply(s: Settings, value: str | None, opt: str, ctx: _Ctx) -> None:
+        if not value:
+            raise InvalidOption(opt, value, "a file name pattern (%j %A %a %x %u %N ...), or none")
+        # sbatch turns "none" into /dev/null; any other pattern is kept verbatim.
+        s[key] = "/dev/null" if value.lower() == "none" else value
+
+    return apply
+
+
+def _export(s: Settings, value: str | None, opt: str, ctx: _Ctx) -> None:
+    s["export"], s["env"] = parse_export(value, opt)
+
+
+def _exclusive(s: Settings, value: str | None, opt: str, ctx: _Ctx) -> None:
+    if value is not None:
+        raise InvalidOption(opt, value, "--exclusive without a value (user, mcs and topo sharing are not supported)")
+    s["exclusive"] = True
+
+
+def _nonempty(key: str) -> Apply:
+    def apply(s: Settings, value: str | None, opt: str, ctx: _Ctx) -> None:
+        if not value:
+            raise InvalidOption(opt, value, "a non-empty value")
+        s[key] = value
+
+    return apply
+
+
+def _ignored(s: Settings, value: str | None, opt: str, ctx: _Ctx) -> None:
+    ctx.warnings.append(f"{opt} is accepted for compatibility and has no effect in crossdock")
+
+
+def _gpus(per: str) -> Apply:
+    return _exclusive_group("gpus", per, lambda v, o: parse_gpus(v, per, o))
+
+
+OPTIONS: tuple[OptionDef, ...] = (
+    OptionDef("job-name", "J", "required", _store("name"), "job name"),
+    OptionDef("partition", "p", "required", _nonempty("partition"), "crossdock queue or pool"),
+    OptionDef("qos", "q", "required", _nonempty("priority_class"), "priority class"),
+    OptionDef("time", "t", "required", _store("time_limit_minutes", parse_time), "time limit"),
+    OptionDef("cpus-per-task", "c", "required", _store("cpus_per_task", parse_count)),
+    OptionDef("ntasks", "n", "required", _store("ntasks", parse_count)),
+    OptionDef("nodes", "N", "required", _nodes),
+    OptionDef("ntasks-per-node", None, "required", _store("ntasks_per_node", parse_count)),
+    OptionDef("mem", None, "required", _exclusive_group("mem", "mem_per_node_mib", parse_mem)),
+    OptionDef("mem-per-cpu", None, "required", _exclusive_group("mem", "mem_per_cpu_mib", parse_mem)),
+    OptionDef("gres", None, "required", _store("gres", parse_gres)),
+    OptionDef("gpus", "G", "required", _gpus("job")),
+    OptionDef("gpus-per-node", None, "required", _gpus("node")),
+    OptionDef("gpus-per-task", None, "required", _gpus("task")),
+    OptionDef("array", "a", "required", _array),
+    OptionDef("dependency", "d", "required", _store("dependency", parse_dependency)),
+    OptionDef("output", "o", "required", _output("stdout")),
+    OptionDef("error", "e", "required", _output("stderr")),
+    OptionDef("chdir", "D", "required", _nonempty("workdir")),
+    OptionDef("export", None, "required", _export),
+    OptionDef("nice", None, "optional", _store("nice", parse_nice)),
+    OptionDef("hold", "H", "none", _const("hold", True)),
+    OptionDef("requeue", None, "none", _const("requeue", True)),
+    OptionDef("no-requeue", None, "none", _const("requeue", False)),
+    OptionDef("exclusive", None, "optional", _exclusive),
+    OptionDef("nodelist", "w", "required", _store("nodelist", expand_hostlist)),
+    OptionDef("exclude", "x", "required", _store("exclude", expand_hostlist)),
+    OptionDef("wrap", None, "required", _store("wrap"), "command line for /bin/sh", cli_only=True),
+    OptionDef("parsable", None, "none", _const("parsable", True), "print only the job id"),
+    # crossdock's own
+    OptionDef("backend", None, "required", _nonempty("backend")),
+    OptionDef("pool", None, "required", _nonempty("pool")),
+    OptionDef("priority-class", None, "required", _nonempty("priority_class")),
+    OptionDef("placement", None, "required", _nonempty("placement")),
+    OptionDef("queue", None, "required", _nonempty("queue")),
+    OptionDef("dry-run", None, "none", _const("dry_run", True), "validate and print, store nothing"),
+    OptionDef("test-only", None, "none", _const("dry_run", True), "sbatch's name for --dry-run"),
+    OptionDef("json", None, "none", _const("json", True)),
+    # sbatch options that only inform Slurm's accounting or mail: accepted, with a warning.
+    OptionDef("account", "A", "required", _ignored),
+    OptionDef("comment", None, "required", _ignored),
+    OptionDef("mail-type", None, "required", _ignored),
+    OptionDef("mail-user", None, "required", _ignored),
+    OptionDef("wckey", None, "required", _ignored),
+    OptionDef("open-mode", None, "required", _ignored),
+    OptionDef("quiet", "Q", "none", _ignored),
+    OptionDef("verbose", "v", "none", _ignored),
+)
+
+# Real sbatch options that change where or when a job runs: silently ignoring them would
+# run the job somewhere it was not meant to, so they are refused by name.
+UNSUPPORTED = frozenset(
+    """acctg-freq batch bb bbf begin burst-buffer clusters cluster-constraint constraint container
+    container-id contiguous core-spec cores-per-socket cpu-freq cpus-per-gpu deadline delay-boot
+    distribution extra extra-node-info export-file get-user-env gid gpu-bind gpu-freq gpus-per-socket
+    hint ignore-pbs input kill-on-invalid-dep licenses mcs-label mem-bind mem-per-gpu mincpus network
+    no-kill nodefile ntasks-per-core ntasks-per-gpu ntasks-per-socket overcommit oversubscribe power
+    prefer priority profile propagate reboot reservation segment signal sockets-per-node spread-job
+    switches thread-spec threads-per-core time-min tmp tres-bind tres-per-task uid use-min-nodes wait
+    wait-all-nodes""".split()
+)
+_UNSUPPORTED_SHORT = frozenset("bBCFiIkLmMOsSW")
+
+_BY_LONG = {o.long: o for o in OPTIONS}
+_BY_SHORT = {o.short: o for o in OPTIONS if o.short}
+_ALL_LONG = sorted(set(_BY_LONG) | UNSUPPORTED)
+
+
+def _unknown(written: str, value: str | None = None) -> InvalidOption:
+    name = written.lstrip("-").partition("=")[0]
+    if name in UNSUPPORTED or (len(name) == 1 and name in _UNSUPPORTED_SHORT):
+        return InvalidOption(written, value, "an option crossdock supports; this sbatch option is not supported")
+    close = difflib.get_close_matches(name, list(_BY_LONG), n=1)
+    if close:
+        return InvalidOption(written, value, f"a supported option: did you mean --{close[0]}?")
+    return InvalidOption(written, value, "one of the supported options: " + ", ".join(_supported_names()))
+
+
+def _supported_names() -> list[str]:
+    return [f"-{o.short}/--{o.long}" if o.short else f"--{o.long}" for o in OPTIONS]
+
+
+def _lookup_long(name: str, written: str, value: str | None) -> OptionDef:
+    if name in _BY_LONG:
+        return _BY_LONG[name]
+    if name in UNSUPPORTED:
+        raise _unknown(written, value)
+    # getopt_long accepts any unambiguous prefix of a long option.
+    matches = [n for n in _ALL_LONG if n.startswith(name)] if name else []
+    if len(matches) == 1 and matches[0] in _BY_LONG:
+        return _BY_LONG[matches[0]]
+    if len(matches) > 1:
+        raise InvalidOption(written, value, "an unambiguous option name: " + ", ".join(f"--{m}" for m in matches))
+    raise _unknown(written, value)
+
+
+@dataclass(frozen=True)
+class _Given:
+    option: OptionDef
+    value: str | None
+    written: str
+    line: int | None
+
+
+def _missing(written: str, opt: OptionDef) -> InvalidOption:
+    return InvalidOption(written, None, f"a value after {written}")
+
+
+def _scan(tokens: Sequence[tuple[str, int | None]]) -> tuple[list[_Given], int]:
+    """getopt_long with '+': the options given, and the index of the first non-option word."""
+    state = {"i": 0}
+    try:
+        return _scan_tokens(tokens, state)
+    except InvalidOption as exc:
+        line = tokens[min(state["i"], len(tokens) - 1)][1] if tokens else None
+        if line is None or isinstance(exc, InvalidDirective):
+            raise
+        raise InvalidDirective(exc.option, exc.value, exc.accepted, line) from None
+
+
+def _scan_tokens(tokens: Sequence[tuple[str, int | None]], state: dict[str, int]) -> tuple[list[_Given], int]:
+    given: list[_Given] = []
+    i = 0
+    while i < len(tokens):
+        state["i"] = i
+        word, line = tokens[i]
+        if word == "--":
+            return given, i + 1
+        if not word.startswith("-") or word == "-":
+            return given, i
+        if word.startswith("--"):
+            name, eq, attached = word[2:].partition("=")
+            opt = _lookup_long(name, f"--{name}", attached if eq else None)
+            written = f"--{opt.long}"
+            if opt.arg == "none":
+                if eq:
+                    raise InvalidOption(written, attached, f"{written} without a value")
+                value = None
+            elif eq:
+                value = attached
+            elif opt.arg == "optional":
+                value = None
+            elif i + 1 < len(tokens):
+                i += 1
+                value = tokens[i][0]
+            else:
+                raise _missing(written, opt)
+            given.append(_Given(opt, value, written, line))
+            i += 1
+            continue
+        # short options, possibly clustered: -Hc4, -c 4
+        j = 1
+        while j < len(word):
+            letter = word[j]
+            opt = _BY_SHORT.get(letter)
+            if opt is None:
+                raise _unknown(f"-{letter}", word[j + 1:] or None)
+            written = f"-{letter}"
+            if opt.arg == "none":
+                given.append(_Given(opt, None, written, line))
+                j += 1
+                continue
+            if j + 1 < len(word):
+                value = word[j + 1:]
+            elif i + 1 < len(tokens):
+                i += 1
+                value = tokens[i][0]
+            else:
+                raise _missing(written, opt)
+            given.append(_Given(opt, value, written, line))
+            break
+        i += 1
+    return given, len(tokens)
+
+
+def split_argv(argv: Sequence[str]) -> tuple[list[str], str | None, list[str]]:
+    """Split ``crossdock submit`` argv into (options, script path or None, script args).
+
+    As in sbatch, options end at the first word that is not an option: ``submit job.sh -t 5``
+    passes ``-t 5`` to the script.
+    """
+    tokens = [(w, None) for w in argv]
+    _, stop = _scan(tokens)
+    options = list(argv[:stop])
+    rest = list(argv[stop:])
+    if options and options[-1] == "--":
+        options.pop()
+    if not rest:
+        return options, None, []
+    return options, rest[0], rest[1:]
+
+
+# --- building the spec ----------------------------------------------------------------------
+
+
+@dataclass
+class Submission:
+    """A validated job spec plus the flags that shape the submission, not the job."""
+
+    spec: JobSpec
+    parsable: bool = False
+    dry_run: bool = False
+    json: bool = False
+    warnings: list[str] = field(default_factory=list)
+
+
+def _apply_all(given: Iterable[_Given], settings: Settings, ctx: _Ctx, *, from_script: bool) -> None:
+    for g in given:
+        if from_script and g.option.cli_only:
+            # sbatch reads the script it was given and ignores a --wrap found inside it.
+            ctx.warnings.append(f"#SBATCH line {g.line}: {g.written} only works on the command line; ignored")
+            continue
+        try:
+            g.option.apply(settings, g.value, g.written, ctx)
+        except InvalidDirective:
+            raise
+        except InvalidOption as exc:
+            if from_script:
+                raise InvalidDirective(exc.option, exc.value, exc.accepted, g.line or 0) from None
+            raise
+
+
+def _check_script(script_text: str) -> None:
+    first = script_text.split("\n", 1)[0]
+    if not first.startswith("#!"):
+        raise InvalidOption(
+            "SCRIPT", first[:80], "a batch script whose first line starts with #! and an interpreter path (or --wrap)"
+        )
+    if "\r\n" in script_text:
+        raise InvalidOption("SCRIPT", "\\r\\n", "a script with Unix line breaks (\\n), not DOS ones (\\r\\n)")
+    if "\0" in script_text:
+        raise InvalidOption("SCRIPT", "\\0", "a text script without NUL characters")
+
+
+def _default_name(wrap: str | None, script_path: str | None) -> str:
+    if wrap is not None:
+        return "wrap"
+    if script_path and script_path != "-":
+        return posixpath.basename(script_path.rstrip("/")) or "sbatch"
+    return "sbatch"  # the script came on standard input
+
+
+def build_spec(
+    argv: Sequence[str],
+    script_text: str | None = None,
+    script_path: str | None = None,
+    script_args: Sequence[str] = (),
+    max_array_size: int = DEFAULT_MAX_ARRAY_SIZE,
+) -> Submission:
+    """The submission that ``sbatch [argv] [script_path [script_args]]`` describes.
+
+    ``argv`` holds options only (see :func:`split_argv`); ``script_text`` is the script's
+    content (from the file or standard input), ``None`` with ``--wrap``.
+    """
+    warnings: list[str] = []
+    ctx = _Ctx(max_array_size=max_array_size, warnings=warnings)
+
+    script_settings: Settings = {}
+    if script_text is not None:
+        _check_script(script_text)
+        tokens = _directive_tokens(script_text)
+        given, stop = _scan(tokens)
+        if stop < len(tokens):
+            word, line = tokens[stop]
+            raise InvalidDirective(MAGIC, word, "options only, e.g. #SBATCH --time=10", line)
+        _apply_all(given, script_settings, ctx, from_script=True)
+
+    cli_settings: Settings = {}
+    cli_given, stop = _scan([(w, None) for w in argv])
+    if stop < len(argv):
+        raise InvalidOption(argv[stop], None, "options only here; the script and its arguments come after them")
+    _apply_all(cli_given, cli_settings, ctx, from_script=False)
+
+    s: Settings = {**script_settings, **cli_settings}
+    wrap = s.get("wrap")
+    if wrap is not None and (script_text is not None or script_path is not None or script_args):
+        raise InvalidOption("--wrap", wrap, "either --wrap or a script, not both")
+    if wrap is None and script_text is None:
+        raise InvalidOption("SCRIPT", script_path, "a batch script (a file or standard input), or --wrap")
+
+    fields: dict[str, Any] = {
+        key: s[key]
+        for key in (
+            "cpus_per_task", "ntasks_per_node", "gres", "time_limit_minutes", "partition", "priority_class",
+            "queue", "backend", "pool", "placement", "nice", "array", "dependency", "hold", "requeue",
+            "exclusive", "nodelist", "exclude", "stdout", "stderr", "workdir", "export", "env",
+        )
+        if key in s
+    }
+    fields["name"] = s["name"] if "name" in s else _default_name(wrap, script_path)
+    if wrap is not None:
+        fields["command"] = ["/bin/sh", "-c", wrap]
+    else:
+        fields["script"] = script_text
+        fields["script_path"] = script_path
+        fields["args"] = list(script_args)
+    if "mem" in s:
+        kind, mib, _ = s["mem"]
+        fields[kind] = mib
+    if "gpus" in s:
+        fields["gpus"] = s["gpus"][1]
+
+    nodes, nodes_max = s.get("nodes", 1), s.get("nodes_max")
+    nodelist = s.get("nodelist") or []
+    if nodelist and set(nodelist) & set(s.get("exclude") or []):
+        both = sorted(set(nodelist) & set(s["exclude"]))
+        raise InvalidOption("--exclude", ",".join(both), "hosts not also required by --nodelist")
+    if len(nodelist) > nodes:
+        # Slurm allocates every listed host, so the node count grows to the list.
+        if "nodes" in s and (nodes_max or nodes) < len(nodelist):
+            raise InvalidOption("--nodelist", ",".join(nodelist), f"at most {nodes_max or nodes} hosts for --nodes")
+        nodes = len(nodelist)
+        if nodes_max is not None and nodes_max <= nodes:
+            nodes_max = None
+    if "ntasks" in s:
+        ntasks = s["ntasks"]
+        if ntasks < nodes:
+            warnings.append(f"can't run {ntasks} tasks on {nodes} nodes, setting --nodes to {ntasks}")
+            nodes, nodes_max = ntasks, None
+    else:
+        ntasks = nodes  # sbatch: the default is one task per node
+    fields.update(nodes=nodes, nodes_max=nodes_max, ntasks=ntasks)
+
+    try:
+        spec = JobSpec(**fields)
+    except ValidationError as exc:
+        err = exc.errors()[0]
+        where = ".".join(str(p) for p in err["loc"]) or "spec"
+        raise InvalidOption(where, err.get("input"), err["msg"]) from None
+    return Submission(
+        spec=spec,
+        parsable=bool(s.get("parsable")),
+        dry_run=bool(s.get("dry_run")),
+        json=bool(s.get("json")),
+        warnings=warnings,
+    )
+
+
+# --- dry-run output -------------------------------------------------------------------------
+
+
+def dry_run_json(spec: JobSpec) -> dict[str, Any]:
+    """The normalized spec as stable, JSON-ready fields (``crossdock submit --dry-run --json``)."""
+    gpus = spec.gpus
+    return {
+        "name": spec.name or spec.display_name(),
+        "time_limit_minutes": spec.time_limit_minutes,
+        "cpus_per_task": spec.cpus_per_task,
+        "ntasks": spec.ntasks,
+        "nodes": spec.nodes,
+        "nodes_max": spec.nodes_max,
+        "ntasks_per_node": spec.ntasks_per_node,
+        "mem_per_node_mib": spec.mem_per_node_mib,
+        "mem_per_cpu_mib": spec.mem_per_cpu_mib,
+        "gres": [{"name": g.name, "type": g.type, "count": g.count} for g in spec.gres],
+        "gpus": None if gpus is None else {"count": gpus.count, "type": gpus.type, "per": gpus.per},
+        "array": None
+        if spec.array is None
+        else {"task_ids": list(spec.array.task_ids), "max_running": spec.array.max_running},
+        "dependency": None
+        if spec.dependency is None
+        else {
+            "combine": spec.dependency.combine,
+            "deps": [
+                {
+                    "type": d.type.value,
+                    "job_id": d.job_id,
+                    "array_task": d.array_task,
+                    "delay_minutes": d.delay_minutes,
+                }
+                for d in spec.dependency.deps
+            ],
+        },
+        "nice": spec.nice,
+        "hold": spec.hold,
+        "partition": spec.partition,
+        "qos": spec.priority_class,
+        "priority_class": spec.priority_class,
+        "queue": spec.queue,
+        "backend": spec.backend,
+        "pool": spec.pool,
+        "placement": spec.placement,
+        "output": spec.stdout,
+        "error": spec.stderr,
+        "chdir": spec.workdir,
+        "export": spec.export,
+        "env": dict(spec.env),
+        "exclusive": spec.exclusive,
+        "requeue": spec.requeue,
+        "nodelist": list(spec.nodelist),
+        "exclude": list(spec.exclude),
+        "command": list(spec.command) if spec.command is not None else None,
+        "script_path": spec.script_path,
+        "args": list(spec.args),
+    }
