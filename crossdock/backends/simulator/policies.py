@@ -1,0 +1,190 @@
+"""Placement policies: the FGD paper's baselines and crossdock's strategies.
+
+Every policy scores the feasible nodes for one pod and returns the node with the highest score;
+like kube-scheduler's ``selectHost`` a tie is broken uniformly at random. It also chooses the
+GPUs (which GPU a share goes on matters for fragmentation).
+
+Baselines, as configured in the FGD artifact (``experiments/run_scripts``, score weight 1000,
+all default kube-scheduler scores disabled):
+
+=============  =====================================================  ======================
+policy         node score                                             GPU for a share
+=============  =====================================================  ======================
+``random``     a random feasible node                                 random fitting GPU
+``dotprod``    ``int(100·(1 - (cpu_free·cpu_req/128000² +              tightest fitting GPU
+               gpu_free·gpu_req/8000²)/2))`` (Tetris dot product)
+``packing``    GPU packing: shared GPUs > free GPUs on a used node >  tightest fitting GPU
+               free GPUs on an idle node (``GpuPackingScore``)
+``bestfit``    ``int(100·(1 - Σ ½·(free - req)/max_spec))``            tightest fitting GPU
+``fgd``        ``int(100·sigmoid(Δfrag/1000))``                       the GPU with the best
+                                                                      score
+=============  =====================================================  ======================
+
+crossdock's strategies: ``crossdock`` (the default GPU policy, :func:`gpu_frag.crossdock_score`),
+``binpack`` and ``most-requested`` (kube ``MostAllocated`` over CPU, memory and GPU), ``spread``
+(kube ``LeastAllocated``). The kube scores come from ``crossdock.queue.scheduler.scoring`` when
+that module is importable, else from the same formulas here.
+"""
+
+from __future__ import annotations
+
+from typing import Callable
+
+import numpy as np
+
+from crossdock.backends.simulator.cluster import ClusterState, PodReq
+from crossdock.backends.simulator.trace import MAX_GPUS_PER_NODE, MILLI
+from crossdock.queue.scheduler.plugins import gpu_frag
+
+MAX_SPEC_CPU = 128_000
+MAX_SPEC_GPU = 8_000
+Choice = tuple[int, tuple[int, ...]]
+Policy = Callable[[ClusterState, PodReq, np.ndarray, np.random.Generator], Choice]
+
+PAPER_POLICIES = ("random", "dotprod", "packing", "bestfit", "fgd")
+
+
+def pick_max(scores: np.ndarray, cand: np.ndarray, state: ClusterState, rng: np.random.Generator) -> int:
+    """Index (into ``cand``) of the highest score. Ties go to the node first in
+    ``state.tie_rank`` (the FGD artifact's scheduler keeps the first best node of a node list
+    shuffled once per seed) or, without a rank, uniformly at random (upstream selectHost)."""
+    best = np.flatnonzero(scores == scores.max())
+    if len(best) == 1:
+        return int(best[0])
+    if state.tie_rank is not None:
+        return int(best[np.argmin(state.tie_rank[cand[best]])])
+    return int(best[rng.integers(len(best))])
+
+
+def _gpus_for(state: ClusterState, node: int, pod: PodReq, share_gpu: int | None = None) -> tuple[int, ...]:
+    if pod.num == 0:
+        return ()
+    if pod.sharing:
+        return (state.best_fit_gpu(node, pod.milli) if share_gpu is None else share_gpu,)
+    return state.whole_gpus(node, pod.num)
+
+
+# --- paper baselines ---------------------------------------------------------------------
+def random_policy(state: ClusterState, pod: PodReq, cand: np.ndarray, rng: np.random.Generator) -> Choice:
+    node = int(cand[rng.integers(len(cand))])
+    if pod.sharing:
+        fits = np.flatnonzero(state.gpu_left[node] >= pod.milli)
+        return node, (int(fits[rng.integers(len(fits))]),)
+    return node, _gpus_for(state, node, pod)
+
+
+def dotprod_scores(state: ClusterState, pod: PodReq, cand: np.ndarray) -> np.ndarray:
+    cpu_free = state.cpu_left[cand].astype(np.float64)
+    gpu_free = state.gpu_left[cand].sum(axis=1).astype(np.float64)
+    dot = (cpu_free / MAX_SPEC_CPU) * (pod.score_cpu / MAX_SPEC_CPU) + (gpu_free / MAX_SPEC_GPU) * (pod.gpu_total / MAX_SPEC_GPU)
+    score = np.trunc(100 * (1 - dot / 2)).astype(np.int64)
+    # the reference gives MinNodeScore when the node has less CPU free than the scored request
+    return np.where(cpu_free >= pod.score_cpu, score, 0)
+
+
+def dotprod_policy(state: ClusterState, pod: PodReq, cand: np.ndarray, rng: np.random.Generator) -> Choice:
+    node = int(cand[pick_max(dotprod_scores(state, pod, cand), cand, state, rng)])
+    return node, _gpus_for(state, node, pod)
+
+
+def packing_scores(state: ClusterState, pod: PodReq, cand: np.ndarray) -> np.ndarray:
+    """``GpuPackingScore``: 50..100 when the pod fits on partly used GPUs, 33..50 when it needs
+    free GPUs of a used node, 0..33 on an idle node; CPU-only pods score 0 everywhere."""
+    if pod.milli <= 0:
+        return np.zeros(len(cand), np.int64)
+    left = state.gpu_left[cand]
+    count = state.gpu_count[cand]
+    full = (left == MILLI).sum(axis=1)
+    idle = full == count
+    score = np.maximum(33 - full, full)  # case 3: the whole node is free
+    if pod.sharing:
+        fits = np.where(left >= pod.milli, left, MILLI + 1)
+        tight = fits.min(axis=1)
+        uses_full = tight == MILLI
+        case1 = np.maximum(100 - (tight * 100 // MILLI) // 10, 50)
+        case2 = np.full(len(cand), max(50 - 1, 33))
+        busy = np.where(uses_full, case2, case1)
+    else:
+        busy = np.full(len(cand), max(50 - pod.num, 33))
+    return np.where(idle, score, busy).astype(np.int64)
+
+
+def packing_policy(state: ClusterState, pod: PodReq, cand: np.ndarray, rng: np.random.Generator) -> Choice:
+    node = int(cand[pick_max(packing_scores(state, pod, cand), cand, state, rng)])
+    return node, _gpus_for(state, node, pod)
+
+
+def bestfit_scores(state: ClusterState, pod: PodReq, cand: np.ndarray) -> np.ndarray:
+    cpu_free = state.cpu_left[cand].astype(np.float64)
+    gpu_free = state.gpu_left[cand].sum(axis=1).astype(np.float64)
+    waste = 0.5 * (cpu_free - pod.score_cpu) / MAX_SPEC_CPU + 0.5 * (gpu_free - pod.gpu_total) / MAX_SPEC_GPU
+    return np.trunc((1 - waste) * 100).astype(np.int64)
+
+
+def bestfit_policy(state: ClusterState, pod: PodReq, cand: np.ndarray, rng: np.random.Generator) -> Choice:
+    node = int(cand[pick_max(bestfit_scores(state, pod, cand), cand, state, rng)])
+    return node, _gpus_for(state, node, pod)
+
+
+# --- fragmentation-aware -----------------------------------------------------------------
+def share_candidates(state: ClusterState, cand: np.ndarray, milli: int) -> tuple[np.ndarray, np.ndarray]:
+    """(row into ``cand``, GPU index) for every distinct free share that holds ``milli`` on each
+    candidate node; of GPUs with the same free share only the lowest index is kept."""
+    left = state.gpu_left[cand]
+    ok = left >= milli
+    for g in range(1, MAX_GPUS_PER_NODE):
+        ok[:, g] &= ~(left[:, :g] == left[:, g:g + 1]).any(axis=1)
+    return np.nonzero(ok)
+
+
+def frag_delta(state: ClusterState, pod: PodReq, cand: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """Fragmentation decrease for each placement option: returns (row into cand, GPU index or
+    -1, Δ = frag_before - frag_after in milli-GPU)."""
+    typical = state.typical
+    if typical is None:
+        raise ValueError("fragmentation-aware policies need the workload's typical pods")
+    if pod.sharing:
+        rows, gpus = share_candidates(state, cand, pod.milli)
+        nodes = cand[rows]
+        left = state.gpu_left[nodes, gpus]
+    else:
+        rows, gpus, nodes, left = np.arange(len(cand)), np.full(len(cand), -1), cand, None
+    t2, c2, b2 = gpu_frag.parts_after(state.total[nodes], state.cnt[nodes], state.below[nodes], typical,
+                                      pod.milli, pod.num, left)
+    after = gpu_frag.frag_from_parts(t2, c2, b2, state.cpu_left[nodes] - pod.score_cpu, state.access[nodes], typical)
+    return rows, gpus, state.frag[nodes] - after
+
+
+def _best_option(cand_len: int, rows: np.ndarray, gpus: np.ndarray, score: np.ndarray,
+                 sharing: bool) -> tuple[np.ndarray, np.ndarray]:
+    """Per candidate node: its best option's score and GPU (first GPU index on ties)."""
+    if not sharing:
+        return score, np.full(cand_len, -1)
+    table = np.full((cand_len, MAX_GPUS_PER_NODE), -np.inf)
+    table[rows, gpus] = score
+    gpu = table.argmax(axis=1)
+    return table[np.arange(cand_len), gpu], gpu
+
+
+def fgd_policy(state: ClusterState, pod: PodReq, cand: np.ndarray, rng: np.random.Generator) -> Choice:
+    rows, gpus, delta = frag_delta(state, pod, cand)
+    node_score, node_gpu = _best_option(len(cand), rows, gpus, gpu_frag.fgd_score(delta).astype(np.float64), pod.sharing)
+    k = pick_max(node_score, cand, state, rng)
+    node = int(cand[k])
+    return node, _gpus_for(state, node, pod, int(node_gpu[k]) if pod.sharing else None)
+
+
+POLICIES: dict[str, Policy] = {
+    "random": random_policy,
+    "dotprod": dotprod_policy,
+    "packing": packing_policy,
+    "bestfit": bestfit_policy,
+    "fgd": fgd_policy,
+}
+
+
+def get_policy(name: str) -> Policy:
+    try:
+        return POLICIES[name]
+    except KeyError:
+        raise ValueError(f"unknown policy {name!r}; choose one of {', '.join(POLICIES)}") from None

@@ -1,0 +1,166 @@
+"""GPU fragmentation: the measure and the node scores built on it, as pure numpy functions.
+
+Fragmentation follows "Beware of Fragmentation: Scheduling GPU-Sharing Workloads with
+Fragmentation Gradient Descent" (USENIX ATC'23) and its simulator
+(hkust-adsl/kubernetes-scheduler-simulator, ``pkg/utils/frag.go``):
+
+- The *typical pods* of a workload are its most frequent pod shapes (CPU request, GPU milli per
+  GPU, GPU count, allowed GPU models) covering 95 % of its pods, with their frequencies.
+- The fragmentation of a node w.r.t. one typical pod ``t`` is the unallocated GPU capacity that
+  ``t`` could not use: all of it when ``t`` cannot run on the node (it asks for no GPU, lacks
+  CPU, GPUs or the model), else the capacity of the GPUs whose free share is below ``t``'s
+  per-GPU request.
+- A node's fragmentation is the frequency-weighted sum over typical pods; the cluster's is the
+  sum over nodes (in milli-GPU).
+
+The scores compare a node before and after a candidate placement (``Δ = frag_before -
+frag_after``, higher is better):
+
+- :func:`fgd_score` is the FGD authors' integer score, ``int(100·sigmoid(Δ/1000))``.
+- :func:`crossdock_score` is crossdock's default GPU placement score (see its docstring).
+
+Inputs are arrays over nodes (or over candidate placements), so scoring a job against thousands
+of nodes is a handful of vectorized operations. Only the standard library and numpy are used.
+
+Public API::
+
+    typical_pods(cpu, gpu_milli, num_gpu, spec, popularity=0.95) -> TypicalPods
+    access_matrix(model, typical) -> bool (N, T)          # may node n run typical pod t's model?
+    frag_parts(gpu_left, typical) -> (total, cnt, below)   # per-node caches, see FragParts
+    frag_from_parts(total, cnt, below, cpu_left, access, typical) -> float (N,)
+    node_frag(gpu_left, cpu_left, model, typical) -> float (N,)
+    parts_after(total, cnt, below, typical, milli, num, left=None) -> (total', cnt', below')
+    fgd_score(delta) -> int array
+    crossdock_score(delta, ...) -> float array
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+
+NAME = "GpuFragmentation"
+MILLI = 1000
+DEFAULT_CPU_MILLI = 100
+"""kube-scheduler counts a container without a CPU request as 100 milli-CPU when scoring."""
+ANY_MODEL = (1 << 62) - 1
+
+
+@dataclass(frozen=True)
+class TypicalPods:
+    """Pod shapes of a workload with their frequencies (``freq`` sums to 1).
+
+    ``spec`` is a bit mask over the cluster's GPU model list (``ANY_MODEL``: any model)."""
+
+    cpu: np.ndarray
+    milli: np.ndarray
+    num: np.ndarray
+    spec: np.ndarray
+    freq: np.ndarray
+
+    def __len__(self) -> int:
+        return len(self.freq)
+
+    @property
+    def uses_gpu(self) -> np.ndarray:
+        return self.milli > 0
+
+
+def typical_pods(cpu: np.ndarray, gpu_milli: np.ndarray, num_gpu: np.ndarray, spec: np.ndarray,
+                 popularity: float = 0.95) -> TypicalPods:
+    """The most frequent pod shapes covering ``popularity`` of the pods, renormalized.
+
+    Shapes are ranked by count, ties by the larger (CPU, GPU milli, GPU count, model mask) as in
+    the reference simulator; CPU requests of 0 count as 100 milli-CPU.
+    """
+    cpu = np.where(np.asarray(cpu) <= 0, DEFAULT_CPU_MILLI, np.asarray(cpu)).astype(np.int64)
+    num = np.asarray(num_gpu, np.int64)
+    milli = np.where(num > 0, np.asarray(gpu_milli, np.int64), 0)
+    spec = np.where(num > 0, np.asarray(spec, np.int64), ANY_MODEL)
+    if len(cpu) == 0:
+        raise ValueError("typical_pods: the workload has no pods")
+    keys = np.stack([cpu, milli, num, spec], axis=1)
+    shapes, counts = np.unique(keys, axis=0, return_counts=True)
+    order = sorted(range(len(shapes)), key=lambda i: (counts[i], *shapes[i].tolist()), reverse=True)
+    total = counts.sum()
+    chosen, cum = [], 0
+    for i in order:
+        if cum >= popularity * total:
+            break
+        chosen.append(i)
+        cum += counts[i]
+    sel = shapes[chosen]
+    freq = counts[chosen].astype(np.float64)
+    return TypicalPods(sel[:, 0].copy(), sel[:, 1].copy(), sel[:, 2].copy(), sel[:, 3].copy(), freq / freq.sum())
+
+
+def access_matrix(model: np.ndarray, typical: TypicalPods) -> np.ndarray:
+    """(N, T) booleans: node n has GPUs of a model typical pod t accepts."""
+    model = np.asarray(model, np.int64)
+    has = model >= 0
+    bits = (typical.spec[None, :] >> np.where(has, model, 0)[:, None]) & 1
+    return has[:, None] & (bits == 1)
+
+
+def frag_parts(gpu_left: np.ndarray, typical: TypicalPods) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """Per-node caches the fragmentation is computed from.
+
+    ``gpu_left`` is (N, G) free milli-GPU per GPU (absent GPUs hold 0). Returns ``total`` (N,)
+    free milli-GPU, ``cnt`` (N, T) GPUs with at least typical pod t's per-GPU request free, and
+    ``below`` (N, T) free milli-GPU on the other GPUs.
+    """
+    left = np.asarray(gpu_left, np.int64)
+    total = left.sum(axis=1)
+    ge = left[:, None, :] >= np.maximum(typical.milli, 1)[None, :, None]
+    cnt = ge.sum(axis=2)
+    below = total[:, None] - (left[:, None, :] * ge).sum(axis=2)
+    return total, cnt, below
+
+
+def frag_from_parts(total: np.ndarray, cnt: np.ndarray, below: np.ndarray, cpu_left: np.ndarray,
+                    access: np.ndarray, typical: TypicalPods) -> np.ndarray:
+    """Fragmentation (milli-GPU, float) of each node (or candidate state) from its caches."""
+    fits = (typical.uses_gpu[None, :] & access & (cnt >= typical.num[None, :])
+            & (np.asarray(cpu_left)[:, None] >= typical.cpu[None, :]))
+    per_pod = np.where(fits, below, np.asarray(total)[:, None])
+    return per_pod @ typical.freq
+
+
+def node_frag(gpu_left: np.ndarray, cpu_left: np.ndarray, model: np.ndarray, typical: TypicalPods) -> np.ndarray:
+    """Fragmentation of each node (milli-GPU)."""
+    total, cnt, below = frag_parts(gpu_left, typical)
+    return frag_from_parts(total, cnt, below, cpu_left, access_matrix(model, typical), typical)
+
+
+def parts_after(total: np.ndarray, cnt: np.ndarray, below: np.ndarray, typical: TypicalPods,
+                milli: int, num: int, left: np.ndarray | None = None
+                ) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """The caches after placing a pod, without rebuilding them from the GPU list.
+
+    - ``num == 0``: a CPU-only pod leaves the GPU caches as they are.
+    - whole GPUs (``milli == 1000``): ``num`` fully free GPUs become fully used.
+    - a GPU share (``num == 1``, ``milli < 1000``) taken from a GPU with ``left`` free (one
+      candidate per row): that GPU drops to ``left - milli``.
+    """
+    if num == 0:
+        return total, cnt, below
+    if milli >= MILLI:
+        return total - MILLI * num, cnt - num, below
+    if left is None:
+        raise ValueError("parts_after: a GPU share needs the free milli-GPU of the chosen GPU (left)")
+    left = np.asarray(left, np.int64)[:, None]
+    need = np.maximum(typical.milli, 1)[None, :]
+    was = left >= need
+    now = (left - milli) >= need
+    crossed = was & ~now
+    return total - milli, cnt - crossed, below - milli + was * left - now * (left - milli)
+
+
+def sigmoid(x: np.ndarray) -> np.ndarray:
+    return 1.0 / (1.0 + np.exp(-np.asarray(x, np.float64)))
+
+
+def fgd_score(delta: np.ndarray) -> np.ndarray:
+    """The FGD authors' score: ``int64(sigmoid(Δ/1000)·100)``, 0..100 (Go truncation)."""
+    return np.trunc(sigmoid(np.asarray(delta) / 1000.0) * 100).astype(np.int64)
