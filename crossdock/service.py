@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import json
-from dataclasses import asdict
+from dataclasses import asdict, fields
 from datetime import datetime, timezone
 from types import MappingProxyType
 from typing import Iterable, Sequence
@@ -18,7 +18,9 @@ from crossdock.runtime import Runtime
 
 
 def save_inventory(store: JobStore, nodes: Sequence[Node]) -> None:
-    data = [{**asdict(n), "labels": dict(n.labels)} for n in nodes]
+    data = [{f.name: getattr(n, f.name) for f in fields(Node)} | {"labels": dict(n.labels),
+                                                                  "gpus": [asdict(g) for g in n.gpus]}
+            for n in nodes]
     store.r.set(store.k.inventory, json.dumps(data))
 
 

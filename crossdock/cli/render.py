@@ -1,0 +1,98 @@
+"""Tables for people; plain dicts for --json."""
+
+from __future__ import annotations
+
+from datetime import datetime, timezone
+from typing import Any, Iterable
+
+from rich.table import Table
+
+from crossdock.queue.models import Job
+from crossdock.queue.snapshot import Node
+
+STATE_STYLE = {"PENDING": "yellow", "SCHEDULED": "cyan", "RUNNING": "green", "COMPLETED": "bold green",
+               "FAILED": "red", "CANCELLED": "magenta", "TIMEOUT": "red", "NODE_FAIL": "red",
+               "OUT_OF_MEMORY": "red", "PREEMPTED": "yellow"}
+
+
+def elapsed(job: Job) -> str:
+    if job.start_time is None:
+        return "0:00"
+    end = job.end_time or datetime.now(timezone.utc)
+    secs = int((end - job.start_time).total_seconds())
+    d, rem = divmod(secs, 86400)
+    h, rem = divmod(rem, 3600)
+    m, s = divmod(rem, 60)
+    text = f"{h}:{m:02d}:{s:02d}" if h else f"{m}:{s:02d}"
+    return f"{d}-{h:02d}:{m:02d}:{s:02d}" if d else text
+
+
+def time_limit(job: Job) -> str:
+    limit = job.spec.time_limit()
+    if limit is None:
+        return "UNLIMITED"
+    m, s = divmod(limit, 60)
+    h, m = divmod(m, 60)
+    return f"{h}:{m:02d}:{s:02d}"
+
+
+def job_row(job: Job) -> dict[str, Any]:
+    gpu = job.spec.gpu_request()
+    return {"job_id": job.display_id, "id": job.id, "name": job.spec.display_name(), "user": job.spec.user,
+            "queue": job.queue, "priority_class": job.priority_class, "state": job.state.value, "reason": job.reason,
+            "time": elapsed(job), "time_limit": time_limit(job), "nodes": job.nodes, "backend": job.backend,
+            "pool": job.pool, "cpus": job.spec.cpus_per_task * job.spec.ntasks,
+            "gpus": job.spec.total_gpus() if gpu else 0, "gpu_ids": job.gpu_ids, "attempts": job.attempts,
+            "exit_code": job.exit_code, "submit_time": job.submit_time, "start_time": job.start_time,
+            "end_time": job.end_time}
+
+
+def queue_table(jobs: Iterable[Job]) -> Table:
+    t = Table(box=None, header_style="bold")
+    for col in ("JOBID", "QUEUE", "NAME", "USER", "ST", "TIME", "TIME_LIMIT", "NODES", "NODELIST(REASON)"):
+        t.add_column(col, no_wrap=col != "NAME")
+    for j in jobs:
+        where = ",".join(j.nodes) if j.state.active else f"({j.reason or 'None'})"
+        t.add_row(j.display_id, j.queue, j.spec.display_name(), j.spec.user,
+                  f"[{STATE_STYLE.get(j.state.value, '')}]{j.state.value}[/]", elapsed(j), time_limit(j),
+                  str(j.spec.nodes), where)
+    return t
+
+
+def summary_table(jobs: Iterable[Job], title: str = "") -> Table:
+    t = Table(title=title or None, header_style="bold")
+    for col in ("JOBID", "NAME", "QUEUE", "CLASS", "STATE", "REASON", "EXIT", "ELAPSED", "NODES", "GPUS", "ATTEMPTS"):
+        t.add_column(col)
+    for j in jobs:
+        t.add_row(j.display_id, j.spec.display_name(), j.queue, j.priority_class,
+                  f"[{STATE_STYLE.get(j.state.value, '')}]{j.state.value}[/]",
+                  "" if j.reason in ("None", "") else j.reason, "" if j.exit_code is None else str(j.exit_code), elapsed(j), ",".join(j.nodes),
+                  ",".join(g.rsplit(":", 1)[-1] for g in j.gpu_ids), str(j.attempts))
+    return t
+
+
+def node_rows(nodes: Iterable[Node], used: dict[str, tuple[int, int, set[str]]]) -> list[dict[str, Any]]:
+    rows = []
+    for n in nodes:
+        cpu, mem, gpus = used.get(n.name, (0, 0, set()))
+        by_model: dict[str, list[int]] = {}
+        for g in n.gpus:
+            total_free = by_model.setdefault(g.model, [0, 0])
+            total_free[0] += 1
+            total_free[1] += g.id not in gpus
+        rows.append({"pool": n.pool, "backend": n.backend, "node": n.name, "state": "idle" if not cpu else "mix",
+                     "cpus": n.cpu_milli // 1000, "cpus_free": (n.cpu_milli - cpu) / 1000, "memory_mib": n.memory_mib,
+                     "memory_free_mib": n.memory_mib - mem,
+                     "gpus": {m: {"total": v[0], "free": v[1]} for m, v in by_model.items()}})
+    return rows
+
+
+def info_table(rows: list[dict[str, Any]]) -> Table:
+    t = Table(box=None, header_style="bold")
+    for col in ("POOL", "BACKEND", "NODE", "STATE", "CPUS(free/total)", "MEMORY MiB(free/total)", "GPUS(free/total)"):
+        t.add_column(col)
+    for r in rows:
+        gpus = " ".join(f"{m}:{v['free']}/{v['total']}" for m, v in r["gpus"].items()) or "-"
+        t.add_row(r["pool"], r["backend"], r["node"], r["state"], f"{r['cpus_free']:g}/{r['cpus']}",
+                  f"{r['memory_free_mib']}/{r['memory_mib']}", gpus)
+    return t

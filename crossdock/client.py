@@ -1,0 +1,200 @@
+"""The Python API for data teams.
+
+    from crossdock import Client
+    client = Client()
+    handle = client.submit(train, dataset, cpus=4, queue="preprocessing")
+    print(handle.wait().state, handle.result())
+
+``submit`` takes a Python callable (run in a worker process, its return value or exception
+coming back), ``submit_command`` an argv, ``submit_script`` a batch script; ``map`` submits an
+array; ``@task`` turns a function into a submitter.
+"""
+
+from __future__ import annotations
+
+import functools
+import getpass
+import os
+import time
+import uuid
+from typing import Any, Callable, Iterable, Sequence
+
+from crossdock import service
+from crossdock.backends.local.pyrun import decode_outcome, encode_call
+from crossdock.queue.errors import CrossdockError
+from crossdock.queue.models import ArraySpec, GpuRequest, Job, JobSpec, PythonCall
+from crossdock.queue.states import JobState
+from crossdock.runtime import Runtime
+
+
+class JobFailed(CrossdockError):
+    """The job ended without completing (its state and exit code are attached)."""
+
+    def __init__(self, job: Job):
+        self.job = job
+        super().__init__(f"job {job.display_id} ended {job.state.value} (exit code {job.exit_code}, {job.reason})")
+
+
+class RemoteError(CrossdockError):
+    """Wraps a remote exception that could not be re-raised as itself."""
+
+
+def _resources(cpus: int = 1, mem: int | str | None = None, gpus: int | None = None, gpu_model: str | Sequence[str] | None = None,
+               time_limit: int | None = None, **hints: Any) -> dict[str, Any]:
+    from crossdock.queue.sbatch_formats import parse_mem
+
+    out: dict[str, Any] = {"cpus_per_task": cpus, **hints}
+    if mem is not None:
+        out["mem_per_node_mib"] = parse_mem(str(mem)) if isinstance(mem, str) else int(mem)
+    if gpus:
+        models = [gpu_model] if isinstance(gpu_model, str) else list(gpu_model or [])
+        out["gpus"] = GpuRequest(count=gpus, type=models[0] if len(models) == 1 else None, per="node",
+                                 models=models if len(models) > 1 else [])
+    if time_limit is not None:
+        out["time_limit_seconds"] = int(time_limit)
+    return out
+
+
+class JobHandle:
+    def __init__(self, client: "Client", job: Job):
+        self.client, self.id, self._job = client, job.id, job
+
+    def __repr__(self) -> str:
+        return f"JobHandle({self._job.display_id}, {self.state.value})"
+
+    @property
+    def job(self) -> Job:
+        self._job = self.client.runtime.store.get(self.id)
+        return self._job
+
+    @property
+    def state(self) -> JobState:
+        return self.job.state
+
+    def wait(self, timeout: float | None = None, poll: float = 0.1) -> Job:
+        deadline = None if timeout is None else time.monotonic() + timeout
+        while True:
+            job = self.job
+            if job.state.terminal:
+                return job
+            if deadline is not None and time.monotonic() >= deadline:
+                raise TimeoutError(f"job {job.display_id} still {job.state.value} after {timeout}s")
+            time.sleep(poll)
+
+    def result(self, timeout: float | None = None) -> Any:
+        """The callable's return value; its exception re-raised here with the remote traceback."""
+        job = self.wait(timeout)
+        data = self.client.runtime.store.result(self.id)
+        if data is None:
+            raise JobFailed(job)
+        kind, value, tb = decode_outcome(data)
+        if kind == "ok":
+            return value
+        if isinstance(value, BaseException):
+            value.add_note(f"remote traceback (job {job.display_id}):\n{tb}")
+            raise value
+        raise RemoteError(f"job {job.display_id} raised:\n{tb}")
+
+    def cancel(self) -> None:
+        service.cancel(self.client.runtime, [str(self.id)], self.client.send)
+
+
+class Client:
+    def __init__(self, runtime: Runtime | None = None, user: str | None = None):
+        self.runtime = runtime or Runtime.from_env()
+        self.user = user or _user()
+        self._send = None
+
+    @property
+    def send(self):
+        if self._send is None:
+            from crossdock.workers.app import make_app
+            from crossdock.workers.scheduler import celery_sender
+
+            self._send = celery_sender(make_app(self.runtime.redis_url))
+        return self._send
+
+    def _spec(self, **fields: Any) -> JobSpec:
+        fields.setdefault("user", self.user)
+        fields.setdefault("workdir", os.getcwd())
+        return JobSpec(**fields)
+
+    def submit_specs(self, specs: Iterable[JobSpec], token: str | None = None) -> list[JobHandle]:
+        """Submit many specs in one atomic, pipelined step."""
+        return [JobHandle(self, j) for j in service.submit(self.runtime, list(specs), token=token)]
+
+    def submit(self, fn: Callable[..., Any], *args: Any, name: str | None = None, token: str | None = None,
+               **resources: Any) -> JobHandle:
+        """Run ``fn(*args)`` as a job; ``resources``: cpus, mem, gpus, gpu_model, time_limit (s), queue, …"""
+        kwargs = resources.pop("kwargs", {})
+        spec = self._spec(name=name or getattr(fn, "__name__", "python"),
+                          python=PythonCall(payload=encode_call(fn, args, kwargs),
+                                            qualname=getattr(fn, "__qualname__", "")),
+                          **_resources(**resources))
+        return self.submit_specs([spec], token=token)[0]
+
+    def submit_command(self, argv: Sequence[str], name: str | None = None, token: str | None = None,
+                       **resources: Any) -> JobHandle:
+        spec = self._spec(name=name or os.path.basename(argv[0]), command=list(argv), **_resources(**resources))
+        return self.submit_specs([spec], token=token)[0]
+
+    def submit_script(self, text: str, args: Sequence[str] = (), name: str = "script", token: str | None = None,
+                      **resources: Any) -> JobHandle:
+        spec = self._spec(name=name, script=text, args=list(args), **_resources(**resources))
+        return self.submit_specs([spec], token=token)[0]
+
+    def map(self, fn: Callable[[Any], Any], inputs: Iterable[Any], max_running: int | None = None,
+            **resources: Any) -> list[JobHandle]:
+        """One array job, one task per input; handles in input order."""
+        items = list(inputs)
+        if not items:
+            return []
+        name = resources.pop("name", getattr(fn, "__name__", "map"))
+        payload = encode_call(_call_indexed, (fn, items))
+        spec = self._spec(name=name, python=PythonCall(payload=payload, qualname=getattr(fn, "__qualname__", "")),
+                          array=ArraySpec(task_ids=list(range(len(items))), max_running=max_running),
+                          **_resources(**resources))
+        return self.submit_specs([spec])[: len(items)]
+
+
+def _call_indexed(fn: Callable[[Any], Any], items: list[Any]) -> Any:
+    return fn(items[int(os.environ["SLURM_ARRAY_TASK_ID"])])
+
+
+def task(_fn: Callable[..., Any] | None = None, *, client: Client | None = None, **resources: Any):
+    """``@task(queue="preprocessing", cpus=2, mem="1G")``: calling ``f.submit(*args)`` runs it as a job;
+    calling ``f(*args)`` still runs it here."""
+
+    def wrap(fn: Callable[..., Any]):
+        @functools.wraps(fn)
+        def local(*args: Any, **kwargs: Any) -> Any:
+            return fn(*args, **kwargs)
+
+        def submit(*args: Any, **kwargs: Any) -> JobHandle:
+            return (client or _default_client()).submit(fn, *args, kwargs=kwargs, **resources)
+
+        def map_(inputs: Iterable[Any], **extra: Any) -> list[JobHandle]:
+            return (client or _default_client()).map(fn, inputs, **{**resources, **extra})
+
+        local.submit = submit  # type: ignore[attr-defined]
+        local.map = map_  # type: ignore[attr-defined]
+        return local
+
+    return wrap(_fn) if _fn is not None else wrap
+
+
+@functools.lru_cache(maxsize=1)
+def _default_client() -> Client:
+    return Client()
+
+
+def _user() -> str:
+    try:
+        return getpass.getuser()
+    except Exception:
+        return str(os.getuid())
+
+
+def new_token() -> str:
+    """A fresh idempotency token for callers that retry submissions."""
+    return uuid.uuid4().hex
