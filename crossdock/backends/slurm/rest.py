@@ -169,8 +169,11 @@ class RestDriver:
         if resp.status in (401, 403):
             raise SlurmError(f"slurmrestd refused the credentials ({resp.status}) for {method} {path}")
         if resp.status >= 400 or errors:
-            message = "; ".join(str(e.get("error") or e.get("description") or e) for e in errors) or f"HTTP {resp.status}"
-            if UNAVAILABLE_PATTERNS.search(message):
+            message = "; ".join(
+                " ".join(str(e[k]) for k in ("error", "description", "source") if e.get(k)) for e in errors
+            ) or f"HTTP {resp.status}"
+            # A read while slurmctld is down fails with only "Unspecified error" (errno -1).
+            if UNAVAILABLE_PATTERNS.search(message) or (method == "GET" and "Unspecified error" in message):
                 raise SlurmUnavailable(f"{method} {path}: {message}")
             raise SlurmError(f"{method} {path} failed ({resp.status}): {message}")
         return data

@@ -1,0 +1,35 @@
+"""Polling helpers for the Slurm integration tests."""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable
+from pathlib import Path
+
+from crossdock.backends.slurm import JobStatus, SlurmBackend
+
+
+def wait_for(
+    backend: SlurmBackend, ref: str, predicate: Callable[[JobStatus], bool], timeout: float = 30, every: float = 0.25
+) -> JobStatus:
+    deadline = time.monotonic() + timeout
+    while True:
+        status = backend.status([ref])[ref]
+        if predicate(status):
+            return status
+        if time.monotonic() > deadline:
+            raise AssertionError(f"job {ref}: condition not met within {timeout}s; last status {status}")
+        time.sleep(every)
+
+
+def wait_terminal(backend: SlurmBackend, ref: str, timeout: float = 30) -> JobStatus:
+    return wait_for(backend, ref, lambda s: s.state is not None and s.state.terminal, timeout)
+
+
+def wait_file(path: Path, contains: str = "", timeout: float = 30) -> str:
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        if path.exists() and contains in (text := path.read_text()):
+            return text
+        time.sleep(0.1)
+    raise AssertionError(f"{path} did not get {contains!r} within {timeout}s")

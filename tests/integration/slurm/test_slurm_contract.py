@@ -1,0 +1,217 @@
+"""One contract suite for the Slurm backend, run over both drivers (CLI and slurmrestd/JWT)
+against the real local cluster (4 slurmd, fake GPUs, partition preemption)."""
+
+from __future__ import annotations
+
+import threading
+import time
+
+import pytest
+from slurm_helpers import wait_file, wait_for, wait_terminal
+
+from crossdock.backends.slurm import SlurmBackend
+from crossdock.backends.slurm.request import job_tag
+from crossdock.dev import slurm as dev
+from crossdock.queue.models import ArraySpec, Dependency, DependencySpec, GpuRequest
+from crossdock.queue.states import JobState, Reason
+
+pytestmark = pytest.mark.slurm
+
+ACTIVE = (JobState.RUNNING, JobState.SCHEDULED)
+
+
+def test_inventory_lists_partitions_nodes_and_gpus(backend):
+    inv = backend.inventory()
+    assert {p.name for p in inv.partitions} >= {"cpu", "gpu-a100", "gpu-l4", "high"}
+    nodes = {n.name: n for n in inv.nodes}
+    assert set(nodes) == {"cpu1", "cpu2", "gpu-a100-1", "gpu-l4-1"}
+    assert (nodes["cpu1"].cpus, nodes["cpu1"].memory_mib, nodes["cpu1"].gpus) == (8, 16000, {})
+    assert nodes["gpu-a100-1"].gpus == {"a100": 8} and nodes["gpu-l4-1"].gpus == {"l4": 4}
+    assert all(n.schedulable for n in nodes.values())
+    assert "high" in nodes["gpu-l4-1"].partitions
+
+
+def test_inventory_counts_foreign_jobs(backend, slurm_cluster, jobs_dir):
+    # A job submitted behind crossdock's back takes 2 L4s and 3 CPUs.
+    foreign = SlurmBackend.from_env(slurm_cluster, driver="cli").driver
+    from crossdock.backends.slurm.driver import SubmitRequest
+
+    job_id = foreign.submit(SubmitRequest(script="#!/bin/bash\nsleep 30\n", name="foreign", comment="not ours",
+                                          workdir=str(jobs_dir), partition="gpu-l4", cpus_per_task=3,
+                                          gres=("gpu:l4:2",), stdout="/dev/null"))
+    try:
+        wait_for(backend, str(job_id), lambda s: s.state == JobState.RUNNING)
+        inv = backend.inventory()
+        node = next(n for n in inv.nodes if n.name == "gpu-l4-1")
+        assert any(j.job_id == job_id for j in inv.foreign_jobs)
+        assert (node.foreign_cpus, node.foreign_gpus, node.gpus_alloc) == (3, 2, {"l4": 2})
+    finally:
+        foreign.cancel(str(job_id))
+
+
+def test_submit_completes_with_output_and_exit_code(backend, make_job, jobs_dir):
+    job = make_job(command=["bash", "-c", "echo hello from $SLURM_JOB_PARTITION; echo err >&2"], partition="cpu",
+                   cpus_per_task=2, mem_per_node_mib=256, time_limit_minutes=5)
+    ref = backend.submit(job)
+    status = wait_terminal(backend, ref)
+    assert (status.state, status.exit_code, status.signal) == (JobState.COMPLETED, 0, None)
+    assert status.tag == (job.id, job.attempts)
+    assert (jobs_dir / f"{job.id}.out").read_text() == "hello from cpu\nerr\n"
+
+
+def test_failing_job_reports_its_exit_code(backend, make_job):
+    ref = backend.submit(make_job("#!/bin/bash\necho about to fail\nexit 7\n"))
+    status = wait_terminal(backend, ref)
+    assert (status.state, status.exit_code, status.reason) == (JobState.FAILED, 7, Reason.NON_ZERO_EXIT)
+
+
+def test_cancel(backend, make_job, jobs_dir):
+    job = make_job("#!/bin/bash\necho started\nsleep 300\n")
+    ref = backend.submit(job)
+    wait_file(jobs_dir / f"{job.id}.out", "started")
+    assert backend.status([ref])[ref].state == JobState.RUNNING
+    backend.cancel(ref)
+    status = wait_terminal(backend, ref)
+    assert status.state == JobState.CANCELLED and status.signal == 15
+
+
+def test_array_with_throttle(backend, make_job, jobs_dir):
+    job = make_job("#!/bin/bash\necho task $SLURM_ARRAY_TASK_ID\nsleep 2\n",
+                   array=ArraySpec(task_ids=[0, 1, 2, 3, 4, 5], max_running=2),
+                   stdout=str(jobs_dir / "arr-%A_%a.out"))
+    ref = backend.submit(job)
+    most_running, saw_limit = 0, False
+    deadline = time.monotonic() + 60
+    while True:
+        status = backend.status([ref])[ref]
+        running = sum(t.state in ACTIVE for t in status.tasks.values())
+        most_running = max(most_running, running)
+        saw_limit |= any(t.reason == Reason.ARRAY_TASK_LIMIT for t in status.tasks.values())
+        if status.state.terminal or time.monotonic() > deadline:
+            break
+        time.sleep(0.2)
+    assert status.state == JobState.COMPLETED and sorted(status.tasks) == [0, 1, 2, 3, 4, 5]
+    assert most_running == 2 and saw_limit
+    outputs = sorted(p.read_text() for p in jobs_dir.glob(f"arr-{ref}_*.out"))
+    assert outputs == [f"task {i}\n" for i in range(6)]
+
+
+def test_dependency_chain(backend, make_job, jobs_dir):
+    log = jobs_dir / f"chain-{time.monotonic_ns()}.log"
+    first = make_job(f"#!/bin/bash\nsleep 2\necho a >> {log}\n")
+    refs = {first.id: backend.submit(first)}
+    previous = first
+    for step in "bc":
+        job = make_job(f"#!/bin/bash\necho {step} >> {log}\n",
+                       dependency=DependencySpec(deps=[Dependency(type="afterok", job_id=previous.id)]))
+        refs[job.id] = backend.submit(job, slurm_ids=refs)
+        previous = job
+    last = refs[previous.id]
+    assert backend.status([last])[last].reason == Reason.DEPENDENCY
+    for ref in refs.values():
+        assert wait_terminal(backend, ref).state == JobState.COMPLETED
+    assert log.read_text() == "a\nb\nc\n"
+
+
+@pytest.mark.parametrize("partition, gpu_type, count", [("gpu-a100", "a100", 3), ("gpu-l4", "l4", 2)])
+def test_gpu_job_sees_its_devices(backend, make_job, jobs_dir, partition, gpu_type, count):
+    job = make_job(command=["bash", "-c", "echo $CUDA_VISIBLE_DEVICES"], partition=partition,
+                   gpus=GpuRequest(count=count, type=gpu_type))
+    ref = backend.submit(job)
+    status = wait_terminal(backend, ref)
+    assert status.state == JobState.COMPLETED
+    assert status.nodes == (f"gpu-{gpu_type}-1",)
+    devices = (jobs_dir / f"{job.id}.out").read_text().strip().split(",")
+    assert devices == [str(i) for i in range(count)]
+
+
+def test_impossible_gpu_request_is_rejected(backend, make_job):
+    from crossdock.backends.slurm import SubmitRejected
+
+    with pytest.raises(SubmitRejected):
+        backend.submit(make_job(command=["true"], partition="gpu-l4", gpus=GpuRequest(count=1, type="a100")))
+
+
+LOW_JOB = """#!/bin/bash
+trap 'echo got TERM; exit 143' TERM
+echo "run ${SLURM_RESTART_COUNT:-0}"
+if [ "${SLURM_RESTART_COUNT:-0}" = 0 ]; then sleep 300 & wait; fi
+echo done
+"""
+
+
+def test_high_priority_job_preempts_and_low_job_reruns(backend, make_job, jobs_dir):
+    low = make_job(LOW_JOB, partition="cpu", nodelist=["cpu1"], cpus_per_task=8)
+    low_ref = backend.submit(low, partition="cpu", nodelist=["cpu1"])
+    wait_file(jobs_dir / f"{low.id}.out", "run 0")
+    high = make_job(command=["bash", "-c", "sleep 1; echo high"], cpus_per_task=8)
+    high_ref = backend.submit(high, partition="high", nodelist=["cpu1"])
+    requeued = wait_for(backend, low_ref, lambda s: s.restarts >= 1, timeout=30)
+    assert requeued.state in (JobState.PENDING, JobState.RUNNING, JobState.COMPLETED)
+    assert wait_terminal(backend, high_ref).state == JobState.COMPLETED
+    final = wait_terminal(backend, low_ref, timeout=60)
+    assert (final.state, final.restarts) == (JobState.COMPLETED, 1)
+    text = (jobs_dir / f"{low.id}.out").read_text()
+    assert "run 0" in text and text.endswith("run 1\ndone\n")
+
+
+def test_backend_preempt_signals_then_requeues(backend, make_job, jobs_dir):
+    job = make_job(LOW_JOB)
+    ref = backend.submit(job)
+    out = jobs_dir / f"{job.id}.out"
+    wait_file(out, "run 0")
+    backend.preempt(ref, grace_s=5)
+    final = wait_terminal(backend, ref, timeout=60)
+    assert (final.state, final.restarts) == (JobState.COMPLETED, 1)
+    text = out.read_text()
+    assert text.index("got TERM") < text.index("run 1") and text.endswith("done\n")
+
+
+def test_replayed_dispatch_does_not_submit_twice(backend, make_job):
+    job = make_job(command=["sleep", "1"])
+    refs = [backend.submit(job) for _ in range(3)]
+    racing: list[str] = []
+    threads = [threading.Thread(target=lambda: racing.append(backend.submit(job))) for _ in range(3)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    assert set(refs) == set(racing) == {refs[0]}
+    tagged = [j for j in backend.driver.jobs() if j.comment == job_tag(job.id, job.attempts)]
+    assert [str(j.job_id) for j in tagged] == [refs[0]]
+    next_attempt = job.model_copy(update={"attempts": job.attempts + 1})
+    assert backend.submit(next_attempt) != refs[0]
+
+
+def test_submission_survives_a_controller_outage(backend, slurm_cluster, make_job):
+    layout = dev.Layout.of(slurm_cluster["CROSSDOCK_SLURM_DIR"])
+    job = make_job(command=["echo", "after the outage"])
+    result: dict[str, object] = {}
+
+    def submit() -> None:
+        try:
+            result["ref"] = backend.submit(job)
+        except Exception as exc:  # reported by the assertion below
+            result["error"] = exc
+
+    dev.stop_controller(layout)
+    stopped_at = time.monotonic()
+    try:
+        thread = threading.Thread(target=submit)
+        thread.start()
+        time.sleep(30)
+        assert thread.is_alive() and not result, "submission should still be retrying while slurmctld is down"
+    finally:
+        dev.start_controller(layout)
+    thread.join(timeout=90)
+    assert "error" not in result, result.get("error")
+    assert time.monotonic() - stopped_at >= 30
+    status = wait_terminal(backend, str(result["ref"]), timeout=60)
+    assert status.state == JobState.COMPLETED
+
+
+def test_time_limit_ends_in_timeout(backend, make_job):
+    # Slurm counts time limits in whole minutes and checks them every 30 s: up to ~100 s.
+    ref = backend.submit(make_job(command=["sleep", "600"], time_limit_minutes=1))
+    status = wait_terminal(backend, ref, timeout=150)
+    assert (status.state, status.reason) == (JobState.TIMEOUT, Reason.TIME_LIMIT)
