@@ -10,9 +10,10 @@ The reading follows sbatch itself:
    ``--opt value``, ``-cVALUE``, ``-c VALUE``, clustered flags (``-Hc4``), unique prefixes of
    long names (``--part``), and options with an optional value take it only after ``=``.
    Reading stops at the first word that is not an option (the script) or after ``--``.
-3. Command-line options override the script's directives, option by option. Within one
-   source, ``--mem`` and ``--mem-per-cpu`` exclude each other, as do the GPU options; across
-   sources the command line's choice replaces the script's.
+3. Command-line options override ``SBATCH_*`` environment variables, which override the
+   script's directives, option by option. ``--mem`` and ``--mem-per-cpu`` exclude each other
+   across the script and the command line, as in sbatch; so do the GPU options, because a
+   crossdock job carries one GPU request.
 
 Everything here is pure: the caller reads the script file and prints the result.
 """
@@ -21,7 +22,7 @@ from __future__ import annotations
 
 import difflib
 import posixpath
-from collections.abc import Callable, Iterable, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Literal
 
@@ -155,6 +156,7 @@ class OptionDef:
     arg: Arg
     apply: Apply
     help: str = ""
+    env: str | None = None  # sbatch's input environment variable for this option
     cli_only: bool = False
 
 
@@ -172,17 +174,36 @@ def _const(key: str, constant: Any) -> Apply:
     return apply
 
 
-def _exclusive_group(group: str, member: str, parse: Callable[[str, str], Any]) -> Apply:
-    """Options of which one source may give only one kind (``--mem`` vs ``--mem-per-cpu``)."""
+@dataclass(frozen=True)
+class _Choice:
+    """One member of a group of options that exclude each other (``--mem``/``--mem-per-cpu``)."""
 
+    member: str
+    parsed: Any
+    option: str
+    value: str | None
+
+
+def _exclusive_group(group: str, member: str, parse: Callable[[str, str], Any]) -> Apply:
     def apply(s: Settings, value: str | None, opt: str, ctx: _Ctx) -> None:
         previous = s.get(group)
-        if previous is not None and previous[0] != member:
-            others = " and ".join(sorted({previous[2], opt}))
-            raise InvalidOption(opt, value, f"one of {others}, not both")
-        s[group] = (member, parse(value, opt), opt)
+        if previous is not None and previous.member != member:
+            raise InvalidOption(opt, value, f"one of {previous.option} and {opt}, not both")
+        s[group] = _Choice(member, parse(value, opt), opt, value)
 
     return apply
+
+
+def _merge_group(group: str, script: Settings, env: Settings, cli: Settings) -> _Choice | None:
+    """sbatch's rule for --mem/--mem-per-cpu (and crossdock's for the GPU options): the script
+    and the command line together may name one kind only; the environment's applies only when
+    neither names any."""
+    ours, theirs = cli.get(group), script.get(group)
+    if ours is not None and theirs is not None and ours.member != theirs.member:
+        raise InvalidOption(
+            ours.option, ours.value, f"one of {theirs.option} (given in the script) and {ours.option}, not both"
+        )
+    return ours or theirs or env.get(group)
 
 
 def _nodes(s: Settings, value: str | None, opt: str, ctx: _Ctx) -> None:
@@ -231,53 +252,59 @@ def _gpus(per: str) -> Apply:
 
 
 OPTIONS: tuple[OptionDef, ...] = (
-    OptionDef("job-name", "J", "required", _store("name"), "job name"),
-    OptionDef("partition", "p", "required", _nonempty("partition"), "crossdock queue or pool"),
-    OptionDef("qos", "q", "required", _nonempty("priority_class"), "priority class"),
-    OptionDef("time", "t", "required", _store("time_limit_minutes", parse_time), "time limit"),
-    OptionDef("cpus-per-task", "c", "required", _store("cpus_per_task", parse_count)),
-    OptionDef("ntasks", "n", "required", _store("ntasks", parse_count)),
-    OptionDef("nodes", "N", "required", _nodes),
-    OptionDef("ntasks-per-node", None, "required", _store("ntasks_per_node", parse_count)),
-    OptionDef("mem", None, "required", _exclusive_group("mem", "mem_per_node_mib", parse_mem)),
-    OptionDef("mem-per-cpu", None, "required", _exclusive_group("mem", "mem_per_cpu_mib", parse_mem)),
-    OptionDef("gres", None, "required", _store("gres", parse_gres)),
-    OptionDef("gpus", "G", "required", _gpus("job")),
-    OptionDef("gpus-per-node", None, "required", _gpus("node")),
-    OptionDef("gpus-per-task", None, "required", _gpus("task")),
-    OptionDef("array", "a", "required", _array),
-    OptionDef("dependency", "d", "required", _store("dependency", parse_dependency)),
-    OptionDef("output", "o", "required", _output("stdout")),
-    OptionDef("error", "e", "required", _output("stderr")),
-    OptionDef("chdir", "D", "required", _nonempty("workdir")),
-    OptionDef("export", None, "required", _export),
-    OptionDef("nice", None, "optional", _store("nice", parse_nice)),
-    OptionDef("hold", "H", "none", _const("hold", True)),
-    OptionDef("requeue", None, "none", _const("requeue", True)),
-    OptionDef("no-requeue", None, "none", _const("requeue", False)),
-    OptionDef("exclusive", None, "optional", _exclusive),
-    OptionDef("nodelist", "w", "required", _store("nodelist", expand_hostlist)),
-    OptionDef("exclude", "x", "required", _store("exclude", expand_hostlist)),
-    OptionDef("wrap", None, "required", _store("wrap"), "command line for /bin/sh", cli_only=True),
+    OptionDef("job-name", "J", "required", _store("name"), "job name (default: the script's file name)", "SBATCH_JOB_NAME"),
+    OptionDef("partition", "p", "required", _nonempty("partition"), "crossdock queue or pool", "SBATCH_PARTITION"),
+    OptionDef("qos", "q", "required", _nonempty("priority_class"), "priority class", "SBATCH_QOS"),
+    OptionDef("time", "t", "required", _store("time_limit_minutes", parse_time), "time limit", "SBATCH_TIMELIMIT"),
+    OptionDef("cpus-per-task", "c", "required", _store("cpus_per_task", parse_count), "CPUs per task"),
+    OptionDef("ntasks", "n", "required", _store("ntasks", parse_count), "tasks (default: one per node)"),
+    OptionDef("nodes", "N", "required", _nodes, "nodes: N or MIN-MAX"),
+    OptionDef("ntasks-per-node", None, "required", _store("ntasks_per_node", parse_count), "tasks per node"),
+    OptionDef(
+        "mem", None, "required", _exclusive_group("mem", "mem_per_node_mib", parse_mem),
+        "memory per node (MiB, or K/M/G/T)", "SBATCH_MEM_PER_NODE",
+    ),
+    OptionDef(
+        "mem-per-cpu", None, "required", _exclusive_group("mem", "mem_per_cpu_mib", parse_mem),
+        "memory per CPU", "SBATCH_MEM_PER_CPU",
+    ),
+    OptionDef("gres", None, "required", _store("gres", parse_gres), "generic resources per node", "SBATCH_GRES"),
+    OptionDef("gpus", "G", "required", _gpus("job"), "GPUs for the whole job: [type:]count", "SBATCH_GPUS"),
+    OptionDef("gpus-per-node", None, "required", _gpus("node"), "GPUs per node", "SBATCH_GPUS_PER_NODE"),
+    OptionDef("gpus-per-task", None, "required", _gpus("task"), "GPUs per task", "SBATCH_GPUS_PER_TASK"),
+    OptionDef("array", "a", "required", _array, "array task ids: 0-15:4%2", "SBATCH_ARRAY_INX"),
+    OptionDef("dependency", "d", "required", _store("dependency", parse_dependency), "afterok:ID[:ID...]..."),
+    OptionDef("output", "o", "required", _output("stdout"), "stdout file pattern", "SBATCH_OUTPUT"),
+    OptionDef("error", "e", "required", _output("stderr"), "stderr file pattern", "SBATCH_ERROR"),
+    OptionDef("chdir", "D", "required", _nonempty("workdir"), "working directory"),
+    OptionDef("export", None, "required", _export, "ALL, NONE or [ALL,]VAR[=value],...", "SBATCH_EXPORT"),
+    OptionDef("nice", None, "optional", _store("nice", parse_nice), "lower the priority by N (default 100)"),
+    OptionDef("hold", "H", "none", _const("hold", True), "submit held"),
+    OptionDef("requeue", None, "none", _const("requeue", True), "may be requeued", "SBATCH_REQUEUE"),
+    OptionDef("no-requeue", None, "none", _const("requeue", False), "never requeue", "SBATCH_NO_REQUEUE"),
+    OptionDef("exclusive", None, "optional", _exclusive, "whole nodes only", "SBATCH_EXCLUSIVE"),
+    OptionDef("nodelist", "w", "required", _store("nodelist", expand_hostlist), "hosts required: node[1-3]"),
+    OptionDef("exclude", "x", "required", _store("exclude", expand_hostlist), "hosts excluded"),
+    OptionDef("wrap", None, "required", _store("wrap"), "run this command line with /bin/sh", cli_only=True),
     OptionDef("parsable", None, "none", _const("parsable", True), "print only the job id"),
     # crossdock's own
-    OptionDef("backend", None, "required", _nonempty("backend")),
-    OptionDef("pool", None, "required", _nonempty("pool")),
-    OptionDef("priority-class", None, "required", _nonempty("priority_class")),
-    OptionDef("placement", None, "required", _nonempty("placement")),
-    OptionDef("queue", None, "required", _nonempty("queue")),
+    OptionDef("backend", None, "required", _nonempty("backend"), "backend: slurm, k8s, local..."),
+    OptionDef("pool", None, "required", _nonempty("pool"), "node pool"),
+    OptionDef("priority-class", None, "required", _nonempty("priority_class"), "priority class (= --qos)"),
+    OptionDef("placement", None, "required", _nonempty("placement"), "binpack, spread, most-requested"),
+    OptionDef("queue", None, "required", _nonempty("queue"), "crossdock queue"),
     OptionDef("dry-run", None, "none", _const("dry_run", True), "validate and print, store nothing"),
     OptionDef("test-only", None, "none", _const("dry_run", True), "sbatch's name for --dry-run"),
-    OptionDef("json", None, "none", _const("json", True)),
+    OptionDef("json", None, "none", _const("json", True), "print JSON"),
     # sbatch options that only inform Slurm's accounting or mail: accepted, with a warning.
-    OptionDef("account", "A", "required", _ignored),
-    OptionDef("comment", None, "required", _ignored),
-    OptionDef("mail-type", None, "required", _ignored),
-    OptionDef("mail-user", None, "required", _ignored),
-    OptionDef("wckey", None, "required", _ignored),
-    OptionDef("open-mode", None, "required", _ignored),
-    OptionDef("quiet", "Q", "none", _ignored),
-    OptionDef("verbose", "v", "none", _ignored),
+    OptionDef("account", "A", "required", _ignored, "ignored", "SBATCH_ACCOUNT"),
+    OptionDef("comment", None, "required", _ignored, "ignored"),
+    OptionDef("mail-type", None, "required", _ignored, "ignored"),
+    OptionDef("mail-user", None, "required", _ignored, "ignored"),
+    OptionDef("wckey", None, "required", _ignored, "ignored", "SBATCH_WCKEY"),
+    OptionDef("open-mode", None, "required", _ignored, "ignored", "SBATCH_OPEN_MODE"),
+    OptionDef("quiet", "Q", "none", _ignored, "ignored"),
+    OptionDef("verbose", "v", "none", _ignored, "ignored"),
 )
 
 # Real sbatch options that change where or when a job runs: silently ignoring them would
@@ -473,17 +500,37 @@ def _default_name(wrap: str | None, script_path: str | None) -> str:
     return "sbatch"  # the script came on standard input
 
 
+def _env_settings(environ: Mapping[str, str], ctx: _Ctx) -> Settings:
+    """sbatch's input environment variables (``SBATCH_TIMELIMIT``...), for the options crossdock
+    has; others are left alone, as a site may set them for its own Slurm."""
+    settings: Settings = {}
+    for opt in OPTIONS:
+        if opt.env is None or opt.env not in environ:
+            continue
+        value: str | None = environ[opt.env]
+        if opt.arg == "none" or (opt.arg == "optional" and value == ""):
+            value = None
+        try:
+            opt.apply(settings, value, f"--{opt.long}", ctx)
+        except InvalidOption as exc:
+            raise InvalidOption(opt.env, exc.value, exc.accepted) from None
+    return settings
+
+
 def build_spec(
     argv: Sequence[str],
     script_text: str | None = None,
     script_path: str | None = None,
     script_args: Sequence[str] = (),
     max_array_size: int = DEFAULT_MAX_ARRAY_SIZE,
+    environ: Mapping[str, str] | None = None,
 ) -> Submission:
     """The submission that ``sbatch [argv] [script_path [script_args]]`` describes.
 
     ``argv`` holds options only (see :func:`split_argv`); ``script_text`` is the script's
-    content (from the file or standard input), ``None`` with ``--wrap``.
+    content (from the file or standard input), ``None`` with ``--wrap``. ``environ``, when
+    given, supplies sbatch's ``SBATCH_*`` input variables. As in sbatch, the command line
+    overrides the environment, which overrides the script's ``#SBATCH`` lines.
     """
     warnings: list[str] = []
     ctx = _Ctx(max_array_size=max_array_size, warnings=warnings)
@@ -498,13 +545,17 @@ def build_spec(
             raise InvalidDirective(MAGIC, word, "options only, e.g. #SBATCH --time=10", line)
         _apply_all(given, script_settings, ctx, from_script=True)
 
+    env_settings = _env_settings(environ, ctx) if environ else {}
+
     cli_settings: Settings = {}
     cli_given, stop = _scan([(w, None) for w in argv])
     if stop < len(argv):
         raise InvalidOption(argv[stop], None, "options only here; the script and its arguments come after them")
     _apply_all(cli_given, cli_settings, ctx, from_script=False)
 
-    s: Settings = {**script_settings, **cli_settings}
+    s: Settings = {**script_settings, **env_settings, **cli_settings}
+    for group in ("mem", "gpus"):
+        s[group] = _merge_group(group, script_settings, env_settings, cli_settings)
     wrap = s.get("wrap")
     if wrap is not None and (script_text is not None or script_path is not None or script_args):
         raise InvalidOption("--wrap", wrap, "either --wrap or a script, not both")
@@ -527,11 +578,10 @@ def build_spec(
         fields["script"] = script_text
         fields["script_path"] = script_path
         fields["args"] = list(script_args)
-    if "mem" in s:
-        kind, mib, _ = s["mem"]
-        fields[kind] = mib
-    if "gpus" in s:
-        fields["gpus"] = s["gpus"][1]
+    if s["mem"] is not None:
+        fields[s["mem"].member] = s["mem"].parsed
+    if s["gpus"] is not None:
+        fields["gpus"] = s["gpus"].parsed
 
     nodes, nodes_max = s.get("nodes", 1), s.get("nodes_max")
     nodelist = s.get("nodelist") or []

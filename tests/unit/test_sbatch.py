@@ -246,17 +246,33 @@ def test_build_spec_refuses_positional_words_in_options():
 
 
 def test_command_line_overrides_directives_option_by_option():
-    script = SH + "#SBATCH -t 10 -c 2 -J from-script\n#SBATCH --mem=4G\n"
-    spec = spec_of(["-t", "20", "--mem-per-cpu=1G"], script=script)
+    script = SH + "#SBATCH -t 10 -c 2 -J from-script\n#SBATCH --mem=4G --gpus-per-node=2\n"
+    spec = spec_of(["-t", "20", "--mem=1G", "--gpus-per-node=a100:4"], script=script)
     assert spec.time_limit_minutes == 20  # overridden
     assert spec.cpus_per_task == 2  # kept from the script
     assert spec.name == "from-script"
-    assert spec.mem_per_cpu_mib == 1024 and spec.mem_per_node_mib is None  # cli's kind replaces the script's
+    assert spec.mem_per_node_mib == 1024
+    assert (spec.gpus.count, spec.gpus.type, spec.gpus.per) == (4, "a100", "node")
 
 
-def test_command_line_gpu_kind_replaces_the_scripts():
-    spec = spec_of(["-G", "a100:4"], script=SH + "#SBATCH --gpus-per-node=2\n")
-    assert (spec.gpus.count, spec.gpus.type, spec.gpus.per) == (4, "a100", "job")
+@pytest.mark.parametrize(
+    "directive,argv,option",
+    [
+        pytest.param("--mem=4G", ["--mem-per-cpu=1G"], "--mem-per-cpu", id="mem-kinds-like-sbatch"),
+        pytest.param("--gpus-per-node=2", ["-G", "4"], "-G", id="gpu-kinds"),
+    ],
+)
+def test_exclusive_kinds_across_script_and_command_line(directive, argv, option):
+    with pytest.raises(InvalidOption) as err:
+        spec_of(argv, script=f"{SH}#SBATCH {directive}\n")
+    assert err.value.option == option
+    assert "given in the script" in err.value.accepted
+
+
+def test_environment_memory_kind_yields_to_the_script():
+    # sbatch: SBATCH_MEM_PER_CPU=3G with "#SBATCH --mem=1G" gives mem 1G, no error.
+    sub = build_spec([], script_text=SH + "#SBATCH --mem=1G\n", script_path="x", environ={"SBATCH_MEM_PER_CPU": "3G"})
+    assert (sub.spec.mem_per_node_mib, sub.spec.mem_per_cpu_mib) == (1024, None)
 
 
 # --- the built spec -------------------------------------------------------------------------
@@ -461,3 +477,36 @@ def test_dry_run_json_full_example():
 )
 def test_dry_run_json_fields(argv, key, value):
     assert dry_run_json(wrap(*argv).spec)[key] == value
+
+
+# --- SBATCH_* input environment variables ---------------------------------------------------
+
+
+def test_environment_sits_between_script_and_command_line():
+    script = SH + "#SBATCH -t 10 -p from-script -J s\n"
+    env = {"SBATCH_TIMELIMIT": "20", "SBATCH_PARTITION": "from-env", "HOME": "/h"}
+    spec = build_spec(["-t", "30"], script_text=script, script_path="x.sh", environ=env).spec
+    assert spec.time_limit_minutes == 30  # command line beats the environment
+    assert spec.partition == "from-env"  # the environment beats the script
+    assert spec.name == "s"
+
+
+@pytest.mark.parametrize(
+    "env,key,value",
+    [
+        pytest.param({"SBATCH_MEM_PER_NODE": "2G"}, "mem_per_node_mib", 2048, id="mem"),
+        pytest.param({"SBATCH_GPUS": "a100:2"}, "gpus", {"count": 2, "type": "a100", "per": "job"}, id="gpus"),
+        pytest.param({"SBATCH_ARRAY_INX": "1-3%1"}, "array", {"task_ids": [1, 2, 3], "max_running": 1}, id="array"),
+        pytest.param({"SBATCH_NO_REQUEUE": "1"}, "requeue", False, id="flag"),
+        pytest.param({"SBATCH_EXCLUSIVE": ""}, "exclusive", True, id="optional-empty"),
+        pytest.param({"SBATCH_CONSTRAINT": "a100"}, "name", "wrap", id="unsupported-variable-left-alone"),
+    ],
+)
+def test_environment_variables(env, key, value):
+    assert dry_run_json(wrap(environ=env).spec)[key] == value
+
+
+def test_bad_environment_variable_is_named():
+    with pytest.raises(InvalidOption) as err:
+        wrap(environ={"SBATCH_TIMELIMIT": "soon"})
+    assert (err.value.option, err.value.value) == ("SBATCH_TIMELIMIT", "soon")
