@@ -1,0 +1,20 @@
+#!/usr/bin/env bash
+# Run every test: install crossdock, start the local Slurm cluster and the Kubernetes control
+# plane the integration tests use, run pytest, stop what was started. Extra args go to pytest.
+set -uo pipefail
+cd "$(dirname "$0")/.."
+bash scripts/setup.sh || exit 1
+py=.venv/bin/python
+export CROSSDOCK_STATE_DIR="${CROSSDOCK_STATE_DIR:-$(pwd)/.state}"
+
+cleanup() {
+  $py -m crossdock.dev.slurm down >/dev/null 2>&1 || true
+  $py -m crossdock.dev.k8s down >/dev/null 2>&1 || true
+}
+trap cleanup EXIT
+
+$py -m crossdock.dev.slurm up || { echo "local Slurm cluster failed to start" >&2; exit 1; }
+if [ -f crossdock/dev/k8s.py ]; then
+  $py -m crossdock.dev.k8s up || { echo "local Kubernetes control plane failed to start" >&2; exit 1; }
+fi
+$py -m pytest -q -p no:cacheprovider "$@"

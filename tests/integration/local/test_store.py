@@ -1,0 +1,111 @@
+"""The Redis store against a real Redis: ids, idempotency, atomic transitions, events, the lease."""
+
+from __future__ import annotations
+
+import threading
+from datetime import datetime, timezone
+
+import pytest
+
+from crossdock.queue.errors import NoSuchJob
+from crossdock.queue.models import Job, JobSpec
+from crossdock.queue.states import JobState
+
+pytestmark = pytest.mark.redis
+
+
+def new(name="j", **kw):
+    return Job(id=0, spec=JobSpec(name=name, command=["true"]), queue="q", **kw)
+
+
+def test_ids_are_consecutive_integers(store):
+    a = store.submit([new(), new()])
+    b = store.submit([new()])
+    assert [j.id for j in a] + [j.id for j in b] == [a[0].id, a[0].id + 1, a[0].id + 2]
+    assert store.pending_ids()[-3:] == [j.id for j in a + b]
+
+
+def test_same_token_twice_creates_one_job(store):
+    first = store.submit([new()], token="tok-1")
+    again = store.submit([new("other")], token="tok-1")
+    assert [j.id for j in again] == [j.id for j in first]
+    assert again[0].spec.name == "j"
+    assert store.pending_ids().count(first[0].id) == 1
+
+
+def test_concurrent_submissions_with_one_token_create_one_job(store):
+    results = []
+
+    def go():
+        results.append(store.submit([new()], token="race")[0].id)
+
+    threads = [threading.Thread(target=go) for _ in range(8)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    assert len(set(results)) == 1
+    assert len(store.pending_ids()) == 1
+
+
+def test_arrays_take_the_first_id_as_array_id(store):
+    tasks = [new(array_job_id=-1, array_task_id=t) for t in (0, 4, 8)]
+    jobs = store.submit(tasks)
+    assert {j.array_job_id for j in jobs} == {jobs[0].id}
+    assert store.resolve(f"{jobs[0].id}_4") == [jobs[1].id]
+    assert store.resolve(str(jobs[0].id)) == [j.id for j in jobs]
+    with pytest.raises(NoSuchJob):
+        store.resolve(f"{jobs[0].id}_5")
+
+
+def test_transitions_follow_the_table_atomically(store):
+    j, = store.submit([new()])
+    assert not store.transition(j.id, JobState.RUNNING)  # PENDING -> RUNNING is illegal
+    assert store.transition(j.id, JobState.SCHEDULED, bump_attempt=True, fields={"nodes": ["n1"]})
+    assert store.pending_ids() == [] and store.active_ids() == [j.id]
+    assert not store.transition(j.id, JobState.RUNNING, attempt=2)  # stale attempt refused
+    assert store.transition(j.id, JobState.RUNNING, attempt=1)
+    assert store.transition(j.id, JobState.COMPLETED, fields={"exit_code": 0})
+    got = store.get(j.id)
+    assert (got.state, got.attempts, got.nodes, got.exit_code) == (JobState.COMPLETED, 1, ["n1"], 0)
+    assert store.active_ids() == []
+    assert [e["to"] for e in store.events(j.id)] == ["PENDING", "SCHEDULED", "RUNNING", "COMPLETED"]
+    assert [e["job"] for e in store.events()][-3:] == [str(j.id)] * 3
+
+
+def test_cancel_pending_is_immediate_and_placed_is_flagged(store):
+    a, b = store.submit([new(), new()])
+    assert store.cancel(a.id).cancelled_now
+    assert store.get(a.id).state is JobState.CANCELLED
+    store.transition(b.id, JobState.SCHEDULED, bump_attempt=True, fields={"backend": "local"})
+    store.claim_dispatch(b.id, 1, "w")
+    out = store.cancel(b.id)
+    assert not out.cancelled_now and out.backend == "local"
+    assert store.field(b.id, "cancel_requested") == "1"
+    # the watcher can no longer mark it RUNNING
+    assert not store.transition(b.id, JobState.RUNNING, unless="cancel_requested")
+
+
+def test_dispatch_claim_is_taken_once(store):
+    j, = store.submit([new()])
+    assert store.claim_dispatch(j.id, 1, "a")
+    assert not store.claim_dispatch(j.id, 1, "b")
+    assert store.claim_dispatch(j.id, 2, "b")
+
+
+def test_lease_has_one_holder_and_expires(store):
+    assert store.acquire_lease("a", 0.3)
+    assert not store.acquire_lease("b", 0.3)
+    assert store.acquire_lease("a", 0.3)  # renew
+    import time
+
+    time.sleep(0.4)
+    assert store.acquire_lease("b", 5)
+    store.release_lease("a")  # not the holder: no effect
+    assert store.lease_holder() == "b"
+
+
+def test_times_round_trip(store):
+    now = datetime(2026, 1, 2, 3, 4, 5, tzinfo=timezone.utc)
+    j, = store.submit([new(submit_time=now)])
+    assert store.get(j.id).submit_time == now
