@@ -326,8 +326,14 @@ _BY_SHORT = {o.short: o for o in OPTIONS if o.short}
 _ALL_LONG = sorted(set(_BY_LONG) | UNSUPPORTED)
 
 
+def _printable(text: str) -> str:
+    """A user-typed option name fit for a one-line message."""
+    return text if text.isprintable() else ascii(text)
+
+
 def _unknown(written: str, value: str | None = None) -> InvalidOption:
     name = written.lstrip("-").partition("=")[0]
+    written = _printable(written)
     if name in UNSUPPORTED or (len(name) == 1 and name in _UNSUPPORTED_SHORT):
         return InvalidOption(written, value, "an option crossdock supports; this sbatch option is not supported")
     close = difflib.get_close_matches(name, list(_BY_LONG), n=1)
@@ -350,7 +356,7 @@ def _lookup_long(name: str, written: str, value: str | None) -> OptionDef:
     if len(matches) == 1 and matches[0] in _BY_LONG:
         return _BY_LONG[matches[0]]
     if len(matches) > 1:
-        raise InvalidOption(written, value, "an unambiguous option name: " + ", ".join(f"--{m}" for m in matches))
+        raise InvalidOption(_printable(written), value, "an unambiguous option name: " + ", ".join(f"--{m}" for m in matches))
     raise _unknown(written, value)
 
 
@@ -362,7 +368,7 @@ class _Given:
     line: int | None
 
 
-def _missing(written: str, opt: OptionDef) -> InvalidOption:
+def _missing(written: str) -> InvalidOption:
     return InvalidOption(written, None, f"a value after {written}")
 
 
@@ -404,7 +410,7 @@ def _scan_tokens(tokens: Sequence[tuple[str, int | None]], state: dict[str, int]
                 i += 1
                 value = tokens[i][0]
             else:
-                raise _missing(written, opt)
+                raise _missing(written)
             given.append(_Given(opt, value, written, line))
             i += 1
             continue
@@ -426,7 +432,7 @@ def _scan_tokens(tokens: Sequence[tuple[str, int | None]], state: dict[str, int]
                 i += 1
                 value = tokens[i][0]
             else:
-                raise _missing(written, opt)
+                raise _missing(written)
             given.append(_Given(opt, value, written, line))
             break
         i += 1
@@ -550,7 +556,9 @@ def build_spec(
     cli_settings: Settings = {}
     cli_given, stop = _scan([(w, None) for w in argv])
     if stop < len(argv):
-        raise InvalidOption(argv[stop], None, "options only here; the script and its arguments come after them")
+        raise InvalidOption(
+            "ARGUMENT", argv[stop], "options only here; the script and its arguments come after them"
+        )
     _apply_all(cli_given, cli_settings, ctx, from_script=False)
 
     s: Settings = {**script_settings, **env_settings, **cli_settings}

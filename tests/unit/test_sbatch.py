@@ -174,7 +174,7 @@ def test_optional_values_only_after_equals():
     # like getopt: "--nice 5" is --nice without a value, then a stray word
     with pytest.raises(InvalidOption) as err:
         wrap("--nice", "5")
-    assert err.value.option == "5"
+    assert (err.value.option, err.value.value) == ("ARGUMENT", "5")
 
 
 @pytest.mark.parametrize(
@@ -239,7 +239,7 @@ def test_split_argv(argv, expected):
 def test_build_spec_refuses_positional_words_in_options():
     with pytest.raises(InvalidOption) as err:
         build_spec(["-t", "5", "job.sh"], script_text=SH)
-    assert err.value.option == "job.sh"
+    assert (err.value.option, err.value.value) == ("ARGUMENT", "job.sh")
 
 
 # --- precedence -----------------------------------------------------------------------------
@@ -510,3 +510,36 @@ def test_bad_environment_variable_is_named():
     with pytest.raises(InvalidOption) as err:
         wrap(environ={"SBATCH_TIMELIMIT": "soon"})
     assert (err.value.option, err.value.value) == ("SBATCH_TIMELIMIT", "soon")
+
+
+# --- robustness -----------------------------------------------------------------------------
+
+_WORDS = st.one_of(
+    st.sampled_from(
+        ["-t", "--time=1:30", "-c", "0", "4", "-N", "2-1", "--mem", "1K", "--mem-per-cpu=2G", "-G", "a100:2",
+         "--gpus-per-node", "-a", "0-15:4%2", "-d", "afterok:1?after:2", "-w", "n[1-3]", "-x", "n2", "--nice",
+         "--nice=7", "-H", "--export", "ALL,A=1", "-o", "none", "--", "-", "--exclusive", "--gres", "gpu:0",
+         "-n", "1", "--ntasks-per-node=3", "-J", "", "--wrap", "x", "script.sh", "-Hc", "--par", "-Z"]
+    ),
+    st.text(max_size=12),
+)
+
+
+@given(st.lists(_WORDS, max_size=12))
+def test_any_argv_gives_a_spec_or_invalid_option(argv):
+    try:
+        sub = build_spec(["--wrap", "true", *argv])
+    except InvalidOption as exc:
+        assert "\n" not in str(exc)
+        return
+    out = dry_run_json(sub.spec)
+    assert json.loads(json.dumps(out)) == out
+
+
+@given(st.lists(st.one_of(st.sampled_from(["#SBATCH ", "#SBATCH", "# x", "", "echo", " #SBATCH -t 1"]), _WORDS), max_size=8))
+def test_any_script_gives_a_spec_or_invalid_option(lines):
+    script = SH + "\n".join(lines) + "\n"
+    try:
+        build_spec([], script_text=script, script_path="s.sh")
+    except InvalidOption:
+        pass
