@@ -46,7 +46,9 @@ from crossdock.queue.sbatch_formats import (
 )
 
 __all__ = [
+    "OPTIONS",
     "InvalidDirective",
+    "OptionDef",
     "Submission",
     "build_spec",
     "dry_run_json",
