@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import functools
 import getpass
 import os
 import sys
@@ -28,11 +29,13 @@ def submit(ctx: typer.Context) -> None:
     """
     from crossdock import service
     from crossdock.queue.sbatch import build_spec, dry_run_json, split_argv
+    from crossdock.queue.sbatch_formats import export_environment
 
     argv = list(ctx.args)
     if argv[:1] in (["--help"], ["-h"]):
         console.print(submit.__doc__)
         raise typer.Exit(0)
+    rt = runtime()
     try:
         options, script_path, script_args = split_argv(argv)
         script_text = None
@@ -41,25 +44,27 @@ def submit(ctx: typer.Context) -> None:
                 script_text = Path(script_path).read_text()
             except OSError as exc:
                 fail(f"SCRIPT: cannot read {script_path!r}: {exc.strerror}")
-        elif "--wrap" not in " ".join(options) and not sys.stdin.isatty():
-            script_text = sys.stdin.read()
-        rt = runtime()
-        sub = build_spec(options, script_text, script_path, script_args,
-                         max_array_size=rt.config.scheduler.max_array_size)
+        build = functools.partial(build_spec, options, script_path=script_path, script_args=script_args,
+                                  max_array_size=rt.config.scheduler.max_array_size, environ=os.environ)
+        try:
+            sub = build(script_text)
+        except InvalidOption as exc:
+            # No script and no --wrap: like sbatch, read the script from standard input.
+            if exc.option != "SCRIPT" or script_text is not None or sys.stdin.isatty():
+                raise
+            sub = build(sys.stdin.read())
     except InvalidOption as exc:
         fail(str(exc))
-    spec = sub.spec.model_copy(update={"user": sub.spec.user or _user(),
-                                       "workdir": sub.spec.workdir or os.getcwd(),
-                                       "env": {**({k: v for k, v in os.environ.items()}
-                                                  if sub.spec.export.upper().startswith("ALL") else {}),
-                                               **sub.spec.env}})
+    env = export_environment(sub.spec.export, sub.spec.env, dict(os.environ))
+    spec = sub.spec.model_copy(update={"user": sub.spec.user or _user(), "env": env,
+                                       "workdir": str(Path(sub.spec.workdir or os.getcwd()).resolve())})
     for w in sub.warnings:
         print(f"crossdock: warning: {w}", file=sys.stderr)
     if sub.dry_run:
         if sub.json:
-            print_json(dry_run_json(spec))
+            print_json(dry_run_json(sub.spec))
         else:
-            console.print_json(data=dry_run_json(spec))
+            console.print_json(data=dry_run_json(sub.spec))
         return
     try:
         jobs = service.submit(rt, [spec], token=os.environ.get("CROSSDOCK_IDEMPOTENCY_TOKEN"))

@@ -53,3 +53,7 @@ _mount_optional()
 
 def main() -> None:
     app()
+
+
+if __name__ == "__main__":
+    main()

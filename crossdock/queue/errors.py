@@ -20,7 +20,8 @@ class InvalidOption(CrossdockError):
 
     def __init__(self, option: str, value: object, accepted: str):
         self.option, self.value, self.accepted = option, value, accepted
-        super().__init__(f"{option}: invalid value {value!r}; accepted: {accepted}")
+        what = "unknown option or missing value" if value is None else f"invalid value {value!r}"
+        super().__init__(f"{option}: {what}; accepted: {accepted}")
 
 
 class InvalidJob(CrossdockError):

@@ -35,3 +35,163 @@ def test_failing_job_records_its_exit_code(cluster, tmp_path):
     job, = submit(cluster.rt, command=["sh", "-c", "exit 7"], workdir=str(tmp_path))
     done = cluster.wait(job.id)
     assert (done.state, done.exit_code, done.reason) == (JobState.FAILED, 7, Reason.NON_ZERO_EXIT)
+
+
+def test_time_limit_ends_in_timeout(cluster, tmp_path):
+    job, = service.submit(cluster.rt, [JobSpec(command=["sleep", "30"], time_limit_seconds=1, workdir=str(tmp_path))])
+    done = cluster.wait(job.id, timeout=30)
+    assert (done.state, done.reason) == (JobState.TIMEOUT, Reason.TIME_LIMIT)
+    assert done.signal == signal.SIGTERM
+
+
+def _alive(pid: int) -> bool:
+    try:
+        with open(f"/proc/{pid}/stat") as f:
+            return f.read().split(")")[-1].split()[0] != "Z"
+    except FileNotFoundError:
+        return False
+
+
+def test_cancel_of_a_running_job_kills_its_process_group(cluster, tmp_path):
+    script = "#!/bin/sh\nsleep 300 &\necho $! > child.pid\necho $$ > parent.pid\nwait\n"
+    job, = service.submit(cluster.rt, [JobSpec(script=script, workdir=str(tmp_path))])
+    cluster.wait(job.id, {JobState.RUNNING})
+    deadline = time.monotonic() + 10
+    while not (tmp_path / "child.pid").exists() and time.monotonic() < deadline:
+        time.sleep(0.05)
+    child = int((tmp_path / "child.pid").read_text())
+    parent = int((tmp_path / "parent.pid").read_text())
+    assert _alive(child)
+    service.cancel(cluster.rt, [str(job.id)], cluster.send)
+    done = cluster.wait(job.id, timeout=30)
+    assert done.state is JobState.CANCELLED
+    deadline = time.monotonic() + 5
+    while (_alive(child) or _alive(parent)) and time.monotonic() < deadline:
+        time.sleep(0.05)
+    assert not _alive(child) and not _alive(parent)
+
+
+def test_cancel_of_a_pending_job_is_immediate(cluster, tmp_path):
+    job, = service.submit(cluster.rt, [JobSpec(command=["true"], hold=True, workdir=str(tmp_path))])
+    service.cancel(cluster.rt, [str(job.id)], cluster.send)
+    assert cluster.rt.store.get(job.id).state is JobState.CANCELLED
+
+
+def test_array_throttle_never_runs_more_than_two_at_once(cluster, tmp_path):
+    script = "#!/bin/sh\ndate +%s.%N > start.$SLURM_ARRAY_TASK_ID\nsleep 1\ndate +%s.%N > end.$SLURM_ARRAY_TASK_ID\n"
+    jobs = service.submit(cluster.rt, [JobSpec(script=script, workdir=str(tmp_path),
+                                               array=ArraySpec(task_ids=list(range(6)), max_running=2))])
+    for j in jobs:
+        assert cluster.wait(j.id, timeout=60).state is JobState.COMPLETED
+    spans = [(float((tmp_path / f"start.{t}").read_text()), float((tmp_path / f"end.{t}").read_text()))
+             for t in range(6)]
+    points = sorted([(s, 1) for s, _ in spans] + [(e, -1) for _, e in spans])
+    running = peak = 0
+    for _, d in points:
+        running += d
+        peak = max(peak, running)
+    assert peak == 2
+    assert all(len(cluster.rt.store.events(j.id)) == 4 for j in jobs)
+
+
+def test_afterok_and_afternotok_chains(cluster, tmp_path):
+    rt = cluster.rt
+    ok, = submit(rt, command=["true"], workdir=str(tmp_path))
+    bad, = submit(rt, command=["false"], workdir=str(tmp_path))
+    after_ok, = submit(rt, command=["true"], workdir=str(tmp_path),
+                       dependency=DependencySpec(deps=[Dependency(type="afterok", job_id=ok.id)]))
+    after_bad, = submit(rt, command=["true"], workdir=str(tmp_path),
+                        dependency=DependencySpec(deps=[Dependency(type="afternotok", job_id=bad.id)]))
+    never, = submit(rt, command=["true"], workdir=str(tmp_path),
+                    dependency=DependencySpec(deps=[Dependency(type="afterok", job_id=bad.id)]))
+    assert cluster.wait(after_ok.id).state is JobState.COMPLETED
+    assert cluster.wait(after_bad.id).state is JobState.COMPLETED
+    gone = cluster.wait(never.id)
+    assert (gone.state, gone.reason) == (JobState.CANCELLED, Reason.DEPENDENCY_NEVER_SATISFIED)
+    assert gone.attempts == 0  # never dispatched
+    assert rt.store.get(after_ok.id).start_time >= rt.store.get(ok.id).end_time
+
+
+def test_a_worker_killed_mid_job_loses_nothing(cluster, tmp_path):
+    rt = cluster.rt
+    running, = submit(rt, command=["sh", "-c", "sleep 2; echo survived"], workdir=str(tmp_path), stdout="r.out")
+    cluster.wait(running.id, {JobState.RUNNING})
+    cluster.kill_worker()
+    queued, = submit(rt, command=["sh", "-c", "echo later"], workdir=str(tmp_path), stdout="q.out")
+    done = cluster.wait(running.id, timeout=30)
+    assert done.state is JobState.COMPLETED and (tmp_path / "r.out").read_text() == "survived\n"
+    time.sleep(1)
+    assert rt.store.get(queued.id).state in (JobState.PENDING, JobState.SCHEDULED)
+    cluster.restart_worker()
+    assert cluster.wait(queued.id, timeout=60).state is JobState.COMPLETED
+    assert (tmp_path / "q.out").read_text() == "later\n"
+
+
+def test_a_dispatch_delivered_twice_starts_one_process(cluster, tmp_path):
+    rt = cluster.rt
+    job, = submit(rt, command=["sh", "-c", "echo started >> starts.txt; sleep 1"], workdir=str(tmp_path))
+    cluster.wait(job.id, {JobState.RUNNING})
+    for _ in range(3):  # the same (job, attempt) again, as a redelivery after a visibility timeout would
+        cluster.send("crossdock.dispatch", [job.id, 1], "local")
+    assert cluster.wait(job.id).state is JobState.COMPLETED
+    time.sleep(1)
+    assert (tmp_path / "starts.txt").read_text() == "started\n"
+    assert [e["to"] for e in rt.store.events(job.id)].count("RUNNING") == 1
+
+
+def test_a_job_whose_supervisor_dies_is_marked_and_requeued(cluster, tmp_path):
+    rt = cluster.rt
+    job, = submit(rt, command=["sh", "-c", "echo run >> runs.txt; sleep 20"], workdir=str(tmp_path),
+                  time_limit_seconds=60)
+    cluster.wait(job.id, {JobState.RUNNING})
+    sup = [p for p in os.listdir("/proc") if p.isdigit() and _is_supervisor(int(p), job.id)]
+    assert sup, "no supervisor process found"
+    for p in sup:
+        os.kill(int(p), signal.SIGKILL)
+    cluster.wait(job.id, {JobState.PENDING, JobState.SCHEDULED, JobState.NODE_FAIL}, timeout=40)
+    states = [e["to"] for e in rt.store.events(job.id)]
+    assert "NODE_FAIL" in states
+    again = cluster.wait(job.id, {JobState.RUNNING}, timeout=40)
+    assert again.attempts == 2
+    service.cancel(rt, [str(job.id)], cluster.send)
+    cluster.wait(job.id, timeout=30)
+
+
+def _is_supervisor(pid: int, job_id: int) -> bool:
+    try:
+        argv = Path(f"/proc/{pid}/cmdline").read_bytes().split(b"\0")
+    except OSError:
+        return False
+    return b"crossdock.backends.local.supervisor" in argv and str(job_id).encode() in argv
+
+
+def test_python_callable_result_and_remote_exception(cluster, tmp_path, monkeypatch):
+    from crossdock.client import Client
+
+    monkeypatch.chdir(tmp_path)
+    client = Client(cluster.rt)
+    h = client.submit(pow, 2, 10, queue="preprocessing")
+    assert h.result(timeout=60) == 1024
+
+    def boom(x):
+        raise ValueError(f"bad input {x}")
+
+    h = client.submit(boom, 42)
+    with pytest.raises(ValueError, match="bad input 42") as exc:
+        h.result(timeout=60)
+    assert any("remote traceback" in n and "boom" in n for n in exc.value.__notes__)
+    assert h.state is JobState.FAILED
+    handles = client.map(lambda x: x * x, [1, 2, 3], max_running=2)
+    assert [hh.result(timeout=60) for hh in handles] == [1, 4, 9]
+
+
+def test_arguments_are_never_interpreted_by_a_shell(cluster, tmp_path):
+    weird = ["it's", '"quoted"', "$(touch pwned)", "line1\nline2", "ünïcødé ✓", "; rm -rf /"]
+    job, = submit(cluster.rt, command=["python3", "-c", "import sys, json; print(json.dumps(sys.argv[1:]))"],
+                  args=weird, name="$(touch pwned-name) 'x'", workdir=str(tmp_path), stdout="out.json")
+    assert cluster.wait(job.id).state is JobState.COMPLETED
+    import json
+
+    assert json.loads((tmp_path / "out.json").read_text()) == weird
+    assert not (tmp_path / "pwned").exists() and not (tmp_path / "pwned-name").exists()
+    assert cluster.rt.store.get(job.id).spec.name == "$(touch pwned-name) 'x'"

@@ -1,0 +1,3 @@
+from crossdock.cli.main import main
+
+main()
