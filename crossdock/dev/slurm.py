@@ -444,6 +444,18 @@ def start_controller(layout: Layout) -> None:
     _wait(lambda: _ping(layout), 20, "slurmctld to answer scontrol ping", layout.logs / "slurmctld.log")
 
 
+def wait_nodes_ready(layout: Layout, timeout: float = READY_TIMEOUT_S) -> None:
+    """Until every node is up in slurmctld's view (after a restart they are ``unknown`` until
+    their slurmd registers again)."""
+
+    def ready() -> bool:
+        _check_alive(layout, [(f"slurmd-{n.name}", "slurmd") for n in NODES])
+        states = node_states(layout)
+        return len(states) == len(NODES) and all(s.rstrip("*~#") in READY_NODE_STATES for s in states.values())
+
+    _wait(ready, timeout, "nodes to be idle", layout.logs / "slurmctld.log")
+
+
 def stop_controller(layout: Layout) -> None:
     pid = _live_pid(layout.pidfile("slurmctld"), "slurmctld")
     if pid:
@@ -567,13 +579,7 @@ def up(state_dir: str | os.PathLike[str] | None = None, with_rest: bool = True, 
         start_slurmd(layout, node)
     if with_rest:
         start_restd(layout)
-
-    def nodes_ready() -> bool:
-        _check_alive(layout, [(f"slurmd-{n.name}", "slurmd") for n in NODES])
-        states = node_states(layout)
-        return len(states) == len(NODES) and all(s.rstrip("*~#") in READY_NODE_STATES for s in states.values())
-
-    _wait(nodes_ready, READY_TIMEOUT_S, f"nodes to be idle ({node_states(layout)})", layout.logs / "slurmctld.log")
+    wait_nodes_ready(layout)
     env = {
         "SLURM_CONF": str(layout.conf),
     }

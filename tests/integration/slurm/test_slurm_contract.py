@@ -204,6 +204,7 @@ def test_submission_survives_a_controller_outage(backend, slurm_cluster, make_jo
     finally:
         dev.start_controller(layout)
     thread.join(timeout=90)
+    dev.wait_nodes_ready(layout)
     assert "error" not in result, result.get("error")
     assert time.monotonic() - stopped_at >= 30
     status = wait_terminal(backend, str(result["ref"]), timeout=60)
