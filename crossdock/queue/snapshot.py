@@ -54,6 +54,10 @@ class Allocation:
     start_time: datetime | None = None
     time_limit_minutes: int | None = None
     grace_seconds: int = 0
+    group: int | None = None
+    """The array job id for array tasks (anti-affinity keeps one task of a group per node)."""
+    terminating: bool = False
+    """Being preempted: still holds its capacity until it is gone."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -80,3 +84,5 @@ class Snapshot:
     running_per_array: Mapping[int, int] = field(default_factory=lambda: MappingProxyType({}))
     usage: Mapping[str, float] = field(default_factory=lambda: MappingProxyType({}))
     """Decayed fair-share usage per ``queue`` and per ``queue/user`` key."""
+    nominations: Mapping[int, str] = field(default_factory=lambda: MappingProxyType({}))
+    """Pending preemptor job id -> node whose capacity is being freed for it (from earlier cycles)."""

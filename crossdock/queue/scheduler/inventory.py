@@ -1,0 +1,207 @@
+"""The cycle's mutable copy of the cluster as numpy arrays, one entry per node (sorted by name).
+
+Per node: allocatable and used CPU (millicores) and memory (MiB), and per GPU device its free
+amount in milli-GPU (``1000`` = idle, ``0`` = fully taken). MIG-partitioned devices are not
+usable whole; their slices are tracked per profile. Summaries the filters read in one vector
+operation are kept up to date after every change to a node: ``gpu_free`` (idle devices),
+``island_free`` (most idle devices inside one NVLink island), ``share_top`` (largest free
+amount on one device) and ``mig_free[profile]``.
+
+A device (or slice) is handed out only when it has the amount free, so whole GPUs are never
+over-committed; shares only go to nodes whose pool declares GPU sharing (the filters check).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Sequence
+
+import numpy as np
+
+from crossdock.queue.snapshot import Allocation, Node
+
+FULL = 1000
+
+
+@dataclass
+class Assignment:
+    """What one worker of a job took on one node; enough to undo it."""
+
+    node: int
+    cpu_milli: int
+    memory_mib: int
+    devices: list[tuple[int, int]] = field(default_factory=list)
+    """(device column, milli-GPU taken)."""
+    slices: list[tuple[str, str]] = field(default_factory=list)
+    """(profile, slice id)."""
+    group: int | None = None
+
+    def gpu_ids(self, inv: "Inventory") -> tuple[str, ...]:
+        return tuple(inv.dev_ids[self.node][c] for c, _ in self.devices) + tuple(s for _, s in self.slices)
+
+
+class Inventory:
+    def __init__(self, nodes: Sequence[Node]):
+        self.nodes = sorted(nodes, key=lambda n: n.name)
+        self.index = {n.name: i for i, n in enumerate(self.nodes)}
+        n = len(self.nodes)
+        self.n = n
+        self.cpu_alloc = np.array([x.cpu_milli for x in self.nodes], np.int64)
+        self.mem_alloc = np.array([x.memory_mib for x in self.nodes], np.int64)
+        self.cpu_used = np.zeros(n, np.int64)
+        self.mem_used = np.zeros(n, np.int64)
+        self.schedulable = np.array([x.schedulable for x in self.nodes], bool)
+        self.pool_names = sorted({x.pool for x in self.nodes})
+        pid = {p: i for i, p in enumerate(self.pool_names)}
+        self.pool_id = np.array([pid[x.pool] for x in self.nodes], np.int32)
+        self.sharing = np.array([x.gpu_sharing for x in self.nodes], bool)
+        whole = [[g for g in x.gpus if not g.mig] for x in self.nodes]
+        width = max((len(w) for w in whole), default=0) or 1
+        self.dev_ids = [[g.id for g in w] for w in whole]
+        self.dev_col = [{g.id: c for c, g in enumerate(w)} for w in whole]
+        self.dev_exists = np.zeros((n, width), bool)
+        self.dev_free = np.zeros((n, width), np.int64)
+        self.dev_island = np.full((n, width), -1, np.int64)
+        for i, w in enumerate(whole):
+            self.dev_exists[i, :len(w)] = True
+            self.dev_free[i, :len(w)] = FULL
+            self.dev_island[i, :len(w)] = [g.island if g.island is not None else -1 for g in w]
+        self.model = [(w[0].model.lower() if w else (x.gpus[0].model.lower() if x.gpus else "")) for w, x in
+                      zip(whole, self.nodes)]
+        self.gpu_total = self.dev_exists.sum(axis=1).astype(np.int64)
+        self.island_cap = np.zeros(n, np.int64)
+        for i in range(n):
+            isl = self.dev_island[i][self.dev_exists[i]]
+            if len(isl) and (isl >= 0).any():
+                self.island_cap[i] = np.bincount(isl[isl >= 0]).max()
+        self.gpu_free = self.gpu_total.copy()
+        self.island_free = np.where(self.island_cap > 0, self.island_cap, self.gpu_total)
+        self.share_top = np.where(self.gpu_total > 0, FULL, 0).astype(np.int64)
+        self.slice_free: list[dict[str, list[str]]] = [{} for _ in range(n)]
+        self.slice_home: dict[str, tuple[int, str]] = {}
+        for i, x in enumerate(self.nodes):
+            for g in x.gpus:
+                for k, profile in enumerate(g.mig):
+                    sid = slice_id(g.id, profile, k)
+                    self.slice_free[i].setdefault(profile, []).append(sid)
+                    self.slice_home[sid] = (i, profile)
+        profiles = sorted({p for s in self.slice_free for p in s})
+        self.mig_free = {p: np.array([len(s.get(p, ())) for s in self.slice_free], np.int64) for p in profiles}
+        self.group_nodes: dict[int, set[int]] = {}
+        """Anti-affinity group -> nodes running one of its workers."""
+        self.version = 0
+        """Bumped whenever capacity is given back (rollback, simulation); caches keyed on it."""
+
+    # --- free capacity -----------------------------------------------------------------------
+    @property
+    def cpu_free(self) -> np.ndarray:
+        return self.cpu_alloc - self.cpu_used
+
+    @property
+    def mem_free(self) -> np.ndarray:
+        return self.mem_alloc - self.mem_used
+
+    def refresh(self, i: int) -> None:
+        """Recompute node ``i``'s GPU summaries from its device row."""
+        free = self.dev_free[i]
+        ex = self.dev_exists[i]
+        idle = ex & (free == FULL)
+        self.gpu_free[i] = int(idle.sum())
+        if self.island_cap[i] > 0:
+            isl = self.dev_island[i][idle]
+            self.island_free[i] = int(np.bincount(isl[isl >= 0]).max()) if (isl >= 0).any() else 0
+        else:
+            self.island_free[i] = self.gpu_free[i]
+        self.share_top[i] = int(free[ex].max()) if ex.any() else 0
+        for p, arr in self.mig_free.items():
+            arr[i] = len(self.slice_free[i].get(p, ()))
+
+    # --- snapshot allocations ----------------------------------------------------------------
+    def apply(self, a: Allocation) -> None:
+        i = self.index.get(a.node)
+        if i is None:
+            return
+        self.cpu_used[i] += a.cpu_milli
+        self.mem_used[i] += a.memory_mib
+        cols = self.dev_col[i]
+        for gid in a.gpu_ids:
+            if gid in cols:
+                self.dev_free[i, cols[gid]] = 0
+            elif gid in self.slice_home:
+                _, profile = self.slice_home[gid]
+                free = self.slice_free[i].get(profile, [])
+                if gid in free:
+                    free.remove(gid)
+        for gid, frac in a.gpu_share.items():
+            if gid in cols:
+                self.dev_free[i, cols[gid]] -= max(1, round(frac * FULL))
+        if a.job_id is not None:
+            self.group_nodes.setdefault(a.group if a.group is not None else a.job_id, set()).add(i)
+        self.refresh(i)
+
+    def release(self, a: Allocation) -> None:
+        """Give back what ``a`` holds (a preemption victim, simulated)."""
+        i = self.index.get(a.node)
+        if i is None:
+            return
+        self.cpu_used[i] -= a.cpu_milli
+        self.mem_used[i] -= a.memory_mib
+        cols = self.dev_col[i]
+        for gid in a.gpu_ids:
+            if gid in cols:
+                self.dev_free[i, cols[gid]] = FULL
+            elif gid in self.slice_home:
+                self.slice_free[i].setdefault(self.slice_home[gid][1], []).append(gid)
+                self.slice_free[i][self.slice_home[gid][1]].sort()
+        for gid, frac in a.gpu_share.items():
+            if gid in cols:
+                self.dev_free[i, cols[gid]] += max(1, round(frac * FULL))
+        self.version += 1
+        self.refresh(i)
+
+    # --- saving and restoring one node (simulations) -----------------------------------------
+    def save(self, i: int) -> tuple:
+        return (int(self.cpu_used[i]), int(self.mem_used[i]), self.dev_free[i].copy(),
+                {p: list(s) for p, s in self.slice_free[i].items()})
+
+    def restore(self, i: int, saved: tuple) -> None:
+        self.cpu_used[i], self.mem_used[i], row, slices = saved
+        self.dev_free[i] = row
+        self.slice_free[i] = {p: list(s) for p, s in slices.items()}
+        self.version += 1
+        self.refresh(i)
+
+    # --- taking capacity ---------------------------------------------------------------------
+    def take(self, i: int, cpu: int, mem: int, devices: list[tuple[int, int]], slices: list[tuple[str, str]],
+             group: int | None) -> Assignment:
+        self.cpu_used[i] += cpu
+        self.mem_used[i] += mem
+        for c, amount in devices:
+            if self.dev_free[i, c] < amount:
+                raise AssertionError(f"device {self.dev_ids[i][c]} over-committed")
+            self.dev_free[i, c] -= amount
+        for profile, sid in slices:
+            self.slice_free[i][profile].remove(sid)
+        if group is not None:
+            self.group_nodes.setdefault(group, set()).add(i)
+        self.refresh(i)
+        return Assignment(i, cpu, mem, devices, slices, group)
+
+    def undo(self, a: Assignment) -> None:
+        i = a.node
+        self.cpu_used[i] -= a.cpu_milli
+        self.mem_used[i] -= a.memory_mib
+        for c, amount in a.devices:
+            self.dev_free[i, c] += amount
+        for profile, sid in a.slices:
+            self.slice_free[i][profile].append(sid)
+            self.slice_free[i][profile].sort()
+        if a.group is not None:
+            self.group_nodes.get(a.group, set()).discard(i)
+        self.version += 1
+        self.refresh(i)
+
+
+def slice_id(device_id: str, profile: str, k: int) -> str:
+    """The id of the ``k``-th MIG slice of a device, e.g. ``node1-gpu0/mig-1g.10gb-3``."""
+    return f"{device_id}/mig-{profile}-{k}"

@@ -1,0 +1,119 @@
+"""Choosing nodes and devices for one job: filter, score, pick, assign — all workers or none.
+
+- Like kube-scheduler, a single-worker job scores only a sample of the feasible nodes on big
+  clusters (``percentageOfNodesToScore``'s adaptive default: ``max(5, 50 - n/125)`` percent,
+  at least 100 nodes), taken round-robin from where the previous job's sample ended; ties go
+  to the lower node index (nodes are sorted by name), so a cycle is deterministic.
+- A gang (``nodes > 1``) gets its N best-scoring feasible nodes, one worker per node; with a
+  ``topology_key`` all N come from one label value (the domain with the best N scores).
+- If any worker cannot get its devices, every worker already assigned is rolled back.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+from crossdock.queue.scheduler import gpus
+from crossdock.queue.scheduler.framework import CycleState
+from crossdock.queue.scheduler.inventory import FULL, Assignment, Inventory
+from crossdock.queue.scheduler.registry import Profile
+from crossdock.queue.scheduler.request import Request
+
+MIN_NODES_TO_SCORE = 100
+
+
+def nodes_to_score(total: int) -> int:
+    if total < MIN_NODES_TO_SCORE:
+        return total
+    pct = max(5, 50 - total // 125)
+    return max(MIN_NODES_TO_SCORE, total * pct // 100)
+
+
+def sample(state: CycleState, feasible: np.ndarray) -> np.ndarray:
+    want = nodes_to_score(state.inventory.n)
+    if len(feasible) <= want:
+        return feasible
+    start = state.extra.get("next_start", 0)
+    pos = int(np.searchsorted(feasible, start))
+    picked = np.concatenate([feasible[pos:], feasible[:pos]])[:want]
+    state.extra["next_start"] = (int(picked[-1]) + 1) % state.inventory.n
+    return np.sort(picked)
+
+
+def assign_worker(inv: Inventory, req: Request, i: int) -> Assignment | None:
+    devices: list[tuple[int, int]] = []
+    slices: list[tuple[str, str]] = []
+    cpu, mem = req.cpu_milli, req.memory_mib
+    if req.exclusive:
+        cpu, mem = int(inv.cpu_free[i]), int(inv.mem_free[i])
+        idle = np.flatnonzero(inv.dev_exists[i] & (inv.dev_free[i] == FULL))
+        devices = [(int(c), FULL) for c in idle]
+        if len(idle) < req.gpus:
+            return None
+    elif req.gpus:
+        cols = gpus.choose_whole(inv.dev_free[i], inv.dev_exists[i], inv.dev_island[i], req.gpus,
+                                 int(inv.island_cap[i]))
+        if cols is None:
+            return None
+        devices = [(c, FULL) for c in cols]
+    if req.gpu_share_milli:
+        col = gpus.choose_share(inv.dev_free[i], inv.dev_exists[i], req.gpu_share_milli)
+        if col is None:
+            return None
+        devices = [(col, req.gpu_share_milli)]
+    if req.mig_count:
+        picked = gpus.choose_slices(inv.slice_free[i], req.mig or "", req.mig_count)
+        if picked is None:
+            return None
+        slices = [(req.mig or "", s) for s in picked]
+    return inv.take(i, cpu, mem, devices, slices, req.group if req.anti_affinity else None)
+
+
+def _domains(state: CycleState, req: Request, feasible: np.ndarray, scores: np.ndarray) -> np.ndarray | None:
+    """The feasible nodes of the best topology domain that holds the whole gang."""
+    nodes = state.inventory.nodes
+    by_value: dict[str, list[int]] = {}
+    for k, i in enumerate(feasible):
+        value = nodes[i].labels.get(req.topology_key or "")
+        if value is not None:
+            by_value.setdefault(value, []).append(k)
+    best: tuple[int, str] | None = None
+    for value, ks in sorted(by_value.items()):
+        if len(ks) < req.nodes:
+            continue
+        top = int(np.sort(scores[ks])[::-1][:req.nodes].sum())
+        if best is None or top > best[0]:
+            best = (top, value)
+    if best is None:
+        return None
+    return np.array(by_value[best[1]], np.int64)
+
+
+def choose(state: CycleState, profile: Profile, req: Request, feasible: np.ndarray) -> np.ndarray | None:
+    """The node indexes the workers go to, best first; None when the gang cannot be met."""
+    if len(feasible) < req.nodes:
+        return None
+    cand = sample(state, feasible) if req.nodes == 1 else feasible
+    scores = profile.score(state, req, cand)
+    if req.topology_key:
+        ks = _domains(state, req, cand, scores)
+        if ks is None:
+            return None
+        cand, scores = cand[ks], scores[ks]
+    order = np.lexsort((cand, -scores))
+    return cand[order[:req.nodes]]
+
+
+def place(state: CycleState, profile: Profile, req: Request, feasible: np.ndarray) -> list[Assignment] | None:
+    picks = choose(state, profile, req, feasible)
+    if picks is None:
+        return None
+    done: list[Assignment] = []
+    for i in picks:
+        a = assign_worker(state.inventory, req, int(i))
+        if a is None:
+            for prev in reversed(done):
+                state.inventory.undo(prev)
+            return None
+        done.append(a)
+    return done

@@ -1,0 +1,30 @@
+"""GpuModel: a job that names GPU models (one, or any of a set) runs only on nodes with one of them."""
+
+from __future__ import annotations
+
+import numpy as np
+
+from crossdock.queue.scheduler.framework import CycleState
+from crossdock.queue.scheduler.plugins._base import SimpleFilter
+from crossdock.queue.scheduler.registry import register
+from crossdock.queue.scheduler.request import Request
+
+NAME = "GpuModel"
+
+
+def wants_gpu(req: Request) -> bool:
+    return req.gpus > 0 or req.gpu_share_milli > 0 or req.mig_count > 0
+
+
+@register
+class GpuModel(SimpleFilter):
+    name = NAME
+
+    def filter(self, state: CycleState, req: Request, idx: np.ndarray) -> np.ndarray:
+        if not req.models or not wants_gpu(req):
+            return np.ones(len(idx), bool)
+        model = state.inventory.model
+        return np.array([model[i] in req.models for i in idx], bool)
+
+    def message_for(self, req: Request) -> str:
+        return f"node(s) didn't have GPU model {req.gpu_models_label}"

@@ -1,0 +1,27 @@
+"""PoolMembership: a job runs only in the pools (node pools / partitions) its queue allows."""
+
+from __future__ import annotations
+
+import numpy as np
+
+from crossdock.queue.scheduler.framework import CycleState
+from crossdock.queue.scheduler.plugins._base import SimpleFilter
+from crossdock.queue.scheduler.registry import register
+from crossdock.queue.scheduler.request import Request
+
+NAME = "PoolMembership"
+
+
+def pool_mask(state: CycleState, pools: tuple[str, ...]) -> np.ndarray:
+    inv = state.inventory
+    ids = [i for i, p in enumerate(inv.pool_names) if p in pools]
+    return np.isin(inv.pool_id, ids)
+
+
+@register
+class PoolMembership(SimpleFilter):
+    name = NAME
+    message = "node(s) didn't match the job's pools"
+
+    def filter(self, state: CycleState, req: Request, idx: np.ndarray) -> np.ndarray:
+        return pool_mask(state, req.pools)[idx]

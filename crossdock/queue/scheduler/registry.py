@@ -1,0 +1,121 @@
+"""Plugins registered by name, and the profile a queue's config selects.
+
+A queue's ``placement`` picks the score plugins (``binpack``: RequestedToCapacityRatio with the
+bin-packing shape plus GpuFragmentation; ``spread``: LeastAllocated; ``most-requested``:
+MostAllocated; ``balanced``: BalancedAllocation). Its ``plugin_weights`` may re-weight any
+score plugin by name (0 turns it off) and weight resources for the resource scores with the
+keys ``cpu``, ``memory`` and ``nvidia.com/gpu``. Every profile runs every filter, in
+:data:`FILTERS` order; a node's first failing filter is the reason it is counted under.
+"""
+
+from __future__ import annotations
+
+from typing import Any, Mapping
+
+import numpy as np
+
+from crossdock.queue.scheduler.framework import CycleState
+from crossdock.queue.scheduler.request import Request
+
+REGISTRY: dict[str, type] = {}
+
+
+def register(cls: type) -> type:
+    REGISTRY[cls.name] = cls
+    return cls
+
+
+def create(name: str) -> Any:
+    _load()
+    try:
+        return REGISTRY[name]()
+    except KeyError:
+        raise ValueError(f"unknown scheduler plugin {name!r}; registered: {', '.join(sorted(REGISTRY))}") from None
+
+
+FILTERS = ("NodeUnschedulable", "PoolMembership", "NodeList", "NodeSelector", "TaintToleration", "GpuModel",
+           "GpuSharing", "MigProfile", "NodeResourcesFit", "GpuTopology", "AntiAffinity", "ReservedCapacity")
+PLACEMENT_SCORES: dict[str, dict[str, int]] = {
+    "binpack": {"RequestedToCapacityRatio": 1, "GpuFragmentation": 1},
+    "spread": {"LeastAllocated": 1},
+    "most-requested": {"MostAllocated": 1},
+    "balanced": {"BalancedAllocation": 1},
+}
+
+
+class Profile:
+    """The filters and weighted scores one placement strategy runs."""
+
+    def __init__(self, filters: list[Any], scores: list[tuple[Any, int]]):
+        self.filters = filters
+        self.static_filters = [f for f in filters if f.static]
+        self.dynamic_filters = [f for f in filters if not f.static]
+        self.scores = scores
+
+    def static_nodes(self, state: CycleState, req: Request) -> np.ndarray:
+        """Indexes of the nodes that pass every static filter (cached per request shape)."""
+        key = ("static", req.static_key())
+        hit = state.cache.get(key)
+        if hit is None:
+            idx = np.arange(state.inventory.n)
+            for f in self.static_filters:
+                idx = idx[f.filter(state, req, idx)]
+            state.cache[key] = hit = idx
+        return hit
+
+    def feasible(self, state: CycleState, req: Request, idx: np.ndarray | None = None) -> np.ndarray:
+        """Indexes of the nodes (among ``idx``, default all) that may hold one worker now."""
+        out = self.static_nodes(state, req) if idx is None else idx
+        for f in self.dynamic_filters:
+            if len(out) == 0:
+                break
+            out = out[f.filter(state, req, out)]
+        return out
+
+    def reasons(self, state: CycleState, req: Request) -> dict[str, int]:
+        """``{message: nodes}``, each failing node counted under its first failing filter."""
+        idx = np.arange(state.inventory.n)
+        out: dict[str, int] = {}
+        for f in self.filters:
+            if len(idx) == 0:
+                break
+            for message, count in f.reasons(state, req, idx).items():
+                out[message] = out.get(message, 0) + count
+            idx = idx[f.filter(state, req, idx)]
+        return out
+
+    def score(self, state: CycleState, req: Request, idx: np.ndarray) -> np.ndarray:
+        total = np.zeros(len(idx), np.int64)
+        for plugin, weight in self.scores:
+            total += weight * plugin.score(state, req, idx)
+        return total
+
+
+_PROFILES: dict[tuple, Profile] = {}
+
+
+def profile_for(placement: str, plugin_weights: Mapping[str, int] | None = None) -> Profile:
+    _load()
+    weights = dict(PLACEMENT_SCORES.get(placement) or PLACEMENT_SCORES["binpack"])
+    for name, w in (plugin_weights or {}).items():
+        if name in REGISTRY and hasattr(REGISTRY[name], "score"):
+            weights[name] = int(w)
+    key = (placement, tuple(sorted(weights.items())))
+    prof = _PROFILES.get(key)
+    if prof is None:
+        prof = Profile([create(n) for n in FILTERS], [(create(n), w) for n, w in weights.items() if w > 0])
+        _PROFILES[key] = prof
+    return prof
+
+
+def explain(reasons: Mapping[str, int], total: int, tail: str = "") -> str:
+    """kube-scheduler's FitError text: ``0/N nodes are available: <count> <reason>, ….``"""
+    parts = sorted(f"{count} {message}" for message, count in reasons.items())
+    text = f"0/{total} nodes are available"
+    text += (": " + ", ".join(parts) + ".") if parts else "."
+    return text + (f" {tail}" if tail else "")
+
+
+def _load() -> None:
+    if not REGISTRY:
+        import crossdock.queue.scheduler.plugins  # noqa: F401  (registers every plugin)

@@ -1,0 +1,127 @@
+"""A pending job reduced to what placement needs: per-node amounts, constraints and ordering facts.
+
+``build_request(job, config)`` is called once per job and cycle; everything after it (filters,
+scores, preemption, backfill) reads only the :class:`Request`.
+
+Units: CPU in millicores (the *request*: the job's CPUs times its queue's ``cpu_request_ratio``,
+CPU being compressible), memory in MiB, whole GPUs as counts, a GPU share in milli-GPU
+(``250`` = a quarter of one GPU), MIG slices as a profile name and a count.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from datetime import datetime
+
+from crossdock.queue.admission import check_limits
+from crossdock.queue.config import ClusterConfig
+from crossdock.queue.errors import InvalidJob
+from crossdock.queue.models import Job
+
+Toleration = tuple[str, str, str, str]
+"""(key, operator, value, effect) with operator ``Equal`` or ``Exists``; empty effect = any."""
+
+
+@dataclass(frozen=True, slots=True)
+class Request:
+    job_id: int
+    queue: str
+    user: str
+    priority: int
+    preemptible: bool
+    can_preempt: bool
+    pools: tuple[str, ...]
+    nodes: int = 1
+    cpu_milli: int = 0
+    memory_mib: int = 0
+    gpus: int = 0
+    gpu_share_milli: int = 0
+    mig: str | None = None
+    mig_count: int = 0
+    models: frozenset[str] = frozenset()
+    nodelist: frozenset[str] = frozenset()
+    exclude: frozenset[str] = frozenset()
+    node_selector: tuple[tuple[str, str], ...] = ()
+    tolerations: tuple[Toleration, ...] = ()
+    anti_affinity: bool = False
+    group: int = 0
+    """Jobs of one array share a group; anti-affinity keeps one worker of a group per node."""
+    topology_key: str | None = None
+    """Node label whose value must be the same for every node of a gang (one NVLink/IB domain)."""
+    exclusive: bool = False
+    time_limit_s: float | None = None
+    submit_time: datetime | None = None
+    placement: str = "binpack"
+    limit_error: str | None = None
+    grace_seconds: int = 30
+    nice: int = 0
+
+    @property
+    def gpu_models_label(self) -> str:
+        return "|".join(sorted(self.models)) or "any"
+
+    def static_key(self) -> tuple:
+        """What the static filters (pool, node list, selector, taints, model) depend on."""
+        return (self.pools, self.nodelist, self.exclude, self.node_selector, self.tolerations, self.models,
+                self.gpu_share_milli > 0, self.mig)
+
+    def shape_key(self) -> tuple:
+        """Two requests with equal shape keys fit exactly the same nodes in the same state."""
+        return (self.static_key(), self.nodes, self.cpu_milli, self.memory_mib, self.gpus, self.gpu_share_milli,
+                self.mig_count, self.anti_affinity and self.group, self.topology_key, self.exclusive,
+                self.time_limit_s)
+
+
+def build_request(job: Job, config: ClusterConfig) -> Request:
+    spec = job.spec
+    queue = config.queues.get(job.queue)
+    ratio = queue.cpu_request_ratio if queue else 1.0
+    cpus = spec.cpus_per_node()
+    mem = spec.mem_per_node(config.scheduler.default_mem_per_cpu_mib * cpus)
+    pc = config.priority_classes.get(job.priority_class) if job.priority_class else None
+    if pc is None and queue is not None:
+        pc = config.priority_classes.get(queue.priority_class)
+    gpus = share = mig_count = 0
+    mig = None
+    models: frozenset[str] = frozenset()
+    req = spec.gpu_request()
+    if req is not None:
+        models = frozenset(m.lower() for m in req.allowed_models())
+        if req.share is not None:
+            share = max(1, round(req.share * 1000))
+        elif req.mig:
+            mig, mig_count = req.mig, spec.gpus_per_node()
+        else:
+            gpus = spec.gpus_per_node()
+    limit_error = None
+    if queue is not None:
+        try:
+            check_limits(spec, config, job.queue)
+        except InvalidJob as exc:
+            limit_error = str(exc)
+    pools = tuple(job.pools) or (tuple(queue.pools) if queue else ())
+    tolerations = tuple(_toleration(t) for t in (getattr(spec, "tolerations", None) or ()))
+    selector = getattr(spec, "node_selector", None) or {}
+    limit = spec.time_limit_minutes or (queue.default_time_minutes if queue else None)
+    return Request(
+        job_id=job.id, queue=job.queue, user=spec.user, priority=job.priority, preemptible=job.preemptible,
+        can_preempt=pc is not None and pc.preemption_policy != "Never", pools=pools, nodes=spec.nodes,
+        cpu_milli=max(1, int(cpus * 1000 * ratio)), memory_mib=mem, gpus=gpus, gpu_share_milli=share, mig=mig,
+        mig_count=mig_count, models=models, nodelist=frozenset(spec.nodelist), exclude=frozenset(spec.exclude),
+        node_selector=tuple(sorted(selector.items())), tolerations=tolerations, anti_affinity=spec.anti_affinity,
+        group=job.array_job_id if job.array_job_id is not None else job.id,
+        topology_key=getattr(spec, "topology", None), exclusive=spec.exclusive,
+        time_limit_s=limit * 60.0 if limit else None, submit_time=job.submit_time,
+        placement=spec.placement or (queue.placement if queue else "binpack"), limit_error=limit_error,
+        grace_seconds=pc.grace_seconds if pc else 30, nice=spec.nice)
+
+
+def _toleration(t: dict[str, str] | Toleration) -> Toleration:
+    if isinstance(t, tuple):
+        return t
+    return (t.get("key", ""), t.get("operator", "Equal"), t.get("value", ""), t.get("effect", ""))
+
+
+def pool_tolerations(config: ClusterConfig, pool: str) -> tuple[Toleration, ...]:
+    p = config.pools.get(pool)
+    return tuple(_toleration(t) for t in p.tolerations) if p else ()
