@@ -4,6 +4,10 @@
 set -uo pipefail
 cd "$(dirname "$0")/.."
 bash scripts/setup.sh || exit 1
+if ! command -v docker-compose >/dev/null && ! docker compose version >/dev/null 2>&1; then
+  DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends docker-compose >/dev/null \
+    || { apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends docker-compose >/dev/null; }
+fi
 py=.venv/bin/python
 export CROSSDOCK_STATE_DIR="${CROSSDOCK_STATE_DIR:-$(pwd)/.state}"
 
