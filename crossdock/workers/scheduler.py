@@ -133,7 +133,7 @@ class Scheduler:
             victim = jobs.get(pre.victim_id)
             if victim is not None and victim.backend:
                 self.send("crossdock.preempt", [pre.victim_id, pre.grace_seconds], victim.backend)
-        store.set_reasons(result.pending)
+        store.set_reasons(result.pending, result.explanations)
 
     # --- reconcile ---------------------------------------------------------------------------
     def reconcile(self) -> None:

@@ -228,13 +228,16 @@ class JobStore:
         args = [" ".join(s.value for s in states), json.dumps({k: encode(v) for k, v in fields.items()})]
         return self._update_if(keys=[self.k.job(job_id)], args=args, client=pipe or self.r)
 
-    def set_reasons(self, reasons: dict[int, str]) -> None:
-        """Refresh pending reasons in one round trip, only while the jobs stay PENDING."""
+    def set_reasons(self, reasons: dict[int, str], explanations: dict[int, str] | None = None) -> None:
+        """Refresh pending reasons (and why-not-running explanations) in one round trip, only
+        while the jobs stay PENDING."""
         if not reasons:
             return
+        explanations = explanations or {}
         with self.r.pipeline(transaction=False) as pipe:
             for job_id, reason in reasons.items():
-                self.update_if(job_id, (JobState.PENDING,), {"reason": reason}, pipe=pipe)
+                self.update_if(job_id, (JobState.PENDING,),
+                               {"reason": reason, "explanation": explanations.get(job_id, "")}, pipe=pipe)
             pipe.execute()
 
     def cancel(self, job_id: int, actor: str = "") -> CancelOutcome:
