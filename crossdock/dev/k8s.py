@@ -308,7 +308,10 @@ def build(*, force: bool = False) -> Path:
     if shutil.which("go") is None and Path("/usr/local/go/bin/go").exists():
         env["PATH"] = env.get("PATH", "") + os.pathsep + "/usr/local/go/bin"
     argv = ["bash", str(BUILD_SCRIPT)] + (["--force"] if force else [])
-    subprocess.run(argv, check=True, env=env)
+    try:
+        subprocess.run(argv, check=True, env=env)
+    except (OSError, subprocess.CalledProcessError) as err:
+        raise ControlPlaneError(f"{BUILD_SCRIPT} failed: {err}") from err
     missing = _missing_binaries()
     if missing:
         raise ControlPlaneError(f"build finished but {missing} are missing in {bin_dir()}")
@@ -329,7 +332,23 @@ def _ec_key(path: Path) -> None:
     path.chmod(0o600)
 
 
-def _leaf_cert(pki: Path, name: str, subject: str, usage: str, sans: Sequence[str] = ()) -> None:
+def _ca_cert(pki: Path, name: str, subject: str) -> None:
+    cnf = pki / f"{name}.cnf"
+    cnf.write_text(
+        "[req]\ndistinguished_name = dn\n[dn]\n[ca]\n"
+        "basicConstraints = critical,CA:TRUE\n"
+        "keyUsage = critical,keyCertSign,cRLSign,digitalSignature\n"
+        "subjectKeyIdentifier = hash\n"
+    )
+    _ec_key(pki / f"{name}.key")
+    _openssl("req", "-x509", "-new", "-key", str(pki / f"{name}.key"), "-subj", subject,
+             "-days", "3650", "-sha256", "-config", str(cnf), "-extensions", "ca",
+             "-set_serial", "0x" + os.urandom(16).hex(), "-out", str(pki / f"{name}.crt"))
+    cnf.unlink()
+
+
+def _leaf_cert(pki: Path, name: str, subject: str, usage: str, sans: Sequence[str] = (),
+               ca: str = "ca") -> None:
     key, csr, crt, ext = (pki / f"{name}.{s}" for s in ("key", "csr", "crt", "ext"))
     _ec_key(key)
     lines = [
@@ -343,7 +362,7 @@ def _leaf_cert(pki: Path, name: str, subject: str, usage: str, sans: Sequence[st
         lines.append("subjectAltName = " + ",".join(sans))
     ext.write_text("\n".join(lines) + "\n")
     _openssl("req", "-new", "-key", str(key), "-subj", subject, "-config", str(ext), "-out", str(csr))
-    _openssl("x509", "-req", "-in", str(csr), "-CA", str(pki / "ca.crt"), "-CAkey", str(pki / "ca.key"),
+    _openssl("x509", "-req", "-in", str(csr), "-CA", str(pki / f"{ca}.crt"), "-CAkey", str(pki / f"{ca}.key"),
              "-set_serial", "0x" + os.urandom(16).hex(), "-days", "3650", "-sha256",
              "-extfile", str(ext), "-extensions", "leaf", "-out", str(crt))
     csr.unlink()
@@ -360,26 +379,22 @@ _CLIENTS = (
 )
 
 
+_PKI_LAYOUT = "2"  # bump when the set of files changes: older directories are regenerated
+
+
 def _ensure_pki(pki: Path) -> None:
     """CA, serving and client certificates and the service-account key pair (kept across restarts)."""
-    if (pki / "complete").exists():
+    marker = pki / "complete"
+    if marker.is_file() and marker.read_text() == _PKI_LAYOUT:
         return
     if pki.exists():
         shutil.rmtree(pki)
     pki.mkdir(parents=True)
     pki.chmod(0o700)
-    ca_cnf = pki / "ca.cnf"
-    ca_cnf.write_text(
-        "[req]\ndistinguished_name = dn\n[dn]\n[ca]\n"
-        "basicConstraints = critical,CA:TRUE\n"
-        "keyUsage = critical,keyCertSign,cRLSign,digitalSignature\n"
-        "subjectKeyIdentifier = hash\n"
-    )
-    _ec_key(pki / "ca.key")
-    _openssl("req", "-x509", "-new", "-key", str(pki / "ca.key"), "-subj", "/CN=crossdock-local-ca",
-             "-days", "3650", "-sha256", "-config", str(ca_cnf), "-extensions", "ca",
-             "-set_serial", "0x" + os.urandom(16).hex(), "-out", str(pki / "ca.crt"))
-    ca_cnf.unlink()
+    _ca_cert(pki, "ca", "/CN=crossdock-local-ca")
+    # The aggregation layer's front proxy has its own CA, as in kubeadm.
+    _ca_cert(pki, "front-proxy-ca", "/CN=crossdock-front-proxy-ca")
+    _leaf_cert(pki, "front-proxy-client", "/CN=front-proxy-client", "clientAuth", ca="front-proxy-ca")
     sans = ["IP:127.0.0.1", f"IP:{SERVICE_IP}", "DNS:localhost", "DNS:kubernetes",
             "DNS:kubernetes.default", "DNS:kubernetes.default.svc",
             "DNS:kubernetes.default.svc.cluster.local"]
@@ -388,7 +403,7 @@ def _ensure_pki(pki: Path) -> None:
         _leaf_cert(pki, name, subject, "clientAuth")
     _ec_key(pki / "sa.key")
     _openssl("pkey", "-in", str(pki / "sa.key"), "-pubout", "-out", str(pki / "sa.pub"))
-    (pki / "complete").write_text("")
+    marker.write_text(_PKI_LAYOUT)
 
 
 def _write_kubeconfig(path: Path, server: str, pki: Path, user: str) -> None:
@@ -711,6 +726,13 @@ def _up(state: Path, pools: Sequence[NodePool], timeout: float) -> Path:
         f"--service-account-signing-key-file={pki / 'sa.key'}",
         f"--service-cluster-ip-range={SERVICE_CIDR}",
         "--authorization-mode=Node,RBAC",
+        f"--requestheader-client-ca-file={pki / 'front-proxy-ca.crt'}",
+        "--requestheader-allowed-names=front-proxy-client",
+        "--requestheader-username-headers=X-Remote-User",
+        "--requestheader-group-headers=X-Remote-Group",
+        "--requestheader-extra-headers-prefix=X-Remote-Extra-",
+        f"--proxy-client-cert-file={pki / 'front-proxy-client.crt'}",
+        f"--proxy-client-key-file={pki / 'front-proxy-client.key'}",
         "--endpoint-reconciler-type=none",
         "--allow-privileged=true",
         "--profiling=false",
@@ -789,7 +811,11 @@ _STATE_OPT = typer.Option(None, "--state-dir", help="State directory (default: $
 @app.command("build")
 def _cli_build(force: bool = typer.Option(False, "--force", help="Rebuild even when present.")) -> None:
     """Build and cache the pinned binaries (skips what is already built)."""
-    typer.echo(build(force=force))
+    try:
+        typer.echo(build(force=force))
+    except ControlPlaneError as err:
+        typer.echo(f"error: {err}", err=True)
+        raise typer.Exit(1) from err
 
 
 @app.command("up")

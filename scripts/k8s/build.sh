@@ -25,7 +25,7 @@ cache_root="${CROSSDOCK_CACHE:-$HOME/.cache/crossdock}/k8s"
 bin_dir="$cache_root/$KUBERNETES_VERSION/bin"
 export GOMODCACHE="${GOMODCACHE_OVERRIDE:-$cache_root/go/mod}"
 export GOCACHE="${GOCACHE_OVERRIDE:-$cache_root/go/build}"
-export GOTOOLCHAIN=local
+export GOTOOLCHAIN="${GOTOOLCHAIN:-local}"
 export GOFLAGS="${CROSSDOCK_GOFLAGS:--p=2} -buildvcs=false"
 export CGO_ENABLED=0
 mkdir -p "$bin_dir" "$GOMODCACHE" "$GOCACHE"

@@ -10,12 +10,14 @@ import time
 import uuid
 from collections.abc import Callable
 from datetime import timedelta
+from pathlib import Path
 from typing import Any, TypeVar
 
 import pytest
-from kubernetes import client
+from kubernetes import client, config
 from kubernetes.client.rest import ApiException
 
+from crossdock.dev import k8s
 from crossdock.dev.k8s import ANNOTATION_EXIT_CODE, ANNOTATION_RUN_SECONDS, GPU_RESOURCE, LABEL_POOL
 
 pytestmark = pytest.mark.kubernetes
@@ -206,3 +208,37 @@ def test_scheduler_preempts_lower_priority_pod(k8s_client: client.ApiClient, k8s
     finally:
         for name in (low, high):
             sched.delete_priority_class(name)
+
+
+def test_up_is_idempotent_and_down_stops_every_process(tmp_path: Path) -> None:
+    """A second plane in its own state directory: up twice, then down."""
+    if not k8s.bin_dir().joinpath("kube-apiserver").exists():
+        pytest.skip("binaries not built (python -m crossdock.dev.k8s build)")  # the fixture decides CI
+    state = tmp_path / "plane"
+    pools = (k8s.NodePool("gpu", 1, cpu="8", memory="64Gi", gpus=2, gpu_product="NVIDIA-L4"),)
+    try:
+        kubeconfig = k8s.up(state, pools=pools)
+        first = k8s.status(state)
+        assert first.running
+        assert kubeconfig == k8s.kubeconfig_path(state) and kubeconfig.is_file()
+
+        started = time.monotonic()
+        assert k8s.up(state, pools=pools) == kubeconfig
+        assert time.monotonic() - started < 5
+        assert {n: p["pid"] for n, p in k8s.status(state).processes.items()} == \
+            {n: p["pid"] for n, p in first.processes.items()}
+
+        api = config.new_client_from_config(config_file=str(kubeconfig))
+        try:
+            nodes = client.CoreV1Api(api).list_node().items
+        finally:
+            api.close()
+        assert [(n.metadata.name, _node_gpus(n)) for n in nodes] == [("gpu-0", 2)]
+    finally:
+        k8s.down(state)
+    after = k8s.status(state)
+    assert not after.running and not after.processes
+    for info in first.processes.values():
+        assert not Path(f"/proc/{info['pid']}").exists() or \
+            Path(f"/proc/{info['pid']}/stat").read_text().split(") ")[1][0] == "Z"
+    k8s.down(state)  # idempotent
