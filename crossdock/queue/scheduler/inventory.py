@@ -68,6 +68,8 @@ class Inventory:
             self.dev_island[i, :len(w)] = [g.island if g.island is not None else -1 for g in w]
         self.model = [(w[0].model.lower() if w else (x.gpus[0].model.lower() if x.gpus else "")) for w, x in
                       zip(whole, self.nodes)]
+        self.model_names = sorted(set(self.model))
+        self.model_id = np.array([self.model_names.index(m) for m in self.model], np.int64)
         self.gpu_total = self.dev_exists.sum(axis=1).astype(np.int64)
         self.island_cap = np.zeros(n, np.int64)
         for i in range(n):
@@ -89,6 +91,8 @@ class Inventory:
         self.mig_free = {p: np.array([len(s.get(p, ())) for s in self.slice_free], np.int64) for p in profiles}
         self.group_nodes: dict[int, set[int]] = {}
         """Anti-affinity group -> nodes running one of its workers."""
+        self.listeners: list = []
+        """Callables ``f(node_index)`` run after a node changed (per-node caches of score plugins)."""
         self.version = 0
         """Bumped whenever capacity is given back (rollback, simulation); caches keyed on it."""
 
@@ -115,6 +119,8 @@ class Inventory:
         self.share_top[i] = int(free[ex].max()) if ex.any() else 0
         for p, arr in self.mig_free.items():
             arr[i] = len(self.slice_free[i].get(p, ()))
+        for listener in self.listeners:
+            listener(i)
 
     # --- snapshot allocations ----------------------------------------------------------------
     def apply(self, a: Allocation) -> None:

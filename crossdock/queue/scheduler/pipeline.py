@@ -21,8 +21,7 @@ from crossdock.queue.scheduler.fairshare import FairOrder, dominant_share
 from crossdock.queue.scheduler.framework import CycleState
 from crossdock.queue.scheduler.inventory import Assignment, Inventory
 from crossdock.queue.scheduler.placement import place
-from crossdock.queue.scheduler.plugins import gpu_frag
-from crossdock.queue.scheduler.plugins.gpu_fragmentation import typical_of
+from crossdock.queue.scheduler.plugins.gpu_fragmentation import FragCache, typical_of
 from crossdock.queue.scheduler.plugins.reserved_capacity import NOMINATED, RESERVED
 from crossdock.queue.scheduler.preemption import Preemptor
 from crossdock.queue.scheduler.quota import QuotaLedger
@@ -65,7 +64,7 @@ class Cycle:
         typical = typical_of(gpu_requests, models) if gpu_requests else None
         if typical is not None:
             node_model = np.array([models.index(m) if m else -1 for m in inv.model], np.int64)
-            self.state.extra.update(typical=typical, access=gpu_frag.access_matrix(node_model, typical))
+            self.state.extra["frag"] = FragCache(inv, typical, node_model)
         self.capacity = (float(inv.cpu_alloc.sum()), float(inv.mem_alloc.sum()), float(inv.gpu_total.sum()))
         self.admitted_ends: list[tuple[datetime, Assignment]] = []
         self.failed: dict[tuple, tuple[int, dict[str, int]]] = {}

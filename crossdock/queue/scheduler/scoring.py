@@ -186,14 +186,18 @@ def _balanced(fractions: Sequence[float]) -> int:
 
 def node_scores(strategy: str, allocatable: Mapping[str, np.ndarray], requested: Mapping[str, np.ndarray],
                 request: Mapping[str, int], weights: Mapping[str, int] | None,
-                shape: Sequence[tuple[int, int]] | None = None) -> np.ndarray:
-    """:func:`node_score` for every node at once (int64 arrays in, one int64 array out)."""
+                shape: Sequence[tuple[int, int]] | None = None, validate: bool = True) -> np.ndarray:
+    """:func:`node_score` for every node at once (int64 arrays in, one int64 array out).
+
+    ``validate=False`` skips checking weights and shape (for callers that checked them once).
+    """
     if strategy not in STRATEGIES:
         raise ValueError(f"strategy: unknown {strategy!r}; use one of {', '.join(STRATEGIES)}")
-    weights = dict(DEFAULT_WEIGHTS if weights is None else weights)
-    validate_weights(weights, strategy)
-    if strategy == "requested_to_capacity_ratio":
-        validate_shape(shape)
+    weights = DEFAULT_WEIGHTS if weights is None else weights
+    if validate:
+        validate_weights(weights, strategy)
+        if strategy == "requested_to_capacity_ratio":
+            validate_shape(shape)
     n = len(next(iter(allocatable.values())))
     cols = []
     for name, w in weights.items():
@@ -203,25 +207,26 @@ def node_scores(strategy: str, allocatable: Mapping[str, np.ndarray], requested:
         alloc = allocatable.get(name)
         if alloc is None:
             continue
-        req = requested.get(name, np.zeros(n, np.int64)) + pod
-        cols.append((req.astype(np.int64), alloc.astype(np.int64), w))
+        req = requested[name] + pod if name in requested else np.full(n, pod, np.int64)
+        cols.append((req, alloc, w))
     if strategy == "balanced_allocation":
         return _balanced_many(cols, n)
     total = np.zeros(n, np.int64)
     wsum = np.zeros(n, np.int64)
+    scaled = scale_shape(shape or ()) if strategy == "requested_to_capacity_ratio" else None
     for req, alloc, w in cols:
         present = alloc > 0
-        safe = np.where(present, alloc, 1)
+        safe = np.maximum(alloc, 1)
         if strategy == "most_allocated":
             s = np.minimum(req, safe) * MAX_NODE_SCORE // safe
         elif strategy == "least_allocated":
-            s = np.where(req > safe, 0, (safe - req) * MAX_NODE_SCORE // safe)
+            s = np.maximum(safe - req, 0) * MAX_NODE_SCORE // safe
         else:
-            p = np.where(req > safe, MAX_UTILIZATION, req * MAX_UTILIZATION // safe)
-            s = _broken_linear_many(scale_shape(shape or ()), p)
+            p = np.minimum(req, safe) * MAX_UTILIZATION // safe
+            s = _broken_linear_many(scaled, p)
             present &= s > 0
-        total += np.where(present, s * w, 0)
-        wsum += np.where(present, w, 0)
+        total += s * w * present
+        wsum += w * present
     if strategy == "requested_to_capacity_ratio":
         mean = total / np.maximum(wsum, 1)
         return np.where(wsum == 0, 0, np.floor(mean + 0.5)).astype(np.int64)

@@ -164,3 +164,34 @@ def sigmoid(x: np.ndarray) -> np.ndarray:
 def fgd_score(delta: np.ndarray) -> np.ndarray:
     """The FGD authors' score: ``int64(sigmoid(Δ/1000)·100)``, 0..100 (Go truncation)."""
     return np.trunc(sigmoid(np.asarray(delta) / 1000.0) * 100).astype(np.int64)
+
+
+CPU_PER_GPU_MILLI = 12_000
+"""CPU a free GPU is expected to need (the openb trace's whole-GPU pods ask for ~11–19 cores)."""
+
+
+def cpu_slack(cpu_left: np.ndarray, gpu_left_total: np.ndarray, per_gpu: int = CPU_PER_GPU_MILLI) -> np.ndarray:
+    """CPU a node can spare without starving its free GPUs: ``cpu_left - free_GPUs·per_gpu``."""
+    return np.asarray(cpu_left, np.float64) - np.asarray(gpu_left_total, np.float64) / MILLI * per_gpu
+
+
+def crossdock_score(delta: np.ndarray, remnant: np.ndarray | None = None,
+                    cpu_slack: np.ndarray | None = None) -> np.ndarray:
+    """crossdock's default GPU placement score (higher is better), lexicographic:
+
+    - a GPU share (``remnant`` given: the free share the chosen GPU keeps after placement) goes
+      first where it leaves the smallest remnant (GPU-level best fit across the cluster, so
+      shares complete each other), then by the FGD score;
+    - a whole-GPU job goes by the FGD score;
+    - a CPU-only job (``cpu_slack`` given: the node's :func:`cpu_slack` after placement) goes by
+      the FGD score, then where the CPU it takes is least needed by the node's free GPUs.
+
+    Ties left (equal scores) are the caller's to break; the simulator and the live scheduler
+    keep the first node of a fixed order, which packs.
+    """
+    fgd = fgd_score(delta).astype(np.float64)
+    if remnant is not None:
+        return -np.asarray(remnant, np.float64) * 1000.0 + fgd
+    if cpu_slack is not None:
+        return fgd * 1e9 + np.asarray(cpu_slack, np.float64)
+    return fgd

@@ -23,8 +23,8 @@ class GpuModel(SimpleFilter):
     def filter(self, state: CycleState, req: Request, idx: np.ndarray) -> np.ndarray:
         if not req.models or not wants_gpu(req):
             return np.ones(len(idx), bool)
-        model = state.inventory.model
-        return np.array([model[i] in req.models for i in idx], bool)
+        inv = state.inventory
+        return np.isin(inv.model_id[idx], [k for k, m in enumerate(inv.model_names) if m in req.models])
 
     def message_for(self, req: Request) -> str:
         return f"node(s) didn't have GPU model {req.gpu_models_label}"

@@ -45,11 +45,13 @@ class TaintToleration(SimpleFilter):
     message = "node(s) had untolerated taint(s)"
 
     def filter(self, state: CycleState, req: Request, idx: np.ndarray) -> np.ndarray:
-        nodes = state.inventory.nodes
+        inv = state.inventory
+        tainted = state.cache.get("tainted")
+        if tainted is None:
+            tainted = state.cache["tainted"] = np.array([i for i, x in enumerate(inv.nodes) if x.taints], np.int64)
         out = np.ones(len(idx), bool)
-        for k, i in enumerate(idx):
-            node = nodes[i]
-            if node.taints:
-                tol = req.tolerations + pool_tolerations(state.config, node.pool)
-                out[k] = all(tolerates(tol, t) for t in node.taints)
+        for k in np.flatnonzero(np.isin(idx, tainted)):
+            node = inv.nodes[idx[k]]
+            tol = req.tolerations + pool_tolerations(state.config, node.pool)
+            out[k] = all(tolerates(tol, t) for t in node.taints)
         return out
