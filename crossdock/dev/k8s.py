@@ -18,6 +18,12 @@ From Python::
     ...
     k8s.down()
 
+    with k8s.session() as kubeconfig:   # shared by concurrent users; the last one stops it
+        ...
+
+Tests use the fixtures of ``tests/integration/kubernetes/conftest.py``
+(``k8s_kubeconfig``, ``k8s_client``, ``k8s_namespace``).
+
 From a shell::
 
     python -m crossdock.dev.k8s build      # once: builds and caches the binaries
@@ -73,6 +79,7 @@ __all__ = [
     "down",
     "kubeconfig_path",
     "main",
+    "session",
     "status",
     "up",
     "versions",
@@ -798,6 +805,57 @@ def down(state_dir: str | os.PathLike[str] | None = None) -> None:
         _down(state)
 
 
+def _session_users(state: Path) -> Path:
+    users = state / "sessions"
+    users.mkdir(exist_ok=True)
+    return users
+
+
+@contextlib.contextmanager
+def session(state_dir: str | os.PathLike[str] | None = None, *, keep: bool = False,
+            pools: Sequence[NodePool] = DEFAULT_POOLS) -> Iterator[Path]:
+    """Use the control plane for the duration of the block; yields the kubeconfig path.
+
+    Starts the plane when needed. At the end the last session still using it
+    stops it, unless ``keep`` or it was started by ``python -m crossdock.dev.k8s
+    up`` (then it stays up for the developer). Concurrent sessions (two pytest
+    runs in one tree) share one plane safely.
+    """
+    state = _state_dir(state_dir)
+    was_running = status(state).running
+    path = up(state, pools=pools)
+    token = _session_users(state) / f"{os.getpid()}-{os.urandom(4).hex()}"
+    with _locked(state):
+        data = _read_state(state)
+        if not was_running and "owner" not in data:
+            data["owner"] = "session"
+            _write_state(state, data)
+        token.write_text(str(os.getpid()))
+    try:
+        yield path
+    finally:
+        with _locked(state):
+            token.unlink(missing_ok=True)
+            others = False
+            for user in _session_users(state).iterdir():
+                try:
+                    pid = int(user.read_text())
+                    os.kill(pid, 0)
+                    others = True
+                except (OSError, ValueError):
+                    user.unlink(missing_ok=True)
+            if not keep and not others and _read_state(state).get("owner") == "session":
+                _down(state)
+
+
+def _pin(state: Path) -> None:
+    """Mark a running plane as the developer's: sessions leave it up."""
+    with _locked(state):
+        data = _read_state(state)
+        data["owner"] = "cli"
+        _write_state(state, data)
+
+
 # ----------------------------------------------------------------------------- CLI
 
 app = typer.Typer(help="Local Kubernetes control plane (etcd, kube-apiserver, "
@@ -825,6 +883,7 @@ def _cli_up(state_dir: Path | None = _STATE_OPT,
     started = time.monotonic()
     try:
         path = up(state_dir, timeout=timeout)
+        _pin(_state_dir(state_dir))
     except ControlPlaneError as err:
         typer.echo(f"error: {err}", err=True)
         raise typer.Exit(1) from err

@@ -1,14 +1,16 @@
 """Fixtures for tests against a real Kubernetes control plane.
 
 With ``KUBECONFIG`` set, the tests use that cluster. Otherwise the session
-starts the local control plane of ``crossdock.dev.k8s`` (binaries built with
-``python -m crossdock.dev.k8s build``) and stops it at the end, unless it was
-already running or ``CROSSDOCK_K8S_KEEP=1``. When the plane is unreachable the
+shares the local control plane of ``crossdock.dev.k8s`` (binaries built with
+``python -m crossdock.dev.k8s build``) through ``k8s.session()``: started when
+needed, stopped by the last session using it unless a developer started it with
+``python -m crossdock.dev.k8s up`` or ``CROSSDOCK_K8S_KEEP=1``. When the plane is unreachable the
 tests skip locally and FAIL under ``CI=true``.
 """
 
 from __future__ import annotations
 
+import contextlib
 import os
 import time
 import uuid
@@ -44,16 +46,14 @@ def k8s_kubeconfig() -> Iterator[Path]:
     if env:
         yield Path(env)
         return
-    was_running = k8s.status().running
-    try:
-        path = k8s.up()
-    except k8s.MissingBinariesError as err:
-        _unavailable(str(err))
-    except k8s.ControlPlaneError as err:
-        pytest.fail(f"starting the local control plane failed: {err}", pytrace=False)
-    yield path
-    if not was_running and os.environ.get("CROSSDOCK_K8S_KEEP") != "1":
-        k8s.down()
+    with contextlib.ExitStack() as stack:
+        try:
+            path = stack.enter_context(k8s.session(keep=os.environ.get("CROSSDOCK_K8S_KEEP") == "1"))
+        except k8s.MissingBinariesError as err:
+            _unavailable(str(err))
+        except k8s.ControlPlaneError as err:
+            pytest.fail(f"starting the local control plane failed: {err}", pytrace=False)
+        yield path
 
 
 @pytest.fixture(scope="session")
