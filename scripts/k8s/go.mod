@@ -3,7 +3,7 @@
 // pinned release. k8s.io/kubernetes requires its staging modules at v0.0.0 and
 // replaces them with local paths, so each one is replaced here by its
 // published v0.Y.Z tag. Regenerate the replace block from the release's go.mod
-// when bumping the version (see build.sh).
+// when bumping the version (see README.md).
 module crossdock.local/k8s-build
 
 go 1.26.0
