@@ -1,0 +1,519 @@
+"""The Kubernetes backend: pools are node selectors, jobs are ``batch/v1`` Jobs.
+
+* ``submit`` creates ``cd-<job id>-<attempt>``; 409 AlreadyExists means a replayed dispatch,
+  and the existing Job (checked to carry the same id and attempt labels) is the answer.
+* ``inventory`` reads Nodes (allocatable, GPU product labels, taints, conditions) and the
+  pods bound to them that crossdock did not create: those hold capacity too.
+* ``status`` answers from two informers (crossdock's pods and Jobs, watched from the last
+  resourceVersion, listed again on 410) — or, with ``watch=False``, from one labelled list
+  of each. ``states.py`` translates; this module only gathers what belongs to which job.
+* ``cancel``/``preempt`` mark the Job (``crossdock.io/stop``) and delete it in the foreground,
+  preempt first deleting the pods with the job's grace period.
+* ``sync_priority_classes`` makes a ``crossdock-<name>`` PriorityClass per configured class.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import threading
+from collections.abc import Iterable, Mapping, Sequence
+from dataclasses import dataclass
+from types import MappingProxyType
+from typing import Any
+
+from kubernetes import client
+from kubernetes.client.rest import ApiException
+from kubernetes.utils import parse_quantity
+
+from crossdock.backends.base import BackendStatus, BackendUnavailable, Inventory, SubmitFailed
+from crossdock.backends.kubernetes import manifests as m
+from crossdock.backends.kubernetes import states
+from crossdock.backends.kubernetes.informer import Informer, list_all
+from crossdock.queue.config import ClusterConfig
+from crossdock.queue.models import Job
+from crossdock.queue.snapshot import Allocation, GpuDevice, Node
+from crossdock.queue.states import JobState, Reason
+
+log = logging.getLogger(__name__)
+
+COMPLETION_INDEX = "batch.kubernetes.io/job-completion-index"
+GPU_MEMORY_LABEL = "nvidia.com/gpu.memory"
+ACTIVE_PHASES = ("Pending", "Running", "Unknown")
+
+
+def _body(exc: ApiException) -> str:
+    try:
+        return str(json.loads(exc.body or "{}").get("message") or exc.reason)
+    except ValueError:
+        return str(exc.body or exc.reason)
+
+
+def api_error(exc: BaseException, what: str) -> Exception:
+    """The crossdock error for a failed API call: refused for good, or worth retrying."""
+    if isinstance(exc, ApiException):
+        msg = f"{what}: {exc.status} {_body(exc)}"
+        if exc.status in (400, 404, 422):
+            return SubmitFailed(msg)
+        if exc.status == 403 and "exceeded quota" in msg:
+            return BackendUnavailable(msg, retryable=True)
+        if exc.status in (401, 403):
+            return BackendUnavailable(msg + " (check the kubeconfig's credentials and RBAC)", retryable=False)
+        return BackendUnavailable(msg, retryable=True)
+    return BackendUnavailable(f"{what}: Kubernetes API unreachable: {exc}", retryable=True)
+
+
+def _milli(q: Any) -> int:
+    return int(parse_quantity(q) * 1000)
+
+
+def _mib(q: Any) -> int:
+    return int(parse_quantity(q) / (1024 * 1024))
+
+
+def _labels(obj: Mapping[str, Any]) -> dict[str, str]:
+    return dict((obj.get("metadata") or {}).get("labels") or {})
+
+
+def _annotations(obj: Mapping[str, Any]) -> dict[str, str]:
+    return dict((obj.get("metadata") or {}).get("annotations") or {})
+
+
+def _tolerated(taint: Mapping[str, Any], tolerations: Sequence[Mapping[str, str]]) -> bool:
+    for t in tolerations:
+        if t.get("effect") and t.get("effect") != taint.get("effect"):
+            continue
+        if t.get("operator", "Equal") == "Exists" and t.get("key") in (None, "", taint.get("key")):
+            return True
+        if t.get("key") == taint.get("key") and t.get("value", "") == (taint.get("value") or ""):
+            return True
+    return False
+
+
+@dataclass(frozen=True)
+class Orphan:
+    ref: str
+    job_id: int
+    attempt: int
+    why: str
+
+
+class KubernetesBackend:
+    kind = "k8s"
+
+    def __init__(self, config: ClusterConfig, api_client: client.ApiClient, *, namespace: str = "default",
+                 store: Any = None, image: str = "python:3.11-slim", ttl_seconds_after_finished: int | None = 3600,
+                 deadline_slack_seconds: int = 60, watch: bool = True, sync_timeout: float = 30.0) -> None:
+        self.config = config
+        self.api = api_client
+        self.core = client.CoreV1Api(api_client)
+        self.batch = client.BatchV1Api(api_client)
+        self.scheduling = client.SchedulingV1Api(api_client)
+        self.namespace = namespace
+        self.store = store
+        self.watch = watch
+        self.sync_timeout = sync_timeout
+        self.options = m.Options(namespace=namespace, image=image, ttl_seconds_after_finished=ttl_seconds_after_finished,
+                                 deadline_slack_seconds=deadline_slack_seconds)
+        self._gpu_products: dict[str, tuple[str, ...]] | None = None
+        self._informers: tuple[Informer, Informer] | None = None
+        self._lock = threading.Lock()
+
+    # --- inventory --------------------------------------------------------------------------
+    def _pool_of(self, labels: Mapping[str, str]) -> str | None:
+        for name, pool in self.config.pools.items():
+            if pool.backend == "k8s" and all(labels.get(k) == v for k, v in pool.selector.items()):
+                return name
+        return None
+
+    def _node(self, raw: Mapping[str, Any], pool_name: str) -> Node:
+        pool = self.config.pools[pool_name]
+        meta, spec, status = raw["metadata"], raw.get("spec") or {}, raw.get("status") or {}
+        name, labels = meta["name"], dict(meta.get("labels") or {})
+        alloc = status.get("allocatable") or {}
+        product = labels.get(m.LABEL_GPU_PRODUCT, "")
+        model = m.gpu_model(product) if product else (pool.gpu.model or "GPU")
+        memory = int(labels.get(GPU_MEMORY_LABEL, "0") or 0)
+        gpus = [GpuDevice(f"{name}:{i}", i, model, memory) for i in range(int(parse_quantity(alloc.get(m.GPU_RESOURCE, 0))))]
+        for key, value in sorted(alloc.items()):
+            if key.startswith("nvidia.com/mig-"):
+                profile = key.removeprefix("nvidia.com/mig-")
+                gpus.append(GpuDevice(f"{name}:mig-{profile}", -1, model, 0, mig=(profile,) * int(parse_quantity(value))))
+        taints = spec.get("taints") or []
+        ready = any(c.get("type") == "Ready" and c.get("status") == "True" for c in status.get("conditions") or [])
+        blocking = [t for t in taints if t.get("effect") in ("NoSchedule", "NoExecute")
+                    and not _tolerated(t, pool.tolerations)]
+        return Node(name=name, pool=pool_name, backend=self.kind, cpu_milli=_milli(alloc.get("cpu", 0)),
+                    memory_mib=_mib(alloc.get("memory", 0)), gpus=tuple(gpus), labels=MappingProxyType(labels),
+                    taints=tuple(f"{t.get('key')}={t.get('value') or ''}:{t.get('effect')}" for t in taints),
+                    gpu_sharing=pool.gpu.sharing,
+                    schedulable=ready and not spec.get("unschedulable") and not blocking)
+
+    def inventory(self) -> Inventory:
+        try:
+            raw_nodes, _ = list_all(self.core.list_node)
+            pods, _ = list_all(self.core.list_pod_for_all_namespaces,
+                               field_selector="spec.nodeName!=,status.phase!=Succeeded,status.phase!=Failed")
+        except Exception as exc:  # noqa: BLE001 - mapped to crossdock's errors
+            raise api_error(exc, "listing nodes and pods") from exc
+        nodes: list[Node] = []
+        products: dict[str, set[str]] = {}
+        for raw in raw_nodes:
+            labels = _labels(raw)
+            if m.LABEL_GPU_PRODUCT in labels:
+                products.setdefault(m.gpu_model(labels[m.LABEL_GPU_PRODUCT]).lower(), set()).add(
+                    labels[m.LABEL_GPU_PRODUCT])
+            pool = self._pool_of(labels)
+            if pool is not None:
+                nodes.append(self._node(raw, pool))
+        self._gpu_products = {k: tuple(sorted(v)) for k, v in products.items()}
+        return Inventory(tuple(sorted(nodes, key=lambda n: n.name)), tuple(self._foreign(pods, nodes)))
+
+    def _foreign(self, pods: list[dict[str, Any]], nodes: list[Node]) -> list[Allocation]:
+        """Capacity held by pods crossdock did not create. Kubernetes does not say which GPU a pod
+        holds, so foreign pods are given the devices crossdock's own pods do not claim."""
+        devices = {n.name: [g.id for g in n.gpus if not g.mig] for n in nodes}
+        taken: dict[str, set[str]] = {}
+        for pod in pods:
+            if m.LABEL_JOB_ID in _labels(pod) or m.LABEL_ARRAY_JOB in _labels(pod):
+                node = pod["spec"]["nodeName"]
+                taken.setdefault(node, set()).update(
+                    g for g in _annotations(pod).get(m.ANNOTATION_GPU_IDS, "").split(",") if g)
+        out: list[Allocation] = []
+        for pod in pods:
+            labels = _labels(pod)
+            if m.LABEL_JOB_ID in labels or m.LABEL_ARRAY_JOB in labels:
+                continue
+            node = pod["spec"]["nodeName"]
+            if node not in devices:
+                continue
+            cpu = mem = gpu = 0
+            for c in pod["spec"].get("containers") or []:
+                req = (c.get("resources") or {}).get("requests") or (c.get("resources") or {}).get("limits") or {}
+                cpu += _milli(req.get("cpu", 0))
+                mem += _mib(req.get("memory", 0))
+                lim = (c.get("resources") or {}).get("limits") or {}
+                gpu += int(parse_quantity(lim.get(m.GPU_RESOURCE, req.get(m.GPU_RESOURCE, 0))))
+            free = [g for g in devices[node] if g not in taken.get(node, set())]
+            ids = tuple(free[-gpu:]) if gpu else ()  # from the top: crossdock binpacks from the bottom
+            taken.setdefault(node, set()).update(ids)
+            meta = pod["metadata"]
+            out.append(Allocation(None, node, cpu, mem, ids, priority=int(pod["spec"].get("priority") or 0),
+                                  queue=f"k8s:{meta.get('namespace')}", user=str(meta.get("name")),
+                                  terminating=bool(meta.get("deletionTimestamp"))))
+        return out
+
+    def gpu_products(self) -> dict[str, tuple[str, ...]]:
+        """Lower-case GPU model → ``nvidia.com/gpu.product`` values on the cluster's nodes."""
+        if self._gpu_products is None:
+            self.inventory()
+        return dict(self._gpu_products or {})
+
+    # --- dispatch ---------------------------------------------------------------------------
+    def manifest(self, job: Job, array_tasks: Sequence[Job] | None = None) -> dict[str, Any]:
+        opts = m.Options(**{**self.options.__dict__, "gpu_products": self.gpu_products()})
+        try:
+            return m.build(job, self.config, opts, array_tasks=array_tasks)
+        except ValueError as exc:
+            raise SubmitFailed(str(exc)) from exc
+
+    def _create(self, body: dict[str, Any], expect: Mapping[str, str]) -> str:
+        name = body["metadata"]["name"]
+        ref = f"{self.namespace}/{name}"
+        try:
+            self.batch.create_namespaced_job(self.namespace, body, _preload_content=False)
+            log.info("created Job %s", ref)
+            return ref
+        except ApiException as exc:
+            if exc.status != 409:
+                raise api_error(exc, f"creating Job {ref}") from exc
+        except Exception as exc:  # noqa: BLE001 - connection errors: maybe it was created; the retry finds it
+            raise api_error(exc, f"creating Job {ref}") from exc
+        try:
+            existing = json.loads(self.batch.read_namespaced_job(name, self.namespace, _preload_content=False).data)
+        except Exception as exc:  # noqa: BLE001
+            raise api_error(exc, f"reading Job {ref}") from exc
+        labels = _labels(existing)
+        if any(labels.get(k) != v for k, v in expect.items()):
+            raise SubmitFailed(f"Job {ref} exists but is not this attempt's (labels {labels}); "
+                               "delete it or use another namespace")
+        log.info("Job %s already exists: replayed dispatch", ref)
+        return ref
+
+    def submit(self, job: Job) -> str:
+        body = self.manifest(job)
+        return self._create(body, {m.LABEL_JOB_ID: str(job.id), m.LABEL_ATTEMPT: str(job.attempts)})
+
+    def submit_array(self, tasks: Sequence[Job]) -> dict[int, str]:
+        """All ``tasks`` of one array (same attempt) as one Indexed Job; returns job id → ref."""
+        if not tasks:
+            return {}
+        first = tasks[0]
+        if first.array_job_id is None or any(t.array_job_id != first.array_job_id or t.attempts != first.attempts
+                                             for t in tasks):
+            raise SubmitFailed("submit_array: give tasks of one array with the same attempt")
+        ordered = sorted(tasks, key=lambda t: t.array_task_id or 0)
+        body = self.manifest(ordered[0], array_tasks=ordered)
+        ref = self._create(body, {m.LABEL_ARRAY_JOB: str(first.array_job_id), m.LABEL_ATTEMPT: str(first.attempts)})
+        return {t.id: f"{ref}#{i}" for i, t in enumerate(ordered)}
+
+    # --- stop -------------------------------------------------------------------------------
+    def _stop(self, job: Job, why: str, grace: int | None) -> None:
+        names = [m.job_name(job.id, job.attempts)]
+        if job.array_job_id is not None:
+            names.append(m.array_name(job.array_job_id, job.attempts))
+        for name in names:
+            try:
+                self.batch.patch_namespaced_job(name, self.namespace,
+                                                {"metadata": {"annotations": {m.ANNOTATION_STOP: why}}},
+                                                _preload_content=False)
+            except ApiException as exc:
+                if exc.status == 404:
+                    continue
+                raise api_error(exc, f"marking Job {name} {why}") from exc
+            except Exception as exc:  # noqa: BLE001
+                raise api_error(exc, f"marking Job {name} {why}") from exc
+            try:
+                if grace is not None:
+                    # The Job's own deletion would use the pods' terminationGracePeriodSeconds.
+                    self.core.delete_collection_namespaced_pod(
+                        self.namespace, label_selector=f"job-name={name}", grace_period_seconds=grace,
+                        _preload_content=False)
+                self.batch.delete_namespaced_job(name, self.namespace, propagation_policy="Foreground",
+                                                 _preload_content=False)
+                log.info("job %s: %s Job %s/%s", job.id, why, self.namespace, name)
+            except ApiException as exc:
+                if exc.status != 404:
+                    raise api_error(exc, f"deleting Job {name}") from exc
+            except Exception as exc:  # noqa: BLE001
+                raise api_error(exc, f"deleting Job {name}") from exc
+
+    def cancel(self, job: Job) -> None:
+        self._stop(job, "cancelled", None)
+
+    def preempt(self, job: Job, grace_seconds: int) -> None:
+        if self.store is not None:
+            self.store.update_if(job.id, (JobState.SCHEDULED, JobState.RUNNING),
+                                 {"preempt_requested": "1", "preempt_grace": grace_seconds})
+        self._stop(job, "preempted", grace_seconds)
+
+    # --- follow -----------------------------------------------------------------------------
+    def informers(self) -> tuple[Informer, Informer]:
+        """Crossdock's pods and Jobs in the namespace, watched (started on first use)."""
+        with self._lock:
+            if self._informers is None:
+                sel = f"{m.LABEL_MANAGED_BY}={m.MANAGED_BY}"
+                pods = Informer(lambda **kw: self.core.list_namespaced_pod(self.namespace, **kw),
+                                label_selector=sel, name="k8s-pods")
+                jobs = Informer(lambda **kw: self.batch.list_namespaced_job(self.namespace, **kw),
+                                label_selector=sel, name="k8s-jobs")
+                self._informers = (pods.start(), jobs.start())
+        pods, jobs = self._informers
+        if not (pods.wait_synced(self.sync_timeout) and jobs.wait_synced(self.sync_timeout)):
+            raise BackendUnavailable(f"no list of pods and Jobs in namespace {self.namespace} within "
+                                     f"{self.sync_timeout:.0f}s", retryable=True)
+        return pods, jobs
+
+    def close(self) -> None:
+        with self._lock:
+            informers, self._informers = self._informers, None
+        for inf in informers or ():
+            inf.stop()
+
+    def _objects(self) -> tuple[list[dict[str, Any]], dict[str, tuple[dict[str, Any], bool]]]:
+        """(pods, Jobs by name with their deleted flag), from the informers or one list each."""
+        if self.watch:
+            pods_inf, jobs_inf = self.informers()
+            jobs: dict[str, tuple[dict[str, Any], bool]] = {}
+            for obj in jobs_inf.objects():
+                name = obj["metadata"]["name"]
+                jobs[name] = jobs_inf.get(self.namespace, name)  # type: ignore[assignment]
+            return pods_inf.objects(), jobs
+        sel = f"{m.LABEL_MANAGED_BY}={m.MANAGED_BY}"
+        try:
+            pods, _ = list_all(lambda **kw: self.core.list_namespaced_pod(self.namespace, **kw), label_selector=sel)
+            raw_jobs, _ = list_all(lambda **kw: self.batch.list_namespaced_job(self.namespace, **kw),
+                                   label_selector=sel)
+        except Exception as exc:  # noqa: BLE001
+            raise api_error(exc, "listing crossdock's pods and Jobs") from exc
+        return pods, {j["metadata"]["name"]: (j, False) for j in raw_jobs}
+
+    def status(self, jobs: Sequence[Job]) -> dict[int, BackendStatus]:
+        pods, kjobs = self._objects()
+        by_attempt: dict[tuple[int, int], list[dict[str, Any]]] = {}
+        by_index: dict[tuple[str, str], dict[str, Any]] = {}
+        for pod in pods:
+            labels, ann = _labels(pod), _annotations(pod)
+            if m.LABEL_JOB_ID in labels:
+                try:
+                    key = (int(labels[m.LABEL_JOB_ID]), int(labels.get(m.LABEL_ATTEMPT, "0")))
+                except ValueError:
+                    continue
+                by_attempt.setdefault(key, []).append(pod)
+            elif "job-name" in labels and COMPLETION_INDEX in ann:
+                by_index[(labels["job-name"], ann[COMPLETION_INDEX])] = pod
+        out: dict[int, BackendStatus] = {}
+        for job in jobs:
+            st = self._status_of(job, by_attempt, by_index, kjobs)
+            if st is not None:
+                out[job.id] = st
+        return out
+
+    def _array_pods(self, job: Job, kjobs: Mapping[str, tuple[dict[str, Any], bool]],
+                    by_index: Mapping[tuple[str, str], dict[str, Any]]) -> tuple[str, tuple[dict[str, Any], bool] | None,
+                                                                                 list[dict[str, Any]]]:
+        if job.array_job_id is None:
+            return "", None, []
+        name = m.array_name(job.array_job_id, job.attempts)
+        entry = kjobs.get(name)
+        if entry is None:
+            return name, None, []
+        index = None
+        for i, pair in enumerate(_annotations(entry[0]).get(m.ANNOTATION_ARRAY_JOBS, "").split(",")):
+            if pair.split(":", 1)[0] == str(job.id):
+                index = str(i)
+        if index is None:
+            return name, None, []
+        pod = by_index.get((name, index))
+        return name, entry, [pod] if pod is not None else []
+
+    def _status_of(self, job: Job, by_attempt: Mapping[tuple[int, int], list[dict[str, Any]]],
+                   by_index: Mapping[tuple[str, str], dict[str, Any]],
+                   kjobs: Mapping[str, tuple[dict[str, Any], bool]]) -> BackendStatus | None:
+        name = m.job_name(job.id, job.attempts)
+        entry = kjobs.get(name)
+        pods = by_attempt.get((job.id, job.attempts), [])
+        expected = max(job.spec.nodes, 1)
+        if entry is None and not pods:
+            name, entry, pods = self._array_pods(job, kjobs, by_index)
+            expected = 1
+        ref = f"{self.namespace}/{name}"
+        if entry is None and not pods:
+            return self._vanished(job, ref)
+        translated = [states.translate_pod(p) for p in pods]
+        state, reason = states.summarize(translated, expected)
+        deciding = next((t for t in translated if t.state is state), None)
+        native = deciding.signal if deciding else ""
+        message = deciding.message if deciding else ""
+        if entry is not None and not (state.terminal and state is not JobState.CANCELLED):
+            kjob, deleted = entry
+            stop = _annotations(kjob).get(m.ANNOTATION_STOP)
+            jt = states.translate_job(kjob)
+            if stop and (deleted or (kjob.get("metadata") or {}).get("deletionTimestamp") or jt.state.terminal):
+                state = JobState.CANCELLED if stop == "cancelled" else JobState.PREEMPTED
+                reason = Reason.CANCELLED_BY_USER if stop == "cancelled" else Reason.PREEMPTED
+                native = f"job/{stop}"
+            elif state is not JobState.PREEMPTED and (jt.state.terminal or jt.state is JobState.PREEMPTED):
+                state, reason, native, message = jt.state, jt.reason, jt.signal, jt.message
+            elif not pods:
+                state, reason, native = jt.state, jt.reason, jt.signal
+        code = sig = None
+        finished = state.terminal or state is JobState.PREEMPTED
+        if finished and deciding is not None:
+            code, sig = deciding.exit_code, deciding.signal_number
+        nodes = tuple(sorted({p["spec"]["nodeName"] for p in pods if (p.get("spec") or {}).get("nodeName")}))
+        extra = {"message": message} if message else {}
+        return BackendStatus(ref, state, str(reason), code, sig, nodes, native, extra)
+
+    def _vanished(self, job: Job, ref: str) -> BackendStatus | None:
+        """Nothing left in the cluster: a stop crossdock asked for explains it, else it is unknown."""
+        if self.store is None:
+            return None
+        if self.store.field(job.id, "cancel_requested") == "1":
+            return BackendStatus(ref, JobState.CANCELLED, Reason.CANCELLED_BY_USER, native_state="job/cancelled")
+        if self.store.field(job.id, "preempt_requested") == "1":
+            return BackendStatus(ref, JobState.PREEMPTED, Reason.PREEMPTED, native_state="job/preempted")
+        return None
+
+    # --- reconcile --------------------------------------------------------------------------
+    def orphans(self, active: Iterable[Job]) -> list[Orphan]:
+        """crossdock's unfinished Jobs that belong to no active attempt (left by a crash or a requeue)."""
+        wanted = {(j.id, j.attempts) for j in active}
+        arrays = {(j.array_job_id, j.attempts) for j in active if j.array_job_id is not None}
+        _, kjobs = self._objects()
+        out: list[Orphan] = []
+        for name, (kjob, deleted) in sorted(kjobs.items()):
+            if deleted or (kjob.get("metadata") or {}).get("deletionTimestamp"):
+                continue
+            if states.translate_job(kjob).state.terminal:
+                continue
+            labels = _labels(kjob)
+            try:
+                attempt = int(labels.get(m.LABEL_ATTEMPT, "-1"))
+                if m.LABEL_JOB_ID in labels:
+                    job_id = int(labels[m.LABEL_JOB_ID])
+                    if (job_id, attempt) not in wanted:
+                        out.append(Orphan(f"{self.namespace}/{name}", job_id, attempt, "no active attempt"))
+                elif m.LABEL_ARRAY_JOB in labels:
+                    array_id = int(labels[m.LABEL_ARRAY_JOB])
+                    if (array_id, attempt) not in arrays:
+                        out.append(Orphan(f"{self.namespace}/{name}", array_id, attempt, "no active array task"))
+            except ValueError:
+                continue
+        return out
+
+    def delete_orphans(self, active: Iterable[Job]) -> list[Orphan]:
+        found = self.orphans(active)
+        for o in found:
+            name = o.ref.split("/", 1)[1]
+            try:
+                self.batch.delete_namespaced_job(name, self.namespace, propagation_policy="Background",
+                                                 _preload_content=False)
+                log.warning("deleted orphan Job %s (job %s attempt %s: %s)", o.ref, o.job_id, o.attempt, o.why)
+            except ApiException as exc:
+                if exc.status != 404:
+                    raise api_error(exc, f"deleting orphan Job {o.ref}") from exc
+        return found
+
+    # --- priority classes and logs ----------------------------------------------------------
+    def sync_priority_classes(self) -> list[str]:
+        """Create or update a PriorityClass per configured class; returns their names.
+
+        ``value`` and ``preemptionPolicy`` are immutable in Kubernetes: a changed class is
+        deleted and created again (running pods keep the priority they were admitted with).
+        """
+        names = []
+        for name, pc in self.config.priority_classes.items():
+            body = {"apiVersion": "scheduling.k8s.io/v1", "kind": "PriorityClass",
+                    "metadata": {"name": m.priority_class_name(name), "labels": {m.LABEL_MANAGED_BY: m.MANAGED_BY}},
+                    "value": pc.value, "preemptionPolicy": pc.preemption_policy, "globalDefault": False,
+                    "description": pc.description or f"crossdock priority class {name}"}
+            names.append(body["metadata"]["name"])
+            try:
+                try:
+                    self.scheduling.create_priority_class(body, _preload_content=False)
+                    continue
+                except ApiException as exc:
+                    if exc.status != 409:
+                        raise
+                current = json.loads(self.scheduling.read_priority_class(body["metadata"]["name"],
+                                                                         _preload_content=False).data)
+                if current.get("value") != pc.value or current.get("preemptionPolicy") != pc.preemption_policy:
+                    self.scheduling.delete_priority_class(body["metadata"]["name"], _preload_content=False)
+                    self.scheduling.create_priority_class(body, _preload_content=False)
+                elif current.get("description") != body["description"]:
+                    self.scheduling.patch_priority_class(body["metadata"]["name"],
+                                                         {"description": body["description"]},
+                                                         _preload_content=False)
+            except Exception as exc:  # noqa: BLE001
+                raise api_error(exc, f"syncing PriorityClass {body['metadata']['name']}") from exc
+        return names
+
+    def logs(self, job: Job, *, tail_lines: int | None = None, worker: int = 0) -> str:
+        """The main container's output of one worker pod, through the API (the kubelet serves it)."""
+        pods, _ = self._objects()
+        mine = sorted((p for p in pods if _labels(p).get(m.LABEL_JOB_ID) == str(job.id)
+                       and _labels(p).get(m.LABEL_ATTEMPT) == str(job.attempts)),
+                      key=lambda p: int(_annotations(p).get(COMPLETION_INDEX, "0")))
+        if len(mine) <= worker:
+            raise BackendUnavailable(f"job {job.id}: no pod for worker {worker} of attempt {job.attempts}",
+                                     retryable=True)
+        pod = mine[worker]["metadata"]["name"]
+        kwargs: dict[str, Any] = {"container": m.CONTAINER, "_preload_content": False}
+        if tail_lines is not None:
+            kwargs["tail_lines"] = tail_lines
+        try:
+            return self.core.read_namespaced_pod_log(pod, self.namespace, **kwargs).data.decode(errors="replace")
+        except Exception as exc:  # noqa: BLE001
+            raise api_error(exc, f"reading the log of pod {self.namespace}/{pod}") from exc
+

@@ -1,0 +1,373 @@
+"""crossdock jobs → ``batch/v1`` Job manifests (plain dicts, the API's JSON). Pure: no I/O.
+
+One crossdock job attempt is one Job named ``cd-<job id>-<attempt>``; the name is the
+idempotency key (a replayed dispatch gets 409 AlreadyExists and finds the Job). A
+multi-node job is one Indexed Job whose pods are a gang (label ``crossdock.io/group``) kept
+one per node by required podAntiAffinity; a whole array submitted at once is one Indexed
+Job whose completion index maps to the array's task ids.
+
+Placement: the pool's node selector and tolerations, the GPU product (``nvidia.com/gpu.product``
+values known for the requested models), and when crossdock chose the nodes a required
+nodeAffinity on ``kubernetes.io/hostname`` so its binpack/spread decision holds. When it did
+not, the queue's placement becomes a hard topology spread (``spread``) or a preferred pod
+affinity to the job's own group (``binpack``), for kube-scheduler to honour.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+from crossdock.queue.config import ClusterConfig, Pool
+from crossdock.queue.models import Job
+
+API_GROUP = "crossdock.io"
+LABEL_JOB_ID = "crossdock.io/job-id"
+LABEL_ATTEMPT = "crossdock.io/attempt"
+LABEL_QUEUE = "crossdock.io/queue"
+LABEL_POOL = "crossdock.io/pool"
+LABEL_GROUP = "crossdock.io/group"
+"""Pods placed together or apart: a gang (``<job id>-<attempt>``) or an array (``a<array job id>``)."""
+LABEL_ARRAY_JOB = "crossdock.io/array-job-id"
+LABEL_ARRAY_TASK = "crossdock.io/array-task-id"
+LABEL_MANAGED_BY = "app.kubernetes.io/managed-by"
+MANAGED_BY = "crossdock"
+ANNOTATION_NAME = "crossdock.io/name"
+ANNOTATION_USER = "crossdock.io/user"
+ANNOTATION_ARRAY_JOBS = "crossdock.io/array-jobs"
+"""On an array Job: ``<job id>:<task id>`` per completion index, comma-separated."""
+ANNOTATION_GPU_IDS = "crossdock.io/gpu-ids"
+"""On pods: the devices crossdock's scheduler assigned (Kubernetes itself only counts them)."""
+ANNOTATION_STOP = "crossdock.io/stop"
+"""Set before crossdock deletes a Job: ``cancelled`` or ``preempted``."""
+# Read by the local control plane's kwok Stages (crossdock.dev.k8s); ignored by real kubelets.
+ANNOTATION_RUN_SECONDS = "crossdock.io/run-seconds"
+ANNOTATION_EXIT_CODE = "crossdock.io/exit-code"
+SIMULATE_ENV = {"CROSSDOCK_SIMULATE_RUN_SECONDS": ANNOTATION_RUN_SECONDS,
+                "CROSSDOCK_SIMULATE_EXIT_CODE": ANNOTATION_EXIT_CODE}
+"""spec.env keys that become kwok annotations instead of container environment."""
+IMAGE_ENV = "CROSSDOCK_IMAGE"
+"""spec.env key naming the container image (else the backend's default image)."""
+
+LABEL_HOSTNAME = "kubernetes.io/hostname"
+LABEL_GPU_PRODUCT = "nvidia.com/gpu.product"
+GPU_RESOURCE = "nvidia.com/gpu"
+GPU_SHARED_RESOURCE = "nvidia.com/gpu.shared"
+CONTAINER = "main"
+SELECTOR = f"{LABEL_JOB_ID}"
+"""Label selector matching every object crossdock created."""
+
+# Runs a crossdock script: the text comes in $CROSSDOCK_SCRIPT (never spliced into a command
+# line), is written out and executed with its own #! interpreter and the job's arguments.
+_SCRIPT_RUNNER = ('f="${TMPDIR:-/tmp}/crossdock-script-$$" && printf "%s" "$CROSSDOCK_SCRIPT" > "$f" '
+                  '&& chmod +x "$f" && exec "$f" "$@"')
+# Sets SLURM_ARRAY_TASK_ID from the completion index of an array Job, then runs "$@".
+_ARRAY_RUNNER = ('i=0; for t in $CROSSDOCK_ARRAY_TASK_IDS; do [ "$i" = "$JOB_COMPLETION_INDEX" ] && '
+                 'export SLURM_ARRAY_TASK_ID="$t"; i=$((i+1)); done; exec "$@"')
+_PYTHON_RUNNER = ("import base64,os,sys,cloudpickle;"
+                  "fn,a,k=cloudpickle.loads(base64.b64decode(os.environ['CROSSDOCK_PYTHON_PAYLOAD']));"
+                  "fn(*a,**k)")
+
+
+def job_name(job_id: int, attempt: int) -> str:
+    """The deterministic object name of one attempt."""
+    return f"cd-{job_id}-{attempt}"
+
+
+def array_name(array_job_id: int, attempt: int) -> str:
+    return f"cd-a{array_job_id}-{attempt}"
+
+
+def priority_class_name(name: str) -> str:
+    """crossdock's PriorityClass objects are prefixed so they never collide with the cluster's own."""
+    return f"crossdock-{_dns_label(name)}"
+
+
+def _dns_label(text: str) -> str:
+    return re.sub(r"[^a-z0-9-]+", "-", text.lower()).strip("-")[:50] or "x"
+
+
+def _label_value(text: str) -> str:
+    value = re.sub(r"[^A-Za-z0-9_.-]+", "-", text)[:63]
+    return value.strip("-_.")
+
+
+def gpu_model(product: str) -> str:
+    """``NVIDIA-A100-SXM4-80GB`` → ``A100``; ``Tesla-T4`` → ``T4``; ``NVIDIA H200`` → ``H200``."""
+    words = [w for w in re.split(r"[-_\s]+", product) if w and w.upper() not in ("NVIDIA", "TESLA", "GEFORCE")]
+    return words[0] if words else product
+
+
+@dataclass(frozen=True)
+class Options:
+    """What the backend decides once for every manifest."""
+
+    namespace: str = "default"
+    image: str = "python:3.11-slim"
+    ttl_seconds_after_finished: int | None = 3600
+    deadline_slack_seconds: int = 60
+    """Added to the time limit for the Job-level deadline (the pod-level one is exact)."""
+    default_grace_seconds: int = 30
+    gpu_products: Mapping[str, tuple[str, ...]] = field(default_factory=dict)
+    """Lower-case model → ``nvidia.com/gpu.product`` values seen on nodes (from the inventory)."""
+    service_account: str | None = None
+
+
+def _quantity_cpu(milli: int) -> str:
+    return f"{milli}m" if milli % 1000 else str(milli // 1000)
+
+
+def resources(job: Job, cfg: ClusterConfig, opts: Options) -> dict[str, dict[str, str]]:
+    """Requests and limits of one worker pod (one node's share of the job)."""
+    spec = job.spec
+    queue = cfg.queues.get(job.queue)
+    cpu_limit = spec.cpus_per_node() * 1000
+    ratio = queue.cpu_request_ratio if queue is not None else 1.0
+    cpu_request = max(1, int(cpu_limit * ratio))
+    mem = spec.mem_per_node(cfg.scheduler.default_mem_per_cpu_mib * spec.cpus_per_node())
+    requests = {"cpu": _quantity_cpu(cpu_request)}
+    limits = {"cpu": _quantity_cpu(cpu_limit)}
+    if mem:
+        requests["memory"] = limits["memory"] = f"{mem}Mi"
+    req = spec.gpu_request()
+    if req is not None:
+        if req.mig:
+            name, count = f"nvidia.com/mig-{req.mig}", spec.gpus_per_node()
+        elif req.share is not None:
+            name, count = GPU_SHARED_RESOURCE, 1
+        else:
+            name, count = GPU_RESOURCE, spec.gpus_per_node()
+        # Extended resources cannot be overcommitted: the request must equal the limit.
+        requests[name] = limits[name] = str(count)
+    return {"requests": requests, "limits": limits}
+
+
+def _node_affinity(job: Job, pool: Pool, opts: Options) -> dict[str, Any] | None:
+    terms: list[dict[str, Any]] = []
+    hosts = sorted(set(job.nodes))
+    if hosts:
+        terms.append({"key": LABEL_HOSTNAME, "operator": "In", "values": hosts})
+    req = job.spec.gpu_request()
+    models = req.allowed_models() if req is not None else []
+    if len(models) > 1:
+        products = sorted({p for m in models for p in opts.gpu_products.get(m.lower(), (m,))})
+        terms.append({"key": LABEL_GPU_PRODUCT, "operator": "In", "values": products})
+    if job.spec.exclude:
+        terms.append({"key": LABEL_HOSTNAME, "operator": "NotIn", "values": sorted(set(job.spec.exclude))})
+    if not terms:
+        return None
+    return {"requiredDuringSchedulingIgnoredDuringExecution": {"nodeSelectorTerms": [{"matchExpressions": terms}]}}
+
+
+def _node_selector(job: Job, pool: Pool, opts: Options) -> dict[str, str]:
+    selector = dict(pool.selector)
+    req = job.spec.gpu_request()
+    models = req.allowed_models() if req is not None else []
+    if len(models) == 1:
+        products = opts.gpu_products.get(models[0].lower(), ())
+        if len(products) == 1:
+            selector[LABEL_GPU_PRODUCT] = products[0]
+        elif not products:
+            selector[LABEL_GPU_PRODUCT] = models[0]
+        # several products of one model (A100 40GB and 80GB): the affinity below lists them
+    return selector
+
+
+def _placement(job: Job, cfg: ClusterConfig) -> str:
+    if job.spec.placement:
+        return job.spec.placement
+    queue = cfg.queues.get(job.queue)
+    return queue.placement if queue is not None else "binpack"
+
+
+def group_of(job: Job) -> str:
+    if job.array_job_id is not None:
+        return f"a{job.array_job_id}"
+    return f"{job.id}-{job.attempts}"
+
+
+def _affinity(job: Job, cfg: ClusterConfig, pool: Pool, opts: Options, group: str) -> dict[str, Any]:
+    affinity: dict[str, Any] = {}
+    node = _node_affinity(job, pool, opts)
+    if node is not None:
+        req = job.spec.gpu_request()
+        if req is not None and len(req.allowed_models()) == 1:
+            products = opts.gpu_products.get(req.allowed_models()[0].lower(), ())
+            if len(products) > 1:
+                node["requiredDuringSchedulingIgnoredDuringExecution"]["nodeSelectorTerms"][0][
+                    "matchExpressions"].append({"key": LABEL_GPU_PRODUCT, "operator": "In", "values": list(products)})
+        affinity["nodeAffinity"] = node
+    same_group = {"labelSelector": {"matchLabels": {LABEL_GROUP: group}}, "topologyKey": LABEL_HOSTNAME}
+    if job.spec.nodes > 1 or job.spec.anti_affinity:
+        affinity["podAntiAffinity"] = {"requiredDuringSchedulingIgnoredDuringExecution": [same_group]}
+    elif not job.nodes and _placement(job, cfg) in ("binpack", "most-requested"):
+        affinity["podAffinity"] = {"preferredDuringSchedulingIgnoredDuringExecution": [
+            {"weight": 100, "podAffinityTerm": same_group}]}
+    return affinity
+
+
+def _spread(job: Job, cfg: ClusterConfig, group: str) -> list[dict[str, Any]]:
+    if job.nodes or _placement(job, cfg) != "spread":
+        return []
+    return [{"maxSkew": 1, "topologyKey": LABEL_HOSTNAME, "whenUnsatisfiable": "DoNotSchedule",
+             "labelSelector": {"matchLabels": {LABEL_GROUP: group}},
+             "nodeAffinityPolicy": "Honor", "nodeTaintsPolicy": "Honor"}]
+
+
+def _command(job: Job, array: bool) -> tuple[list[str], dict[str, str]]:
+    """(argv, extra environment) for the main container."""
+    spec = job.spec
+    env: dict[str, str] = {}
+    if spec.command is not None:
+        argv = list(spec.command) + list(spec.args)
+    elif spec.script is not None:
+        env["CROSSDOCK_SCRIPT"] = spec.script
+        argv = ["/bin/sh", "-c", _SCRIPT_RUNNER, "crossdock-script", *spec.args]
+    elif spec.python is not None:
+        env["CROSSDOCK_PYTHON_PAYLOAD"] = spec.python.payload
+        argv = ["python", "-c", _PYTHON_RUNNER]
+    else:
+        argv = []
+    if array and argv:
+        argv = ["/bin/sh", "-c", _ARRAY_RUNNER, "crossdock-array", *argv]
+    return argv, env
+
+
+def _environment(job: Job, extra: Mapping[str, str]) -> list[dict[str, Any]]:
+    spec = job.spec
+    env = {k: v for k, v in spec.env.items() if k not in SIMULATE_ENV and k != IMAGE_ENV}
+    env.update(extra)
+    env.update({
+        "CROSSDOCK_JOB_ID": str(job.id), "CROSSDOCK_ATTEMPT": str(job.attempts),
+        "SLURM_JOB_ID": str(job.id), "SLURM_JOB_NAME": spec.display_name(),
+        "SLURM_NNODES": str(spec.nodes), "SLURM_NTASKS": str(spec.ntasks),
+        "SLURM_CPUS_PER_TASK": str(spec.cpus_per_task),
+    })
+    if job.array_job_id is not None and job.array_task_id is not None:
+        env["SLURM_ARRAY_JOB_ID"] = str(job.array_job_id)
+        env["SLURM_ARRAY_TASK_ID"] = str(job.array_task_id)
+    out: list[dict[str, Any]] = [{"name": k, "value": v} for k, v in sorted(env.items())]
+    if spec.nodes > 1:  # the worker's rank: its completion index
+        out.append({"name": "SLURM_NODEID", "valueFrom": {"fieldRef": {
+            "fieldPath": "metadata.annotations['batch.kubernetes.io/job-completion-index']"}}})
+    return out
+
+
+def _labels(job: Job, pool_name: str, group: str) -> dict[str, str]:
+    labels = {LABEL_MANAGED_BY: MANAGED_BY, LABEL_JOB_ID: str(job.id), LABEL_ATTEMPT: str(job.attempts),
+              LABEL_GROUP: group, LABEL_POOL: _label_value(pool_name)}
+    if job.queue:
+        labels[LABEL_QUEUE] = _label_value(job.queue)
+    if job.array_job_id is not None:
+        labels[LABEL_ARRAY_JOB] = str(job.array_job_id)
+        if job.array_task_id is not None:
+            labels[LABEL_ARRAY_TASK] = str(job.array_task_id)
+    return labels
+
+
+def pool_of(job: Job, cfg: ClusterConfig) -> tuple[str, Pool]:
+    """The Kubernetes pool the job goes to: the scheduler's choice, else its first k8s pool."""
+    names = [job.pool] if job.pool else list(job.pools)
+    for name in names:
+        pool = cfg.pools.get(name or "")
+        if pool is not None and pool.backend == "k8s":
+            return str(name), pool
+    raise ValueError(f"job {job.id}: none of its pools ({', '.join(n for n in names if n) or 'none'}) "
+                     "is a k8s pool; give --pool with a pool whose backend is k8s")
+
+
+def build(job: Job, cfg: ClusterConfig, opts: Options = Options(), *,
+          array_tasks: Sequence[Job] | None = None) -> dict[str, Any]:
+    """The ``batch/v1`` Job for ``job``'s current attempt (or for ``array_tasks`` as one Indexed Job)."""
+    spec = job.spec
+    pool_name, pool = pool_of(job, cfg)
+    array = array_tasks is not None and len(array_tasks) > 0
+    group = group_of(job)
+    labels = _labels(job, pool_name, group)
+    if array:
+        labels.pop(LABEL_JOB_ID)
+        labels.pop(LABEL_ARRAY_TASK, None)
+    annotations = {ANNOTATION_NAME: spec.display_name()}
+    if spec.user:
+        annotations[ANNOTATION_USER] = spec.user
+    pod_annotations = dict(annotations)
+    if job.gpu_ids and not array:
+        pod_annotations[ANNOTATION_GPU_IDS] = ",".join(job.gpu_ids)
+    for env_key, annotation in SIMULATE_ENV.items():
+        if env_key in spec.env:
+            pod_annotations[annotation] = spec.env[env_key]
+    argv, extra_env = _command(job, array)
+    if array:
+        extra_env["CROSSDOCK_ARRAY_TASK_IDS"] = " ".join(str(t.array_task_id) for t in array_tasks or ())
+    container: dict[str, Any] = {
+        "name": CONTAINER,
+        "image": spec.env.get(IMAGE_ENV, opts.image),
+        "env": _environment(job, extra_env),
+        "resources": resources(job, cfg, opts),
+    }
+    if argv:
+        container["command"] = argv
+    if spec.workdir:
+        container["workingDir"] = spec.workdir
+    if array:
+        container["env"] = [e for e in container["env"] if e["name"] != "SLURM_ARRAY_TASK_ID"]
+    pc = cfg.priority_classes.get(job.priority_class)
+    grace = pc.grace_seconds if pc is not None else opts.default_grace_seconds
+    pod_spec: dict[str, Any] = {
+        "restartPolicy": "Never",
+        "terminationGracePeriodSeconds": grace,
+        "containers": [container],
+        "nodeSelector": _node_selector(job, pool, opts),
+        "tolerations": [dict(t) for t in pool.tolerations],
+    }
+    if job.priority_class and pc is not None:
+        pod_spec["priorityClassName"] = priority_class_name(job.priority_class)
+    affinity = _affinity(job, cfg, pool, opts, group)
+    if affinity:
+        pod_spec["affinity"] = affinity
+    spread = _spread(job, cfg, group)
+    if spread:
+        pod_spec["topologySpreadConstraints"] = spread
+    if opts.service_account:
+        pod_spec["serviceAccountName"] = opts.service_account
+    limit = spec.time_limit()
+    if limit:
+        pod_spec["activeDeadlineSeconds"] = limit
+    if not pod_spec["nodeSelector"]:
+        del pod_spec["nodeSelector"]
+    if not pod_spec["tolerations"]:
+        del pod_spec["tolerations"]
+
+    job_spec: dict[str, Any] = {
+        "backoffLimit": 0,  # crossdock requeues per its own policy; Kubernetes never retries
+        # A disrupted pod (preempted, evicted, node lost) fails the Job at once, with a reason.
+        "podFailurePolicy": {"rules": [{"action": "FailJob", "onPodConditions": [{"type": "DisruptionTarget"}]}]},
+        "template": {"metadata": {"labels": dict(labels), "annotations": pod_annotations}, "spec": pod_spec},
+    }
+    if limit:
+        job_spec["activeDeadlineSeconds"] = limit + opts.deadline_slack_seconds
+    if opts.ttl_seconds_after_finished is not None:
+        job_spec["ttlSecondsAfterFinished"] = opts.ttl_seconds_after_finished
+    if array:
+        tasks = list(array_tasks or ())
+        job_spec.update(completionMode="Indexed", completions=len(tasks), backoffLimitPerIndex=0,
+                        maxFailedIndexes=len(tasks))
+        job_spec["parallelism"] = min(len(tasks), spec.array.max_running if spec.array and spec.array.max_running
+                                      else len(tasks))
+        del job_spec["backoffLimit"]
+        # One array task's disruption fails that index only; the others go on.
+        job_spec["podFailurePolicy"]["rules"][0]["action"] = "FailIndex"
+        annotations[ANNOTATION_ARRAY_JOBS] = ",".join(f"{t.id}:{t.array_task_id}" for t in tasks)
+        name = array_name(job.array_job_id if job.array_job_id is not None else job.id, job.attempts)
+    else:
+        if spec.nodes > 1:
+            job_spec.update(completionMode="Indexed", completions=spec.nodes, parallelism=spec.nodes)
+        name = job_name(job.id, job.attempts)
+    return {
+        "apiVersion": "batch/v1",
+        "kind": "Job",
+        "metadata": {"name": name, "namespace": opts.namespace, "labels": labels, "annotations": annotations},
+        "spec": job_spec,
+    }
