@@ -342,3 +342,34 @@ def test_status_sums_up_an_array_and_reports_unknown_refs():
     driver.records = driver.records[:2]
     done = backend.status(["10"])["10"]
     assert (done.state, done.exit_code) == (JobState.FAILED, 2)
+
+
+# --- scontrol show job -o (the CLI driver's job listing) -----------------------------------
+
+PENDING_ARRAY_LINE = (
+    "JobId=3265 ArrayJobId=3265 ArrayTaskId=2-5%2 ArrayTaskThrottle=2 JobName=wrap UserId=root(0) GroupId=root(0) "
+    "JobState=PENDING Reason=JobArrayTaskLimit Dependency=(null) Requeue=1 Restarts=0 ExitCode=0:0 Partition=gpu-a100 "
+    "AllocNode:Sid=localhost:2955 NodeList= NumNodes=1 NumCPUs=1 CPUs/Task=1 Comment=crossdock:7:0  StdOut=/dev/null "
+    "Power= TresPerNode=gres:gpu:a100:2 "
+)
+FOREIGN_LINE = (
+    "JobId=115 JobName=my job UserId=alice(1000) JobState=CANCELLED Reason=None Restarts=2 ExitCode=0:15 "
+    "Partition=gpu-l4 NodeList=gpu-l4-1 NumNodes=1 NumCPUs=3 Comment=not ours  StdErr=/dev/null TresPerNode=gres:gpu:l4:2 "
+)
+
+
+def test_parse_scontrol_pending_array_rest():
+    from crossdock.backends.slurm.cli import parse_scontrol_job
+
+    j = parse_scontrol_job(PENDING_ARRAY_LINE)
+    assert (j.job_id, j.array_job_id, j.array_task_id, j.array_pending_tasks) == (3265, 3265, None, (2, 3, 4, 5))
+    assert (j.state, j.reason, j.comment, j.nodes, j.gpus) == ("PENDING", "JobArrayTaskLimit", "crossdock:7:0", (), {"a100": 2})
+
+
+def test_parse_scontrol_values_with_spaces_and_signals():
+    from crossdock.backends.slurm.cli import parse_scontrol_job
+
+    j = parse_scontrol_job(FOREIGN_LINE)
+    assert (j.name, j.user, j.comment, j.exit_code, j.signal, j.restarts, j.cpus) == (
+        "my job", "alice", "not ours", 0, 15, 2, 3)
+    assert (j.ref, j.nodes, j.gpus) == ("115", ("gpu-l4-1",), {"l4": 2})

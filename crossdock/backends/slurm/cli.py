@@ -1,14 +1,15 @@
-"""Drive Slurm through its command-line tools (sbatch, squeue/sinfo --json, scontrol, scancel).
+"""Drive Slurm through its command-line tools (sbatch, scontrol, sinfo --json, scancel, sacct).
 
-Every call is one process with an argument list (never a shell). ``squeue --json`` and
-``sinfo --json`` ignore their filters in 22.05 and dump everything, so filtering happens in
-the caller, once per cycle.
+Every call is one process with an argument list (never a shell). Job listings dump every job
+slurmctld holds (``squeue --json`` ignores its filters in 22.05 anyway), so filtering
+happens in the caller, once per cycle.
 """
 
 from __future__ import annotations
 
 import json
 import os
+import re
 import subprocess
 import tempfile
 from collections.abc import Mapping
@@ -22,10 +23,10 @@ from crossdock.backends.slurm.driver import (
     SlurmUnavailable,
     SubmitRejected,
     SubmitRequest,
-    parse_job,
+    parse_gpu_gres,
     parse_node,
 )
-from crossdock.backends.slurm.states import expand_hostlist, parse_exit_code
+from crossdock.backends.slurm.states import expand_array_tasks, expand_hostlist, parse_exit_code
 
 DEFAULT_TIMEOUT_S = 30.0
 
@@ -132,8 +133,10 @@ class CliDriver:
         return int(out.strip().splitlines()[-1].split(";")[0])
 
     def jobs(self) -> list[SlurmJob]:
-        data = json.loads(self._run(["squeue", "--json"]))
-        return [parse_job(j) for j in data.get("jobs", [])]
+        # `scontrol show job -o` rather than `squeue --json`: the same jobs (both ignore
+        # filters), text exit codes, and about a seventh of the time and bytes.
+        out = self._run(["scontrol", "show", "job", "-o"])
+        return [parse_scontrol_job(line) for line in out.splitlines() if line.startswith("JobId=")]
 
     def nodes(self) -> list[SlurmNode]:
         data = json.loads(self._run(["sinfo", "--json"]))
@@ -223,11 +226,53 @@ def parse_sacct(text: str) -> list[SlurmJob]:
     return jobs
 
 
+_FIELD = re.compile(r"\s+(?=[A-Za-z][A-Za-z0-9_:/]*=)")
+
+
 def _key_values(line: str) -> dict[str, str]:
-    """``scontrol show … -o`` output → dict (values never contain spaces for the keys we read)."""
+    """``scontrol show … -o`` output → dict. A value may hold spaces (``Comment=not ours``);
+    a new field starts where a space is followed by ``Key=``."""
     out = {}
-    for item in line.split():
+    for item in _FIELD.split(line.strip()):
         key, sep, value = item.partition("=")
         if sep:
-            out[key] = value
+            out[key] = value.strip()
     return out
+
+
+def _null(value: str | None) -> str:
+    return "" if value in (None, "(null)", "None assigned") else value
+
+
+def parse_scontrol_job(line: str) -> SlurmJob:
+    """One line of ``scontrol show job -o``."""
+    f = _key_values(line)
+    exit_code, signal = parse_exit_code(f.get("ExitCode", "0:0"))
+    array_job_id = int(f["ArrayJobId"]) if f.get("ArrayJobId", "").isdigit() else None
+    task_text = f.get("ArrayTaskId", "")
+    task_id = int(task_text) if task_text.isdigit() else None
+    pending = tuple(expand_array_tasks(task_text)) if array_job_id is not None and task_id is None else ()
+    nodes = expand_hostlist(_null(f.get("NodeList")))
+    gpus: dict[str, int] = {}
+    # Requested GPUs: what a running job holds (per node × nodes, plus per job).
+    for key, times in (("TresPerNode", max(len(nodes), 1)), ("TresPerJob", 1)):
+        for kind, count in parse_gpu_gres(_null(f.get(key)).replace("gres:", "")).items():
+            gpus[kind] = gpus.get(kind, 0) + count * times
+    return SlurmJob(
+        job_id=int(f["JobId"]),
+        state=f.get("JobState", ""),
+        reason=f.get("Reason", "None"),
+        exit_code=exit_code,
+        signal=signal,
+        name=f.get("JobName", ""),
+        comment=_null(f.get("Comment")),
+        user=f.get("UserId", "").split("(", 1)[0],
+        partition=_null(f.get("Partition")),
+        nodes=tuple(nodes),
+        cpus=int(f.get("NumCPUs", "0").split("-")[0] or 0),
+        gpus=gpus,
+        restarts=int(f.get("Restarts", "0") or 0),
+        array_job_id=array_job_id,
+        array_task_id=task_id,
+        array_pending_tasks=pending,
+    )
