@@ -21,9 +21,10 @@ policy         node score                                             GPU for a 
 =============  =====================================================  ======================
 
 crossdock's strategies: ``crossdock`` (the default GPU policy, :func:`gpu_frag.crossdock_score`),
-``binpack`` and ``most-requested`` (kube ``MostAllocated`` over CPU, memory and GPU), ``spread``
-(kube ``LeastAllocated``). The kube scores come from ``crossdock.queue.scheduler.scoring`` when
-that module is importable, else from the same formulas here.
+and the live scheduler's placements, scored with ``crossdock.queue.scheduler.scoring`` over CPU,
+memory and whole GPUs: ``binpack`` (RequestedToCapacityRatio with the bin-packing shape plus the
+FGD score, as ``registry.PLACEMENT_SCORES`` defines it), ``most-requested`` (MostAllocated) and
+``spread`` (LeastAllocated).
 """
 
 from __future__ import annotations
@@ -174,13 +175,73 @@ def fgd_policy(state: ClusterState, pod: PodReq, cand: np.ndarray, rng: np.rando
     return node, _gpus_for(state, node, pod, int(node_gpu[k]) if pod.sharing else None)
 
 
+def crossdock_policy(state: ClusterState, pod: PodReq, cand: np.ndarray, rng: np.random.Generator) -> Choice:
+    """crossdock's default GPU placement (:func:`gpu_frag.crossdock_score`)."""
+    rows, gpus, delta = frag_delta(state, pod, cand)
+    nodes = cand[rows]
+    remnant = state.gpu_left[nodes, gpus] - pod.milli if pod.sharing else None
+    slack = None
+    if pod.num == 0:
+        slack = gpu_frag.cpu_slack(state.cpu_left[nodes] - pod.cpu, state.gpu_left[nodes].sum(axis=1))
+    score = gpu_frag.crossdock_score(delta, remnant=remnant, cpu_slack=slack)
+    node_score, node_gpu = _best_option(len(cand), rows, gpus, score, pod.sharing)
+    k = pick_max(node_score, cand, state, rng)
+    node = int(cand[k])
+    return node, _gpus_for(state, node, pod, int(node_gpu[k]) if pod.sharing else None)
+
+
+# --- kube resource strategies (crossdock placements) ---------------------------------------
+GPU_RESOURCE = "nvidia.com/gpu"
+
+
+def kube_scores(state: ClusterState, pod: PodReq, cand: np.ndarray, strategy: str,
+                shape: list[tuple[int, int]] | None = None) -> np.ndarray:
+    """kube-scheduler's NodeResourcesFit scores over CPU, memory and whole GPUs, from the
+    scheduling core (``crossdock.queue.scheduler.scoring``). A GPU counts as requested once any
+    share of it is used; a share asks for no whole GPU."""
+    from crossdock.queue.scheduler.scoring import node_scores
+
+    busy = state.gpu_count[cand] - (state.gpu_left[cand] == MILLI).sum(axis=1)
+    alloc = {"cpu": state.cpu_cap[cand], "memory": state.nodes.mem[cand], GPU_RESOURCE: state.gpu_count[cand]}
+    used = {"cpu": state.cpu_cap[cand] - state.cpu_left[cand], "memory": state.nodes.mem[cand] - state.mem_left[cand],
+            GPU_RESOURCE: busy}
+    request = {"cpu": pod.cpu, "memory": pod.mem, GPU_RESOURCE: pod.num if pod.milli >= MILLI else 0}
+    weights = {"cpu": 1, "memory": 1, GPU_RESOURCE: 1}
+    return node_scores(strategy, alloc, used, request, weights, shape)
+
+
+BINPACK_SHAPE = [(0, 0), (100, 10)]
+
+
+def _kube_policy(strategy: str, with_frag: bool = False) -> Policy:
+    def policy(state: ClusterState, pod: PodReq, cand: np.ndarray, rng: np.random.Generator) -> Choice:
+        shape = BINPACK_SHAPE if strategy == "requested_to_capacity_ratio" else None
+        score = kube_scores(state, pod, cand, strategy, shape).astype(np.float64)
+        share_gpu = None
+        if with_frag and pod.num > 0:
+            rows, gpus, delta = frag_delta(state, pod, cand)
+            frag_score, frag_gpu = _best_option(len(cand), rows, gpus, gpu_frag.fgd_score(delta).astype(np.float64),
+                                                pod.sharing)
+            score = score + frag_score
+            share_gpu = frag_gpu
+        k = pick_max(score, cand, state, rng)
+        node = int(cand[k])
+        return node, _gpus_for(state, node, pod, int(share_gpu[k]) if share_gpu is not None and pod.sharing else None)
+    return policy
+
+
 POLICIES: dict[str, Policy] = {
     "random": random_policy,
     "dotprod": dotprod_policy,
     "packing": packing_policy,
     "bestfit": bestfit_policy,
     "fgd": fgd_policy,
+    "crossdock": crossdock_policy,
+    "binpack": _kube_policy("requested_to_capacity_ratio", with_frag=True),
+    "most-requested": _kube_policy("most_allocated"),
+    "spread": _kube_policy("least_allocated"),
 }
+CROSSDOCK_POLICIES = ("crossdock", "binpack", "most-requested", "spread")
 
 
 def get_policy(name: str) -> Policy:

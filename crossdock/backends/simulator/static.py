@@ -114,3 +114,68 @@ def run_static(nodes: NodeTable, pods: PodTable, policy: str, seed: int = 42, tu
     return StaticResult(policy, seed, tune, len(nodes), total // 1000, n, failed, failed_milli,
                         arrived * scale, allocated * scale, frag * scale, time.perf_counter() - t0,
                         sampling, pods.source)
+
+
+PUBLISHED_MEDIANS = {"random": 86.3, "dotprod": 90.6, "packing": 91.8, "bestfit": 92.9, "fgd": 95.2}
+"""GPU allocation (%) at 100 % arrived on openb_pod_list_default, medians over seeds 42–51, as
+published by the FGD authors (expected_results of their artifact)."""
+
+
+def parse_seeds(text: str) -> list[int]:
+    """``"42-51"``, ``"42,43,50"`` or a mix (``"1-3,7"``) -> sorted unique seeds."""
+    seeds: set[int] = set()
+    for part in (p.strip() for p in text.split(",")):
+        if not part:
+            continue
+        lo, sep, hi = part.partition("-")
+        try:
+            a = int(lo)
+            b = int(hi) if sep else a
+        except ValueError:
+            raise ValueError(f"seeds: {part!r} is not N or N-M") from None
+        if b < a:
+            raise ValueError(f"seeds: {part!r} is a descending range; write {b}-{a}")
+        seeds.update(range(a, b + 1))
+    if not seeds:
+        raise ValueError("seeds: none given; write e.g. 42-51")
+    return sorted(seeds)
+
+
+def _grid_task(args: tuple) -> StaticResult:
+    nodes, pods, policy, seed, tune, sampling, ties = args
+    return run_static(nodes, pods, policy, seed, tune, sampling, ties=ties)
+
+
+def run_grid(nodes: NodeTable, pods: PodTable, policies: list[str], seeds: list[int], tune: float = 1.3,
+             sampling: str = "trace", ties: str = "fixed", jobs: int = 1) -> dict[str, list[StaticResult]]:
+    """Every policy × seed; ``jobs`` > 1 runs them in that many processes."""
+    for p in policies:
+        get_policy(p)
+    tasks = [(nodes, pods, p, s, tune, sampling, ties) for p in policies for s in seeds]
+    if jobs > 1:
+        from concurrent.futures import ProcessPoolExecutor
+
+        with ProcessPoolExecutor(max_workers=jobs) as pool:
+            results = list(pool.map(_grid_task, tasks))
+    else:
+        results = [_grid_task(t) for t in tasks]
+    out: dict[str, list[StaticResult]] = {p: [] for p in policies}
+    for r in results:
+        out[r.policy].append(r)
+    return out
+
+
+def summarize(grid: dict[str, list[StaticResult]], at: int = 100) -> list[dict[str, Any]]:
+    """Median (and min/max) over seeds of allocation and fragmentation at ``at`` % arrived."""
+    rows = []
+    for policy, runs in grid.items():
+        alloc = [r.at(at)["allocated_pct"] for r in runs]
+        frag = [r.at(at)["fragmentation_pct"] for r in runs]
+        rows.append({"policy": policy, "seeds": [r.seed for r in runs],
+                     "allocated_pct_median": round(float(np.median(alloc)), 2),
+                     "allocated_pct_min": min(alloc), "allocated_pct_max": max(alloc),
+                     "fragmentation_pct_median": round(float(np.median(frag)), 2),
+                     "failed_pods_median": float(np.median([r.failed_pods for r in runs])),
+                     "wall_s_median": round(float(np.median([r.wall_s for r in runs])), 2),
+                     "published_allocated_pct": PUBLISHED_MEDIANS.get(policy)})
+    return rows

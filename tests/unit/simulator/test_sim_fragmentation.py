@@ -1,0 +1,106 @@
+"""The fragmentation measure on hand-made nodes, with the numbers worked out by hand.
+
+Workload (typical pods): t1 = 4 cores + 500 milli of one GPU (50 %), t2 = 8 cores + one whole
+GPU (25 %), t3 = 2 cores, no GPU (25 %).
+"""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+from sim_builders import nodes, state, typical
+
+from crossdock.queue.scheduler.plugins import gpu_frag
+
+WORKLOAD = typical((4000, 500, 1, 0.5), (8000, 1000, 1, 0.25), (2000, 0, 0, 0.25))
+
+CASES = [
+    # id, GPU free per GPU, CPU free, expected frag (milli-GPU)
+    # t1 fits (1000 >= 500), leaves the 300 GPU: 0.5*300; t2 fits, same 300: 0.25*300;
+    # t3 asks no GPU, so all 1300 free milli are fragments to it: 0.25*1300  -> 550
+    ("one-free-one-sliver", [1000, 300], 10_000, 550.0),
+    # t2 lacks CPU (6000 < 8000): all 1300 for it -> 150 + 325 + 325
+    ("cpu-short-for-t2", [1000, 300], 6_000, 800.0),
+    # no GPU holds 500: t1 and t2 see all 500 free as fragments; t3 too -> 500
+    ("only-slivers", [200, 300], 10_000, 500.0),
+    # everything allocated: nothing is fragmented
+    ("full", [0, 0], 10_000, 0.0),
+    # idle node: t1, t2 fit with no sliver; only t3's share counts: 0.25*2000
+    ("idle", [1000, 1000], 10_000, 500.0),
+]
+
+
+@pytest.mark.parametrize("left,cpu,expected", [c[1:] for c in CASES], ids=[c[0] for c in CASES])
+def test_node_frag_by_hand(left, cpu, expected):
+    st_ = state(nodes((16000, 1, 2, "T4")), WORKLOAD, gpu_left=[left], cpu_left=[cpu])
+    assert st_.frag[0] == pytest.approx(expected)
+    direct = gpu_frag.node_frag(np.array([left]), np.array([cpu]), np.array([1]), WORKLOAD)
+    assert direct[0] == pytest.approx(expected)
+
+
+def test_model_mismatch_makes_all_free_gpu_fragments():
+    # t1 accepts only A10 (bit 0); the node has T4: t1 sees all 1300 -> 0.5*1300 + 75 + 325
+    work = typical((4000, 500, 1, 0.5), (8000, 1000, 1, 0.25), (2000, 0, 0, 0.25),
+                   spec=[0b01, gpu_frag.ANY_MODEL, gpu_frag.ANY_MODEL])
+    st_ = state(nodes((16000, 1, 2, "T4")), work, gpu_left=[[1000, 300]], cpu_left=[10_000])
+    assert st_.frag[0] == pytest.approx(1050.0)
+
+
+def test_cluster_frag_is_the_sum_of_nodes():
+    st_ = state(nodes((16000, 1, 2, "T4"), (16000, 1, 2, "T4")), WORKLOAD,
+                gpu_left=[[1000, 300], [200, 300]], cpu_left=[10_000, 10_000])
+    assert st_.frag_milli() == pytest.approx(1050.0)
+
+
+def test_typical_pods_keep_the_most_frequent_shapes_up_to_the_threshold():
+    cpu = np.array([1000] * 6 + [2000] * 3 + [3000])
+    milli = np.array([500] * 6 + [1000] * 3 + [0])
+    num = np.array([1] * 9 + [0])
+    spec = np.full(10, gpu_frag.ANY_MODEL)
+    t = gpu_frag.typical_pods(cpu, milli, num, spec, popularity=0.9)
+    # 6 + 3 = 9 of 10 pods reach 90 %: the rare CPU-only shape is left out, the rest renormalized
+    assert t.cpu.tolist() == [1000, 2000]
+    assert t.freq.tolist() == pytest.approx([6 / 9, 3 / 9])
+    t_all = gpu_frag.typical_pods(cpu, milli, num, spec, popularity=1.0)
+    assert len(t_all) == 3 and t_all.freq.sum() == pytest.approx(1.0)
+
+
+def test_zero_cpu_counts_as_100_milli_and_cpu_pods_carry_no_gpu():
+    t = gpu_frag.typical_pods(np.array([0, 0]), np.array([700, 700]), np.array([0, 0]),
+                              np.array([0b1, 0b1]), popularity=1.0)
+    assert t.cpu.tolist() == [100] and t.milli.tolist() == [0] and t.spec.tolist() == [gpu_frag.ANY_MODEL]
+
+
+@pytest.mark.parametrize("delta,expected", [(0, 50), (1000, 73), (-1000, 26), (100_000, 100), (-100_000, 0)])
+def test_fgd_score_is_the_papers_integer_sigmoid(delta, expected):
+    assert int(gpu_frag.fgd_score(np.array([delta]))[0]) == expected
+
+
+levels = st.sampled_from([0, 50, 160, 190, 300, 470, 500, 810, 1000])
+
+
+@settings(max_examples=150, deadline=None)
+@given(left=st.lists(levels, min_size=8, max_size=8), milli=st.sampled_from([50, 160, 320, 470, 810]),
+       g=st.integers(0, 7), whole=st.integers(0, 3))
+def test_incremental_parts_match_a_rebuild(left, milli, g, whole):
+    """parts_after (used to score every candidate at once) equals rebuilding the caches."""
+    work = typical((4000, 500, 1, 0.4), (8000, 1000, 2, 0.3), (1000, 160, 1, 0.2), (2000, 0, 0, 0.1))
+    arr = np.array([left], np.int64)
+    total, cnt, below = gpu_frag.frag_parts(arr, work)
+    if left[g] >= milli:
+        after = arr.copy()
+        after[0, g] -= milli
+        got = gpu_frag.parts_after(total, cnt, below, work, milli, 1, np.array([left[g]]))
+        want = gpu_frag.frag_parts(after, work)
+        for a, b in zip(got, want):
+            assert np.array_equal(a, b)
+    free = [i for i, v in enumerate(left) if v == 1000]
+    if whole and len(free) >= whole:
+        after = arr.copy()
+        after[0, free[:whole]] = 0
+        got = gpu_frag.parts_after(total, cnt, below, work, 1000, whole)
+        want = gpu_frag.frag_parts(after, work)
+        for a, b in zip(got, want):
+            assert np.array_equal(a, b)
