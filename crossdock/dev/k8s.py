@@ -763,6 +763,9 @@ def _up(state: Path, pools: Sequence[NodePool], timeout: float) -> Path:
     launch.start("kwok", [
         f"--kubeconfig={conf / 'kwok.kubeconfig'}", f"--config={conf / 'kwok.yaml'}",
         "--manage-all-nodes=true", f"--cidr={POD_CIDR}",
+        # Renew a Lease per node, as the kubelet does; without it the node lifecycle
+        # controller would mark the nodes unreachable and evict their pods.
+        "--node-lease-duration-seconds=40",
     ])
 
     def all_alive() -> None:

@@ -94,6 +94,23 @@ def test_fake_nodes_are_ready_with_gpu_capacity(k8s_client: client.ApiClient) ->
         assert any(t.key == GPU_RESOURCE and t.effect == "NoSchedule" for t in node.spec.taints or [])
         ready = {c.type: c.status for c in node.status.conditions or []}
         assert ready.get("Ready") == "True"
+    # kwok renews a Lease per node like a kubelet, so the nodes stay Ready past the
+    # node lifecycle controller's grace period.
+    coordination = client.CoordinationV1Api(k8s_client)
+    for node in nodes:
+        name = node.metadata.name
+        lease = wait_for(f"lease of {name}", lambda name=name: _lease(coordination, name))
+        assert lease.spec.holder_identity
+        assert lease.spec.renew_time is not None
+
+
+def _lease(coordination: client.CoordinationV1Api, node: str) -> Any:
+    try:
+        return coordination.read_namespaced_lease(node, "kube-node-lease")
+    except ApiException as err:
+        if err.status == 404:
+            return None
+        raise
 
 
 def test_job_pod_runs_on_gpu_node_then_succeeds(k8s_client: client.ApiClient, k8s_namespace: str) -> None:
