@@ -357,7 +357,32 @@ class KubernetesBackend:
             st = self._status_of(job, by_attempt, by_index, kjobs)
             if st is not None:
                 out[job.id] = st
+        unexplained = {i: st for i, st in out.items() if st.native_state == "job/Failed/BackoffLimitExceeded"
+                       and not st.nodes}
+        if unexplained:
+            out.update(self._explain_from_events(unexplained))
         return out
+
+    def _explain_from_events(self, unexplained: Mapping[int, BackendStatus]) -> dict[int, BackendStatus]:
+        """A failed Job whose pods are gone (not seen by this process's watch): the pod's
+        Preempted/Evicted event, kept an hour by the API server, tells whether it was disrupted."""
+        found: dict[int, BackendStatus] = {}
+        for reason, (state, why) in (("Preempted", (JobState.PREEMPTED, "PreemptedByScheduler")),
+                                      ("Evicted", (JobState.PREEMPTED, "Evicted"))):
+            try:
+                events, _ = list_all(lambda **kw: self.core.list_namespaced_event(self.namespace, **kw),
+                                     field_selector=f"involvedObject.kind=Pod,reason={reason}")
+            except Exception as exc:  # noqa: BLE001 - an explanation is optional
+                log.debug("events unavailable: %s", exc)
+                return found
+            pods = {str((e.get("involvedObject") or {}).get("name", "")): str(e.get("message", "")) for e in events}
+            for job_id, st in unexplained.items():
+                prefix = st.ref.split("/", 1)[1] + "-"
+                hit = next((msg for pod, msg in pods.items() if pod.startswith(prefix)), None)
+                if hit is not None and job_id not in found:
+                    found[job_id] = BackendStatus(st.ref, state, why, native_state=f"event/{reason}",
+                                                  extra={"message": hit})
+        return found
 
     def _array_pods(self, job: Job, kjobs: Mapping[str, tuple[dict[str, Any], bool]],
                     by_index: Mapping[tuple[str, str], dict[str, Any]]) -> tuple[str, tuple[dict[str, Any], bool] | None,

@@ -341,9 +341,10 @@ def build(job: Job, cfg: ClusterConfig, opts: Options = Options(), *,
         del pod_spec["tolerations"]
 
     job_spec: dict[str, Any] = {
-        "backoffLimit": 0,  # crossdock requeues per its own policy; Kubernetes never retries
-        # A disrupted pod (preempted, evicted, node lost) fails the Job at once, with a reason.
-        "podFailurePolicy": {"rules": [{"action": "FailJob", "onPodConditions": [{"type": "DisruptionTarget"}]}]},
+        # crossdock requeues per its own policy; Kubernetes never retries. (No podFailurePolicy:
+        # with one, the Job controller waits for a deleted pod to reach phase Failed, which
+        # kwok never reports; the pods' DisruptionTarget condition tells why anyway.)
+        "backoffLimit": 0,
         "template": {"metadata": {"labels": dict(labels), "annotations": pod_annotations}, "spec": pod_spec},
     }
     if limit:
@@ -357,8 +358,6 @@ def build(job: Job, cfg: ClusterConfig, opts: Options = Options(), *,
         job_spec["parallelism"] = min(len(tasks), spec.array.max_running if spec.array and spec.array.max_running
                                       else len(tasks))
         del job_spec["backoffLimit"]
-        # One array task's disruption fails that index only; the others go on.
-        job_spec["podFailurePolicy"]["rules"][0]["action"] = "FailIndex"
         annotations[ANNOTATION_ARRAY_JOBS] = ",".join(f"{t.id}:{t.array_task_id}" for t in tasks)
         name = array_name(job.array_job_id if job.array_job_id is not None else job.id, job.attempts)
     else:
