@@ -57,6 +57,22 @@ def k8s_kubeconfig() -> Iterator[Path]:
 
 
 @pytest.fixture(scope="session")
+def k8s_binaries() -> Path:
+    """The directory of the locally built binaries, for tests that start their own plane.
+
+    Missing binaries skip such tests, and fail them under ``CI=true`` unless
+    ``KUBECONFIG`` names the cluster that CI provides instead.
+    """
+    missing = k8s._missing_binaries()
+    if missing:
+        reason = f"missing {', '.join(missing)} in {k8s.bin_dir()} (python -m crossdock.dev.k8s build)"
+        if os.environ.get("KUBECONFIG"):
+            pytest.skip(reason)
+        _unavailable(reason)
+    return k8s.bin_dir()
+
+
+@pytest.fixture(scope="session")
 def k8s_client(k8s_kubeconfig: Path) -> Iterator[client.ApiClient]:
     """A ``kubernetes.client.ApiClient`` for the cluster, checked to answer."""
     api_client = config.new_client_from_config(config_file=str(k8s_kubeconfig))

@@ -227,10 +227,8 @@ def test_scheduler_preempts_lower_priority_pod(k8s_client: client.ApiClient, k8s
             sched.delete_priority_class(name)
 
 
-def test_up_is_idempotent_and_down_stops_every_process(tmp_path: Path) -> None:
+def test_up_is_idempotent_and_down_stops_every_process(k8s_binaries: Path, tmp_path: Path) -> None:
     """A second plane in its own state directory: up twice, then down."""
-    if not k8s.bin_dir().joinpath("kube-apiserver").exists():
-        pytest.skip("binaries not built (python -m crossdock.dev.k8s build)")  # the fixture decides CI
     state = tmp_path / "plane"
     pools = (k8s.NodePool("gpu", 1, cpu="8", memory="64Gi", gpus=2, gpu_product="NVIDIA-L4"),)
     try:
