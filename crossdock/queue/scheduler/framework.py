@@ -5,9 +5,10 @@ Extension points, in the order a cycle calls them (kube-scheduler's names):
 - ``QueueSortPlugin.sort_key(state, req)`` — the order pending jobs are tried in;
 - ``PreFilterPlugin.pre_filter(state, req) -> Status`` — checks on the job alone (per-job limits,
   quota); ``UNSCHEDULABLE_AND_UNRESOLVABLE`` stops the job for this cycle without preemption;
-- ``FilterPlugin.filter(state, req, idx) -> bool array`` — which of the nodes ``idx`` (an int
-  array of node indexes into :class:`~crossdock.queue.scheduler.inventory.Inventory`) may hold
-  one worker. Vectorized: one call covers every node. ``static`` filters depend only on the job
+- ``FilterPlugin.filter(state, req, idx) -> bool array | None`` — which of the nodes ``idx`` (an
+  int array of node indexes into :class:`~crossdock.queue.scheduler.inventory.Inventory`) may
+  hold one worker; ``None`` when the filter does not apply to the job (every node passes).
+  Vectorized: one call covers every node. ``static`` filters depend only on the job
   and the node, never on what runs there, so their masks are cached per request shape.
   ``reasons(state, req, idx)`` returns ``{message: count}`` for the nodes in ``idx`` that fail,
   in kube-scheduler's words ("Insufficient nvidia.com/gpu");
@@ -96,7 +97,7 @@ class FilterPlugin(Protocol):
     name: str
     static: bool
 
-    def filter(self, state: CycleState, req: Request, idx: np.ndarray) -> np.ndarray: ...
+    def filter(self, state: CycleState, req: Request, idx: np.ndarray) -> np.ndarray | None: ...
 
     def reasons(self, state: CycleState, req: Request, idx: np.ndarray) -> dict[str, int]: ...
 

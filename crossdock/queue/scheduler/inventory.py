@@ -50,6 +50,8 @@ class Inventory:
         self.mem_alloc = np.array([x.memory_mib for x in self.nodes], np.int64)
         self.cpu_used = np.zeros(n, np.int64)
         self.mem_used = np.zeros(n, np.int64)
+        self.cpu_free = self.cpu_alloc.copy()
+        self.mem_free = self.mem_alloc.copy()
         self.schedulable = np.array([x.schedulable for x in self.nodes], bool)
         self.pool_names = sorted({x.pool for x in self.nodes})
         pid = {p: i for i, p in enumerate(self.pool_names)}
@@ -91,19 +93,21 @@ class Inventory:
         self.mig_free = {p: np.array([len(s.get(p, ())) for s in self.slice_free], np.int64) for p in profiles}
         self.group_nodes: dict[int, set[int]] = {}
         """Anti-affinity group -> nodes running one of its workers."""
+        shapes: dict[tuple, int] = {}
+        self.shape_id = np.array([shapes.setdefault((x.cpu_milli, x.memory_mib, self.model[i], tuple(self.dev_island[i])),
+                                                    len(shapes)) for i, x in enumerate(self.nodes)], np.int64)
+        self.sig = self.shape_id.copy()
+        """Equal for nodes in the same state (same shape, same use): scores are computed once per value."""
         self.listeners: list = []
         """Callables ``f(node_index)`` run after a node changed (per-node caches of score plugins)."""
         self.version = 0
         """Bumped whenever capacity is given back (rollback, simulation); caches keyed on it."""
 
-    # --- free capacity -----------------------------------------------------------------------
-    @property
-    def cpu_free(self) -> np.ndarray:
-        return self.cpu_alloc - self.cpu_used
-
-    @property
-    def mem_free(self) -> np.ndarray:
-        return self.mem_alloc - self.mem_used
+    def _use(self, i: int, cpu: int, mem: int) -> None:
+        self.cpu_used[i] += cpu
+        self.mem_used[i] += mem
+        self.cpu_free[i] -= cpu
+        self.mem_free[i] -= mem
 
     def refresh(self, i: int) -> None:
         """Recompute node ``i``'s GPU summaries from its device row."""
@@ -119,16 +123,39 @@ class Inventory:
         self.share_top[i] = int(free[ex].max()) if ex.any() else 0
         for p, arr in self.mig_free.items():
             arr[i] = len(self.slice_free[i].get(p, ()))
+        used = self.cpu_used[i] or self.mem_used[i] or (ex & (free != FULL)).any()
+        self.sig[i] = hash((int(self.shape_id[i]), int(self.cpu_used[i]), int(self.mem_used[i]),
+                            free.tobytes())) if used else self.shape_id[i]
         for listener in self.listeners:
             listener(i)
 
+    def refresh_all(self) -> None:
+        """:meth:`refresh` for every node at once (after loading a snapshot's allocations)."""
+        ex = self.dev_exists
+        idle = ex & (self.dev_free == FULL)
+        self.gpu_free[:] = idle.sum(axis=1)
+        per_island = np.stack([(idle & (self.dev_island == k)).sum(axis=1)
+                               for k in range(int(self.dev_island.max()) + 1)] or [np.zeros(self.n, np.int64)])
+        self.island_free[:] = np.where(self.island_cap > 0, per_island.max(axis=0), self.gpu_free)
+        self.share_top[:] = np.where(ex, self.dev_free, -1).max(axis=1).clip(min=0)
+        for p, arr in self.mig_free.items():
+            arr[:] = [len(s.get(p, ())) for s in self.slice_free]
+        for i in np.flatnonzero((self.cpu_used != 0) | (self.mem_used != 0) | (ex & (self.dev_free != FULL)).any(axis=1)):
+            self.sig[i] = hash((int(self.shape_id[i]), int(self.cpu_used[i]), int(self.mem_used[i]),
+                                self.dev_free[i].tobytes()))
+
     # --- snapshot allocations ----------------------------------------------------------------
-    def apply(self, a: Allocation) -> None:
+    def load(self, allocations) -> None:
+        """Apply a snapshot's allocations (before any per-node cache listens)."""
+        for a in allocations:
+            self.apply(a, refresh=False)
+        self.refresh_all()
+
+    def apply(self, a: Allocation, refresh: bool = True) -> None:
         i = self.index.get(a.node)
         if i is None:
             return
-        self.cpu_used[i] += a.cpu_milli
-        self.mem_used[i] += a.memory_mib
+        self._use(i, a.cpu_milli, a.memory_mib)
         cols = self.dev_col[i]
         for gid in a.gpu_ids:
             if gid in cols:
@@ -143,15 +170,15 @@ class Inventory:
                 self.dev_free[i, cols[gid]] -= max(1, round(frac * FULL))
         if a.job_id is not None:
             self.group_nodes.setdefault(a.group if a.group is not None else a.job_id, set()).add(i)
-        self.refresh(i)
+        if refresh:
+            self.refresh(i)
 
     def release(self, a: Allocation) -> None:
         """Give back what ``a`` holds (a preemption victim, simulated)."""
         i = self.index.get(a.node)
         if i is None:
             return
-        self.cpu_used[i] -= a.cpu_milli
-        self.mem_used[i] -= a.memory_mib
+        self._use(i, -a.cpu_milli, -a.memory_mib)
         cols = self.dev_col[i]
         for gid in a.gpu_ids:
             if gid in cols:
@@ -172,6 +199,8 @@ class Inventory:
 
     def restore(self, i: int, saved: tuple) -> None:
         self.cpu_used[i], self.mem_used[i], row, slices = saved
+        self.cpu_free[i] = self.cpu_alloc[i] - self.cpu_used[i]
+        self.mem_free[i] = self.mem_alloc[i] - self.mem_used[i]
         self.dev_free[i] = row
         self.slice_free[i] = {p: list(s) for p, s in slices.items()}
         self.version += 1
@@ -180,8 +209,7 @@ class Inventory:
     # --- taking capacity ---------------------------------------------------------------------
     def take(self, i: int, cpu: int, mem: int, devices: list[tuple[int, int]], slices: list[tuple[str, str]],
              group: int | None) -> Assignment:
-        self.cpu_used[i] += cpu
-        self.mem_used[i] += mem
+        self._use(i, cpu, mem)
         for c, amount in devices:
             if self.dev_free[i, c] < amount:
                 raise AssertionError(f"device {self.dev_ids[i][c]} over-committed")
@@ -195,8 +223,7 @@ class Inventory:
 
     def undo(self, a: Assignment) -> None:
         i = a.node
-        self.cpu_used[i] -= a.cpu_milli
-        self.mem_used[i] -= a.memory_mib
+        self._use(i, -a.cpu_milli, -a.memory_mib)
         for c, amount in a.devices:
             self.dev_free[i, c] += amount
         for profile, sid in a.slices:

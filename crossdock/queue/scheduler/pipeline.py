@@ -40,8 +40,7 @@ class Cycle:
     def build(self, requests: Sequence[Request]) -> None:
         snap = self.snapshot
         inv = Inventory(snap.nodes)
-        for a in snap.allocations:
-            inv.apply(a)
+        inv.load(snap.allocations)
         self.inv = inv
         self.state = CycleState(inv, self.config, self.now)
         model_of = {gid: inv.model[i] for i in range(inv.n) for gid in inv.dev_ids[i]}

@@ -69,6 +69,15 @@ def assign_worker(inv: Inventory, req: Request, i: int) -> Assignment | None:
     return inv.take(i, cpu, mem, devices, slices, req.group if req.anti_affinity else None)
 
 
+def score_distinct(state: CycleState, profile: Profile, req: Request, cand: np.ndarray) -> np.ndarray:
+    """Scores of ``cand``, computed once per distinct node state (``Inventory.sig``)."""
+    sig = state.inventory.sig[cand]
+    uniq, first, inverse = np.unique(sig, return_index=True, return_inverse=True)
+    if len(uniq) == len(cand):
+        return profile.score(state, req, cand)
+    return profile.score(state, req, cand[first])[inverse]
+
+
 def _domains(state: CycleState, req: Request, feasible: np.ndarray, scores: np.ndarray) -> np.ndarray | None:
     """The feasible nodes of the best topology domain that holds the whole gang."""
     nodes = state.inventory.nodes
@@ -94,7 +103,7 @@ def choose(state: CycleState, profile: Profile, req: Request, feasible: np.ndarr
     if len(feasible) < req.nodes:
         return None
     cand = sample(state, feasible) if req.nodes == 1 else feasible
-    scores = profile.score(state, req, cand)
+    scores = score_distinct(state, profile, req, cand)
     if req.topology_key:
         ks = _domains(state, req, cand, scores)
         if ks is None:

@@ -59,7 +59,9 @@ class Profile:
         if hit is None:
             idx = np.arange(state.inventory.n)
             for f in self.static_filters:
-                idx = idx[f.filter(state, req, idx)]
+                mask = f.filter(state, req, idx)
+                if mask is not None:
+                    idx = idx[mask]
             state.cache[key] = hit = idx
         return hit
 
@@ -69,7 +71,9 @@ class Profile:
         for f in self.dynamic_filters:
             if len(out) == 0:
                 break
-            out = out[f.filter(state, req, out)]
+            mask = f.filter(state, req, out)
+            if mask is not None:
+                out = out[mask]
         return out
 
     def reasons(self, state: CycleState, req: Request) -> dict[str, int]:
@@ -81,7 +85,9 @@ class Profile:
                 break
             for message, count in f.reasons(state, req, idx).items():
                 out[message] = out.get(message, 0) + count
-            idx = idx[f.filter(state, req, idx)]
+            mask = f.filter(state, req, idx)
+            if mask is not None:
+                idx = idx[mask]
         return out
 
     def score(self, state: CycleState, req: Request, idx: np.ndarray) -> np.ndarray:

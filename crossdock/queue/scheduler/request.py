@@ -100,8 +100,9 @@ def build_request(job: Job, config: ClusterConfig) -> Request:
         except InvalidJob as exc:
             limit_error = str(exc)
     pools = tuple(job.pools) or (tuple(queue.pools) if queue else ())
-    tolerations = tuple(_toleration(t) for t in (getattr(spec, "tolerations", None) or ()))
-    selector = getattr(spec, "node_selector", None) or {}
+    fields = spec.__dict__  # optional JobSpec fields, read without pydantic's slow missing-attribute path
+    tolerations = tuple(_toleration(t) for t in (fields.get("tolerations") or ()))
+    selector = fields.get("node_selector") or {}
     limit = spec.time_limit_minutes or (queue.default_time_minutes if queue else None)
     return Request(
         job_id=job.id, queue=job.queue, user=spec.user, priority=job.priority, preemptible=job.preemptible,
@@ -110,7 +111,7 @@ def build_request(job: Job, config: ClusterConfig) -> Request:
         mig_count=mig_count, models=models, nodelist=frozenset(spec.nodelist), exclude=frozenset(spec.exclude),
         node_selector=tuple(sorted(selector.items())), tolerations=tolerations, anti_affinity=spec.anti_affinity,
         group=job.array_job_id if job.array_job_id is not None else job.id,
-        topology_key=getattr(spec, "topology", None), exclusive=spec.exclusive,
+        topology_key=fields.get("topology"), exclusive=spec.exclusive,
         time_limit_s=limit * 60.0 if limit else None, submit_time=job.submit_time,
         placement=spec.placement or (queue.placement if queue else "binpack"), limit_error=limit_error,
         grace_seconds=pc.grace_seconds if pc else 30, nice=spec.nice)

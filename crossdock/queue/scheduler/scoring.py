@@ -209,11 +209,18 @@ def node_scores(strategy: str, allocatable: Mapping[str, np.ndarray], requested:
             continue
         req = requested[name] + pod if name in requested else np.full(n, pod, np.int64)
         cols.append((req, alloc, w))
+    return weighted_scores(strategy, cols, n, scale_shape(shape or ()) if shape else None)
+
+
+def weighted_scores(strategy: str, cols: Sequence[tuple[np.ndarray, np.ndarray, int]], n: int,
+                    scaled_shape: Sequence[tuple[int, int]] | None = None) -> np.ndarray:
+    """The per-node score from (requested incl. the job, allocatable, weight) columns of the
+    resources that count (the caller drops extended resources the job does not request)."""
     if strategy == "balanced_allocation":
-        return _balanced_many(cols, n)
+        return _balanced_many(list(cols), n)
     total = np.zeros(n, np.int64)
     wsum = np.zeros(n, np.int64)
-    scaled = scale_shape(shape or ()) if strategy == "requested_to_capacity_ratio" else None
+    linear = list(scaled_shape or ()) == [(0, 0), (MAX_UTILIZATION, MAX_NODE_SCORE)]
     for req, alloc, w in cols:
         present = alloc > 0
         safe = np.maximum(alloc, 1)
@@ -223,7 +230,7 @@ def node_scores(strategy: str, allocatable: Mapping[str, np.ndarray], requested:
             s = np.maximum(safe - req, 0) * MAX_NODE_SCORE // safe
         else:
             p = np.minimum(req, safe) * MAX_UTILIZATION // safe
-            s = _broken_linear_many(scaled, p)
+            s = p if linear else _broken_linear_many(scaled_shape or (), p)
             present &= s > 0
         total += s * w * present
         wsum += w * present

@@ -15,11 +15,14 @@ class SimpleFilter:
     static = True
     message = ""
 
-    def filter(self, state: CycleState, req: Request, idx: np.ndarray) -> np.ndarray:
+    def filter(self, state: CycleState, req: Request, idx: np.ndarray) -> np.ndarray | None:
         raise NotImplementedError
 
     def reasons(self, state: CycleState, req: Request, idx: np.ndarray) -> dict[str, int]:
-        failing = int((~self.filter(state, req, idx)).sum())
+        mask = self.filter(state, req, idx)
+        if mask is None:
+            return {}
+        failing = int((~mask).sum())
         return {self.message_for(req): failing} if failing else {}
 
     def message_for(self, req: Request) -> str:

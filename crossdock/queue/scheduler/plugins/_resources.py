@@ -6,7 +6,7 @@ import numpy as np
 
 from crossdock.queue.scheduler.framework import CycleState
 from crossdock.queue.scheduler.request import Request
-from crossdock.queue.scheduler.scoring import node_scores, validate_shape, validate_weights
+from crossdock.queue.scheduler.scoring import scale_shape, validate_shape, validate_weights, weighted_scores
 
 GPU = "nvidia.com/gpu"
 RESOURCES = ("cpu", "memory", GPU)
@@ -34,9 +34,12 @@ def resource_weights(state: CycleState, req: Request, strategy: str,
 
 def resource_scores(state: CycleState, req: Request, idx: np.ndarray, strategy: str,
                     shape: list[tuple[int, int]] | None = None) -> np.ndarray:
+    """``scoring.node_scores`` over cpu, memory and nvidia.com/gpu, fed straight from the arrays."""
     inv = state.inventory
-    allocatable = {"cpu": inv.cpu_alloc[idx], "memory": inv.mem_alloc[idx], GPU: inv.gpu_total[idx]}
-    requested = {"cpu": inv.cpu_used[idx], "memory": inv.mem_used[idx], GPU: inv.gpu_total[idx] - inv.gpu_free[idx]}
-    request = {"cpu": req.cpu_milli, "memory": req.memory_mib, GPU: req.gpus}
-    weights = resource_weights(state, req, strategy, shape)
-    return node_scores(strategy, allocatable, requested, request, weights, shape, validate=False)
+    w = resource_weights(state, req, strategy, shape)
+    cols = [(inv.cpu_used[idx] + req.cpu_milli, inv.cpu_alloc[idx], w["cpu"]),
+            (inv.mem_used[idx] + req.memory_mib, inv.mem_alloc[idx], w["memory"])]
+    if req.gpus:  # an extended resource the job does not request is skipped, as in kube
+        total = inv.gpu_total[idx]
+        cols.append((total - inv.gpu_free[idx] + req.gpus, total, w[GPU]))
+    return weighted_scores(strategy, cols, len(idx), scale_shape(shape) if shape else None)

@@ -21,8 +21,8 @@ class AntiAffinity(SimpleFilter):
     static = False
     message = "node(s) didn't satisfy the job's anti-affinity rules"
 
-    def filter(self, state: CycleState, req: Request, idx: np.ndarray) -> np.ndarray:
+    def filter(self, state: CycleState, req: Request, idx: np.ndarray) -> np.ndarray | None:
         taken = state.inventory.group_nodes.get(req.group) if req.anti_affinity else None
         if not taken:
-            return np.ones(len(idx), bool)
+            return None
         return ~np.isin(idx, list(taken))

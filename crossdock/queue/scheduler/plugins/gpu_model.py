@@ -20,9 +20,9 @@ def wants_gpu(req: Request) -> bool:
 class GpuModel(SimpleFilter):
     name = NAME
 
-    def filter(self, state: CycleState, req: Request, idx: np.ndarray) -> np.ndarray:
+    def filter(self, state: CycleState, req: Request, idx: np.ndarray) -> np.ndarray | None:
         if not req.models or not wants_gpu(req):
-            return np.ones(len(idx), bool)
+            return None
         inv = state.inventory
         return np.isin(inv.model_id[idx], [k for k, m in enumerate(inv.model_names) if m in req.models])
 

@@ -24,7 +24,7 @@ class GpuSharing(SimpleFilter):
     name = NAME
     message = "node(s) didn't allow GPU sharing"
 
-    def filter(self, state: CycleState, req: Request, idx: np.ndarray) -> np.ndarray:
+    def filter(self, state: CycleState, req: Request, idx: np.ndarray) -> np.ndarray | None:
         if req.gpu_share_milli == 0:
-            return np.ones(len(idx), bool)
+            return None
         return sharing_nodes(state)[idx]

@@ -25,8 +25,8 @@ class GpuTopology(SimpleFilter):
     name = NAME
     static = False
 
-    def filter(self, state: CycleState, req: Request, idx: np.ndarray) -> np.ndarray:
-        return island_fits(state.inventory, req, idx)
+    def filter(self, state: CycleState, req: Request, idx: np.ndarray) -> np.ndarray | None:
+        return island_fits(state.inventory, req, idx) if req.gpus >= 2 else None
 
     def message_for(self, req: Request) -> str:
         return f"node(s) had no NVLink island with {req.gpus} free GPUs"

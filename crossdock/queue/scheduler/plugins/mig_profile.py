@@ -16,9 +16,9 @@ NAME = "MigProfile"
 class MigProfile(SimpleFilter):
     name = NAME
 
-    def filter(self, state: CycleState, req: Request, idx: np.ndarray) -> np.ndarray:
+    def filter(self, state: CycleState, req: Request, idx: np.ndarray) -> np.ndarray | None:
         if not req.mig:
-            return np.ones(len(idx), bool)
+            return None
         homes = {i for i, p in state.inventory.slice_home.values() if p == req.mig}
         return np.array([i in homes for i in idx], bool)
 

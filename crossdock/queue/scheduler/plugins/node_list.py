@@ -17,9 +17,9 @@ class NodeList(SimpleFilter):
     name = NAME
     message = "node(s) didn't match the job's node list"
 
-    def filter(self, state: CycleState, req: Request, idx: np.ndarray) -> np.ndarray:
+    def filter(self, state: CycleState, req: Request, idx: np.ndarray) -> np.ndarray | None:
         if not req.nodelist and not req.exclude:
-            return np.ones(len(idx), bool)
+            return None
         names = state.inventory.nodes
         return np.array([(not req.nodelist or names[i].name in req.nodelist) and names[i].name not in req.exclude
                          for i in idx], bool)

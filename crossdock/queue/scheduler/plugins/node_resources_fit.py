@@ -19,10 +19,11 @@ GPU = "nvidia.com/gpu"
 
 
 def _checks(inv: Inventory, req: Request, idx: np.ndarray) -> list[tuple[str, np.ndarray]]:
-    checks = [("Insufficient cpu", inv.cpu_alloc[idx] - inv.cpu_used[idx] >= req.cpu_milli),
-              ("Insufficient memory", inv.mem_alloc[idx] - inv.mem_used[idx] >= req.memory_mib)]
+    sel = slice(None) if len(idx) == inv.n else idx  # every node: skip the gather
+    checks = [("Insufficient cpu", inv.cpu_free[sel] >= req.cpu_milli),
+              ("Insufficient memory", inv.mem_free[sel] >= req.memory_mib)]
     if req.gpus:
-        checks.append((f"Insufficient {GPU}", inv.gpu_free[idx] >= req.gpus))
+        checks.append((f"Insufficient {GPU}", inv.gpu_free[sel] >= req.gpus))
     if req.gpu_share_milli:
         checks.append((f"Insufficient {GPU} (share)", inv.share_top[idx] >= req.gpu_share_milli))
     if req.mig_count:
@@ -36,8 +37,9 @@ def _checks(inv: Inventory, req: Request, idx: np.ndarray) -> list[tuple[str, np
 
 
 def fits(inv: Inventory, req: Request, idx: np.ndarray) -> np.ndarray:
-    out = np.ones(len(idx), bool)
-    for _, ok in _checks(inv, req, idx):
+    checks = _checks(inv, req, idx)
+    out = checks[0][1] & checks[1][1]
+    for _, ok in checks[2:]:
         out &= ok
     return out
 
@@ -47,7 +49,7 @@ class NodeResourcesFit:
     name = NAME
     static = False
 
-    def filter(self, state: CycleState, req: Request, idx: np.ndarray) -> np.ndarray:
+    def filter(self, state: CycleState, req: Request, idx: np.ndarray) -> np.ndarray | None:
         return fits(state.inventory, req, idx)
 
     def reasons(self, state: CycleState, req: Request, idx: np.ndarray) -> dict[str, int]:

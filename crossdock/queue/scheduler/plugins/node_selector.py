@@ -21,8 +21,8 @@ class NodeSelector(SimpleFilter):
     name = NAME
     message = "node(s) didn't match the job's node affinity/selector"
 
-    def filter(self, state: CycleState, req: Request, idx: np.ndarray) -> np.ndarray:
+    def filter(self, state: CycleState, req: Request, idx: np.ndarray) -> np.ndarray | None:
         if not req.node_selector:
-            return np.ones(len(idx), bool)
+            return None
         nodes = state.inventory.nodes
         return np.array([matches(nodes[i].labels, req.node_selector) for i in idx], bool)

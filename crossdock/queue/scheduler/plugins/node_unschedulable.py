@@ -17,5 +17,5 @@ class NodeUnschedulable(SimpleFilter):
     name = NAME
     message = "node(s) were unschedulable"
 
-    def filter(self, state: CycleState, req: Request, idx: np.ndarray) -> np.ndarray:
+    def filter(self, state: CycleState, req: Request, idx: np.ndarray) -> np.ndarray | None:
         return state.inventory.schedulable[idx]

@@ -23,5 +23,5 @@ class PoolMembership(SimpleFilter):
     name = NAME
     message = "node(s) didn't match the job's pools"
 
-    def filter(self, state: CycleState, req: Request, idx: np.ndarray) -> np.ndarray:
+    def filter(self, state: CycleState, req: Request, idx: np.ndarray) -> np.ndarray | None:
         return pool_mask(state, req.pools)[idx]

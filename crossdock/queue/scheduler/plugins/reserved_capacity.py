@@ -42,10 +42,13 @@ class ReservedCapacity:
     name = NAME
     static = False
 
-    def filter(self, state: CycleState, req: Request, idx: np.ndarray) -> np.ndarray:
-        ok = np.ones(len(idx), bool)
-        for _, mask in _checks(state, req, idx):
-            ok &= mask
+    def filter(self, state: CycleState, req: Request, idx: np.ndarray) -> np.ndarray | None:
+        checks = _checks(state, req, idx)
+        if not checks:
+            return None
+        ok = checks[0][1]
+        for _, mask in checks[1:]:
+            ok = ok & mask
         return ok
 
     def reasons(self, state: CycleState, req: Request, idx: np.ndarray) -> dict[str, int]:

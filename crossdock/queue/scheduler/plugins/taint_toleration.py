@@ -44,13 +44,16 @@ class TaintToleration(SimpleFilter):
     name = NAME
     message = "node(s) had untolerated taint(s)"
 
-    def filter(self, state: CycleState, req: Request, idx: np.ndarray) -> np.ndarray:
+    def filter(self, state: CycleState, req: Request, idx: np.ndarray) -> np.ndarray | None:
         inv = state.inventory
         tainted = state.cache.get("tainted")
         if tainted is None:
             tainted = state.cache["tainted"] = np.array([i for i, x in enumerate(inv.nodes) if x.taints], np.int64)
+        hits = np.flatnonzero(np.isin(idx, tainted)) if len(tainted) else ()
+        if not len(hits):
+            return None
         out = np.ones(len(idx), bool)
-        for k in np.flatnonzero(np.isin(idx, tainted)):
+        for k in hits:
             node = inv.nodes[idx[k]]
             tol = req.tolerations + pool_tolerations(state.config, node.pool)
             out[k] = all(tolerates(tol, t) for t in node.taints)

@@ -1,0 +1,53 @@
+"""Inventory bookkeeping: bulk loading equals node-by-node updates; undo restores; device choice."""
+
+from __future__ import annotations
+
+import numpy as np
+from hypothesis import given, settings
+from hypothesis import strategies as st
+from sched_builders import node
+from test_scheduler_properties import allocations, clusters
+
+from crossdock.queue.scheduler import gpus
+from crossdock.queue.scheduler.inventory import FULL, Inventory
+
+SUMMARIES = ("cpu_used", "mem_used", "cpu_free", "mem_free", "gpu_free", "island_free", "share_top", "dev_free")
+
+
+@settings(max_examples=60, deadline=None)
+@given(data=st.data())
+def test_bulk_load_equals_one_by_one(data):
+    nodes = data.draw(clusters())
+    allocs = data.draw(allocations(nodes))
+    bulk, single = Inventory(nodes), Inventory(nodes)
+    bulk.load(allocs)
+    for a in allocs:
+        single.apply(a)
+    for name in SUMMARIES:
+        assert np.array_equal(getattr(bulk, name), getattr(single, name)), name
+    used = (bulk.cpu_used != 0) | (bulk.mem_used != 0) | (bulk.dev_exists & (bulk.dev_free != FULL)).any(axis=1)
+    assert np.array_equal(bulk.sig[used], single.sig[used])
+
+
+def test_take_then_undo_restores_the_node():
+    inv = Inventory([node("a", gpus=4, islands=2)])
+    before = {name: np.copy(getattr(inv, name)) for name in SUMMARIES}
+    a = inv.take(0, 2000, 100, [(0, FULL), (1, FULL)], [], group=7)
+    assert inv.gpu_free[0] == 2 and inv.island_free[0] == 2 and inv.group_nodes[7] == {0}
+    inv.undo(a)
+    for name, value in before.items():
+        assert np.array_equal(getattr(inv, name), value), name
+    assert inv.group_nodes[7] == set()
+
+
+def test_device_choice():
+    free = np.array([FULL, 0, FULL, FULL, FULL, FULL, 400, 900])
+    exists = np.ones(8, bool)
+    island = np.array([0, 0, 0, 0, 1, 1, 1, 1])
+    assert gpus.choose_whole(free, exists, island, 2, 4) == [4, 5]  # the fullest island that fits
+    assert gpus.choose_whole(free, exists, island, 3, 4) == [0, 2, 3]
+    assert gpus.choose_whole(free, exists, island, 4, 4) is None  # fits one island's size: no spanning
+    assert gpus.choose_whole(free, exists, island, 5, 4) == [0, 2, 3, 4, 5]
+    assert gpus.choose_share(free, exists, 300) == 6
+    assert gpus.choose_share(free, exists, 500) == 7
+    assert gpus.choose_slices({"1g.10gb": ["s1", "s2"]}, "1g.10gb", 3) is None
