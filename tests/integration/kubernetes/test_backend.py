@@ -1,0 +1,513 @@
+"""The Kubernetes backend against a real control plane (kube-apiserver, kube-scheduler, the Job
+controller, kwok nodes with GPU capacity): placement, admission, gangs, preemption, cancel,
+watches across an API server restart, idempotent dispatch.
+
+Runs against ``crossdock.dev.k8s``'s local plane, or any cluster named by ``KUBECONFIG`` whose
+nodes look like the local plane's (pools ``a100`` ×4, ``l4`` ×2, ``cpu`` ×2 labelled
+``crossdock.io/pool``, GPU nodes with ``nvidia.com/gpu`` capacity, ``nvidia.com/gpu.product``
+and a ``nvidia.com/gpu`` NoSchedule taint). The API server restart test needs the local plane.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import time
+from collections.abc import Callable, Iterator
+from datetime import datetime, timezone
+from pathlib import Path
+from typing import Any, TypeVar
+
+import pytest
+from kubernetes import client
+
+from crossdock.backends.base import SubmitFailed
+from crossdock.backends.kubernetes import KubernetesBackend
+from crossdock.backends.kubernetes import manifests as m
+from crossdock.backends.kubernetes.informer import Expired, Informer
+from crossdock.dev import k8s
+from crossdock.queue.admission import admit
+from crossdock.queue.config import ClusterConfig, parse_config
+from crossdock.queue.cycle import run_cycle
+from crossdock.queue.errors import InvalidJob
+from crossdock.queue.models import ArraySpec, GpuRequest, Job, JobSpec
+from crossdock.queue.snapshot import Snapshot
+from crossdock.queue.states import JobState, Reason
+
+pytestmark = pytest.mark.kubernetes
+
+T = TypeVar("T")
+
+CONFIG: dict[str, Any] = {
+    "priority_classes": {
+        "inference": {"value": 1000, "preemptible": False, "grace_seconds": 1},
+        "preprocessing": {"value": 500, "preemptible": False, "preemption_policy": "Never", "grace_seconds": 1},
+        "training": {"value": 100, "preemptible": True, "grace_seconds": 1},
+    },
+    "pools": {
+        "a100": {"backend": "k8s", "selector": {"crossdock.io/pool": "a100"}, "gpu": {"model": "A100"},
+                 "tolerations": [{"key": "nvidia.com/gpu", "operator": "Exists", "effect": "NoSchedule"}]},
+        "l4": {"backend": "k8s", "selector": {"crossdock.io/pool": "l4"}, "gpu": {"model": "L4"},
+               "tolerations": [{"key": "nvidia.com/gpu", "operator": "Exists", "effect": "NoSchedule"}]},
+        "cpu": {"backend": "k8s", "selector": {"crossdock.io/pool": "cpu"}},
+    },
+    "queues": {
+        "training": {"priority_class": "training", "pools": ["a100"], "placement": "binpack"},
+        "inference": {"priority_class": "inference", "pools": ["l4", "cpu"], "placement": "spread"},
+        "preprocessing": {"priority_class": "preprocessing", "pools": ["cpu"], "placement": "most-requested"},
+    },
+    "default_queue": "preprocessing",
+}
+
+
+def wait_for(what: str, fn: Callable[[], T | None], timeout: float = 60.0, interval: float = 0.25) -> T:
+    deadline = time.monotonic() + timeout
+    last: T | None = None
+    while time.monotonic() < deadline:
+        last = fn()
+        if last:
+            return last
+        time.sleep(interval)
+    pytest.fail(f"timed out after {timeout:.0f}s waiting for {what} (last: {last!r})")
+
+
+@pytest.fixture(scope="module")
+def cfg() -> ClusterConfig:
+    return parse_config(CONFIG)
+
+
+@pytest.fixture
+def backend(k8s_client: client.ApiClient, k8s_namespace: str, cfg: ClusterConfig) -> Iterator[KubernetesBackend]:
+    b = KubernetesBackend(cfg, k8s_client, namespace=k8s_namespace, ttl_seconds_after_finished=None,
+                          deadline_slack_seconds=0)
+    b.sync_priority_classes()
+    yield b
+    b.close()
+
+
+_ids = iter(range(int(time.time()) % 100000 * 10000, 10**10, 100))  # room for array tasks
+
+
+def make_job(queue: str = "training", *, pool: str | None = None, on: list[str] | None = None,
+             gpus: int = 0, model: str | None = None, run_seconds: float | None = None, exit_code: int | None = None,
+             attempts: int = 1, job_id: int | None = None, array_job_id: int | None = None,
+             array_task_id: int | None = None, **spec: Any) -> Job:
+    env = dict(spec.pop("env", {}))
+    if run_seconds is not None:
+        env["CROSSDOCK_SIMULATE_RUN_SECONDS"] = str(run_seconds)
+    if exit_code is not None:
+        env["CROSSDOCK_SIMULATE_EXIT_CODE"] = str(exit_code)
+    if gpus:
+        spec["gpus"] = GpuRequest(count=gpus, type=model)
+    pc = CONFIG["priority_classes"][CONFIG["queues"][queue]["priority_class"]]
+    pools = CONFIG["queues"][queue]["pools"]
+    return Job(id=job_id if job_id is not None else next(_ids), spec=JobSpec(command=["python", "work.py"], env=env,
+                                                                             **spec),
+               queue=queue, priority_class=CONFIG["queues"][queue]["priority_class"], priority=pc["value"],
+               preemptible=pc["preemptible"], pools=pools, pool=pool or pools[0], nodes=on or [],
+               attempts=attempts, backend="k8s", array_job_id=array_job_id, array_task_id=array_task_id)
+
+
+def pods_of(core: client.CoreV1Api, ns: str, job: Job) -> list[client.V1Pod]:
+    return core.list_namespaced_pod(ns, label_selector=f"{m.LABEL_JOB_ID}={job.id}").items
+
+
+def state_of(backend: KubernetesBackend, job: Job) -> Any:
+    return backend.status([job]).get(job.id)
+
+
+def wait_state(backend: KubernetesBackend, job: Job, *states: JobState, timeout: float = 60.0) -> Any:
+    return wait_for(f"job {job.id} in {[s.value for s in states]}",
+                    lambda: (st := state_of(backend, job)) is not None and st.state in states and st, timeout)
+
+
+# --- placement and admission -------------------------------------------------------------------
+
+
+def test_gpu_job_lands_on_the_requested_pool_and_model(backend: KubernetesBackend, k8s_client: client.ApiClient,
+                                                       k8s_namespace: str) -> None:
+    core = client.CoreV1Api(k8s_client)
+    a100 = make_job("training", gpus=2, model="A100", run_seconds=2)
+    l4 = make_job("inference", pool="l4", gpus=1, model="L4", run_seconds=2)
+    refs = [backend.submit(a100), backend.submit(l4)]
+    assert refs == [f"{k8s_namespace}/cd-{a100.id}-1", f"{k8s_namespace}/cd-{l4.id}-1"]
+
+    for job, pool, product in ((a100, "a100", "NVIDIA-A100-SXM4-80GB"), (l4, "l4", "NVIDIA-L4")):
+        running = wait_state(backend, job, JobState.RUNNING)
+        (node_name,) = running.nodes
+        node = core.read_node(node_name)
+        assert node.metadata.labels["crossdock.io/pool"] == pool
+        assert node.metadata.labels["nvidia.com/gpu.product"] == product
+        (pod,) = pods_of(core, k8s_namespace, job)
+        assert pod.spec.priority == CONFIG["priority_classes"][job.priority_class]["value"]
+        assert pod.spec.containers[0].resources.limits["nvidia.com/gpu"] == str(job.spec.gpus_per_node())
+    done = wait_state(backend, a100, JobState.COMPLETED)
+    assert done.exit_code == 0
+
+
+def test_crossdock_choice_of_node_holds(backend: KubernetesBackend) -> None:
+    job = make_job("training", on=["a100-2"], gpus=8, model="A100")
+    backend.submit(job)
+    assert wait_state(backend, job, JobState.RUNNING).nodes == ("a100-2",)
+
+
+def test_unknown_gpu_model_is_refused_at_submit(backend: KubernetesBackend, k8s_client: client.ApiClient,
+                                                k8s_namespace: str, cfg: ClusterConfig) -> None:
+    nodes = backend.inventory().nodes
+    assert {n.gpus[0].model for n in nodes if n.gpus} == {"A100", "L4"}
+    spec = JobSpec(command=["python", "train.py"], queue="training", gpus=GpuRequest(count=1, type="H100"))
+    with pytest.raises(InvalidJob) as err:
+        admit(spec, cfg, nodes, datetime.now(timezone.utc))
+    assert "H100" in str(err.value) and "models there: A100" in str(err.value)
+    # The same request for a model the pool has is admitted.
+    ok = admit(spec.model_copy(update={"gpus": GpuRequest(count=1, type="A100")}), cfg, nodes,
+               datetime.now(timezone.utc))
+    assert ok[0].pools == ["a100"]
+    assert client.BatchV1Api(k8s_client).list_namespaced_job(k8s_namespace).items == []
+
+
+def test_failure_exit_code_and_time_limit(backend: KubernetesBackend) -> None:
+    crash = make_job("preprocessing", run_seconds=1, exit_code=3)
+    slow = make_job("preprocessing", time_limit_seconds=2)
+    backend.submit(crash)
+    backend.submit(slow)
+    failed = wait_state(backend, crash, JobState.FAILED)
+    assert (failed.exit_code, failed.reason) == (3, Reason.NON_ZERO_EXIT)
+    timeout = wait_state(backend, slow, JobState.TIMEOUT, timeout=30)
+    assert timeout.reason == Reason.TIME_LIMIT and timeout.native_state == "job/Failed/DeadlineExceeded"
+
+
+# --- spread, binpack and gangs -----------------------------------------------------------------
+
+
+def _array(queue: str, n: int, **kw: Any) -> list[Job]:
+    base = next(_ids)
+    return [make_job(queue, job_id=base + i, array_job_id=base, array_task_id=i, **kw) for i in range(n)]
+
+
+def test_inference_replicas_spread_across_nodes_and_training_packs(backend: KubernetesBackend) -> None:
+    replicas = _array("inference", 4, pool="l4", gpus=1, model="L4")
+    for r in replicas:
+        backend.submit(r)
+    nodes = [wait_state(backend, r, JobState.RUNNING).nodes[0] for r in replicas]
+    assert sorted(nodes.count(n) for n in set(nodes)) == [2, 2], nodes
+
+    packed = _array("training", 3, gpus=2, model="A100")
+    for p in packed:
+        backend.submit(p)
+    where = {wait_state(backend, p, JobState.RUNNING).nodes[0] for p in packed}
+    assert len(where) == 1, where
+
+
+def _place(cfg: ClusterConfig, backend: KubernetesBackend, job: Job) -> Job | None:
+    """One scheduling cycle of crossdock's core on the backend's inventory; the placed job or None."""
+    inv = backend.inventory()
+    result = run_cycle(Snapshot(nodes=inv.nodes, allocations=inv.foreign), [job], cfg, datetime.now(timezone.utc))
+    if not result.admitted:
+        return None
+    (p,) = result.admitted
+    return job.model_copy(update={"nodes": list(p.nodes), "gpu_ids": list(p.gpu_ids), "pool": p.pool})
+
+
+def test_four_worker_gang_lands_on_four_nodes_or_waits_whole(
+        backend: KubernetesBackend, k8s_client: client.ApiClient, k8s_namespace: str, cfg: ClusterConfig) -> None:
+    core = client.CoreV1Api(k8s_client)
+    # Work crossdock did not submit fills a100-0's GPUs: the inventory must count it.
+    foreign = client.V1Pod(
+        metadata=client.V1ObjectMeta(name="someone-elses"),
+        spec=client.V1PodSpec(restart_policy="Never", node_selector={"kubernetes.io/hostname": "a100-0"},
+                              tolerations=[client.V1Toleration(key="nvidia.com/gpu", operator="Exists")],
+                              containers=[client.V1Container(name="c", image="x", resources=client.V1ResourceRequirements(
+                                  requests={"nvidia.com/gpu": "8"}, limits={"nvidia.com/gpu": "8"}))]))
+    core.create_namespaced_pod(k8s_namespace, foreign)
+    wait_for("foreign pod Running",
+             lambda: core.read_namespaced_pod("someone-elses", k8s_namespace).status.phase == "Running")
+    held = [a for a in backend.inventory().foreign if a.node == "a100-0"]
+    assert len(held) == 1 and len(held[0].gpu_ids) == 8
+
+    gang = make_job("training", gpus=2, model="A100", nodes=4)
+    assert _place(cfg, backend, gang) is None  # 3 free nodes for 4 workers: wait, whole
+    assert pods_of(core, k8s_namespace, gang) == []
+
+    core.delete_namespaced_pod("someone-elses", k8s_namespace, grace_period_seconds=0)
+    wait_for("foreign pod gone", lambda: not [a for a in backend.inventory().foreign if a.node == "a100-0"])
+    placed = wait_for("gang placed", lambda: _place(cfg, backend, gang), timeout=20)
+    assert sorted(placed.nodes) == ["a100-0", "a100-1", "a100-2", "a100-3"]
+    backend.submit(placed)
+    running = wait_state(backend, placed, JobState.RUNNING)
+    assert sorted(running.nodes) == sorted(placed.nodes)
+    pods = pods_of(core, k8s_namespace, placed)
+    assert len({p.spec.node_name for p in pods}) == 4 and len(pods) == 4
+    assert {p.metadata.labels[m.LABEL_GROUP] for p in pods} == {f"{placed.id}-1"}
+
+
+def test_gang_that_kubernetes_cannot_fit_is_not_running(backend: KubernetesBackend) -> None:
+    """Five one-per-node workers in a four-node pool: never RUNNING, the reason says how far it got."""
+    gang = make_job("training", gpus=1, model="A100", nodes=5)
+    backend.submit(gang)
+    st = wait_for("4 of 5 workers placed", lambda: (s := state_of(backend, gang)) and "4/5" in s.reason and s)
+    assert st.state is JobState.SCHEDULED and st.reason.startswith("Unschedulable")
+
+
+# --- preemption and cancel ---------------------------------------------------------------------
+
+
+@pytest.fixture
+def follow(runtime: Any, backend: KubernetesBackend) -> Iterator[Callable[[list[int]], None]]:
+    """The scheduler's reconcile step (``Scheduler._follow``) over this backend and a real store."""
+    from crossdock.workers import backends as factory
+    from crossdock.workers.scheduler import Scheduler
+
+    factory._cache[(id(runtime), "k8s")] = backend
+    sched = Scheduler(runtime, send=lambda *a: None, holder="test")
+    yield lambda ids: sched._follow("k8s", runtime.store.get_many(ids))
+    factory._cache.pop((id(runtime), "k8s"), None)
+
+
+def _stored(store: Any, job: Job) -> Job:
+    """Put ``job`` in the store as the scheduler would have: SCHEDULED on its nodes, attempt 1."""
+    (saved,) = store.submit([job.model_copy(update={"id": 0, "attempts": 0})])
+    store.transition(saved.id, JobState.SCHEDULED, bump_attempt=True,
+                     fields={"nodes": job.nodes, "pool": job.pool, "backend": "k8s"})
+    return store.get(saved.id)
+
+
+def test_kube_scheduler_preemption_is_noticed_and_requeued_per_policy(
+        backend: KubernetesBackend, store: Any, follow: Callable[[list[int]], None]) -> None:
+    requeue = _stored(store, make_job("training", pool="l4", on=["l4-0"], gpus=4, model="L4"))
+    keep = _stored(store, make_job("training", pool="l4", on=["l4-1"], gpus=4, model="L4", requeue=False))
+    for victim in (requeue, keep):
+        backend.submit(victim)
+    ids = [requeue.id, keep.id]
+    wait_for("victims RUNNING in the store", lambda: follow(ids) or all(
+        j.state is JobState.RUNNING for j in store.get_many(ids)))
+
+    for node in ("l4-0", "l4-1"):
+        backend.submit(make_job("inference", pool="l4", on=[node], gpus=4, model="L4"))
+
+    def settled() -> bool:
+        follow(ids)
+        return store.get(requeue.id).state is JobState.PENDING and store.get(keep.id).state is JobState.PREEMPTED
+
+    wait_for("victims preempted: one requeued, one kept PREEMPTED", settled)
+    assert store.get(requeue.id).reason == Reason.PREEMPTED
+    assert store.get(keep.id).reason == "PreemptedByScheduler"
+
+
+def test_crossdock_preemption_deletes_pods_and_requeues(backend: KubernetesBackend, k8s_client: client.ApiClient,
+                                                       k8s_namespace: str, store: Any,
+                                                       follow: Callable[[list[int]], None]) -> None:
+    core = client.CoreV1Api(k8s_client)
+    victim = _stored(store, make_job("training", on=["a100-1"], gpus=8, model="A100"))
+    backend.submit(victim)
+    wait_state(backend, victim, JobState.RUNNING)
+    backend.preempt(victim, grace_seconds=0)
+    assert wait_state(backend, victim, JobState.PREEMPTED).reason == Reason.PREEMPTED
+    wait_for("victim's pods deleted", lambda: not pods_of(core, k8s_namespace, victim))
+    wait_for("requeued", lambda: follow([victim.id]) or store.get(victim.id).state is JobState.PENDING)
+    # The next attempt is a new Job that runs on the freed node.
+    again = victim.model_copy(update={"attempts": victim.attempts + 1})
+    assert backend.submit(again).endswith(f"cd-{victim.id}-2")
+    assert wait_state(backend, again, JobState.RUNNING).nodes == ("a100-1",)
+
+
+def test_cancel_deletes_the_pods(backend: KubernetesBackend, k8s_client: client.ApiClient, k8s_namespace: str) -> None:
+    core, batch = client.CoreV1Api(k8s_client), client.BatchV1Api(k8s_client)
+    job = make_job("preprocessing", nodes=2)
+    backend.submit(job)
+    wait_state(backend, job, JobState.RUNNING)
+    assert len(pods_of(core, k8s_namespace, job)) == 2
+    backend.cancel(job)
+    assert wait_state(backend, job, JobState.CANCELLED).reason == Reason.CANCELLED_BY_USER
+    wait_for("pods deleted", lambda: not pods_of(core, k8s_namespace, job))
+    wait_for("Job deleted", lambda: not batch.list_namespaced_job(
+        k8s_namespace, label_selector=f"{m.LABEL_JOB_ID}={job.id}").items)
+    assert state_of(backend, job).state is JobState.CANCELLED  # remembered from the watch
+    backend.cancel(job)  # idempotent
+
+
+# --- watch -------------------------------------------------------------------------------------
+
+
+def _restart_apiserver() -> float:
+    """Stop the local plane's kube-apiserver and start it again with the same arguments (its
+    PID recorded where ``crossdock.dev.k8s down`` finds it); returns the seconds it was away."""
+    state = k8s.default_state_dir()
+    data = json.loads((state / "state.json").read_text())
+    info = data["processes"]["kube-apiserver"]
+    pid = int(info["pid"])
+    argv = Path(f"/proc/{pid}/cmdline").read_bytes().rstrip(b"\0").split(b"\0")
+    started = time.monotonic()
+    def stopped() -> bool:
+        try:
+            return Path(f"/proc/{pid}/stat").read_text().split(") ")[1][0] == "Z"
+        except OSError:
+            return True
+
+    # SIGTERM starts a graceful shutdown that waits for open watches (up to their timeout);
+    # what matters here is that the server goes away under an open watch, so kill it after 5 s.
+    os.kill(pid, signal.SIGTERM)
+    deadline = time.monotonic() + 5
+    while not stopped() and time.monotonic() < deadline:
+        time.sleep(0.1)
+    if not stopped():
+        os.kill(pid, signal.SIGKILL)
+    wait_for("kube-apiserver stopped", stopped, timeout=30)
+    time.sleep(1.0)
+    with open(info["log"], "ab") as log:
+        proc = subprocess.Popen([a.decode() for a in argv], stdin=subprocess.DEVNULL, stdout=log,
+                                stderr=subprocess.STDOUT, cwd=state, start_new_session=True)
+    info["pid"] = proc.pid
+    tmp = state / "state.json.tmp"
+    tmp.write_text(json.dumps(data, indent=2, sort_keys=True))
+    tmp.replace(state / "state.json")
+    wait_for("kube-apiserver ready again", lambda: k8s.status().ready, timeout=90, interval=0.5)
+    return time.monotonic() - started
+
+
+def test_apiserver_restart_during_a_watch_loses_no_state_change(backend: KubernetesBackend) -> None:
+    if os.environ.get("KUBECONFIG"):
+        pytest.skip("restarts the local plane's kube-apiserver; KUBECONFIG names another cluster")
+    pods, _ = backend.informers()
+    seen: list[tuple[str, str, str]] = []
+    pods.on_event = lambda kind, obj: seen.append((kind, obj["metadata"]["name"], obj["status"].get("phase", "")))
+    finishing = make_job("preprocessing", run_seconds=4)
+    backend.submit(finishing)
+    wait_state(backend, finishing, JobState.RUNNING)
+    lists_before = pods.lists
+
+    away = _restart_apiserver()  # the pod's 4 s run ends while the API server is away or restarting
+    assert away > 1.0
+    late = make_job("preprocessing", run_seconds=0, exit_code=5)
+    backend.submit(late)  # created as soon as the server is back, maybe before the watch resumed
+
+    assert wait_state(backend, finishing, JobState.COMPLETED, timeout=90).exit_code == 0
+    assert wait_state(backend, late, JobState.FAILED, timeout=60).exit_code == 5
+    assert pods.reconnects >= 1
+    names = {n for _, n, _ in seen}
+    late_pod = next(n for n in names if n.startswith(f"cd-{late.id}-1-"))
+    assert ("ADDED", late_pod, "Pending") in seen  # the watch saw it born, not only a re-list
+    assert any(n.startswith(f"cd-{finishing.id}-") and phase == "Succeeded" for _, n, phase in seen)
+    assert pods.lists == lists_before or pods.lists == lists_before + 1  # resumed, or re-listed once on 410
+
+
+def test_watch_lists_again_after_410_gone(k8s_client: client.ApiClient, k8s_namespace: str) -> None:
+    core = client.CoreV1Api(k8s_client)
+    events: list[tuple[str, str]] = []
+    inf = Informer(lambda **kw: core.list_namespaced_pod(k8s_namespace, **kw),
+                   on_event=lambda kind, obj: events.append((kind, obj["metadata"]["name"])), watch_timeout=5)
+    pod = client.V1Pod(metadata=client.V1ObjectMeta(name="short-lived"), spec=client.V1PodSpec(
+        restart_policy="Never", node_selector={"crossdock.io/pool": "cpu"},
+        containers=[client.V1Container(name="c", image="x")]))
+    core.create_namespaced_pod(k8s_namespace, pod)
+    inf.relist()
+    assert ("ADDED", "short-lived") in events
+    core.delete_namespaced_pod("short-lived", k8s_namespace, grace_period_seconds=0)
+    wait_for("pod gone", lambda: not core.list_namespaced_pod(k8s_namespace).items)
+    inf.resource_version = "1"  # long compacted: the server answers 410 Gone
+    with pytest.raises(Expired):
+        inf.watch_once()
+    inf.relist()
+    assert events[-1] == ("DELETED", "short-lived")
+    assert inf.get(k8s_namespace, "short-lived") == (inf.get(k8s_namespace, "short-lived")[0], True)
+
+
+# --- idempotent dispatch and reconcile ---------------------------------------------------------
+
+
+def test_replayed_dispatch_creates_no_second_job(k8s_client: client.ApiClient, k8s_namespace: str,
+                                                 cfg: ClusterConfig) -> None:
+    core, batch = client.CoreV1Api(k8s_client), client.BatchV1Api(k8s_client)
+    job = make_job("training", gpus=1, model="A100")
+    first = KubernetesBackend(cfg, k8s_client, namespace=k8s_namespace, watch=False)
+    ref = first.submit(job)
+    # The worker "crashed" after the create: a new process replays the dispatch.
+    replay = KubernetesBackend(cfg, k8s_client, namespace=k8s_namespace, watch=False)
+    assert replay.submit(job) == ref
+    assert replay.submit(job) == ref
+    jobs = batch.list_namespaced_job(k8s_namespace, label_selector=f"{m.LABEL_JOB_ID}={job.id}").items
+    assert [j.metadata.name for j in jobs] == [f"cd-{job.id}-1"]
+    wait_for("one pod Running", lambda: [p for p in pods_of(core, k8s_namespace, job) if p.status.phase == "Running"])
+    assert len(pods_of(core, k8s_namespace, job)) == 1
+    assert replay.status([job])[job.id].state is JobState.RUNNING
+
+    # A foreign object squatting on the name is not mistaken for the attempt.
+    squatter = make_job("training", gpus=1, model="A100")
+    body = m.build(squatter, cfg, m.Options(namespace=k8s_namespace))
+    body["metadata"]["labels"][m.LABEL_JOB_ID] = "999999999"
+    batch.create_namespaced_job(k8s_namespace, body)
+    with pytest.raises(SubmitFailed, match="not this attempt's"):
+        replay.submit(squatter)
+
+
+def test_orphans_are_found_and_deleted(backend: KubernetesBackend, k8s_client: client.ApiClient,
+                                       k8s_namespace: str) -> None:
+    batch = client.BatchV1Api(k8s_client)
+    live = make_job("preprocessing")
+    stale = make_job("preprocessing")
+    backend.submit(live)
+    backend.submit(stale)
+    # crossdock moved on to attempt 2 of ``stale`` (requeued while its dispatch was in flight).
+    active = [live, stale.model_copy(update={"attempts": 2})]
+    wait_for("both Jobs seen", lambda: len(backend.status([live, stale])) == 2)
+    orphans = backend.orphans(active)
+    assert [(o.job_id, o.attempt) for o in orphans] == [(stale.id, 1)]
+    backend.delete_orphans(active)
+    wait_for("orphan Job gone", lambda: not batch.list_namespaced_job(
+        k8s_namespace, label_selector=f"{m.LABEL_JOB_ID}={stale.id}").items)
+    assert batch.list_namespaced_job(k8s_namespace, label_selector=f"{m.LABEL_JOB_ID}={live.id}").items
+
+
+def test_array_as_one_indexed_job(backend: KubernetesBackend, k8s_client: client.ApiClient,
+                                  k8s_namespace: str) -> None:
+    core = client.CoreV1Api(k8s_client)
+
+    def array(exit_code: int) -> list[Job]:
+        base = next(_ids)
+        return [make_job("preprocessing", job_id=base + 1 + t, array_job_id=base, array_task_id=t,
+                         array=ArraySpec(task_ids=[0, 1, 2], max_running=2), exit_code=exit_code, run_seconds=1)
+                for t in range(3)]
+
+    ok, bad = array(0), array(3)
+    refs = backend.submit_array(ok)
+    assert list(refs.values()) == [f"{k8s_namespace}/cd-a{ok[0].array_job_id}-1#{i}" for i in range(3)]
+    assert backend.submit_array(ok) == refs  # replayed: the same Job
+    backend.submit_array(bad)
+    for task in ok:
+        assert wait_state(backend, task, JobState.COMPLETED, JobState.FAILED).state is JobState.COMPLETED
+    for task in bad:
+        st = wait_state(backend, task, JobState.COMPLETED, JobState.FAILED)
+        assert (st.state, st.exit_code) == (JobState.FAILED, 3)
+    pods = core.list_namespaced_pod(k8s_namespace, label_selector=f"{m.LABEL_ARRAY_JOB}={ok[0].array_job_id}").items
+    assert sorted(p.metadata.annotations["batch.kubernetes.io/job-completion-index"] for p in pods) == ["0", "1", "2"]
+    env = {e.name: e.value for e in pods[0].spec.containers[0].env}
+    assert env["CROSSDOCK_ARRAY_TASK_IDS"] == "0 1 2"
+
+
+def test_priority_classes_are_synced(backend: KubernetesBackend, k8s_client: client.ApiClient) -> None:
+    sched = client.SchedulingV1Api(k8s_client)
+    names = backend.sync_priority_classes()
+    assert names == ["crossdock-inference", "crossdock-preprocessing", "crossdock-training"]
+    pcs = {n: sched.read_priority_class(n) for n in names}
+    assert pcs["crossdock-inference"].value == 1000
+    assert pcs["crossdock-preprocessing"].preemption_policy == "Never"
+    assert not any(p.global_default for p in pcs.values())
+
+
+def test_logs_are_read_through_the_api(backend: KubernetesBackend) -> None:
+    """kwok nodes run no containers, so the API server's proxy to the kubelet fails: the backend
+    turns that into a retryable error naming the pod rather than a client traceback."""
+    from crossdock.backends.base import BackendUnavailable
+
+    job = make_job("preprocessing")
+    backend.submit(job)
+    wait_state(backend, job, JobState.RUNNING)
+    try:
+        text = backend.logs(job, tail_lines=10)
+    except BackendUnavailable as exc:
+        assert f"cd-{job.id}-1-" in str(exc)
+    else:
+        assert isinstance(text, str)
+
