@@ -51,6 +51,7 @@ def earliest_start(state: CycleState, profile: Profile, req: Request, events: li
     ready = [int(i) for i in profile.feasible(state, req, static)]
     saved: dict[int, tuple] = {}
     found = None
+    inv.quiet = True
     try:
         for end, i, give_back in events:
             if not allowed[i] or i in ready:
@@ -66,4 +67,5 @@ def earliest_start(state: CycleState, profile: Profile, req: Request, events: li
     finally:
         for i, s in saved.items():
             inv.restore(i, s)
+        inv.quiet = False
     return found

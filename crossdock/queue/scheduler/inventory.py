@@ -99,6 +99,9 @@ class Inventory:
         self.sig = self.shape_id.copy()
         """Equal for nodes in the same state (same shape, same use): scores are computed once per value."""
         self.listeners: list = []
+        self.quiet = False
+        """Set while simulating (release, check, restore): per-node caches and ``version`` stay as they are,
+        since the node ends exactly as it was."""
         """Callables ``f(node_index)`` run after a node changed (per-node caches of score plugins)."""
         self.version = 0
         """Bumped whenever capacity is given back (rollback, simulation); caches keyed on it."""
@@ -123,6 +126,8 @@ class Inventory:
         self.share_top[i] = int(free[ex].max()) if ex.any() else 0
         for p, arr in self.mig_free.items():
             arr[i] = len(self.slice_free[i].get(p, ()))
+        if self.quiet:
+            return
         used = self.cpu_used[i] or self.mem_used[i] or (ex & (free != FULL)).any()
         self.sig[i] = hash((int(self.shape_id[i]), int(self.cpu_used[i]), int(self.mem_used[i]),
                             free.tobytes())) if used else self.shape_id[i]
@@ -189,7 +194,7 @@ class Inventory:
         for gid, frac in a.gpu_share.items():
             if gid in cols:
                 self.dev_free[i, cols[gid]] += max(1, round(frac * FULL))
-        self.version += 1
+        self.version += not self.quiet
         self.refresh(i)
 
     # --- saving and restoring one node (simulations) -----------------------------------------
@@ -203,7 +208,7 @@ class Inventory:
         self.mem_free[i] = self.mem_alloc[i] - self.mem_used[i]
         self.dev_free[i] = row
         self.slice_free[i] = {p: list(s) for p, s in slices.items()}
-        self.version += 1
+        self.version += not self.quiet
         self.refresh(i)
 
     # --- taking capacity ---------------------------------------------------------------------
@@ -231,7 +236,7 @@ class Inventory:
             self.slice_free[i][profile].sort()
         if a.group is not None:
             self.group_nodes.get(a.group, set()).discard(i)
-        self.version += 1
+        self.version += not self.quiet
         self.refresh(i)
 
 

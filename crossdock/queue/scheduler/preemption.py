@@ -28,8 +28,8 @@ from crossdock.queue.scheduler.request import Request
 from crossdock.queue.snapshot import Allocation
 
 SINGLE_TRIES = 64
-COMBINATION_BUDGET = 4000
-MAX_NODES_EXAMINED = 256
+COMBINATION_BUDGET = 2000
+MAX_NODES_EXAMINED = 128
 
 
 @dataclass(frozen=True, slots=True)
@@ -67,30 +67,54 @@ class Preemptor:
                                     max(a.grace_seconds for a in allocs))
                         for jid, allocs in groups.items()}
         self.taken: set[int] = set()
-        pairs = [(v, inv.index[a.node], a) for v in self.victims.values() for a in v.allocations]
-        self.pair_victim = [p[0] for p in pairs]
-        self.pair_node = np.array([p[1] for p in pairs], np.int64)
-        self.pair_cpu = np.array([p[2].cpu_milli for p in pairs], np.int64)
-        self.pair_mem = np.array([p[2].memory_mib for p in pairs], np.int64)
-        self.pair_gpu = np.array([sum(g in inv.dev_col[p[1]] for g in p[2].gpu_ids) for p in pairs], np.int64)
-        self.pair_share = np.array([round(max(p[2].gpu_share.values(), default=0) * FULL) for p in pairs], np.int64)
-        self.pair_slices = np.array([sum(g in inv.slice_home for g in p[2].gpu_ids) for p in pairs], np.int64)
-        self.pair_prio = np.array([p[0].priority for p in pairs], np.int64)
-        self.pair_id = np.array([p[0].job_id for p in pairs], np.int64)
+        # one unit per (victim, node): what the victim would give back on that node
+        units: dict[tuple[int, int], list] = {}
+        for v in self.victims.values():
+            for a in v.allocations:
+                i = inv.index[a.node]
+                u = units.setdefault((v.job_id, i), [v, i, 0, 0, 0, 0, 0])
+                u[2] += a.cpu_milli
+                u[3] += a.memory_mib
+                # a shared device may become idle when its last sharer leaves: count it (a necessary bound)
+                u[4] += sum(g in inv.dev_col[i] for g in a.gpu_ids) + len(a.gpu_share)
+                u[5] = max(u[5], round(max(a.gpu_share.values(), default=0) * FULL))
+                u[6] += sum(g in inv.slice_home for g in a.gpu_ids)
+        rows = sorted(units.values(), key=lambda u: (u[0].preference, u[1]))
+        self.unit_victim = [u[0] for u in rows]
+        self.unit_node = np.array([u[1] for u in rows], np.int64)
+        self.unit_cpu, self.unit_mem, self.unit_gpu, self.unit_share, self.unit_slices = (
+            np.array([u[k] for u in rows], np.int64) for k in range(2, 7))
+        self.unit_prio = np.array([u[0].priority for u in rows], np.int64)
+        self.unit_id = np.array([u[0].job_id for u in rows], np.int64)
+        self.held = {(u[0].job_id, u[1]): (u[2], u[3], u[4]) for u in rows}
+        """(job id, node) -> (cpu, memory, GPUs that may become idle) the victim gives back there."""
         self.by_node: dict[int, list[Victim]] = {}
-        for v, i, _ in pairs:
-            self.by_node.setdefault(i, []).append(v)
+        for u in rows:
+            self.by_node.setdefault(u[1], []).append(u[0])
 
     # --- exact check on one node -------------------------------------------------------------
+    def could_fit(self, req: Request, i: int, victims: Iterable[Victim]) -> bool:
+        """Necessary condition (CPU, memory, idle GPU counts) before the exact simulation."""
+        inv = self.inv
+        cpu, mem, gpu = int(inv.cpu_free[i]), int(inv.mem_free[i]), int(inv.gpu_free[i])
+        for v in victims:
+            c, m, g = self.held.get((v.job_id, i), (0, 0, 0))
+            cpu, mem, gpu = cpu + c, mem + m, gpu + g
+        return cpu >= req.cpu_milli and mem >= req.memory_mib and gpu >= req.gpus
+
     def fits_without(self, state: CycleState, profile: Profile, req: Request, i: int, victims: Iterable[Victim]) -> bool:
         inv = self.inv
         saved = inv.save(i)
         name = inv.nodes[i].name
-        for v in victims:
-            for a in v.on(name):
-                inv.release(a)
-        ok = len(profile.feasible(state, req, np.array([i], np.int64))) == 1
-        inv.restore(i, saved)
+        inv.quiet = True
+        try:
+            for v in victims:
+                for a in v.on(name):
+                    inv.release(a)
+            ok = len(profile.feasible(state, req, np.array([i], np.int64))) == 1
+        finally:
+            inv.restore(i, saved)
+            inv.quiet = False
         return ok
 
     def candidates(self, req: Request, i: int) -> list[Victim]:
@@ -98,41 +122,64 @@ class Preemptor:
         return sorted(vs.values(), key=lambda v: v.preference)
 
     # --- search ------------------------------------------------------------------------------
+    def _usable(self, req: Request) -> np.ndarray:
+        ok = self.unit_prio < req.priority
+        if self.taken:
+            ok &= ~np.isin(self.unit_id, list(self.taken))
+        return ok
+
     def _single(self, state: CycleState, profile: Profile, req: Request, nodes: np.ndarray) -> tuple[int, Victim] | None:
         inv = self.inv
-        if len(self.pair_node) == 0:
+        if len(self.unit_node) == 0:
             return None
-        n = self.pair_node
-        ok = (self.pair_prio < req.priority) & np.isin(n, nodes)
-        ok &= ~np.isin(self.pair_id, list(self.taken)) if self.taken else True
-        ok &= inv.cpu_free[n] + self.pair_cpu >= req.cpu_milli
-        ok &= inv.mem_free[n] + self.pair_mem >= req.memory_mib
+        n = self.unit_node
+        ok = self._usable(req) & np.isin(n, nodes)
+        ok &= inv.cpu_free[n] + self.unit_cpu >= req.cpu_milli
+        ok &= inv.mem_free[n] + self.unit_mem >= req.memory_mib
         if req.gpus:
-            ok &= inv.gpu_free[n] + self.pair_gpu >= req.gpus
+            ok &= inv.gpu_free[n] + self.unit_gpu >= req.gpus
         if req.gpu_share_milli:
-            ok &= (inv.share_top[n] + self.pair_share >= req.gpu_share_milli) | (self.pair_gpu > 0)
+            ok &= (inv.share_top[n] + self.unit_share >= req.gpu_share_milli) | (self.unit_gpu > 0)
         if req.mig_count:
             free = inv.mig_free.get(req.mig or "")
             have = free[n] if free is not None else 0
-            ok &= have + self.pair_slices >= req.mig_count
-        rows = np.flatnonzero(ok)
-        if len(rows) == 0:
-            return None
-        ordered = sorted(rows, key=lambda r: (self.pair_victim[r].preference, int(n[r])))
-        for r in ordered[:SINGLE_TRIES]:
-            v, i = self.pair_victim[r], int(n[r])
+            ok &= have + self.unit_slices >= req.mig_count
+        for r in np.flatnonzero(ok)[:SINGLE_TRIES]:  # units are in preference order already
+            v, i = self.unit_victim[r], int(n[r])
             if self.fits_without(state, profile, req, i, [v]):
                 return i, v
         return None
 
+    def lower_bounds(self, req: Request) -> tuple[np.ndarray, np.ndarray]:
+        """Per node: at least this many victims are needed (each gives back at most the most any one
+        usable victim there holds), and whether all usable victims together could be enough."""
+        inv = self.inv
+        usable = self._usable(req)
+        n = self.unit_node[usable]
+        bound = np.zeros(inv.n, np.int64)
+        enough = np.ones(inv.n, bool)
+        for amounts, free, need in ((self.unit_cpu, inv.cpu_free, req.cpu_milli),
+                                    (self.unit_mem, inv.mem_free, req.memory_mib),
+                                    (self.unit_gpu, inv.gpu_free, req.gpus)):
+            deficit = need - free
+            top = np.zeros(inv.n, np.int64)
+            np.maximum.at(top, n, amounts[usable])
+            total = np.bincount(n, amounts[usable], minlength=inv.n)
+            enough &= (deficit <= 0) | (total >= deficit)
+            lb = np.where(deficit <= 0, 0, -(-deficit // np.maximum(top, 1)))
+            bound = np.maximum(bound, lb)
+        return bound, enough
+
     def _smallest_on(self, state: CycleState, profile: Profile, req: Request, i: int, k_max: int,
                      budget: list[int]) -> tuple[Victim, ...] | None:
         cands = self.candidates(req, i)
-        if not cands or not self.fits_without(state, profile, req, i, cands):
+        if not cands or not self.could_fit(req, i, cands) or not self.fits_without(state, profile, req, i, cands):
             return None
         for k in range(1, min(len(cands), k_max) + 1):
             found = []
             for combo in combinations(cands, k):
+                if not self.could_fit(req, i, combo):
+                    continue
                 budget[0] -= 1
                 if budget[0] < 0:
                     break
@@ -158,10 +205,17 @@ class Preemptor:
             if single is not None:
                 return [single[0]], [single[1]]
         budget = [COMBINATION_BUDGET]
-        fitting_set = set(int(i) for i in fitting)
-        nodes = [int(i) for i in static if int(i) not in fitting_set and int(i) in self.by_node]
+        bound, enough = self.lower_bounds(req)
+        mask = np.zeros(self.inv.n, bool)
+        mask[static] = True
+        mask[fitting] = False
+        nodes = np.flatnonzero(mask & enough & (bound <= cap))
+        nodes = nodes[np.lexsort((nodes, bound[nodes]))]
         options = []
         for i in nodes[:MAX_NODES_EXAMINED]:
+            i = int(i)
+            if len(options) >= missing and bound[i] > sorted(o[0] for o in options)[missing - 1]:
+                break  # no later node can need fewer victims
             found = self._smallest_on(state, profile, req, i, cap, budget)
             if found is not None:
                 options.append((len(found), set_key(found), i, found))
