@@ -204,7 +204,8 @@ def render_slurm_conf(layout: Layout) -> str:
         # A requeued job waits for the periodic main scheduler, not backfill.
         "SchedulerParameters=sched_interval=2,sched_min_interval=100000,bf_interval=1",
         "KillWait=5",
-        "MinJobAge=900",
+        # Finished jobs stay listed 5 min: every follow query lists them all.
+        "MinJobAge=300",
         "MailProg=/bin/true",
         "ReturnToService=2",
         "JobCompType=jobcomp/filetxt",
@@ -566,6 +567,7 @@ def up(state_dir: str | os.PathLike[str] | None = None, with_rest: bool = True, 
     layout = Layout.of(state_dir, port_base)
     current = status(layout.root, port_base=layout.port_base)
     if current["up"] and (current["rest"] or not with_rest):
+        _reconfigure_if_changed(layout)
         return layout.env_file
     if any(d["pid"] for d in current["daemons"].values()):
         # Half up: start over rather than guess which half is sound.
@@ -595,6 +597,18 @@ def up(state_dir: str | os.PathLike[str] | None = None, with_rest: bool = True, 
     tmp.replace(layout.env_file)
     log.info("slurm cluster up in %.2fs (%s)", time.monotonic() - started, layout.root)
     return layout.env_file
+
+
+def _reconfigure_if_changed(layout: Layout) -> None:
+    """A running cluster whose slurm.conf this module now writes differently is reconfigured
+    in place (``scontrol reconfigure``), keeping its jobs."""
+    wanted = render_slurm_conf(layout)
+    if layout.conf.read_text() == wanted:
+        return
+    for directory in (layout.etc, layout.restd_etc):
+        (directory / "slurm.conf").write_text(wanted)
+    subprocess.run(["scontrol", "reconfigure"], env=layout.client_env(), capture_output=True, timeout=30, check=True)
+    log.info("slurm.conf changed: cluster reconfigured (%s)", layout.root)
 
 
 def issue_token(layout: Layout, user: str, lifespan_s: int = 7 * 86400) -> str:

@@ -334,13 +334,13 @@ def test_status_sums_up_an_array_and_reports_unknown_refs():
                  array_pending_tasks=(2, 3)),
     ]
     backend = SlurmBackend(driver)
-    got = backend.status(["10", "10_1", "10_3", "99"])
+    got = backend.status_refs(["10", "10_1", "10_3", "99"])
     assert got["10"].state == JobState.PENDING and sorted(got["10"].tasks) == [0, 1, 2, 3]
     assert (got["10_1"].state, got["10_1"].exit_code) == (JobState.FAILED, 2)
     assert (got["10_3"].state, got["10_3"].reason) == (JobState.PENDING, Reason.ARRAY_TASK_LIMIT)
     assert got["99"].state is None
     driver.records = driver.records[:2]
-    done = backend.status(["10"])["10"]
+    done = backend.status_refs(["10"])["10"]
     assert (done.state, done.exit_code) == (JobState.FAILED, 2)
 
 
@@ -373,3 +373,96 @@ def test_parse_scontrol_values_with_spaces_and_signals():
     assert (j.name, j.user, j.comment, j.exit_code, j.signal, j.restarts, j.cpus) == (
         "my job", "alice", "not ours", 0, 15, 2, 3)
     assert (j.ref, j.nodes, j.gpus) == ("115", ("gpu-l4-1",), {"l4": 2})
+
+
+def test_backend_status_by_job_follows_tags_and_array_tasks():
+    from crossdock.backends.base import Backend
+
+    driver = MemoryDriver()
+    backend = SlurmBackend(driver)
+    assert isinstance(backend, Backend)
+    plain = _job(job_id=5, attempt=0)
+    ref = backend.submit(plain)
+    driver.records = [
+        SlurmJob(job_id=int(ref), state="FAILED", reason="NonZeroExitCode", exit_code=3, signal=None,
+                 comment=job_tag(5, 0), nodes=("cpu1",)),
+        SlurmJob(job_id=31, state="RUNNING", reason="None", exit_code=0, signal=None, comment=job_tag(30, 2),
+                 array_job_id=30, array_task_id=4, nodes=("cpu2",), restarts=1),
+    ]
+    task = _job(job_id=34, attempt=2).model_copy(update={"array_job_id": 30, "array_task_id": 4})
+    stranger = _job(job_id=6, attempt=0)
+    got = backend.status([plain, task, stranger])
+    assert set(got) == {5, 34}  # unknown jobs are absent
+    assert (got[5].state, got[5].exit_code, got[5].ref, got[5].nodes) == (JobState.FAILED, 3, ref, ("cpu1",))
+    assert (got[34].state, got[34].ref, got[34].extra["restarts"]) == (JobState.RUNNING, "30_4", "1")
+
+
+class FakeStore:
+    def __init__(self):
+        self.fields: dict[tuple[int, str], str] = {}
+
+    def update_if(self, job_id, states, values):
+        self.fields.update({(job_id, k): str(v) for k, v in values.items()})
+
+    def field(self, job_id, name):
+        return self.fields.get((job_id, name))
+
+
+def test_preempted_job_is_reported_preempted_not_cancelled():
+    driver = MemoryDriver()
+    cancelled: list[str] = []
+    driver.cancel = cancelled.append
+    store = FakeStore()
+    backend = SlurmBackend(driver, store=store)
+    job = _job(job_id=8, attempt=0)
+    ref = backend.submit(job)
+    backend.preempt(job.model_copy(update={"backend_ref": ref}), 0)
+    assert cancelled == [ref] and store.field(8, "preempt_requested") == "1"
+    driver.records = [SlurmJob(job_id=int(ref), state="CANCELLED", reason="None", exit_code=0, signal=15,
+                               comment=job_tag(8, 0))]
+    st = backend.status([job])[8]
+    assert (st.state, st.reason) == (JobState.PREEMPTED, Reason.PREEMPTED)
+
+
+def test_inventory_maps_partitions_to_pools_and_gpus_to_devices():
+    from crossdock.backends.slurm.driver import SlurmNode, SlurmPartition
+    from crossdock.queue.config import ClusterConfig
+
+    config = ClusterConfig.model_validate({
+        "priority_classes": {"p": {"value": 1}},
+        "pools": {"hpc-a100": {"backend": "slurm", "partition": "gpu-a100", "gpu": {"model": "A100"}},
+                  "hpc-cpu": {"backend": "slurm", "partition": "cpu"}},
+        "queues": {"q": {"priority_class": "p", "pools": ["hpc-a100", "hpc-cpu"]}},
+    })
+    driver = MemoryDriver()
+    driver.nodes = lambda: [
+        SlurmNode("gpu-a100-1", "mixed", (), ("gpu-a100", "high"), 16, 4, 64000, 0, {"a100": 8}, {"a100": 2}),
+        SlurmNode("cpu1", "idle", ("drain",), ("cpu", "high"), 8, 0, 16000, 0, {}, {}),
+        SlurmNode("gpu-l4-1", "idle", (), ("gpu-l4", "high"), 8, 0, 32000, 0, {"l4": 4}, {}),
+    ]
+    driver.partitions = lambda: [SlurmPartition("cpu", ("cpu1",)), SlurmPartition("gpu-a100", ("gpu-a100-1",)),
+                                 SlurmPartition("gpu-l4", ("gpu-l4-1",))]
+    driver.records = [SlurmJob(job_id=3, state="RUNNING", reason="None", exit_code=0, signal=None, comment="theirs",
+                               nodes=("gpu-a100-1",), cpus=4, memory_mib=400, gpus={"a100": 2}, user="bob")]
+    inv = SlurmBackend(driver, config=config).inventory()
+    nodes = {n.name: n for n in inv.nodes}
+    assert set(nodes) == {"gpu-a100-1", "cpu1"}  # gpu-l4-1 is in no configured pool
+    a100 = nodes["gpu-a100-1"]
+    assert (a100.pool, a100.backend, a100.cpu_milli, a100.memory_mib) == ("hpc-a100", "slurm", 16000, 64000)
+    assert [g.model for g in a100.gpus] == ["A100"] * 8 and a100.gpus[7].id == "gpu-a100-1:7"
+    assert nodes["cpu1"].schedulable is False
+    (alloc,) = inv.foreign
+    assert (alloc.node, alloc.cpu_milli, alloc.memory_mib, alloc.gpu_ids, alloc.user) == (
+        "gpu-a100-1", 4000, 400, ("gpu-a100-1:7", "gpu-a100-1:6"), "bob")
+
+
+def test_array_task_alone_is_a_plain_job_with_its_task_environment():
+    job = _job(job_id=12, attempt=0, stdout="/tmp/out-%A_%3a-%j.txt",
+               array=ArraySpec(task_ids=[0, 4, 9], max_running=1))
+    task = job.model_copy(update={"array_job_id": 10, "array_task_id": 4})
+    req = build_request(task)
+    assert req.array is None and req.stdout == "/tmp/out-10_004-%j.txt"
+    assert {k: req.env[k] for k in ("SLURM_ARRAY_JOB_ID", "SLURM_ARRAY_TASK_ID", "SLURM_ARRAY_TASK_COUNT",
+                                    "CROSSDOCK_JOB_ID")} == {"SLURM_ARRAY_JOB_ID": "10", "SLURM_ARRAY_TASK_ID": "4",
+                                                             "SLURM_ARRAY_TASK_COUNT": "3", "CROSSDOCK_JOB_ID": "12"}
+    assert build_request(job).array == "0,4,9%1"

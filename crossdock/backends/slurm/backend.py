@@ -4,25 +4,47 @@ Every job crossdock submits carries ``crossdock:<job id>:<attempt>`` in its Slur
 Before submitting, the backend looks for that tag, so a dispatch task that runs twice (a
 Celery retry, a worker that died after sbatch returned) finds the job instead of submitting
 it again. While slurmctld is unreachable, submission retries (looking for the tag again
-before every try) for ``submit_retry_s``.
+before every try) for ``submit_retry_s``, then raises :class:`SlurmUnavailable` (retryable).
+
+Placement: a job's pool names its partition (``pools.<name>.partition``), the nodes the
+scheduler chose become ``--nodelist``. A crossdock array task dispatched alone is a plain
+Slurm job that carries its task's environment; :meth:`SlurmBackend.submit_array` sends
+many tasks of one array as one Slurm array (``--array=ids%throttle``).
+
+Preemption: SIGTERM, ``grace_seconds``, then ``scancel`` (policy ``cancel``, the default:
+crossdock requeues the job as a new attempt) or ``scontrol requeue`` (policy ``requeue``:
+Slurm reruns the same job). Jobs Slurm itself preempts for a higher partition tier come back
+as PENDING with ``restarts`` counted in ``extra``.
 """
 
 from __future__ import annotations
 
 import logging
 import time
-from collections.abc import Callable, Iterable, Mapping
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from concurrent.futures import ThreadPoolExecutor
-from dataclasses import dataclass, field
-from typing import Literal
+from dataclasses import dataclass, field, replace
+from types import MappingProxyType
+from typing import Any, Literal
 
+from crossdock.backends.base import BackendStatus, Inventory
 from crossdock.backends.slurm.cli import CliDriver
-from crossdock.backends.slurm.driver import SlurmDriver, SlurmJob, SlurmNode, SlurmPartition, SlurmUnavailable
-from crossdock.backends.slurm.request import build_request, job_tag, parse_tag
+from crossdock.backends.slurm.driver import (
+    SlurmDriver,
+    SlurmJob,
+    SlurmNode,
+    SlurmPartition,
+    SlurmUnavailable,
+    SubmitRejected,
+    SubmitRequest,
+)
+from crossdock.backends.slurm.request import build_request, expand_array_pattern, job_tag, parse_tag
 from crossdock.backends.slurm.rest import RestDriver
-from crossdock.backends.slurm.states import translate
+from crossdock.backends.slurm.states import format_array_tasks, translate
+from crossdock.queue.config import ClusterConfig
 from crossdock.queue.models import Job
-from crossdock.queue.states import JobState
+from crossdock.queue.snapshot import Allocation, GpuDevice, Node
+from crossdock.queue.states import JobState, Reason
 
 log = logging.getLogger(__name__)
 
@@ -35,10 +57,10 @@ _ARRAY_OUTCOME = (JobState.NODE_FAIL, JobState.OUT_OF_MEMORY, JobState.TIMEOUT, 
 
 @dataclass(frozen=True)
 class JobStatus:
-    """What Slurm says about one crossdock job (or one array task).
+    """What Slurm says about one Slurm job id or array task (``"12"``, ``"12_3"``).
 
     ``state`` is None when Slurm no longer knows the reference (purged after MinJobAge and
-    no accounting to ask): the reconciler decides what that means.
+    no accounting to ask). An array job id sums up its tasks, which come in ``tasks``.
     """
 
     ref: str
@@ -54,37 +76,25 @@ class JobStatus:
 
 
 @dataclass(frozen=True)
-class NodeInventory:
-    name: str
-    partitions: tuple[str, ...]
-    state: str
-    schedulable: bool
-    cpus: int
-    cpus_alloc: int
-    memory_mib: int
-    memory_alloc_mib: int
-    gpus: dict[str, int]
-    gpus_alloc: dict[str, int]
-    foreign_cpus: int = 0
-    foreign_gpus: int = 0
+class ClusterView:
+    """Slurm's own picture: partitions, nodes (with partitions and GPU types), foreign jobs."""
 
-
-@dataclass(frozen=True)
-class Inventory:
     partitions: list[SlurmPartition]
-    nodes: list[NodeInventory]
+    nodes: list[SlurmNode]
     foreign_jobs: list[SlurmJob]
-    """Running jobs crossdock did not submit; their resources are taken."""
+    """Jobs holding resources that crossdock did not submit."""
 
 
 class SlurmBackend:
-    name = "slurm"
+    kind = "slurm"
 
     def __init__(
         self,
         driver: SlurmDriver,
         *,
-        preempt_policy: Literal["requeue", "cancel"] = "requeue",
+        config: ClusterConfig | None = None,
+        store: Any = None,
+        preempt_policy: Literal["requeue", "cancel"] = "cancel",
         submit_retry_s: float = 90.0,
         retry_interval_s: float = 1.0,
         parallelism: int = 4,
@@ -92,6 +102,8 @@ class SlurmBackend:
         sleep: Callable[[float], None] = time.sleep,
     ):
         self.driver = driver
+        self.config = config
+        self.store = store
         self.preempt_policy = preempt_policy
         self.submit_retry_s = submit_retry_s
         self.retry_interval_s = retry_interval_s
@@ -100,30 +112,65 @@ class SlurmBackend:
         self._accounting: bool | None = None
 
     @classmethod
-    def from_env(cls, env: Mapping[str, str], driver: str = "cli", **kwargs) -> "SlurmBackend":
-        """``driver``: ``cli``, ``rest`` (JWT over TCP) or ``rest-unix`` (local auth)."""
+    def from_env(cls, env: Mapping[str, str], driver: str = "cli", **kwargs: Any) -> "SlurmBackend":
+        """``driver``: ``cli``, ``rest`` (JWT over TCP) or ``rest-unix`` (local auth). The REST
+        drivers fall back to the CLI for what v0.0.38 lacks (requeue, hold, release)."""
         cli = CliDriver(env)
         if driver == "cli":
             return cls(cli, **kwargs)
         transport = "unix" if driver == "rest-unix" else "jwt"
         return cls(RestDriver.from_env(env, transport=transport, fallback=cli), **kwargs)
 
+    # --- pools ------------------------------------------------------------------------------
+
+    def _slurm_pools(self) -> dict[str, str]:
+        """Configured slurm pool → partition, in config order."""
+        if self.config is None:
+            return {}
+        return {name: p.partition for name, p in self.config.pools.items() if p.backend == "slurm" and p.partition}
+
+    def partition_of(self, job: Job) -> str | None:
+        pools = self._slurm_pools()
+        if job.pool and job.pool in pools:
+            return pools[job.pool]
+        return job.spec.partition
+
     # --- inventory --------------------------------------------------------------------------
 
-    def inventory(self) -> Inventory:
+    def cluster(self) -> ClusterView:
         nodes, partitions, jobs = self.driver.nodes(), self.driver.partitions(), self.driver.jobs()
         foreign = [j for j in jobs if parse_tag(j.comment) is None and translate(j.state).state.active]
-        cpus: dict[str, int] = {}
-        gpus: dict[str, int] = {}
-        for job in foreign:
-            share = max(len(job.nodes), 1)
-            for node in job.nodes:
-                cpus[node] = cpus.get(node, 0) + job.cpus // share
-                gpus[node] = gpus.get(node, 0) + sum(job.gpus.values()) // share
-        return Inventory(
-            partitions=partitions,
-            nodes=[_node_inventory(n, cpus.get(n.name, 0), gpus.get(n.name, 0)) for n in nodes],
-            foreign_jobs=foreign,
+        return ClusterView(partitions, nodes, foreign)
+
+    def inventory(self) -> Inventory:
+        """Nodes of the configured slurm pools (every node, pooled by its first partition, when
+        there is no config) and the capacity foreign jobs hold on them."""
+        view = self.cluster()
+        pools = self._slurm_pools()
+        members = {p.name: set(p.nodes) for p in view.partitions}
+        nodes: list[Node] = []
+        for n in view.nodes:
+            if pools:
+                pool = next((name for name, part in pools.items() if n.name in members.get(part, ())), None)
+            else:
+                pool = n.partitions[0] if n.partitions else None
+            if pool is not None:
+                nodes.append(self._node(n, pool))
+        known = {n.name: n for n in nodes}
+        return Inventory(tuple(nodes), tuple(_foreign_allocations(view.foreign_jobs, known)))
+
+    def _node(self, n: SlurmNode, pool: str) -> Node:
+        pool_cfg = self.config.pools.get(pool) if self.config is not None else None
+        gpus: list[GpuDevice] = []
+        for kind, count in sorted(n.gpus.items()):
+            model = (pool_cfg.gpu.model if pool_cfg and pool_cfg.gpu.model else kind.upper()) or "GPU"
+            gpus += [GpuDevice(f"{n.name}:{len(gpus) + i}", len(gpus) + i, model) for i in range(count)]
+        base = n.state.rstrip("*~#!%$@^-")
+        schedulable = base in ACTIVE_NODE_STATES and not (set(n.flags) & UNSCHEDULABLE_FLAGS)
+        return Node(
+            name=n.name, pool=pool, backend=self.kind, cpu_milli=n.cpus * 1000, memory_mib=n.memory_mib,
+            gpus=tuple(gpus), labels=MappingProxyType({"slurm.partitions": ",".join(n.partitions)}),
+            gpu_sharing=False, schedulable=schedulable,
         )
 
     # --- dispatch ---------------------------------------------------------------------------
@@ -140,22 +187,59 @@ class SlurmBackend:
         nodelist: list[str] | None = None,
         slurm_ids: Mapping[int, str] | None = None,
     ) -> str:
-        """Submit ``job`` (idempotent per job id and attempt); returns its Slurm job id."""
-        request = build_request(job, partition=partition, nodelist=nodelist, slurm_ids=slurm_ids)
+        """Submit ``job`` (idempotent per job id and attempt); returns its Slurm job id.
+
+        Placement: ``partition`` or the job's pool's partition or ``--partition``; ``nodelist``
+        or the nodes the scheduler chose (``job.nodes``) or ``--nodelist``. ``slurm_ids``
+        (crossdock id → Slurm id) makes Slurm enforce the spec's dependencies."""
+        request = build_request(
+            job,
+            partition=partition or self.partition_of(job),
+            nodelist=nodelist if nodelist is not None else (job.nodes or None),
+            slurm_ids=slurm_ids,
+        )
+        return self._submit_once(job_tag(job.id, job.attempts), request)
+
+    def submit_array(self, tasks: Sequence[Job]) -> dict[int, str]:
+        """Tasks of one crossdock array (same attempt) as one Slurm array with the spec's
+        throttle; returns crossdock job id → ``"<slurm id>_<task>"``."""
+        if not tasks:
+            return {}
+        first = tasks[0]
+        if first.array_job_id is None or any(
+            t.array_job_id != first.array_job_id or t.attempts != first.attempts or t.array_task_id is None
+            for t in tasks
+        ):
+            raise SubmitRejected("submit_array: give tasks of one array with the same attempt")
+        ids = sorted(t.array_task_id for t in tasks)  # type: ignore[misc]
+        throttle = first.spec.array.max_running if first.spec.array is not None else None
+        whole = first.model_copy(update={"id": first.array_job_id, "array_job_id": None, "array_task_id": None})
+        request = build_request(whole, partition=self.partition_of(first))
+        # File names carry crossdock's array id, as when its tasks are dispatched one by one.
+        request = replace(
+            request,
+            array=format_array_tasks(ids, throttle),
+            stdout=expand_array_pattern(request.stdout or "slurm-%A_%a.out", first.array_job_id),
+            stderr=expand_array_pattern(request.stderr, first.array_job_id) if request.stderr else None,
+        )
+        slurm_id = self._submit_once(request.comment, request)
+        return {t.id: f"{slurm_id}_{t.array_task_id}" for t in tasks}
+
+    def _submit_once(self, tag: str, request: SubmitRequest) -> str:
         deadline = self._clock() + self.submit_retry_s
         while True:
             try:
-                existing = self.find(job)
+                existing = self._tagged(self.driver.jobs()).get(tag)
                 if existing is not None:
-                    log.info("job %s attempt %s already in Slurm as %s", job.id, job.attempts, existing)
+                    log.info("%s already in Slurm as %s", tag, existing)
                     return existing
                 ref = str(self.driver.submit(request))
-                log.info("job %s attempt %s submitted to Slurm as %s", job.id, job.attempts, ref)
+                log.info("%s submitted to Slurm as %s", tag, ref)
                 return ref
             except SlurmUnavailable as exc:
                 if self._clock() >= deadline:
                     raise
-                log.warning("Slurm unavailable, retrying job %s: %s", job.id, exc)
+                log.warning("Slurm unavailable, retrying %s: %s", tag, exc)
                 self._sleep(self.retry_interval_s)
 
     def submit_many(self, jobs: list[Job], *, partition: str | None = None) -> list[str]:
@@ -163,7 +247,7 @@ class SlurmBackend:
         known = self._tagged(self.driver.jobs())
         refs: list[str | None] = [known.get(job_tag(j.id, j.attempts)) for j in jobs]
         todo = [i for i, ref in enumerate(refs) if ref is None]
-        requests = {i: build_request(jobs[i], partition=partition) for i in todo}
+        requests = {i: build_request(jobs[i], partition=partition or self.partition_of(jobs[i])) for i in todo}
         with ThreadPoolExecutor(max_workers=self.parallelism) as pool:
             for i, job_id in zip(todo, pool.map(lambda i: self.driver.submit(requests[i]), todo)):
                 refs[i] = str(job_id)
@@ -180,26 +264,48 @@ class SlurmBackend:
 
     # --- control ----------------------------------------------------------------------------
 
-    def cancel(self, ref: str) -> None:
-        self.driver.cancel(ref)
+    def _ref(self, job: Job | str) -> str | None:
+        if isinstance(job, str):
+            return job
+        if job.backend_ref:
+            return job.backend_ref
+        if job.array_job_id is not None and job.array_task_id is not None:
+            array = self._tagged(self.driver.jobs()).get(job_tag(job.array_job_id, job.attempts))
+            if array is not None:
+                return f"{array}_{job.array_task_id}"
+        return self.find(job)
 
-    def hold(self, ref: str) -> None:
-        self.driver.hold(ref)
+    def cancel(self, job: Job | str) -> None:
+        ref = self._ref(job)
+        if ref is not None:
+            self.driver.cancel(ref)
 
-    def release(self, ref: str) -> None:
-        self.driver.release(ref)
+    def hold(self, job: Job | str) -> None:
+        if (ref := self._ref(job)) is not None:
+            self.driver.hold(ref)
 
-    def requeue(self, ref: str) -> None:
-        self.driver.requeue(ref)
+    def release(self, job: Job | str) -> None:
+        if (ref := self._ref(job)) is not None:
+            self.driver.release(ref)
 
-    def preempt(self, ref: str, grace_s: float = 0.0) -> None:
-        """SIGTERM the job, give it ``grace_s`` to finish, then requeue (or cancel, per policy)."""
-        if grace_s > 0:
+    def requeue(self, job: Job | str) -> None:
+        if (ref := self._ref(job)) is not None:
+            self.driver.requeue(ref)
+
+    def preempt(self, job: Job | str, grace_seconds: float = 0) -> None:
+        """SIGTERM the job, give it ``grace_seconds`` to finish, then cancel or requeue it."""
+        ref = self._ref(job)
+        if ref is None:
+            return
+        if self.store is not None and isinstance(job, Job):
+            self.store.update_if(job.id, (JobState.SCHEDULED, JobState.RUNNING),
+                                 {"preempt_requested": "1", "preempt_grace": grace_seconds})
+        if grace_seconds > 0:
             self.driver.signal(ref, "TERM")
-            deadline = self._clock() + grace_s
+            deadline = self._clock() + grace_seconds
             while self._clock() < deadline:
-                current = self.status([ref]).get(ref)
-                if current is None or current.state not in (JobState.RUNNING, JobState.SCHEDULED):
+                current = self.status_refs([ref])[ref]
+                if current.state not in (JobState.RUNNING, JobState.SCHEDULED):
                     break
                 self._sleep(min(0.5, max(deadline - self._clock(), 0)))
         if self.preempt_policy == "requeue":
@@ -209,14 +315,45 @@ class SlurmBackend:
 
     # --- follow -----------------------------------------------------------------------------
 
-    def status(self, refs: Iterable[str]) -> dict[str, JobStatus]:
-        """One batched query for every ref: a job id, an array task (``"12_3"``) or an array
-        job id (summed over its tasks, which come in ``tasks``)."""
-        wanted = list(refs)
-        jobs = self.driver.jobs()
+    def status(self, jobs: Sequence[Job]) -> dict[int, BackendStatus]:
+        """One batched query for every job; jobs Slurm does not know are absent."""
+        records = self.driver.jobs()
+        tagged = self._tagged(records)
+        refs: dict[int, str] = {}
+        for job in jobs:
+            ref = job.backend_ref or tagged.get(job_tag(job.id, job.attempts))
+            if ref is None and job.array_job_id is not None and job.array_task_id is not None:
+                array = tagged.get(job_tag(job.array_job_id, job.attempts))
+                ref = f"{array}_{job.array_task_id}" if array is not None else None
+            if ref is not None:
+                refs[job.id] = ref
+        found = self._status_refs(list(refs.values()), records)
+        out: dict[int, BackendStatus] = {}
+        for job in jobs:
+            st = found.get(refs.get(job.id, ""))
+            if st is None or st.state is None:
+                continue
+            state, reason = st.state, st.reason
+            if state is JobState.CANCELLED and self._preempt_requested(job):
+                state, reason = JobState.PREEMPTED, Reason.PREEMPTED
+            out[job.id] = BackendStatus(
+                ref=st.ref, state=state, reason=reason, exit_code=st.exit_code, signal=st.signal, nodes=st.nodes,
+                native_state=st.slurm_state, extra={"restarts": str(st.restarts)},
+            )
+        return out
+
+    def _preempt_requested(self, job: Job) -> bool:
+        return self.store is not None and self.store.field(job.id, "preempt_requested") == "1"
+
+    def status_refs(self, refs: Iterable[str]) -> dict[str, JobStatus]:
+        """Like :meth:`status` for Slurm references: a job id, an array task (``"12_3"``) or an
+        array job id (summed over its tasks)."""
+        return self._status_refs(list(refs), self.driver.jobs())
+
+    def _status_refs(self, wanted: list[str], records: list[SlurmJob]) -> dict[str, JobStatus]:
         by_ref: dict[str, JobStatus] = {}
         arrays: dict[str, dict[int, JobStatus]] = {}
-        for j in jobs:
+        for j in records:
             for status in _statuses(j):
                 by_ref[status.ref] = status
                 if j.array_job_id is not None:
@@ -285,20 +422,25 @@ def _sum_array(ref: str, tasks: dict[int, JobStatus]) -> JobStatus:
     )
 
 
-def _node_inventory(n: SlurmNode, foreign_cpus: int, foreign_gpus: int) -> NodeInventory:
-    base = n.state.rstrip("*~#!%$@^-")
-    schedulable = base in ACTIVE_NODE_STATES and not (set(n.flags) & UNSCHEDULABLE_FLAGS)
-    return NodeInventory(
-        name=n.name,
-        partitions=n.partitions,
-        state=base,
-        schedulable=schedulable,
-        cpus=n.cpus,
-        cpus_alloc=n.cpus_alloc,
-        memory_mib=n.memory_mib,
-        memory_alloc_mib=n.memory_alloc_mib,
-        gpus=n.gpus,
-        gpus_alloc=n.gpus_alloc,
-        foreign_cpus=foreign_cpus,
-        foreign_gpus=foreign_gpus,
-    )
+def _foreign_allocations(jobs: list[SlurmJob], nodes: Mapping[str, Node]) -> list[Allocation]:
+    """Capacity held by jobs crossdock did not submit. Without ``scontrol -d`` Slurm does not
+    say which GPU a job holds, so foreign jobs are given devices from the top of each node
+    (crossdock packs from the bottom)."""
+    taken: dict[str, int] = {}
+    out: list[Allocation] = []
+    for job in jobs:
+        share = max(len(job.nodes), 1)
+        for name in job.nodes:
+            node = nodes.get(name)
+            if node is None:
+                continue
+            count = sum(job.gpus.values()) // share
+            used = taken.get(name, 0)
+            devices = [g.id for g in node.gpus][::-1][used:used + count]
+            taken[name] = used + count
+            out.append(Allocation(
+                job_id=None, node=name, cpu_milli=job.cpus * 1000 // share, memory_mib=job.memory_mib // share,
+                gpu_ids=tuple(devices),
+                queue=f"slurm:{job.partition}", user=job.user,
+            ))
+    return out

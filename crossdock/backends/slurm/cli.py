@@ -25,6 +25,7 @@ from crossdock.backends.slurm.driver import (
     SubmitRequest,
     parse_gpu_gres,
     parse_node,
+    tres_memory_mib,
 )
 from crossdock.backends.slurm.states import expand_array_tasks, expand_hostlist, parse_exit_code
 
@@ -270,6 +271,8 @@ def parse_scontrol_job(line: str) -> SlurmJob:
         partition=_null(f.get("Partition")),
         nodes=tuple(nodes),
         cpus=int(f.get("NumCPUs", "0").split("-")[0] or 0),
+        # TRES holds the allocation once the job runs (the request before).
+        memory_mib=tres_memory_mib(f.get("TRES", "")) if nodes else 0,
         gpus=gpus,
         restarts=int(f.get("Restarts", "0") or 0),
         array_job_id=array_job_id,

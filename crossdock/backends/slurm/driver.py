@@ -11,23 +11,24 @@ import re
 from dataclasses import dataclass, field
 from typing import Any, Protocol, runtime_checkable
 
-from crossdock.queue.errors import CrossdockError
+from crossdock.backends.base import BackendError, BackendUnavailable, SubmitFailed
 from crossdock.backends.slurm.states import decode_wait_status, expand_array_tasks, expand_hostlist
 
 
-class SlurmError(CrossdockError):
+class SlurmError(BackendError):
     """Slurm refused or failed an operation."""
 
     retryable = False
 
 
-class SlurmUnavailable(SlurmError):
+class SlurmUnavailable(SlurmError, BackendUnavailable):
     """slurmctld (or slurmrestd) cannot be reached right now; retrying later may succeed."""
 
-    retryable = True
+    def __init__(self, message: str):
+        BackendUnavailable.__init__(self, message, retryable=True)
 
 
-class SubmitRejected(SlurmError):
+class SubmitRejected(SlurmError, SubmitFailed):
     """Slurm rejected a submission (bad partition, impossible GRES…): retrying will not help."""
 
 
@@ -97,6 +98,7 @@ class SlurmJob:
     partition: str = ""
     nodes: tuple[str, ...] = ()
     cpus: int = 0
+    memory_mib: int = 0  # allocated, all nodes together (0 while pending)
     gpus: dict[str, int] = field(default_factory=dict)  # gpu type ("" when untyped) → count
     restarts: int = 0
     array_job_id: int | None = None
@@ -181,6 +183,21 @@ def parse_gpu_gres(text: str) -> dict[str, int]:
     return out
 
 
+_UNITS = {"K": 1 / 1024, "M": 1, "G": 1024, "T": 1024 * 1024}
+
+
+def tres_memory_mib(tres: str) -> int:
+    """``mem=`` of a TRES string (``"cpu=3,mem=300M,node=1"`` → 300), in MiB."""
+    for item in (tres or "").split(","):
+        key, _, value = item.partition("=")
+        if key == "mem" and value:
+            unit = value[-1].upper()
+            if unit in _UNITS:
+                return int(float(value[:-1]) * _UNITS[unit])
+            return int(float(value))
+    return 0
+
+
 def _int(value: Any, default: int = 0) -> int:
     if isinstance(value, dict):  # later data parsers wrap numbers: {"set": true, "number": 3}
         value = value.get("number", default) if value.get("set", True) else default
@@ -216,6 +233,7 @@ def parse_job(obj: dict[str, Any]) -> SlurmJob:
         partition=obj.get("partition") or "",
         nodes=tuple(expand_hostlist(obj.get("nodes") or "")),
         cpus=_int(obj.get("cpus")),
+        memory_mib=tres_memory_mib(obj.get("tres_alloc_str") or ""),
         gpus=gpus,
         restarts=_int(obj.get("restart_cnt")),
         array_job_id=array_job_id,

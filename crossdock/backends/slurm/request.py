@@ -93,6 +93,33 @@ def _gpu_options(spec: JobSpec) -> tuple[list[str], str | None, str | None]:
     return gres, typed, None
 
 
+_ARRAY_PATTERN = re.compile(r"%(\d*)([Aa%])")
+
+
+def expand_array_pattern(pattern: str, array_job_id: int, task_id: int | None = None) -> str:
+    """Expand only ``%A`` (to crossdock's array id) and, given ``task_id``, ``%a`` (``%3a``
+    zero-pads); Slurm expands the rest."""
+
+    def sub(m: re.Match[str]) -> str:
+        if m[2] == "%" or (m[2] == "a" and task_id is None):
+            return m[0]
+        text = str(array_job_id if m[2] == "A" else task_id)
+        return text.zfill(int(m[1])) if m[1] else text
+
+    return _ARRAY_PATTERN.sub(sub, pattern)
+
+
+def array_task_environment(job: Job) -> dict[str, str]:
+    ids = job.spec.array.task_ids if job.spec.array is not None else [job.array_task_id]
+    return {
+        "SLURM_ARRAY_JOB_ID": str(job.array_job_id),
+        "SLURM_ARRAY_TASK_ID": str(job.array_task_id),
+        "SLURM_ARRAY_TASK_COUNT": str(len(ids)),
+        "SLURM_ARRAY_TASK_MIN": str(min(ids)),
+        "SLURM_ARRAY_TASK_MAX": str(max(ids)),
+    }
+
+
 def build_request(
     job: Job,
     *,
@@ -111,8 +138,16 @@ def build_request(
     dependency = None
     if spec.dependency is not None and slurm_ids is not None:
         dependency = render_dependency(spec.dependency, slurm_ids)
+    env = {**spec.env, "CROSSDOCK_JOB_ID": str(job.id), "CROSSDOCK_ATTEMPT": str(job.attempts)}
+    stdout, stderr = spec.stdout, spec.stderr
     array = None
-    if spec.array is not None:
+    if job.array_task_id is not None and job.array_job_id is not None:
+        # One task of a crossdock array, dispatched on its own: a plain Slurm job that looks
+        # like its task (environment, %A/%a in file names) with crossdock's array id.
+        env.update(array_task_environment(job))
+        stdout = expand_array_pattern(stdout or "slurm-%A_%a.out", job.array_job_id, job.array_task_id)
+        stderr = expand_array_pattern(stderr, job.array_job_id, job.array_task_id) if stderr else None
+    elif spec.array is not None:
         array = format_array_tasks(spec.array.task_ids, spec.array.max_running)
     return SubmitRequest(
         script=render_script(spec),
@@ -135,9 +170,9 @@ def build_request(
         time_limit_minutes=spec.time_limit_minutes,
         array=array,
         dependency=dependency,
-        stdout=spec.stdout,
-        stderr=spec.stderr,
-        env=dict(spec.env),
+        stdout=stdout,
+        stderr=stderr,
+        env=env,
         export=spec.export,
         hold=spec.hold,
         requeue=spec.requeue,

@@ -6,7 +6,9 @@ import time
 from collections.abc import Callable
 from pathlib import Path
 
+from crossdock.backends.base import BackendStatus
 from crossdock.backends.slurm import JobStatus, SlurmBackend
+from crossdock.queue.models import Job
 
 
 def wait_for(
@@ -14,7 +16,7 @@ def wait_for(
 ) -> JobStatus:
     deadline = time.monotonic() + timeout
     while True:
-        status = backend.status([ref])[ref]
+        status = backend.status_refs([ref])[ref]
         if predicate(status):
             return status
         if time.monotonic() > deadline:
@@ -24,6 +26,18 @@ def wait_for(
 
 def wait_terminal(backend: SlurmBackend, ref: str, timeout: float = 30) -> JobStatus:
     return wait_for(backend, ref, lambda s: s.state is not None and s.state.terminal, timeout)
+
+
+def wait_job(backend: SlurmBackend, job: Job, predicate: Callable[[BackendStatus], bool], timeout: float = 30) -> BackendStatus:
+    """Poll through the Backend protocol (``status(jobs)``) until ``predicate`` holds."""
+    deadline = time.monotonic() + timeout
+    while True:
+        status = backend.status([job]).get(job.id)
+        if status is not None and predicate(status):
+            return status
+        if time.monotonic() > deadline:
+            raise AssertionError(f"job {job.id}: condition not met within {timeout}s; last status {status}")
+        time.sleep(0.25)
 
 
 def wait_file(path: Path, contains: str = "", timeout: float = 30) -> str:

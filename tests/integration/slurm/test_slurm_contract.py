@@ -7,9 +7,9 @@ import threading
 import time
 
 import pytest
-from slurm_helpers import wait_file, wait_for, wait_terminal
+from slurm_helpers import wait_file, wait_for, wait_job, wait_terminal
 
-from crossdock.backends.slurm import SlurmBackend
+from crossdock.backends.slurm import CliDriver, SubmitRequest
 from crossdock.backends.slurm.request import job_tag
 from crossdock.dev import slurm as dev
 from crossdock.queue.models import ArraySpec, Dependency, DependencySpec, GpuRequest
@@ -21,79 +21,109 @@ ACTIVE = (JobState.RUNNING, JobState.SCHEDULED)
 
 
 def test_inventory_lists_partitions_nodes_and_gpus(backend):
-    inv = backend.inventory()
-    assert {p.name for p in inv.partitions} >= {"cpu", "gpu-a100", "gpu-l4", "high"}
-    nodes = {n.name: n for n in inv.nodes}
+    view = backend.cluster()
+    assert {p.name for p in view.partitions} >= {"cpu", "gpu-a100", "gpu-l4", "high"}
+    assert "high" in next(n for n in view.nodes if n.name == "gpu-l4-1").partitions
+    nodes = {n.name: n for n in backend.inventory().nodes}
     assert set(nodes) == {"cpu1", "cpu2", "gpu-a100-1", "gpu-l4-1"}
-    assert (nodes["cpu1"].cpus, nodes["cpu1"].memory_mib, nodes["cpu1"].gpus) == (8, 16000, {})
-    assert nodes["gpu-a100-1"].gpus == {"a100": 8} and nodes["gpu-l4-1"].gpus == {"l4": 4}
+    assert (nodes["cpu1"].pool, nodes["cpu1"].backend, nodes["cpu1"].cpu_milli, nodes["cpu1"].memory_mib) == (
+        "cpu", "slurm", 8000, 16000)
+    assert nodes["cpu1"].gpus == ()
+    assert [g.model for g in nodes["gpu-a100-1"].gpus] == ["A100"] * 8
+    assert [g.id for g in nodes["gpu-l4-1"].gpus] == [f"gpu-l4-1:{i}" for i in range(4)]
     assert all(n.schedulable for n in nodes.values())
-    assert "high" in nodes["gpu-l4-1"].partitions
 
 
 def test_inventory_counts_foreign_jobs(backend, slurm_cluster, jobs_dir):
-    # A job submitted behind crossdock's back takes 2 L4s and 3 CPUs.
-    foreign = SlurmBackend.from_env(slurm_cluster, driver="cli").driver
-    from crossdock.backends.slurm.driver import SubmitRequest
-
+    # A job submitted behind crossdock's back takes 2 L4s, 3 CPUs and 300 MiB.
+    foreign = CliDriver(slurm_cluster)
     job_id = foreign.submit(SubmitRequest(script="#!/bin/bash\nsleep 30\n", name="foreign", comment="not ours",
                                           workdir=str(jobs_dir), partition="gpu-l4", cpus_per_task=3,
-                                          gres=("gpu:l4:2",), stdout="/dev/null"))
+                                          mem_per_node_mib=300, gres=("gpu:l4:2",), stdout="/dev/null"))
     try:
         wait_for(backend, str(job_id), lambda s: s.state == JobState.RUNNING)
         inv = backend.inventory()
-        node = next(n for n in inv.nodes if n.name == "gpu-l4-1")
-        assert any(j.job_id == job_id for j in inv.foreign_jobs)
-        assert (node.foreign_cpus, node.foreign_gpus, node.gpus_alloc) == (3, 2, {"l4": 2})
+        (alloc,) = [a for a in inv.foreign if a.node == "gpu-l4-1"]
+        assert (alloc.job_id, alloc.cpu_milli, alloc.memory_mib, len(alloc.gpu_ids)) == (None, 3000, 300, 2)
+        assert next(n for n in backend.cluster().nodes if n.name == "gpu-l4-1").gpus_alloc == {"l4": 2}
     finally:
         foreign.cancel(str(job_id))
 
 
 def test_submit_completes_with_output_and_exit_code(backend, make_job, jobs_dir):
-    job = make_job(command=["bash", "-c", "echo hello from $SLURM_JOB_PARTITION; echo err >&2"], partition="cpu",
-                   cpus_per_task=2, mem_per_node_mib=256, time_limit_minutes=5)
+    job = make_job(command=["bash", "-c", "echo hello from $SLURM_JOB_PARTITION job $CROSSDOCK_JOB_ID; echo err >&2"],
+                   partition="cpu", cpus_per_task=2, mem_per_node_mib=256, time_limit_minutes=5)
     ref = backend.submit(job)
-    status = wait_terminal(backend, ref)
-    assert (status.state, status.exit_code, status.signal) == (JobState.COMPLETED, 0, None)
-    assert status.tag == (job.id, job.attempts)
-    assert (jobs_dir / f"{job.id}.out").read_text() == "hello from cpu\nerr\n"
+    status = wait_job(backend, job, lambda s: s.state.terminal)
+    assert (status.state, status.exit_code, status.signal, status.ref) == (JobState.COMPLETED, 0, None, ref)
+    assert status.native_state == "COMPLETED" and status.nodes[0] in ("cpu1", "cpu2")
+    assert (jobs_dir / f"{job.id}.out").read_text() == f"hello from cpu job {job.id}\nerr\n"
 
 
 def test_failing_job_reports_its_exit_code(backend, make_job):
-    ref = backend.submit(make_job("#!/bin/bash\necho about to fail\nexit 7\n"))
-    status = wait_terminal(backend, ref)
+    job = make_job("#!/bin/bash\necho about to fail\nexit 7\n")
+    backend.submit(job)
+    status = wait_job(backend, job, lambda s: s.state.terminal)
     assert (status.state, status.exit_code, status.reason) == (JobState.FAILED, 7, Reason.NON_ZERO_EXIT)
 
 
 def test_cancel(backend, make_job, jobs_dir):
     job = make_job("#!/bin/bash\necho started\nsleep 300\n")
-    ref = backend.submit(job)
+    backend.submit(job)
     wait_file(jobs_dir / f"{job.id}.out", "started")
-    assert backend.status([ref])[ref].state == JobState.RUNNING
-    backend.cancel(ref)
-    status = wait_terminal(backend, ref)
+    assert backend.status([job])[job.id].state == JobState.RUNNING
+    backend.cancel(job)  # found by its tag: no backend_ref needed
+    status = wait_job(backend, job, lambda s: s.state.terminal)
     assert status.state == JobState.CANCELLED and status.signal == 15
 
 
+def _array(make_job, jobs_dir, script: str, task_ids: list[int], max_running: int | None):
+    parent = make_job(script, array=ArraySpec(task_ids=task_ids, max_running=max_running),
+                      stdout=str(jobs_dir / "arr-%A_%a.out"))
+    tasks = [make_job(script, array=parent.spec.array, stdout=parent.spec.stdout).model_copy(
+        update={"array_job_id": parent.id, "array_task_id": t}) for t in task_ids]
+    return parent, tasks
+
+
 def test_array_with_throttle(backend, make_job, jobs_dir):
-    job = make_job("#!/bin/bash\necho task $SLURM_ARRAY_TASK_ID\nsleep 2\n",
-                   array=ArraySpec(task_ids=[0, 1, 2, 3, 4, 5], max_running=2),
-                   stdout=str(jobs_dir / "arr-%A_%a.out"))
-    ref = backend.submit(job)
+    parent, tasks = _array(make_job, jobs_dir, "#!/bin/bash\necho task $SLURM_ARRAY_TASK_ID\nsleep 2\n",
+                           [0, 1, 2, 3, 4, 5], 2)
+    refs = backend.submit_array(tasks)
+    assert backend.submit_array(tasks) == refs  # replayed: the same Slurm array
+    slurm_array = refs[tasks[0].id].split("_")[0]
+    assert refs == {t.id: f"{slurm_array}_{t.array_task_id}" for t in tasks}
     most_running, saw_limit = 0, False
     deadline = time.monotonic() + 60
     while True:
-        status = backend.status([ref])[ref]
-        running = sum(t.state in ACTIVE for t in status.tasks.values())
-        most_running = max(most_running, running)
-        saw_limit |= any(t.reason == Reason.ARRAY_TASK_LIMIT for t in status.tasks.values())
-        if status.state.terminal or time.monotonic() > deadline:
+        got = backend.status(tasks)
+        most_running = max(most_running, sum(s.state in ACTIVE for s in got.values()))
+        saw_limit |= any(s.reason == Reason.ARRAY_TASK_LIMIT for s in got.values())
+        if len(got) == len(tasks) and all(s.state.terminal for s in got.values()) or time.monotonic() > deadline:
             break
         time.sleep(0.2)
-    assert status.state == JobState.COMPLETED and sorted(status.tasks) == [0, 1, 2, 3, 4, 5]
+    assert {s.state for s in got.values()} == {JobState.COMPLETED}
     assert most_running == 2 and saw_limit
-    outputs = sorted(p.read_text() for p in jobs_dir.glob(f"arr-{ref}_*.out"))
+    summed = backend.status_refs([slurm_array])[slurm_array]
+    assert summed.state == JobState.COMPLETED and sorted(summed.tasks) == [0, 1, 2, 3, 4, 5]
+    outputs = sorted(p.read_text() for p in jobs_dir.glob(f"arr-{parent.id}_*.out"))
     assert outputs == [f"task {i}\n" for i in range(6)]
+
+
+def test_array_task_dispatched_alone_looks_like_its_task(backend, make_job, jobs_dir):
+    parent, tasks = _array(make_job, jobs_dir, "#!/bin/bash\necho $SLURM_ARRAY_JOB_ID $SLURM_ARRAY_TASK_ID"
+                           " $SLURM_ARRAY_TASK_COUNT\n", [3, 8], None)
+    backend.submit(tasks[1])
+    assert wait_job(backend, tasks[1], lambda s: s.state.terminal).state == JobState.COMPLETED
+    assert (jobs_dir / f"arr-{parent.id}_8.out").read_text() == f"{parent.id} 8 2\n"
+
+
+def test_spec_array_is_one_slurm_array(backend, make_job, jobs_dir):
+    job = make_job("#!/bin/bash\necho $SLURM_ARRAY_TASK_ID\n", array=ArraySpec(task_ids=[1, 2, 5], max_running=1),
+                   stdout=str(jobs_dir / "whole-%A_%a.out"))
+    ref = backend.submit(job)
+    status = wait_for(backend, ref, lambda s: s.state is not None and s.state.terminal)
+    assert status.state == JobState.COMPLETED and sorted(status.tasks) == [1, 2, 5]
+    assert sorted((jobs_dir / f"whole-{ref}_{t}.out").read_text() for t in (1, 2, 5)) == ["1\n", "2\n", "5\n"]
 
 
 def test_dependency_chain(backend, make_job, jobs_dir):
@@ -106,8 +136,7 @@ def test_dependency_chain(backend, make_job, jobs_dir):
                        dependency=DependencySpec(deps=[Dependency(type="afterok", job_id=previous.id)]))
         refs[job.id] = backend.submit(job, slurm_ids=refs)
         previous = job
-    last = refs[previous.id]
-    assert backend.status([last])[last].reason == Reason.DEPENDENCY
+    assert backend.status([previous])[previous.id].reason == Reason.DEPENDENCY
     for ref in refs.values():
         assert wait_terminal(backend, ref).state == JobState.COMPLETED
     assert log.read_text() == "a\nb\nc\n"
@@ -117,8 +146,8 @@ def test_dependency_chain(backend, make_job, jobs_dir):
 def test_gpu_job_sees_its_devices(backend, make_job, jobs_dir, partition, gpu_type, count):
     job = make_job(command=["bash", "-c", "echo $CUDA_VISIBLE_DEVICES"], partition=partition,
                    gpus=GpuRequest(count=count, type=gpu_type))
-    ref = backend.submit(job)
-    status = wait_terminal(backend, ref)
+    backend.submit(job)
+    status = wait_job(backend, job, lambda s: s.state.terminal)
     assert status.state == JobState.COMPLETED
     assert status.nodes == (f"gpu-{gpu_type}-1",)
     devices = (jobs_dir / f"{job.id}.out").read_text().strip().split(",")
@@ -156,15 +185,29 @@ def test_high_priority_job_preempts_and_low_job_reruns(backend, make_job, jobs_d
 
 
 def test_backend_preempt_signals_then_requeues(backend, make_job, jobs_dir):
+    backend.preempt_policy = "requeue"
     job = make_job(LOW_JOB)
     ref = backend.submit(job)
     out = jobs_dir / f"{job.id}.out"
     wait_file(out, "run 0")
-    backend.preempt(ref, grace_s=5)
+    backend.preempt(ref, grace_seconds=5)
     final = wait_terminal(backend, ref, timeout=60)
     assert (final.state, final.restarts) == (JobState.COMPLETED, 1)
     text = out.read_text()
     assert text.index("got TERM") < text.index("run 1") and text.endswith("done\n")
+
+
+def test_backend_preempt_signals_then_cancels(backend, make_job, jobs_dir):
+    assert backend.preempt_policy == "cancel"  # crossdock requeues the job as a new attempt itself
+    job = make_job("#!/bin/bash\ntrap 'echo got TERM; sleep 30' TERM\necho running\nsleep 300 & wait\nsleep 300\n")
+    backend.submit(job)
+    out = jobs_dir / f"{job.id}.out"
+    wait_file(out, "running")
+    started = time.monotonic()
+    backend.preempt(job, grace_seconds=2)
+    status = wait_job(backend, job, lambda s: s.state.terminal)
+    assert status.state == JobState.CANCELLED and time.monotonic() - started >= 2
+    assert "got TERM" in out.read_text()
 
 
 def test_replayed_dispatch_does_not_submit_twice(backend, make_job):
@@ -207,12 +250,13 @@ def test_submission_survives_a_controller_outage(backend, slurm_cluster, make_jo
     dev.wait_nodes_ready(layout)
     assert "error" not in result, result.get("error")
     assert time.monotonic() - stopped_at >= 30
-    status = wait_terminal(backend, str(result["ref"]), timeout=60)
-    assert status.state == JobState.COMPLETED
+    status = wait_job(backend, job, lambda s: s.state.terminal, timeout=60)
+    assert (status.state, status.ref) == (JobState.COMPLETED, result["ref"])
 
 
 def test_time_limit_ends_in_timeout(backend, make_job):
     # Slurm counts time limits in whole minutes and checks them every 30 s: up to ~100 s.
-    ref = backend.submit(make_job(command=["sleep", "600"], time_limit_minutes=1))
-    status = wait_terminal(backend, ref, timeout=150)
-    assert (status.state, status.reason) == (JobState.TIMEOUT, Reason.TIME_LIMIT)
+    job = make_job(command=["sleep", "600"], time_limit_minutes=1)
+    backend.submit(job)
+    status = wait_job(backend, job, lambda s: s.state.terminal, timeout=150)
+    assert (status.state, status.reason, status.signal) == (JobState.TIMEOUT, Reason.TIME_LIMIT, 15)
