@@ -79,6 +79,7 @@ __all__ = [
     "down",
     "kubeconfig_path",
     "main",
+    "restart_component",
     "session",
     "status",
     "up",
@@ -470,11 +471,12 @@ def _reap(pid: int) -> None:
         os.waitpid(pid, os.WNOHANG)
 
 
-def _stop_pid(pid: int, exe: str, timeout: float = 15.0) -> None:
+def _stop_pid(pid: int, exe: str, timeout: float = 15.0, sig: int = signal.SIGTERM) -> None:
+    """Send ``sig``; SIGKILL after ``timeout`` seconds; return once the process is gone."""
     if not _pid_alive(pid, exe):
         return
     with contextlib.suppress(ProcessLookupError):
-        os.kill(pid, signal.SIGTERM)
+        os.kill(pid, sig)
     deadline = time.monotonic() + timeout
     while time.monotonic() < deadline:
         _reap(pid)
@@ -531,14 +533,15 @@ class _Launcher:
         self.logs = state / "log"
         self.logs.mkdir(exist_ok=True)
 
-    def start(self, name: str, args: Sequence[str]) -> None:
+    def start(self, name: str, args: Sequence[str], *, append: bool = False) -> None:
         exe = str(bin_dir() / name)
         log_path = self.logs / f"{name}.log"
-        with open(log_path, "wb") as log:
+        with open(log_path, "ab" if append else "wb") as log:
             proc = subprocess.Popen([exe, *args], stdin=subprocess.DEVNULL, stdout=log,
                                     stderr=subprocess.STDOUT, cwd=self.state, start_new_session=True)
         _CHILDREN[proc.pid] = proc
-        self.data["processes"][name] = {"pid": proc.pid, "exe": exe, "log": str(log_path)}
+        self.data["processes"][name] = {"pid": proc.pid, "exe": exe, "log": str(log_path),
+                                        "args": list(args)}
         _write_state(self.state, self.data)
 
     def check_alive(self, name: str) -> None:
@@ -743,6 +746,9 @@ def _up(state: Path, pools: Sequence[NodePool], timeout: float) -> Path:
         "--endpoint-reconciler-type=none",
         "--allow-privileged=true",
         "--profiling=false",
+        # Drain watches for at most 2 s on SIGTERM; otherwise connected clients keep the
+        # server in graceful shutdown for --request-timeout (60 s).
+        "--shutdown-watch-termination-grace-period=2s",
     ])
     api = _Api(server, pki)
     _wait("kube-apiserver /readyz", api.ready, remaining(), lambda: launch.check_alive("kube-apiserver"))
@@ -806,6 +812,40 @@ def down(state_dir: str | os.PathLike[str] | None = None) -> None:
         return
     with _locked(state):
         _down(state)
+
+
+def restart_component(name: str, state_dir: str | os.PathLike[str] | None = None, *,
+                      pause: float = 1.0, timeout: float = 90.0, kill: bool = False) -> float:
+    """Stop one running component by its PID and start it again with the same arguments.
+
+    For fault-injection tests (an API server restart under a watch, an etcd
+    restart). The stop is graceful (SIGTERM), or a crash with ``kill=True``
+    (SIGKILL). Waits ``pause`` seconds between stop and start, then until the
+    component is ready (kube-apiserver: /readyz; etcd: /health; the others:
+    started). Returns the seconds it was away. etcd keeps its data.
+    """
+    if name not in COMPONENTS:
+        raise ValueError(f"unknown component {name!r}; one of {COMPONENTS}")
+    state = _state_dir(state_dir)
+    with _locked(state):
+        data = _read_state(state)
+        info = data.get("processes", {}).get(name)
+        if not info or not _pid_alive(int(info["pid"]), str(info["exe"])):
+            raise ControlPlaneError(f"{name} is not running in {state}")
+        started = time.monotonic()
+        _stop_pid(int(info["pid"]), str(info["exe"]), sig=signal.SIGKILL if kill else signal.SIGTERM)
+        time.sleep(pause)
+        launch = _Launcher(state, data)
+        launch.start(name, info["args"], append=True)
+
+        def check() -> None:
+            launch.check_alive(name)
+
+        if name == "kube-apiserver":
+            _wait("kube-apiserver /readyz", _Api(data["server"], state / "pki").ready, timeout, check)
+        elif name == "etcd":
+            _wait("etcd /health", lambda: _etcd_healthy(data["ports"]["etcd-client"]), timeout, check)
+        return time.monotonic() - started
 
 
 def _session_users(state: Path) -> Path:

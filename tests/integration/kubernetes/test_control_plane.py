@@ -249,6 +249,19 @@ def test_up_is_idempotent_and_down_stops_every_process(k8s_binaries: Path, tmp_p
         finally:
             api.close()
         assert [(n.metadata.name, _node_gpus(n)) for n in nodes] == [("gpu-0", 2)]
+
+        # Fault injection: the API server goes away and comes back on the same etcd data.
+        away = k8s.restart_component("kube-apiserver", state, pause=0.5)
+        assert away >= 0.5
+        again = k8s.status(state)
+        assert again.running
+        assert again.processes["kube-apiserver"]["pid"] != first.processes["kube-apiserver"]["pid"]
+        api = config.new_client_from_config(config_file=str(kubeconfig))
+        try:
+            assert [n.metadata.name for n in client.CoreV1Api(api).list_node().items] == ["gpu-0"]
+        finally:
+            api.close()
+        first = again
     finally:
         k8s.down(state)
     after = k8s.status(state)
