@@ -14,9 +14,11 @@ Extension points, in the order a cycle calls them (kube-scheduler's names):
   in kube-scheduler's words ("Insufficient nvidia.com/gpu");
 - ``ScorePlugin.score(state, req, idx) -> int64 array`` — 0–100 per node, already normalized;
   the profile multiplies it by the plugin's weight;
-- ``ReservePlugin.reserve/unreserve`` — book capacity (quota) for a placement, undo it;
+- ``ReservePlugin.reserve(state, req, assignments) -> Status`` / ``unreserve`` — book what a
+  placement uses beyond node capacity (quota), undo it;
 - ``PermitPlugin.permit(state, req, picks) -> Status`` — the gang gate: all workers or none;
-- ``PostFilterPlugin.post_filter(state, req) -> Status`` — runs when no node fits (preemption).
+- ``PostFilterPlugin.post_filter(state, req) -> Status`` — runs when no node fits (preemption);
+  a ``SUCCESS`` carries the nominated nodes and the victims.
 
 The simulator (``crossdock/backends/simulator``) can build an :class:`~.inventory.Inventory`,
 a :class:`CycleState` and call ``Profile.feasible`` / ``Profile.scores`` directly.
@@ -56,6 +58,10 @@ class Status:
     """A pending-reason value (see :class:`~crossdock.queue.states.Reason`)."""
     message: str = ""
     plugin: str = ""
+    nominated: tuple[int, ...] = ()
+    """Post-filter only: node indexes whose capacity is being freed for the job."""
+    victims: tuple[Any, ...] = ()
+    """Post-filter only: the jobs to preempt (``preemption.Victim``)."""
 
     @property
     def ok(self) -> bool:
@@ -113,9 +119,9 @@ class ScorePlugin(Protocol):
 class ReservePlugin(Protocol):
     name: str
 
-    def reserve(self, state: CycleState, req: Request, workers: int) -> Status: ...
+    def reserve(self, state: CycleState, req: Request, assignments: list[Any]) -> Status: ...
 
-    def unreserve(self, state: CycleState, req: Request, workers: int) -> None: ...
+    def unreserve(self, state: CycleState, req: Request, assignments: list[Any]) -> None: ...
 
 
 @runtime_checkable

@@ -47,7 +47,8 @@ class Cycle:
         self.quota = QuotaLedger(self.config, snap.allocations, model_of)
         borrowing = {q for q in self.config.queues if self.quota.borrowing(q)}
         self.preemptor = Preemptor(inv, snap.allocations, borrowing)
-        self.cap = self.config.scheduler.max_preemptions_per_cycle
+        self.state.extra.update(quota=self.quota, preemptor=self.preemptor,
+                                preemption_cap=self.config.scheduler.max_preemptions_per_cycle)
         self.nominated: dict[int, int] = {}
         self.nominated_by: dict[int, int] = {}
         pending_ids = {r.job_id: r for r in requests}
@@ -86,13 +87,12 @@ class Cycle:
     def schedule(self, req: Request) -> Placement | None:
         """Admit ``req`` and return its placement, or record why it stays pending."""
         res = self.result
-        if req.limit_error:
-            return self._pending(req, Reason.UNSCHEDULABLE, req.limit_error)
         queue = self.config.queues.get(req.queue)
         profile = profile_for(req.placement, queue.plugin_weights if queue else None)
-        message = self.quota.check(req)
-        if message:
-            return self._pending(req, Reason.QUOTA_EXCEEDED, message)
+        for plugin in profile.pre_filters:
+            status = plugin.pre_filter(self.state, req)
+            if not status.ok:
+                return self._pending(req, status.reason, status.message)
         own = self.nominated_by.pop(req.job_id, None)
         if own is not None:
             self.nominated.pop(own, None)
@@ -102,7 +102,7 @@ class Cycle:
             feasible = profile.feasible(self.state, req)
             assignments = place(self.state, profile, req, feasible) if len(feasible) >= req.nodes else None
             if assignments:
-                placement = self._admit(req, assignments)
+                placement = self._admit(req, profile, assignments)
                 if placement is not None:
                     res.admitted.append(placement)
                     return placement
@@ -111,16 +111,25 @@ class Cycle:
             self.failed[key] = cached
         return self._blocked(req, profile, cached[1], own)
 
-    def _admit(self, req: Request, assignments: list[Assignment]) -> Placement | None:
+    def _admit(self, req: Request, profile: Profile, assignments: list[Assignment]) -> Placement | None:
         inv = self.inv
-        model = inv.model[assignments[0].node] or None
-        message = self.quota.check(req, model) if model else None
-        if message:
+        picks = [a.node for a in assignments]
+        failed = next((s for s in (p.permit(self.state, req, picks) for p in profile.permits) if not s.ok), None)
+        reserved: list = []
+        if failed is None:
+            for plugin in profile.reserves:
+                status = plugin.reserve(self.state, req, assignments)
+                if not status.ok:
+                    failed = status
+                    break
+                reserved.append(plugin)
+        if failed is not None:
+            for plugin in reversed(reserved):
+                plugin.unreserve(self.state, req, assignments)
             for a in reversed(assignments):
                 inv.undo(a)
-            self._pending(req, Reason.QUOTA_EXCEEDED, message)
+            self._pending(req, failed.reason, failed.message)
             return None
-        self.quota.add(req, model)
         self.fair.admitted(req)
         if req.time_limit_s:
             end = self.now + timedelta(seconds=req.time_limit_s)
@@ -141,7 +150,7 @@ class Cycle:
             return self._pending(req, Reason.PREEMPTING, text + " Waiting for preempted jobs to leave.")
         if not self._ever_fits(profile, req):
             return self._pending(req, Reason.UNSCHEDULABLE, text)
-        if req.can_preempt and self.cap > 0 and self._preempt(req, profile):
+        if self._preempt(req, profile):
             return None
         held_only = set(reasons) <= {NOMINATED, RESERVED} and bool(reasons)
         if held_only:
@@ -165,26 +174,21 @@ class Cycle:
 
     def _preempt(self, req: Request, profile: Profile) -> bool:
         t0 = time.perf_counter()
-        key = ("preempt-failed", req.shape_key(), req.priority)
-        found = None
-        if self.state.cache.get(key) != self.inv.version:
-            found = self.preemptor.find(self.state, profile, req, self.cap)
-            if found is None:
-                self.state.cache[key] = self.inv.version
+        status = next((s for s in (p.post_filter(self.state, req) for p in profile.post_filters) if s.ok), None)
         self.phase_time["preempt"] += time.perf_counter() - t0
-        if found is None:
+        if status is None:
             return False
-        nodes, victims = found
-        for v in sorted(victims, key=lambda v: v.job_id):
+        victims = sorted(status.victims, key=lambda v: v.job_id)
+        for v in victims:
             self.result.preemptions.append(Preemption(v.job_id, req.job_id, v.grace_seconds))
             self.preemptor.taken.add(v.job_id)
-        self.cap -= len(victims)
-        for i in nodes:
+        self.state.extra["preemption_cap"] -= len(victims)
+        for i in status.nominated:
             self.nominated[i] = max(self.nominated.get(i, req.priority), req.priority)
-        self.result.nominations[req.job_id] = self.inv.nodes[nodes[0]].name
-        victims_text = ", ".join(str(v.job_id) for v in sorted(victims, key=lambda v: v.job_id))
-        self._pending(req, Reason.PREEMPTING, f"preempting {len(victims)} job(s) ({victims_text}) on "
-                      + ", ".join(self.inv.nodes[i].name for i in nodes))
+        self.result.nominations[req.job_id] = self.inv.nodes[status.nominated[0]].name
+        self._pending(req, Reason.PREEMPTING, f"preempting {len(victims)} job(s) ("
+                      + ", ".join(str(v.job_id) for v in victims) + ") on "
+                      + ", ".join(self.inv.nodes[i].name for i in status.nominated))
         return True
 
     def _reserve(self, req: Request, profile: Profile) -> None:

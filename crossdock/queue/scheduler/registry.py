@@ -5,7 +5,9 @@ bin-packing shape plus GpuFragmentation; ``spread``: LeastAllocated; ``most-requ
 MostAllocated; ``balanced``: BalancedAllocation). Its ``plugin_weights`` may re-weight any
 score plugin by name (0 turns it off) and weight resources for the resource scores with the
 keys ``cpu``, ``memory`` and ``nvidia.com/gpu``. Every profile runs every filter, in
-:data:`FILTERS` order; a node's first failing filter is the reason it is counted under.
+:data:`FILTERS` order (a node's first failing filter is the reason it is counted under), and
+the pre-filters, reserve, permit and post-filter plugins named in :data:`PRE_FILTERS`,
+:data:`RESERVES`, :data:`PERMITS` and :data:`POST_FILTERS`.
 """
 
 from __future__ import annotations
@@ -35,6 +37,10 @@ def create(name: str) -> Any:
 
 FILTERS = ("NodeUnschedulable", "PoolMembership", "NodeList", "NodeSelector", "TaintToleration", "GpuModel",
            "GpuSharing", "MigProfile", "NodeResourcesFit", "GpuTopology", "AntiAffinity", "ReservedCapacity")
+PRE_FILTERS = ("PerJobLimits", "Quota")
+RESERVES = ("Quota",)
+PERMITS = ("Coscheduling",)
+POST_FILTERS = ("DefaultPreemption",)
 PLACEMENT_SCORES: dict[str, dict[str, int]] = {
     "binpack": {"RequestedToCapacityRatio": 1, "GpuFragmentation": 1},
     "spread": {"LeastAllocated": 1},
@@ -46,7 +52,10 @@ PLACEMENT_SCORES: dict[str, dict[str, int]] = {
 class Profile:
     """The filters and weighted scores one placement strategy runs."""
 
-    def __init__(self, filters: list[Any], scores: list[tuple[Any, int]]):
+    def __init__(self, filters: list[Any], scores: list[tuple[Any, int]], pre_filters: list[Any] = (),
+                 reserves: list[Any] = (), permits: list[Any] = (), post_filters: list[Any] = ()):
+        self.pre_filters, self.reserves = list(pre_filters), list(reserves)
+        self.permits, self.post_filters = list(permits), list(post_filters)
         self.filters = filters
         self.static_filters = [f for f in filters if f.static]
         self.dynamic_filters = [f for f in filters if not f.static]
@@ -109,7 +118,9 @@ def profile_for(placement: str, plugin_weights: Mapping[str, int] | None = None)
     key = (placement, tuple(sorted(weights.items())))
     prof = _PROFILES.get(key)
     if prof is None:
-        prof = Profile([create(n) for n in FILTERS], [(create(n), w) for n, w in weights.items() if w > 0])
+        prof = Profile([create(n) for n in FILTERS], [(create(n), w) for n, w in weights.items() if w > 0],
+                       [create(n) for n in PRE_FILTERS], [create(n) for n in RESERVES],
+                       [create(n) for n in PERMITS], [create(n) for n in POST_FILTERS])
         _PROFILES[key] = prof
     return prof
 

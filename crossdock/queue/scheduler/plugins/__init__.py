@@ -2,6 +2,9 @@
 
 from crossdock.queue.scheduler.plugins import (  # noqa: F401
     anti_affinity,
+    capacity_quota,
+    coscheduling,
+    default_preemption,
     balanced_allocation,
     gpu_fragmentation,
     gpu_model,
@@ -14,6 +17,7 @@ from crossdock.queue.scheduler.plugins import (  # noqa: F401
     node_resources_fit,
     node_selector,
     node_unschedulable,
+    per_job_limits,
     pool_membership,
     requested_to_capacity_ratio,
     reserved_capacity,
