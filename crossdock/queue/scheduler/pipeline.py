@@ -45,8 +45,7 @@ class Cycle:
         self.state = CycleState(inv, self.config, self.now)
         model_of = {gid: inv.model[i] for i in range(inv.n) for gid in inv.dev_ids[i]}
         self.quota = QuotaLedger(self.config, snap.allocations, model_of)
-        borrowing = {q for q in self.config.queues if self.quota.borrowing(q)}
-        self.preemptor = Preemptor(inv, snap.allocations, borrowing)
+        self._preemptor: Preemptor | None = None
         self.state.extra.update(quota=self.quota, preemptor=self.preemptor,
                                 preemption_cap=self.config.scheduler.max_preemptions_per_cycle)
         self.nominated: dict[int, int] = {}
@@ -69,6 +68,14 @@ class Cycle:
         self.admitted_ends: list[tuple[datetime, Assignment]] = []
         self.failed: dict[tuple, tuple[int, dict[str, int]]] = {}
         self.reserved = False
+        self.profiles: dict[tuple[str, str], Profile] = {}
+
+    def preemptor(self) -> Preemptor:
+        """Built on first use: most cycles preempt nothing and skip indexing the running jobs."""
+        if self._preemptor is None:
+            borrowing = {q for q in self.config.queues if self.quota.borrowing(q)}
+            self._preemptor = Preemptor(self.inv, self.snapshot.allocations, borrowing)
+        return self._preemptor
 
     # --- 4. order --------------------------------------------------------------------------------
     def order(self, requests: Sequence[Request]) -> FairOrder:
@@ -87,8 +94,11 @@ class Cycle:
     def schedule(self, req: Request) -> Placement | None:
         """Admit ``req`` and return its placement, or record why it stays pending."""
         res = self.result
-        queue = self.config.queues.get(req.queue)
-        profile = profile_for(req.placement, queue.plugin_weights if queue else None)
+        profile = self.profiles.get((req.queue, req.placement))
+        if profile is None:
+            queue = self.config.queues.get(req.queue)
+            profile = profile_for(req.placement, queue.plugin_weights if queue else None)
+            self.profiles[(req.queue, req.placement)] = profile
         for plugin in profile.pre_filters:
             status = plugin.pre_filter(self.state, req)
             if not status.ok:
@@ -181,7 +191,7 @@ class Cycle:
         victims = sorted(status.victims, key=lambda v: v.job_id)
         for v in victims:
             self.result.preemptions.append(Preemption(v.job_id, req.job_id, v.grace_seconds))
-            self.preemptor.taken.add(v.job_id)
+            self.preemptor().taken.add(v.job_id)
         self.state.extra["preemption_cap"] -= len(victims)
         for i in status.nominated:
             self.nominated[i] = max(self.nominated.get(i, req.priority), req.priority)

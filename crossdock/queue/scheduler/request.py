@@ -10,7 +10,7 @@ CPU being compressible), memory in MiB, whole GPUs as counts, a GPU share in mil
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from datetime import datetime
 
 from crossdock.queue.admission import check_limits
@@ -55,6 +55,15 @@ class Request:
     limit_error: str | None = None
     grace_seconds: int = 30
     nice: int = 0
+    skey: tuple = field(init=False, repr=False, compare=False)
+    hkey: tuple = field(init=False, repr=False, compare=False)
+
+    def __post_init__(self) -> None:
+        object.__setattr__(self, "skey", (self.pools, self.nodelist, self.exclude, self.node_selector,
+                                          self.tolerations, self.models, self.gpu_share_milli > 0, self.mig))
+        object.__setattr__(self, "hkey", (self.skey, self.nodes, self.cpu_milli, self.memory_mib, self.gpus,
+                                          self.gpu_share_milli, self.mig_count, self.anti_affinity and self.group,
+                                          self.topology_key, self.exclusive, self.time_limit_s))
 
     @property
     def gpu_models_label(self) -> str:
@@ -62,14 +71,11 @@ class Request:
 
     def static_key(self) -> tuple:
         """What the static filters (pool, node list, selector, taints, model) depend on."""
-        return (self.pools, self.nodelist, self.exclude, self.node_selector, self.tolerations, self.models,
-                self.gpu_share_milli > 0, self.mig)
+        return self.skey
 
     def shape_key(self) -> tuple:
         """Two requests with equal shape keys fit exactly the same nodes in the same state."""
-        return (self.static_key(), self.nodes, self.cpu_milli, self.memory_mib, self.gpus, self.gpu_share_milli,
-                self.mig_count, self.anti_affinity and self.group, self.topology_key, self.exclusive,
-                self.time_limit_s)
+        return self.hkey
 
 
 def build_request(job: Job, config: ClusterConfig) -> Request:

@@ -1,6 +1,7 @@
 """DefaultPreemption (post-filter): find the fewest lower-priority victims (``scheduler.preemption``).
 
-Reads ``state.extra["preemptor"]`` (a :class:`~crossdock.queue.scheduler.preemption.Preemptor`)
+Reads ``state.extra["preemptor"]`` (a callable returning the cycle's
+:class:`~crossdock.queue.scheduler.preemption.Preemptor`, built on first use)
 and ``state.extra["preemption_cap"]`` (victims still allowed this cycle); it decides only, the
 cycle records the preemptions and nominations.
 """
@@ -28,7 +29,7 @@ class DefaultPreemption:
             return Status(Code.UNSCHEDULABLE, Reason.RESOURCES, "preemption: no victims", NAME)
         queue = state.config.queues.get(req.queue)
         profile = profile_for(req.placement, queue.plugin_weights if queue else None)
-        found = state.extra["preemptor"].find(state, profile, req, cap)
+        found = state.extra["preemptor"]().find(state, profile, req, cap)
         if found is None:
             state.cache[key] = state.inventory.version
             return Status(Code.UNSCHEDULABLE, Reason.RESOURCES, "preemption: no victims", NAME)
