@@ -29,7 +29,7 @@ from kubernetes.utils import parse_quantity
 from crossdock.backends.base import BackendStatus, BackendUnavailable, Inventory, SubmitFailed
 from crossdock.backends.kubernetes import manifests as m
 from crossdock.backends.kubernetes import states
-from crossdock.backends.kubernetes.informer import Informer, list_all
+from crossdock.backends.kubernetes.informer import Informer, body, list_all
 from crossdock.queue.config import ClusterConfig
 from crossdock.queue.models import Job
 from crossdock.queue.snapshot import Allocation, GpuDevice, Node
@@ -217,11 +217,11 @@ class KubernetesBackend:
         except ValueError as exc:
             raise SubmitFailed(str(exc)) from exc
 
-    def _create(self, body: dict[str, Any], expect: Mapping[str, str]) -> str:
-        name = body["metadata"]["name"]
+    def _create(self, manifest: dict[str, Any], expect: Mapping[str, str]) -> str:
+        name = manifest["metadata"]["name"]
         ref = f"{self.namespace}/{name}"
         try:
-            self.batch.create_namespaced_job(self.namespace, body, _preload_content=False)
+            body(self.batch.create_namespaced_job(self.namespace, manifest, _preload_content=False))
             log.info("created Job %s", ref)
             return ref
         except ApiException as exc:
@@ -230,7 +230,7 @@ class KubernetesBackend:
         except Exception as exc:  # noqa: BLE001 - connection errors: maybe it was created; the retry finds it
             raise api_error(exc, f"creating Job {ref}") from exc
         try:
-            existing = json.loads(self.batch.read_namespaced_job(name, self.namespace, _preload_content=False).data)
+            existing = json.loads(body(self.batch.read_namespaced_job(name, self.namespace, _preload_content=False)))
         except Exception as exc:  # noqa: BLE001
             raise api_error(exc, f"reading Job {ref}") from exc
         labels = _labels(existing)
@@ -241,8 +241,8 @@ class KubernetesBackend:
         return ref
 
     def submit(self, job: Job) -> str:
-        body = self.manifest(job)
-        return self._create(body, {m.LABEL_JOB_ID: str(job.id), m.LABEL_ATTEMPT: str(job.attempts)})
+        manifest = self.manifest(job)
+        return self._create(manifest, {m.LABEL_JOB_ID: str(job.id), m.LABEL_ATTEMPT: str(job.attempts)})
 
     def submit_array(self, tasks: Sequence[Job]) -> dict[int, str]:
         """All ``tasks`` of one array (same attempt) as one Indexed Job; returns job id → ref."""
@@ -253,8 +253,8 @@ class KubernetesBackend:
                                              for t in tasks):
             raise SubmitFailed("submit_array: give tasks of one array with the same attempt")
         ordered = sorted(tasks, key=lambda t: t.array_task_id or 0)
-        body = self.manifest(ordered[0], array_tasks=ordered)
-        ref = self._create(body, {m.LABEL_ARRAY_JOB: str(first.array_job_id), m.LABEL_ATTEMPT: str(first.attempts)})
+        manifest = self.manifest(ordered[0], array_tasks=ordered)
+        ref = self._create(manifest, {m.LABEL_ARRAY_JOB: str(first.array_job_id), m.LABEL_ATTEMPT: str(first.attempts)})
         return {t.id: f"{ref}#{i}" for i, t in enumerate(ordered)}
 
     # --- stop -------------------------------------------------------------------------------
@@ -264,9 +264,9 @@ class KubernetesBackend:
             names.append(m.array_name(job.array_job_id, job.attempts))
         for name in names:
             try:
-                self.batch.patch_namespaced_job(name, self.namespace,
-                                                {"metadata": {"annotations": {m.ANNOTATION_STOP: why}}},
-                                                _preload_content=False)
+                body(self.batch.patch_namespaced_job(name, self.namespace,
+                                                     {"metadata": {"annotations": {m.ANNOTATION_STOP: why}}},
+                                                     _preload_content=False))
             except ApiException as exc:
                 if exc.status == 404:
                     continue
@@ -276,11 +276,11 @@ class KubernetesBackend:
             try:
                 if grace is not None:
                     # The Job's own deletion would use the pods' terminationGracePeriodSeconds.
-                    self.core.delete_collection_namespaced_pod(
+                    body(self.core.delete_collection_namespaced_pod(
                         self.namespace, label_selector=f"job-name={name}", grace_period_seconds=grace,
-                        _preload_content=False)
-                self.batch.delete_namespaced_job(name, self.namespace, propagation_policy="Foreground",
-                                                 _preload_content=False)
+                        _preload_content=False))
+                body(self.batch.delete_namespaced_job(name, self.namespace, propagation_policy="Foreground",
+                                                      _preload_content=False))
                 log.info("job %s: %s Job %s/%s", job.id, why, self.namespace, name)
             except ApiException as exc:
                 if exc.status != 404:
@@ -482,8 +482,8 @@ class KubernetesBackend:
         for o in found:
             name = o.ref.split("/", 1)[1]
             try:
-                self.batch.delete_namespaced_job(name, self.namespace, propagation_policy="Background",
-                                                 _preload_content=False)
+                body(self.batch.delete_namespaced_job(name, self.namespace, propagation_policy="Background",
+                                                      _preload_content=False))
                 log.warning("deleted orphan Job %s (job %s attempt %s: %s)", o.ref, o.job_id, o.attempt, o.why)
             except ApiException as exc:
                 if exc.status != 404:
@@ -499,29 +499,29 @@ class KubernetesBackend:
         """
         names = []
         for name, pc in self.config.priority_classes.items():
-            body = {"apiVersion": "scheduling.k8s.io/v1", "kind": "PriorityClass",
+            pc_body = {"apiVersion": "scheduling.k8s.io/v1", "kind": "PriorityClass",
                     "metadata": {"name": m.priority_class_name(name), "labels": {m.LABEL_MANAGED_BY: m.MANAGED_BY}},
                     "value": pc.value, "preemptionPolicy": pc.preemption_policy, "globalDefault": False,
                     "description": pc.description or f"crossdock priority class {name}"}
-            names.append(body["metadata"]["name"])
+            names.append(pc_body["metadata"]["name"])
             try:
                 try:
-                    self.scheduling.create_priority_class(body, _preload_content=False)
+                    body(self.scheduling.create_priority_class(pc_body, _preload_content=False))
                     continue
                 except ApiException as exc:
                     if exc.status != 409:
                         raise
-                current = json.loads(self.scheduling.read_priority_class(body["metadata"]["name"],
-                                                                         _preload_content=False).data)
+                current = json.loads(body(self.scheduling.read_priority_class(pc_body["metadata"]["name"],
+                                                                              _preload_content=False)))
                 if current.get("value") != pc.value or current.get("preemptionPolicy") != pc.preemption_policy:
-                    self.scheduling.delete_priority_class(body["metadata"]["name"], _preload_content=False)
-                    self.scheduling.create_priority_class(body, _preload_content=False)
-                elif current.get("description") != body["description"]:
-                    self.scheduling.patch_priority_class(body["metadata"]["name"],
-                                                         {"description": body["description"]},
-                                                         _preload_content=False)
+                    body(self.scheduling.delete_priority_class(pc_body["metadata"]["name"], _preload_content=False))
+                    body(self.scheduling.create_priority_class(pc_body, _preload_content=False))
+                elif current.get("description") != pc_body["description"]:
+                    body(self.scheduling.patch_priority_class(pc_body["metadata"]["name"],
+                                                              {"description": pc_body["description"]},
+                                                              _preload_content=False))
             except Exception as exc:  # noqa: BLE001
-                raise api_error(exc, f"syncing PriorityClass {body['metadata']['name']}") from exc
+                raise api_error(exc, f"syncing PriorityClass {pc_body['metadata']['name']}") from exc
         return names
 
     def logs(self, job: Job, *, tail_lines: int | None = None, worker: int = 0) -> str:
@@ -538,7 +538,7 @@ class KubernetesBackend:
         if tail_lines is not None:
             kwargs["tail_lines"] = tail_lines
         try:
-            return self.core.read_namespaced_pod_log(pod, self.namespace, **kwargs).data.decode(errors="replace")
+            return body(self.core.read_namespaced_pod_log(pod, self.namespace, **kwargs)).decode(errors="replace")
         except Exception as exc:  # noqa: BLE001
             raise api_error(exc, f"reading the log of pod {self.namespace}/{pod}") from exc
 

@@ -39,17 +39,27 @@ def key_of(obj: Obj) -> Key:
     return meta.get("namespace") or "", meta.get("name") or ""
 
 
+def body(resp: Any) -> bytes:
+    """Read a ``_preload_content=False`` response whole and give its connection back to the pool
+    (an unread response keeps its connection, and the next call pays a new TLS handshake)."""
+    try:
+        return bytes(resp.data)
+    finally:
+        resp.release_conn()
+
+
 def list_all(call: ListCall, page: int = 500, **kwargs: Any) -> tuple[list[Obj], str]:
     """Every object (paged) and the list's resourceVersion, as raw JSON."""
     items: list[Obj] = []
     token: str | None = None
     while True:
         resp = call(limit=page, _continue=token, _preload_content=False, **kwargs)
-        body = json.loads(resp.data)
-        items.extend(body.get("items") or [])
-        token = (body.get("metadata") or {}).get("continue")
+        page_body = json.loads(body(resp))
+        items.extend(page_body.get("items") or [])
+        meta = page_body.get("metadata") or {}
+        token = meta.get("continue")
         if not token:
-            return items, (body.get("metadata") or {}).get("resourceVersion", "")
+            return items, meta.get("resourceVersion", "")
 
 
 class Informer:
