@@ -57,7 +57,7 @@ import subprocess
 import time
 import urllib.error
 import urllib.request
-from collections.abc import Iterator, Sequence
+from collections.abc import Iterator, Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -527,14 +527,17 @@ def _log_tail(path: Path, lines: int = 30) -> str:
 class _Launcher:
     """Starts components, recording each PID in state.json as soon as it exists."""
 
-    def __init__(self, state: Path, data: dict[str, Any]) -> None:
+    def __init__(self, state: Path, data: dict[str, Any],
+                 extra_args: Mapping[str, Sequence[str]] | None = None) -> None:
         self.state = state
         self.data = data
+        self.extra_args = extra_args or {}
         self.logs = state / "log"
         self.logs.mkdir(exist_ok=True)
 
     def start(self, name: str, args: Sequence[str], *, append: bool = False) -> None:
         exe = str(bin_dir() / name)
+        args = [*args, *self.extra_args.get(name, ())]
         log_path = self.logs / f"{name}.log"
         with open(log_path, "ab" if append else "wb") as log:
             proc = subprocess.Popen([exe, *args], stdin=subprocess.DEVNULL, stdout=log,
@@ -661,8 +664,12 @@ def status(state_dir: str | os.PathLike[str] | None = None) -> ControlPlaneStatu
 
 
 def up(state_dir: str | os.PathLike[str] | None = None, *, pools: Sequence[NodePool] = DEFAULT_POOLS,
-       timeout: float = 180.0) -> Path:
+       timeout: float = 180.0, extra_args: Mapping[str, Sequence[str]] | None = None) -> Path:
     """Start the control plane in ``state_dir`` (idempotent) and return the admin kubeconfig path.
+
+    ``extra_args`` appends flags per component, e.g.
+    ``{"kube-apiserver": ["--feature-gates=…"], "kube-scheduler": ["--v=4"]}``; they
+    apply when this call starts the plane, not to one already running.
 
     When everything already runs it returns at once. Otherwise it stops what is
     left, starts a fresh cluster (empty etcd; certificates are kept), creates the
@@ -678,14 +685,21 @@ def up(state_dir: str | os.PathLike[str] | None = None, *, pools: Sequence[NodeP
         if missing:
             raise MissingBinariesError(
                 f"missing {', '.join(missing)} in {bin_dir()}; run: python -m crossdock.dev.k8s build")
+        data: dict[str, Any] = {"processes": {}}
         try:
-            return _up(state, pools, timeout)
+            return _up(state, pools, timeout, data, extra_args or {})
         except BaseException:
+            # Stop what this call started even if state.json was lost meanwhile.
+            _stop_processes(data)
             _down(state)
             raise
 
 
-def _up(state: Path, pools: Sequence[NodePool], timeout: float) -> Path:
+def _up(state: Path, pools: Sequence[NodePool], timeout: float, data: dict[str, Any],
+        extra_args: Mapping[str, Sequence[str]]) -> Path:
+    unknown = set(extra_args) - set(COMPONENTS)
+    if unknown:
+        raise ValueError(f"extra_args for unknown components {sorted(unknown)}; known: {COMPONENTS}")
     deadline = time.monotonic() + timeout
 
     def remaining() -> float:
@@ -710,10 +724,10 @@ def _up(state: Path, pools: Sequence[NodePool], timeout: float) -> Path:
     docs = [doc for docs in stages for doc in docs if doc] + list(POD_STAGES)
     (conf / "kwok.yaml").write_text(yaml.safe_dump_all(docs, sort_keys=False))
 
-    data: dict[str, Any] = {"version": versions()["KUBERNETES_VERSION"], "server": server,
-                            "ports": ports, "processes": {}, "started_at": time.time()}
+    data.update({"version": versions()["KUBERNETES_VERSION"], "server": server,
+                 "ports": ports, "processes": {}, "started_at": time.time()})
     _write_state(state, data)
-    launch = _Launcher(state, data)
+    launch = _Launcher(state, data, extra_args)
     etcd_url = f"http://127.0.0.1:{ports['etcd-client']}"
     peer_url = f"http://127.0.0.1:{ports['etcd-peer']}"
     launch.start("etcd", [
@@ -794,12 +808,16 @@ def _up(state: Path, pools: Sequence[NodePool], timeout: float) -> Path:
     return kubeconfig_path(state)
 
 
-def _down(state: Path) -> None:
-    data = _read_state(state)
+def _stop_processes(data: dict[str, Any]) -> None:
     for name in reversed(COMPONENTS):
         info = data.get("processes", {}).get(name)
         if info:
             _stop_pid(int(info["pid"]), str(info["exe"]))
+
+
+def _down(state: Path) -> None:
+    data = _read_state(state)
+    _stop_processes(data)
     if data:
         data["processes"] = {}
         _write_state(state, data)

@@ -6,6 +6,7 @@ the Job controller, kube-scheduler and kwok (the fake kubelet) do the rest.
 
 from __future__ import annotations
 
+import os
 import time
 import uuid
 from collections.abc import Callable
@@ -270,3 +271,23 @@ def test_up_is_idempotent_and_down_stops_every_process(k8s_binaries: Path, tmp_p
         assert not Path(f"/proc/{info['pid']}").exists() or \
             Path(f"/proc/{info['pid']}/stat").read_text().split(") ")[1][0] == "Z"
     k8s.down(state)  # idempotent
+
+
+def test_component_that_cannot_start_fails_up_and_leaves_nothing_running(
+        k8s_binaries: Path, tmp_path: Path) -> None:
+    state = tmp_path / "broken"
+    with pytest.raises(k8s.ControlPlaneError, match="kube-apiserver exited during start-up") as err:
+        k8s.up(state, extra_args={"kube-apiserver": ["--no-such-flag"]}, timeout=60)
+    assert "unknown flag: --no-such-flag" in str(err.value)  # the component's own log tail
+    after = k8s.status(state)
+    assert not after.running and after.processes == {}
+    etcd_log = state / "log" / "etcd.log"
+    assert etcd_log.is_file()  # etcd had started and was stopped again
+    assert not [p for p in Path("/proc").iterdir() if p.name.isdigit() and _cwd_is(p, state)]
+
+
+def _cwd_is(proc: Path, state: Path) -> bool:
+    try:
+        return Path(os.readlink(proc / "cwd")) == state
+    except OSError:
+        return False
