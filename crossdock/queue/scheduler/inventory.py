@@ -139,10 +139,11 @@ class Inventory:
         ex = self.dev_exists
         idle = ex & (self.dev_free == FULL)
         self.gpu_free[:] = idle.sum(axis=1)
-        per_island = np.stack([(idle & (self.dev_island == k)).sum(axis=1)
-                               for k in range(int(self.dev_island.max()) + 1)] or [np.zeros(self.n, np.int64)])
+        islands = int(self.dev_island.max(initial=-1)) + 1
+        per_island = np.stack([(idle & (self.dev_island == k)).sum(axis=1) for k in range(islands)]
+                              or [np.zeros(self.n, np.int64)])
         self.island_free[:] = np.where(self.island_cap > 0, per_island.max(axis=0), self.gpu_free)
-        self.share_top[:] = np.where(ex, self.dev_free, -1).max(axis=1).clip(min=0)
+        self.share_top[:] = np.where(ex, self.dev_free, -1).max(axis=1, initial=-1).clip(min=0)
         for p, arr in self.mig_free.items():
             arr[:] = [len(s.get(p, ())) for s in self.slice_free]
         for i in np.flatnonzero((self.cpu_used != 0) | (self.mem_used != 0) | (ex & (self.dev_free != FULL)).any(axis=1)):

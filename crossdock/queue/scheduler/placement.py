@@ -35,9 +35,10 @@ def sample(state: CycleState, feasible: np.ndarray) -> np.ndarray:
         return feasible
     start = state.extra.get("next_start", 0)
     pos = int(np.searchsorted(feasible, start))
-    picked = np.concatenate([feasible[pos:], feasible[:pos]])[:want]
+    end = pos + want
+    picked = feasible[pos:end] if end <= len(feasible) else np.concatenate([feasible[pos:], feasible[:end - len(feasible)]])
     state.extra["next_start"] = (int(picked[-1]) + 1) % state.inventory.n
-    return np.sort(picked)
+    return picked
 
 
 def assign_worker(inv: Inventory, req: Request, i: int) -> Assignment | None:

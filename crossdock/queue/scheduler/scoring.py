@@ -218,22 +218,25 @@ def weighted_scores(strategy: str, cols: Sequence[tuple[np.ndarray, np.ndarray, 
     resources that count (the caller drops extended resources the job does not request)."""
     if strategy == "balanced_allocation":
         return _balanced_many(list(cols), n)
-    total = np.zeros(n, np.int64)
-    wsum = np.zeros(n, np.int64)
-    linear = list(scaled_shape or ()) == [(0, 0), (MAX_UTILIZATION, MAX_NODE_SCORE)]
-    for req, alloc, w in cols:
-        present = alloc > 0
-        safe = np.maximum(alloc, 1)
-        if strategy == "most_allocated":
-            s = np.minimum(req, safe) * MAX_NODE_SCORE // safe
-        elif strategy == "least_allocated":
-            s = np.maximum(safe - req, 0) * MAX_NODE_SCORE // safe
-        else:
-            p = np.minimum(req, safe) * MAX_UTILIZATION // safe
-            s = p if linear else _broken_linear_many(scaled_shape or (), p)
-            present &= s > 0
-        total += s * w * present
-        wsum += w * present
+    if not cols:
+        return np.zeros(n, np.int64)
+    req = np.stack([c[0] for c in cols])  # one row per resource, one column per node
+    alloc = np.stack([c[1] for c in cols])
+    w = np.array([c[2] for c in cols], np.int64)[:, None]
+    present = alloc > 0
+    safe = np.maximum(alloc, 1)
+    if strategy == "most_allocated":
+        s = np.minimum(req, safe) * MAX_NODE_SCORE // safe
+    elif strategy == "least_allocated":
+        s = np.maximum(safe - req, 0) * MAX_NODE_SCORE // safe
+    else:
+        p = np.minimum(req, safe) * MAX_UTILIZATION // safe
+        linear = list(scaled_shape or ()) == [(0, 0), (MAX_UTILIZATION, MAX_NODE_SCORE)]
+        s = p if linear else _broken_linear_many(scaled_shape or (), p)
+        present &= s > 0
+    wp = w * present
+    total = (s * wp).sum(axis=0)
+    wsum = wp.sum(axis=0)
     if strategy == "requested_to_capacity_ratio":
         mean = total / np.maximum(wsum, 1)
         return np.where(wsum == 0, 0, np.floor(mean + 0.5)).astype(np.int64)

@@ -113,3 +113,9 @@ def test_static_masks_are_cached_per_request_shape():
     first = prof.static_nodes(state, req)
     assert prof.static_nodes(state, req) is first
     assert np.array_equal(first, [0, 1])
+
+
+def test_a_cluster_without_nodes_leaves_jobs_unschedulable():
+    r = run_cycle(Snapshot(nodes=()), [job(1).build(), job(2).gpus(1).build()], CFG, NOW)
+    assert r.pending == {1: "Unschedulable", 2: "Unschedulable"}
+    assert r.explanations[1] == "0/0 nodes are available."
