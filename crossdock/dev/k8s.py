@@ -440,20 +440,44 @@ def _free_port() -> int:
         return int(sock.getsockname()[1])
 
 
-def _pid_alive(pid: int, exe: str) -> bool:
-    """True when ``pid`` is a live (not zombie) process running ``exe``."""
-    proc = Path(f"/proc/{pid}")
+def _proc_stat(pid: int) -> list[str] | None:
+    """Fields of /proc/<pid>/stat after the command name (state first), or None."""
     try:
-        if proc.exists():
-            stat = (proc / "stat").read_text()
-            if stat[stat.rindex(")") + 2] == "Z":
-                _reap(pid)
-                return False
-            return (proc / "cmdline").read_bytes().split(b"\0", 1)[0].decode() == exe
-        os.kill(pid, 0)
+        stat = Path(f"/proc/{pid}/stat").read_text()
+    except OSError:
+        return None
+    return stat[stat.rindex(")") + 2:].split()
+
+
+def _start_time(pid: int) -> str | None:
+    """The process's start time in clock ticks since boot: with the PID, its identity."""
+    fields = _proc_stat(pid)
+    return fields[19] if fields else None
+
+
+def _pid_alive(pid: int, exe: str, start: str | None = None) -> bool:
+    """True when ``pid`` is a live (not zombie) process executing ``exe`` (and started at
+    ``start``, when given, so that a reused PID is not mistaken for the component)."""
+    if not Path("/proc").is_dir():
+        try:
+            os.kill(pid, 0)
+        except OSError:
+            return False
         return True
-    except (OSError, ValueError, IndexError):
+    fields = _proc_stat(pid)
+    if fields is None:
         return False
+    if fields[0] == "Z":
+        _reap(pid)
+        return False
+    if start is not None and fields[19] != start:
+        return False
+    try:
+        # /proc/<pid>/exe is set when exec commits; cmdline can be briefly empty after it.
+        path = os.readlink(f"/proc/{pid}/exe")
+    except OSError:
+        return False
+    return path.removesuffix(" (deleted)") == exe
 
 
 # Components started by this process. They outlive it by design (down() stops them by
@@ -471,23 +495,25 @@ def _reap(pid: int) -> None:
         os.waitpid(pid, os.WNOHANG)
 
 
-def _stop_pid(pid: int, exe: str, timeout: float = 15.0, sig: int = signal.SIGTERM) -> None:
+def _stop_pid(pid: int, exe: str, start: str | None = None, timeout: float = 15.0,
+              sig: int = signal.SIGTERM) -> None:
     """Send ``sig``; SIGKILL after ``timeout`` seconds; return once the process is gone."""
-    if not _pid_alive(pid, exe):
+    start = start if start is not None else _start_time(pid)
+    if not _pid_alive(pid, exe, start):
         return
     with contextlib.suppress(ProcessLookupError):
         os.kill(pid, sig)
     deadline = time.monotonic() + timeout
     while time.monotonic() < deadline:
         _reap(pid)
-        if not _pid_alive(pid, exe):
+        if not _pid_alive(pid, exe, start):
             return
         time.sleep(0.1)
     with contextlib.suppress(ProcessLookupError):
         os.kill(pid, signal.SIGKILL)
     for _ in range(50):
         _reap(pid)
-        if not _pid_alive(pid, exe):
+        if not _pid_alive(pid, exe, start):
             return
         time.sleep(0.1)
 
@@ -544,12 +570,12 @@ class _Launcher:
                                     stderr=subprocess.STDOUT, cwd=self.state, start_new_session=True)
         _CHILDREN[proc.pid] = proc
         self.data["processes"][name] = {"pid": proc.pid, "exe": exe, "log": str(log_path),
-                                        "args": list(args)}
+                                        "args": list(args), "start": _start_time(proc.pid)}
         _write_state(self.state, self.data)
 
     def check_alive(self, name: str) -> None:
         info = self.data["processes"][name]
-        if not _pid_alive(info["pid"], info["exe"]):
+        if not _pid_alive(info["pid"], info["exe"], info.get("start")):
             raise ControlPlaneError(f"{name} exited during start-up; last log lines:\n"
                                     f"{_log_tail(Path(info['log']))}")
 
@@ -652,7 +678,8 @@ def status(state_dir: str | os.PathLike[str] | None = None) -> ControlPlaneStatu
     state = _state_dir(state_dir)
     data = _read_state(state)
     processes = {
-        name: {"pid": info["pid"], "alive": _pid_alive(info["pid"], info["exe"]), "log": info.get("log")}
+        name: {"pid": info["pid"], "alive": _pid_alive(info["pid"], info["exe"], info.get("start")),
+               "log": info.get("log")}
         for name, info in data.get("processes", {}).items()
     }
     server = data.get("server")
@@ -812,19 +839,47 @@ def _stop_processes(data: dict[str, Any]) -> None:
     for name in reversed(COMPONENTS):
         info = data.get("processes", {}).get(name)
         if info:
-            _stop_pid(int(info["pid"]), str(info["exe"]))
+            _stop_pid(int(info["pid"]), str(info["exe"]), info.get("start"))
+
+
+def _unrecorded(state: Path) -> list[tuple[int, str]]:
+    """Components running in ``state`` (their working directory) whose PIDs were not recorded,
+    e.g. after state.json was lost; found by exact binary path and working directory."""
+    proc = Path("/proc")
+    if not proc.is_dir():
+        return []
+    exes = {str(bin_dir() / name) for name in COMPONENTS}
+    where = str(state.resolve())
+    found = []
+    for entry in proc.iterdir():
+        if not entry.name.isdigit():
+            continue
+        try:
+            exe = os.readlink(entry / "exe").removesuffix(" (deleted)")
+            cwd = os.readlink(entry / "cwd")
+        except OSError:
+            continue
+        if exe in exes and cwd in (where, f"{where} (deleted)"):
+            found.append((int(entry.name), exe))
+    return found
 
 
 def _down(state: Path) -> None:
     data = _read_state(state)
     _stop_processes(data)
+    for pid, exe in _unrecorded(state):
+        _stop_pid(pid, exe)
     if data:
         data["processes"] = {}
         _write_state(state, data)
 
 
 def down(state_dir: str | os.PathLike[str] | None = None) -> None:
-    """Stop every component started in ``state_dir`` by its recorded PID (idempotent)."""
+    """Stop every component started in ``state_dir`` by its recorded PID (idempotent).
+
+    Components that run in ``state_dir`` without a record (state.json lost) are
+    found by their binary path and working directory and stopped too.
+    """
     state = _state_dir(state_dir)
     if not state.exists():
         return
@@ -848,10 +903,11 @@ def restart_component(name: str, state_dir: str | os.PathLike[str] | None = None
     with _locked(state):
         data = _read_state(state)
         info = data.get("processes", {}).get(name)
-        if not info or not _pid_alive(int(info["pid"]), str(info["exe"])):
+        if not info or not _pid_alive(int(info["pid"]), str(info["exe"]), info.get("start")):
             raise ControlPlaneError(f"{name} is not running in {state}")
         started = time.monotonic()
-        _stop_pid(int(info["pid"]), str(info["exe"]), sig=signal.SIGKILL if kill else signal.SIGTERM)
+        _stop_pid(int(info["pid"]), str(info["exe"]), info.get("start"),
+                  sig=signal.SIGKILL if kill else signal.SIGTERM)
         time.sleep(pause)
         launch = _Launcher(state, data)
         launch.start(name, info["args"], append=True)

@@ -291,3 +291,14 @@ def _cwd_is(proc: Path, state: Path) -> bool:
         return Path(os.readlink(proc / "cwd")) == state
     except OSError:
         return False
+
+
+def test_down_finds_components_whose_state_record_was_lost(k8s_binaries: Path, tmp_path: Path) -> None:
+    state = tmp_path / "lost"
+    k8s.up(state, pools=(k8s.NodePool("cpu", 1, cpu="4", memory="8Gi"),))
+    pids = [p["pid"] for p in k8s.status(state).processes.values()]
+    assert len(pids) == 5
+    (state / "state.json").unlink()
+    assert k8s.status(state).processes == {}
+    k8s.down(state)
+    assert not [p for p in Path("/proc").iterdir() if p.name.isdigit() and _cwd_is(p, state)]
