@@ -38,6 +38,7 @@ def amounts(req: Request) -> dict[str, float]:
 class QuotaLedger:
     def __init__(self, config: ClusterConfig, allocations: Iterable[Allocation], gpu_model_of: dict[str, str]):
         self.config = config
+        self._limits: dict[str, Quota | None | bool] = {}
         self.used: dict[str, dict[str, float]] = defaultdict(lambda: defaultdict(float))
         self.running: dict[tuple[str, str], set[int]] = defaultdict(set)
         for a in allocations:
@@ -55,8 +56,15 @@ class QuotaLedger:
                 self.running[(a.queue, a.user)].add(a.job_id)
 
     def _quota(self, queue: str) -> Quota | None:
-        q = self.config.queues.get(queue)
-        return q.quota if q else None
+        """The queue's quota, or None when it limits nothing (the common case, checked once)."""
+        hit = self._limits.get(queue, False)
+        if hit is False:
+            q = self.config.queues.get(queue)
+            quota = q.quota if q else None
+            limited = quota is not None and (any(getattr(quota, r) is not None for r in RESOURCES)
+                                             or bool(quota.gpu_models) or quota.max_running_per_user is not None)
+            hit = self._limits[queue] = quota if limited else None
+        return hit
 
     @staticmethod
     def _nominal(quota: Quota, resource: str) -> float | None:

@@ -51,3 +51,30 @@ def test_device_choice():
     assert gpus.choose_share(free, exists, 300) == 6
     assert gpus.choose_share(free, exists, 500) == 7
     assert gpus.choose_slices({"1g.10gb": ["s1", "s2"]}, "1g.10gb", 3) is None
+
+
+@settings(max_examples=40, deadline=None)
+@given(data=st.data())
+def test_fragmentation_cache_follows_every_change(data):
+    from crossdock.queue.scheduler.plugins.gpu_fragmentation import FragCache, typical_of
+    from crossdock.queue.scheduler.request import Request
+
+    nodes = data.draw(clusters())
+    inv = Inventory(nodes)
+    inv.load(data.draw(allocations(nodes)))
+    reqs = [Request(k, "q", "u", 100, True, True, ("gpu",), gpus=g, gpu_share_milli=s, cpu_milli=1000)
+            for k, (g, s) in enumerate([(1, 0), (2, 0), (0, 500), (0, 250), (0, 0)])]
+    node_model = np.array([0 if m else -1 for m in inv.model], np.int64)
+    cache = FragCache(inv, typical_of(reqs, ["a100"]), node_model)
+    done = []
+    for _ in range(data.draw(st.integers(1, 6))):
+        i = data.draw(st.integers(0, inv.n - 1))
+        idle = [int(c) for c in np.flatnonzero(inv.dev_exists[i] & (inv.dev_free[i] == FULL))]
+        if idle and inv.cpu_free[i] >= 1000:
+            done.append(inv.take(i, 1000, 0, [(idle[0], data.draw(st.sampled_from([FULL, 250])))], [], None))
+        elif done and data.draw(st.booleans()):
+            inv.undo(done.pop())
+    cache.settle()
+    fresh = FragCache(inv, cache.typical, node_model)
+    assert np.allclose(cache.frag, fresh.frag)
+    assert np.array_equal(cache.cnt, fresh.cnt) and np.array_equal(cache.total, fresh.total)

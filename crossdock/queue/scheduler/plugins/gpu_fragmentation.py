@@ -6,7 +6,8 @@ whole GPUs, the best-fit device for a share) and returns ``gpu_frag.fgd_score(Δ
 
 The typical pods are the cycle's pending demands (:func:`typical_of`). The per-node parts of the
 measure are kept in a :class:`FragCache` that the inventory refreshes for each node it changes,
-so scoring a job costs one update over the candidates, not a rebuild.
+so scoring a job costs one update over the candidates, not a rebuild. Changed nodes are
+recomputed lazily, in one batch, the next time a GPU job is scored.
 """
 
 from __future__ import annotations
@@ -49,17 +50,22 @@ class FragCache:
         self.access = gpu_frag.access_matrix(node_model, typical)
         self.total, self.cnt, self.below = gpu_frag.frag_parts(self._left(slice(None)), typical)
         self.frag = gpu_frag.frag_from_parts(self.total, self.cnt, self.below, inv.cpu_free, self.access, typical)
-        inv.listeners.append(self.update)
+        self.dirty: set[int] = set()
+        inv.listeners.append(self.dirty.add)
 
     def _left(self, rows) -> np.ndarray:
         inv = self.inv
         return np.where(inv.dev_exists[rows], np.maximum(inv.dev_free[rows], 0), 0)
 
-    def update(self, i: int) -> None:
-        t, c, b = gpu_frag.frag_parts(self._left(slice(i, i + 1)), self.typical)
-        self.total[i], self.cnt[i], self.below[i] = t[0], c[0], b[0]
-        self.frag[i] = gpu_frag.frag_from_parts(t, c, b, self.inv.cpu_free[i:i + 1], self.access[i:i + 1],
-                                                self.typical)[0]
+    def settle(self) -> None:
+        """Recompute the rows of the nodes that changed since the last score, in one batch."""
+        if not self.dirty:
+            return
+        rows = np.fromiter(self.dirty, np.int64, len(self.dirty))
+        self.dirty.clear()
+        t, c, b = gpu_frag.frag_parts(self._left(rows), self.typical)
+        self.total[rows], self.cnt[rows], self.below[rows] = t, c, b
+        self.frag[rows] = gpu_frag.frag_from_parts(t, c, b, self.inv.cpu_free[rows], self.access[rows], self.typical)
 
 
 @register
@@ -70,6 +76,7 @@ class GpuFragmentation:
         cache: FragCache | None = state.extra.get("frag")
         if cache is None or not (req.gpus or req.gpu_share_milli) or len(idx) == 0:
             return np.zeros(len(idx), np.int64)
+        cache.settle()
         typical = cache.typical
         total, cnt, below = cache.total[idx], cache.cnt[idx], cache.below[idx]
         if req.gpu_share_milli:
