@@ -94,8 +94,9 @@ class Inventory:
         self.group_nodes: dict[int, set[int]] = {}
         """Anti-affinity group -> nodes running one of its workers."""
         shapes: dict[tuple, int] = {}
-        self.shape_id = np.array([shapes.setdefault((x.cpu_milli, x.memory_mib, self.model[i], tuple(self.dev_island[i])),
-                                                    len(shapes)) for i, x in enumerate(self.nodes)], np.int64)
+        self.shape_id = np.array([shapes.setdefault((x.cpu_milli, x.memory_mib, self.model[i], tuple(self.dev_island[i]),
+                                                     int(self.gpu_total[i])), len(shapes))
+                                  for i, x in enumerate(self.nodes)], np.int64)
         self.sig = self.shape_id.copy()
         """Equal for nodes in the same state (same shape, same use): scores are computed once per value."""
         self.listeners: list = []

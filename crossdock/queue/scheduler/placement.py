@@ -71,12 +71,24 @@ def assign_worker(inv: Inventory, req: Request, i: int) -> Assignment | None:
 
 
 def score_distinct(state: CycleState, profile: Profile, req: Request, cand: np.ndarray) -> np.ndarray:
-    """Scores of ``cand``, computed once per distinct node state (``Inventory.sig``)."""
+    """Scores of ``cand``, computed once per distinct node state (``Inventory.sig``) and request shape.
+
+    A score depends only on the node's state and the request (and the cycle's fixed typical pods),
+    so nodes in the same state score the same, and a state scored for an earlier job of the same
+    shape and queue is not scored again.
+    """
     sig = state.inventory.sig[cand]
     uniq, first, inverse = np.unique(sig, return_index=True, return_inverse=True)
-    if len(uniq) == len(cand):
-        return profile.score(state, req, cand)
-    return profile.score(state, req, cand[first])[inverse]
+    known = state.cache.setdefault(("scores", id(profile), req.queue, req.shape_key()), {})
+    keys = uniq.tolist()
+    values = [known.get(k) for k in keys]
+    missing = [k for k, v in enumerate(values) if v is None]
+    if missing:
+        rows = np.array(missing, np.int64)
+        fresh = profile.score(state, req, cand[first[rows]]).tolist()
+        for k, v in zip(missing, fresh):
+            values[k] = known[keys[k]] = v
+    return np.array(values, np.int64)[inverse]
 
 
 def _domains(state: CycleState, req: Request, feasible: np.ndarray, scores: np.ndarray) -> np.ndarray | None:

@@ -78,3 +78,33 @@ def test_fragmentation_cache_follows_every_change(data):
     fresh = FragCache(inv, cache.typical, node_model)
     assert np.allclose(cache.frag, fresh.frag)
     assert np.array_equal(cache.cnt, fresh.cnt) and np.array_equal(cache.total, fresh.total)
+
+
+@settings(max_examples=40, deadline=None)
+@given(data=st.data())
+def test_scores_per_distinct_state_equal_scores_per_node(data):
+    from datetime import datetime
+
+    from sched_builders import config, job
+
+    from crossdock.queue.scheduler.framework import CycleState
+    from crossdock.queue.scheduler.placement import place, score_distinct
+    from crossdock.queue.scheduler.plugins.gpu_fragmentation import FragCache, typical_of
+    from crossdock.queue.scheduler.registry import profile_for
+    from crossdock.queue.scheduler.request import build_request
+
+    cfg = config()
+    nodes = data.draw(clusters()) + [node(f"x{k}", gpus=8, islands=2) for k in range(3)]
+    inv = Inventory(nodes)
+    inv.load(data.draw(allocations(nodes)))
+    state = CycleState(inv, cfg, datetime(2026, 1, 1))
+    reqs = [build_request(job(k).gpus(g).cpus(c).build(), cfg)
+            for k, (g, c) in enumerate(data.draw(st.lists(st.tuples(st.integers(1, 4), st.integers(1, 4)),
+                                                          min_size=2, max_size=6)))]
+    state.extra["frag"] = FragCache(inv, typical_of(reqs, inv.model_names), np.array(
+        [inv.model_names.index(m) if m else -1 for m in inv.model], np.int64))
+    prof = profile_for("binpack")
+    for req in reqs:
+        idx = prof.static_nodes(state, req)
+        assert np.array_equal(score_distinct(state, prof, req, idx), prof.score(state, req, idx))
+        place(state, prof, req, prof.feasible(state, req))
