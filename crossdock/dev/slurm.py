@@ -24,12 +24,14 @@ state field of /proc/PID/stat.
 from __future__ import annotations
 
 import hashlib
+import http.client
 import json
 import logging
 import os
 import pwd
 import shutil
 import signal
+import socket
 import subprocess
 import time
 from dataclasses import dataclass
@@ -171,7 +173,9 @@ def render_slurm_conf(layout: Layout) -> str:
     lines = [
         "# Written by crossdock.dev.slurm; regenerated on every `up`.",
         "ClusterName=crossdock",
-        "SlurmctldHost=localhost",
+        "SlurmctldHost=localhost(127.0.0.1)",
+        # Bind to the configured addresses (127.0.0.1), not to every interface.
+        "CommunicationParameters=NoInAddrAny",
         "SlurmUser=root",
         "SlurmdUser=root",
         f"SlurmctldPort={d.ctld_port}",
@@ -467,6 +471,9 @@ def start_slurmd(layout: Layout, node: NodeSpec) -> None:
     if _live_pid(layout.pidfile(f"slurmd-{node.name}"), "slurmd"):
         return
     _run_daemon(["slurmd", "-N", node.name, "-f", str(layout.conf)], layout.client_env(), f"slurmd {node.name}")
+    # The daemonized child writes the pidfile a moment after the parent has returned.
+    _wait(lambda: _live_pid(layout.pidfile(f"slurmd-{node.name}"), "slurmd"), 10, f"slurmd {node.name} pidfile",
+          layout.logs / f"slurmd-{node.name}.log")
 
 
 def start_restd(layout: Layout) -> None:
@@ -524,8 +531,6 @@ def node_states(layout: Layout) -> dict[str, str]:
 
 def _restd_ready(layout: Layout, token: str) -> bool:
     """Both slurmrestd instances answer a ping (the TCP one with the JWT)."""
-    import http.client
-    import socket
 
     class _Unix(http.client.HTTPConnection):
         def connect(self) -> None:
@@ -573,6 +578,7 @@ def up(state_dir: str | os.PathLike[str] | None = None, with_rest: bool = True, 
         # Half up: start over rather than guess which half is sound.
         down(layout.root, port_base=layout.port_base)
     started = time.monotonic()
+    _check_ports_free(layout, with_rest)
     ensure_packages()
     _prepare(layout, fresh_state=True)
     start_munged(layout)
@@ -597,6 +603,21 @@ def up(state_dir: str | os.PathLike[str] | None = None, with_rest: bool = True, 
     tmp.replace(layout.env_file)
     log.info("slurm cluster up in %.2fs (%s)", time.monotonic() - started, layout.root)
     return layout.env_file
+
+
+def _check_ports_free(layout: Layout, with_rest: bool) -> None:
+    ports = [layout.ctld_port] + [layout.node_port(i) for i in range(len(NODES))]
+    ports += [layout.restd_port] if with_rest else []
+    for port in ports:
+        with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
+            sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)  # as the daemons do: TIME_WAIT is fine
+            try:
+                sock.bind(("127.0.0.1", port))
+            except OSError:
+                raise ClusterError(
+                    f"port {port} on 127.0.0.1 is taken (another cluster? `status --dir` shows which is up);"
+                    f" stop it or give this one other ports with CROSSDOCK_SLURM_PORT_BASE"
+                ) from None
 
 
 def _reconfigure_if_changed(layout: Layout) -> None:
