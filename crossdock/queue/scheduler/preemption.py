@@ -23,6 +23,7 @@ import numpy as np
 
 from crossdock.queue.scheduler.framework import CycleState
 from crossdock.queue.scheduler.inventory import FULL, Inventory
+from crossdock.queue.scheduler.plugins.reserved_capacity import ReservedCapacity
 from crossdock.queue.scheduler.registry import Profile
 from crossdock.queue.scheduler.request import Request
 from crossdock.queue.snapshot import Allocation
@@ -91,6 +92,7 @@ class Preemptor:
         self.by_node: dict[int, list[Victim]] = {}
         for u in rows:
             self.by_node.setdefault(u[1], []).append(u[0])
+        self.shared_nodes = {inv.index[a.node] for v in self.victims.values() for a in v.allocations if a.gpu_share}
 
     # --- exact check on one node -------------------------------------------------------------
     def could_fit(self, req: Request, i: int, victims: Iterable[Victim]) -> bool:
@@ -101,6 +103,18 @@ class Preemptor:
             c, m, g = self.held.get((v.job_id, i), (0, 0, 0))
             cpu, mem, gpu = cpu + c, mem + m, gpu + g
         return cpu >= req.cpu_milli and mem >= req.memory_mib and gpu >= req.gpus
+
+    def counts_decide(self, state: CycleState, req: Request, i: int) -> bool:
+        """True when :meth:`could_fit` is exact on node ``i`` for ``req`` (no simulation needed): only
+        CPU, memory and idle-GPU counts matter (no shares, MIG, islands to respect, anti-affinity or
+        holds on the node)."""
+        inv = self.inv
+        if req.gpu_share_milli or req.mig_count or req.exclusive or req.anti_affinity or i in self.shared_nodes:
+            return False
+        if 2 <= req.gpus <= inv.island_cap[i]:
+            return False
+        held = ReservedCapacity().filter(state, req, np.array([i], np.int64))
+        return held is None
 
     def fits_without(self, state: CycleState, profile: Profile, req: Request, i: int, victims: Iterable[Victim]) -> bool:
         inv = self.inv
@@ -146,8 +160,8 @@ class Preemptor:
             ok &= have + self.unit_slices >= req.mig_count
         for r in np.flatnonzero(ok)[:SINGLE_TRIES]:  # units are in preference order already
             v, i = self.unit_victim[r], int(n[r])
-            if self.fits_without(state, profile, req, i, [v]):
-                return i, v
+            if self.counts_decide(state, req, i) or self.fits_without(state, profile, req, i, [v]):
+                return i, v  # the vectorized check above is could_fit for this one victim
         return None
 
     def lower_bounds(self, req: Request) -> tuple[np.ndarray, np.ndarray]:
@@ -173,7 +187,9 @@ class Preemptor:
     def _smallest_on(self, state: CycleState, profile: Profile, req: Request, i: int, k_max: int,
                      budget: list[int]) -> tuple[Victim, ...] | None:
         cands = self.candidates(req, i)
-        if not cands or not self.could_fit(req, i, cands) or not self.fits_without(state, profile, req, i, cands):
+        exact = self.counts_decide(state, req, i)
+        if not cands or not self.could_fit(req, i, cands) or not (
+                exact or self.fits_without(state, profile, req, i, cands)):
             return None
         for k in range(1, min(len(cands), k_max) + 1):
             found = []
@@ -183,7 +199,7 @@ class Preemptor:
                 budget[0] -= 1
                 if budget[0] < 0:
                     break
-                if self.fits_without(state, profile, req, i, combo):
+                if exact or self.fits_without(state, profile, req, i, combo):
                     found.append(combo)
             if found:
                 return min(found, key=set_key)
