@@ -723,7 +723,7 @@ def up_command(
     dir: Path | None = DirOption,
     no_rest: bool = typer.Option(False, "--no-rest", help="Do not start slurmrestd."),
 ) -> None:
-    """Install (if needed) and start the cluster; print the env file path."""
+    """Install (if needed) and start the cluster; print how to load its environment."""
     try:
         env_file = up(dir, with_rest=not no_rest)
     except ClusterError as exc:

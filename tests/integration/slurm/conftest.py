@@ -6,21 +6,18 @@ when it cannot: a Slurm test that silently did not run is worse than a red one.
 
 from __future__ import annotations
 
-import itertools
 import os
 import shutil
 import tempfile
-import time
 from collections.abc import Callable, Iterator
 from pathlib import Path
 
 import pytest
+from slurm_helpers import DRIVERS, next_job_id
 
 from crossdock.backends.slurm import SlurmBackend
 from crossdock.dev import slurm as dev
 from crossdock.queue.models import Job, JobSpec
-
-DRIVERS = ["cli", "rest"]
 
 
 @pytest.fixture(scope="session")
@@ -46,15 +43,12 @@ def backend(request, slurm_cluster) -> SlurmBackend:
     return SlurmBackend.from_env(slurm_cluster, driver=request.param)
 
 
-_ids = itertools.count(int(time.time() * 1000) % 10**9)
-
-
 @pytest.fixture
 def make_job(jobs_dir) -> Callable[..., Job]:
     """A crossdock job with a fresh id, writing its output to ``jobs_dir/<id>.out``."""
 
     def make(script: str | None = None, attempt: int = 0, **spec) -> Job:
-        job_id = next(_ids)
+        job_id = next_job_id()
         spec.setdefault("workdir", str(jobs_dir))
         spec.setdefault("stdout", str(jobs_dir / f"{job_id}.out"))
         if script is not None:

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import itertools
 import time
 from collections.abc import Callable
 from pathlib import Path
@@ -9,6 +10,13 @@ from pathlib import Path
 from crossdock.backends.base import BackendStatus
 from crossdock.backends.slurm import JobStatus, SlurmBackend
 from crossdock.queue.models import Job
+
+DRIVERS = ["cli", "rest"]
+_ids = itertools.count(int(time.time() * 1000) % 10**9)
+
+
+def next_job_id() -> int:
+    return next(_ids)
 
 
 def wait_for(

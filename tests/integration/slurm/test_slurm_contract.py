@@ -7,17 +7,30 @@ import threading
 import time
 
 import pytest
-from slurm_helpers import wait_file, wait_for, wait_job, wait_terminal
+from slurm_helpers import DRIVERS, next_job_id, wait_file, wait_for, wait_job, wait_terminal
 
-from crossdock.backends.slurm import CliDriver, SubmitRequest
+from crossdock.backends.slurm import CliDriver, SlurmBackend, SubmitRequest
 from crossdock.backends.slurm.request import job_tag
 from crossdock.dev import slurm as dev
-from crossdock.queue.models import ArraySpec, Dependency, DependencySpec, GpuRequest
+from crossdock.queue.models import ArraySpec, Dependency, DependencySpec, GpuRequest, Job, JobSpec
 from crossdock.queue.states import JobState, Reason
 
 pytestmark = pytest.mark.slurm
 
 ACTIVE = (JobState.RUNNING, JobState.SCHEDULED)
+
+
+@pytest.fixture(scope="module", autouse=True)
+def timeout_jobs(slurm_cluster, jobs_dir):
+    """One 1-minute job per driver, submitted when the module starts so that the time-limit
+    test does not wait alone; pinned to cpu2, away from the preemption tests on cpu1."""
+    jobs = {}
+    for driver in DRIVERS:
+        job = Job(id=next_job_id(), spec=JobSpec(command=["sleep", "600"], time_limit_minutes=1, nodelist=["cpu2"],
+                                              workdir=str(jobs_dir), stdout="/dev/null"))
+        SlurmBackend.from_env(slurm_cluster, driver=driver).submit(job)
+        jobs[driver] = job
+    return jobs
 
 
 def test_inventory_lists_partitions_nodes_and_gpus(backend):
@@ -255,9 +268,9 @@ def test_submission_survives_a_controller_outage(backend, slurm_cluster, make_jo
     assert (status.state, status.ref) == (JobState.COMPLETED, result["ref"])
 
 
-def test_time_limit_ends_in_timeout(backend, make_job):
-    # Slurm counts time limits in whole minutes and checks them every 30 s: up to ~100 s.
-    job = make_job(command=["sleep", "600"], time_limit_minutes=1)
-    backend.submit(job)
+def test_time_limit_ends_in_timeout(backend, timeout_jobs):
+    # Slurm counts time limits in whole minutes and checks them every 30 s: up to ~100 s
+    # after the submission at the start of this module.
+    job = timeout_jobs[backend.driver.name]
     status = wait_job(backend, job, lambda s: s.state.terminal, timeout=150)
     assert (status.state, status.reason, status.signal) == (JobState.TIMEOUT, Reason.TIME_LIMIT, 15)
