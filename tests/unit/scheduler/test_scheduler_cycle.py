@@ -238,3 +238,24 @@ def test_backfill_off_the_reserved_nodes_is_free():
     r = cycle([node("a", gpus=2), node("b", gpus=1)], [job(1).gpus(2).limit(60), job(2).gpus(1)], allocs)
     assert r.reservations[0].nodes == ("a",)
     assert [(p.job_id, p.nodes) for p in r.admitted] == [(2, ("b",))]
+
+
+def test_queue_weight_scales_its_fair_share():
+    cfg = config(queues={"a": {"priority_class": "low", "pools": ["gpu"], "weight": 3},
+                         "b": {"priority_class": "low", "pools": ["gpu"], "weight": 1}})
+    from crossdock.queue.models import Job
+
+    def mk(i, q):
+        return Job(id=i, spec={"command": ["true"], "cpus_per_task": 2}, queue=q, priority_class="low", priority=100,
+                   submit_time=NOW - timedelta(minutes=100 - i))
+
+    jobs = [mk(i, "a") for i in range(1, 5)] + [mk(i, "b") for i in range(5, 9)]
+    r = run_cycle(Snapshot(nodes=(node("n", cpus=8, mem=64000),)), jobs, cfg, NOW)
+    got = [p.job_id for p in r.admitted]
+    assert sum(1 for j in got if j <= 4) == 3 and sum(1 for j in got if j > 4) == 1
+
+
+def test_users_with_less_usage_go_first_within_a_queue():
+    jobs = [job(1).cpus(8).user("heavy"), job(2).cpus(8).user("light")]
+    r = cycle([node("n", cpus=8)], jobs, usage={"train": 5.0, "train/heavy": 5.0, "train/light": 0.0})
+    assert [p.job_id for p in r.admitted] == [2]
