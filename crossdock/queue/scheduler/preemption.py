@@ -70,17 +70,24 @@ class Preemptor:
         self.taken: set[int] = set()
         # one unit per (victim, node): what the victim would give back on that node
         units: dict[tuple[int, int], list] = {}
+        slices = inv.slice_home
         for v in self.victims.values():
             for a in v.allocations:
                 i = inv.index[a.node]
                 u = units.setdefault((v.job_id, i), [v, i, 0, 0, 0, 0, 0])
                 u[2] += a.cpu_milli
                 u[3] += a.memory_mib
-                # a shared device may become idle when its last sharer leaves: count it (a necessary bound)
-                u[4] += sum(g in inv.dev_col[i] for g in a.gpu_ids) + len(a.gpu_share)
-                u[5] = max(u[5], round(max(a.gpu_share.values(), default=0) * FULL))
-                u[6] += sum(g in inv.slice_home for g in a.gpu_ids)
-        rows = sorted(units.values(), key=lambda u: (u[0].preference, u[1]))
+                if a.gpu_ids:
+                    cols = inv.dev_col[i]
+                    u[4] += sum(g in cols for g in a.gpu_ids)
+                    if slices:
+                        u[6] += sum(g in slices for g in a.gpu_ids)
+                if a.gpu_share:
+                    # a shared device may become idle when its last sharer leaves: count it (a necessary bound)
+                    u[4] += len(a.gpu_share)
+                    u[5] = max(u[5], round(max(a.gpu_share.values()) * FULL))
+        keys = {v.job_id: v.preference for v in self.victims.values()}
+        rows = sorted(units.values(), key=lambda u: (keys[u[0].job_id], u[1]))
         self.unit_victim = [u[0] for u in rows]
         self.unit_node = np.array([u[1] for u in rows], np.int64)
         self.unit_cpu, self.unit_mem, self.unit_gpu, self.unit_share, self.unit_slices = (
