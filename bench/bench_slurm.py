@@ -11,7 +11,9 @@ the other, each once the cluster is idle again:
   lookup for the batch, then parallel submissions).
 
 Submit time is the wall time of the submission calls; time to all complete runs from the
-first submission until every job is finished (polled every 0.25 s with one batched query).
+first submission until every job is finished, polled every ``--poll`` seconds (0.5): the
+loop with a cheap ``squeue -h -o %F`` of active jobs, the backend with its one batched
+``status`` query (which lists every job slurmctld holds, finished ones for MinJobAge).
 """
 
 from __future__ import annotations
@@ -29,7 +31,7 @@ from crossdock.backends.slurm import SlurmBackend
 from crossdock.dev import slurm as dev
 from crossdock.queue.models import ArraySpec, Job, JobSpec
 
-POLL_S = 0.25
+POLL_S = 0.5
 
 
 def _active_ids(env: dict[str, str]) -> set[str]:
@@ -37,47 +39,49 @@ def _active_ids(env: dict[str, str]) -> set[str]:
     return set(out.split())
 
 
-def wait_idle(env: dict[str, str], timeout: float = 600) -> None:
+def wait_idle(env: dict[str, str], poll: float, timeout: float = 600) -> None:
     deadline = time.monotonic() + timeout
     while _active_ids(env):
         if time.monotonic() > deadline:
             raise RuntimeError("cluster did not drain")
-        time.sleep(POLL_S)
+        time.sleep(poll)
 
 
-def bench_sbatch_loop(env: dict[str, str], n: int, partition: str, workdir: str) -> dict[str, float]:
+def bench_sbatch_loop(env: dict[str, str], n: int, partition: str, workdir: str, poll: float) -> dict[str, float]:
     argv = ["sbatch", "--parsable", f"--partition={partition}", f"--chdir={workdir}", "--output=/dev/null", "--wrap", "true"]
     start = time.perf_counter()
     ids = {subprocess.run(argv, env=env, capture_output=True, text=True, check=True).stdout.strip().split(";")[0]
            for _ in range(n)}
     submitted = time.perf_counter()
     while ids & _active_ids(env):
-        time.sleep(POLL_S)
+        time.sleep(poll)
     return {"submit_s": submitted - start, "complete_s": time.perf_counter() - start}
 
 
-def bench_backend_array(backend: SlurmBackend, n: int, partition: str, workdir: str, job_id: int) -> dict[str, float]:
+def bench_backend_array(backend: SlurmBackend, n: int, partition: str, workdir: str, job_id: int,
+                        poll: float) -> dict[str, float]:
     job = Job(id=job_id, spec=JobSpec(command=["true"], workdir=workdir, stdout="/dev/null",
                                       array=ArraySpec(task_ids=list(range(n)))))
     start = time.perf_counter()
     ref = backend.submit(job, partition=partition)
     submitted = time.perf_counter()
-    while not (status := backend.status([ref])[ref]).state.terminal:
-        time.sleep(POLL_S)
+    while not (status := backend.status_refs([ref])[ref]).state.terminal:
+        time.sleep(poll)
     assert len(status.tasks) == n, f"array reported {len(status.tasks)} tasks, expected {n}"
     return {"submit_s": submitted - start, "complete_s": time.perf_counter() - start}
 
 
-def bench_backend_batch(backend: SlurmBackend, n: int, partition: str, workdir: str, first_id: int) -> dict[str, float]:
+def bench_backend_batch(backend: SlurmBackend, n: int, partition: str, workdir: str, first_id: int,
+                        poll: float) -> dict[str, float]:
     jobs = [Job(id=first_id + i, spec=JobSpec(command=["true"], workdir=workdir, stdout="/dev/null")) for i in range(n)]
     start = time.perf_counter()
-    refs = backend.submit_many(jobs, partition=partition)
+    backend.submit_many(jobs, partition=partition)
     submitted = time.perf_counter()
     while True:
-        statuses = backend.status(refs)
-        if all(s.state is not None and s.state.terminal for s in statuses.values()):
+        statuses = backend.status(jobs)
+        if len(statuses) == n and all(s.state.terminal for s in statuses.values()):
             break
-        time.sleep(POLL_S)
+        time.sleep(poll)
     return {"submit_s": submitted - start, "complete_s": time.perf_counter() - start}
 
 
@@ -87,6 +91,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--driver", choices=["cli", "rest"], default="cli")
     parser.add_argument("--partition", default="cpu")
     parser.add_argument("--dir", default=None, help="cluster state directory")
+    parser.add_argument("--poll", type=float, default=POLL_S, help="seconds between completion checks")
     parser.add_argument("--json", action="store_true", help="print the figures as JSON")
     args = parser.parse_args(argv)
 
@@ -99,12 +104,15 @@ def main(argv: list[str] | None = None) -> int:
     base_id = int(time.time()) * 10_000 % 10**12
 
     results: dict[str, dict[str, float]] = {}
-    wait_idle(env)
-    results["sbatch loop"] = bench_sbatch_loop(env, args.jobs, args.partition, workdir)
-    wait_idle(env)
-    results[f"backend array ({args.driver})"] = bench_backend_array(backend, args.jobs, args.partition, workdir, base_id)
-    wait_idle(env)
-    results[f"backend batch ({args.driver})"] = bench_backend_batch(backend, args.jobs, args.partition, workdir, base_id + 1)
+    poll = args.poll
+    wait_idle(env, poll)
+    results["sbatch loop"] = bench_sbatch_loop(env, args.jobs, args.partition, workdir, poll)
+    wait_idle(env, poll)
+    results[f"backend array ({args.driver})"] = bench_backend_array(
+        backend, args.jobs, args.partition, workdir, base_id, poll)
+    wait_idle(env, poll)
+    results[f"backend batch ({args.driver})"] = bench_backend_batch(
+        backend, args.jobs, args.partition, workdir, base_id + 1, poll)
 
     loop = results["sbatch loop"]
     if args.json:
