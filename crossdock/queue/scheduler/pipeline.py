@@ -36,7 +36,7 @@ class Cycle:
         self.snapshot, self.config, self.now, self.result = snapshot, config, now, result
         self.phase_time = {"preempt": 0.0, "backfill": 0.0}
 
-    # --- 2. snapshot -> inventory, quota ledger, holds ------------------------------------------
+    # --- 3. snapshot -> inventory, quota ledger, holds ------------------------------------------
     def build(self, requests: Sequence[Request]) -> None:
         snap = self.snapshot
         inv = Inventory(snap.nodes)
