@@ -684,7 +684,7 @@ def status(state_dir: str | os.PathLike[str] | None = None) -> ControlPlaneStatu
     }
     server = data.get("server")
     ready = False
-    if server and processes.get("kube-apiserver", {}).get("alive"):
+    if server:
         with contextlib.suppress(OSError, ssl.SSLError):
             ready = _Api(server, state / "pki").ready()
     return ControlPlaneStatus(state, kubeconfig_path(state), server, data.get("version"), processes, ready)
