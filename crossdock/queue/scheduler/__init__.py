@@ -23,6 +23,6 @@
 
 For the simulator: build an ``Inventory(nodes)``, ``inventory.load(allocations)``, a
 ``CycleState(inventory, config, now)``, take ``profile_for(placement)`` and call
-``profile.feasible(state, request)`` / ``placement.place(state, profile, request, feasible)``;
+``profile.feasible(state, request)`` / ``placement.place(state, profile, request)``;
 ``scoring.node_score`` and ``plugins.gpu_frag`` are pure functions of plain numbers.
 """

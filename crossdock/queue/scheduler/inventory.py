@@ -52,6 +52,8 @@ class Inventory:
         self.mem_used = np.zeros(n, np.int64)
         self.cpu_free = self.cpu_alloc.copy()
         self.mem_free = self.mem_alloc.copy()
+        self.res_used = np.zeros((3, n), np.int64)
+        """CPU, memory and GPUs in use (whole or partly), one row each, for the resource scores."""
         self.schedulable = np.array([x.schedulable for x in self.nodes], bool)
         self.pool_names = sorted({x.pool for x in self.nodes})
         pid = {p: i for i, p in enumerate(self.pool_names)}
@@ -73,6 +75,7 @@ class Inventory:
         self.model_names = sorted(set(self.model))
         self.model_id = np.array([self.model_names.index(m) for m in self.model], np.int64)
         self.gpu_total = self.dev_exists.sum(axis=1).astype(np.int64)
+        self.res_alloc = np.stack([self.cpu_alloc, self.mem_alloc, self.gpu_total])
         self.island_cap = np.zeros(n, np.int64)
         for i in range(n):
             isl = self.dev_island[i][self.dev_exists[i]]
@@ -112,6 +115,8 @@ class Inventory:
         self.mem_used[i] += mem
         self.cpu_free[i] -= cpu
         self.mem_free[i] -= mem
+        self.res_used[0, i] += cpu
+        self.res_used[1, i] += mem
 
     def refresh(self, i: int) -> None:
         """Recompute node ``i``'s GPU summaries from its device row."""
@@ -119,6 +124,7 @@ class Inventory:
         ex = self.dev_exists[i]
         idle = ex & (free == FULL)
         self.gpu_free[i] = int(idle.sum())
+        self.res_used[2, i] = self.gpu_total[i] - self.gpu_free[i]
         if self.island_cap[i] > 0:
             isl = self.dev_island[i][idle]
             self.island_free[i] = int(np.bincount(isl[isl >= 0]).max()) if (isl >= 0).any() else 0
@@ -140,6 +146,7 @@ class Inventory:
         ex = self.dev_exists
         idle = ex & (self.dev_free == FULL)
         self.gpu_free[:] = idle.sum(axis=1)
+        self.res_used[2] = self.gpu_total - self.gpu_free
         islands = int(self.dev_island.max(initial=-1)) + 1
         per_island = np.stack([(idle & (self.dev_island == k)).sum(axis=1) for k in range(islands)]
                               or [np.zeros(self.n, np.int64)])
@@ -208,6 +215,7 @@ class Inventory:
         self.cpu_used[i], self.mem_used[i], row, slices = saved
         self.cpu_free[i] = self.cpu_alloc[i] - self.cpu_used[i]
         self.mem_free[i] = self.mem_alloc[i] - self.mem_used[i]
+        self.res_used[0, i], self.res_used[1, i] = self.cpu_used[i], self.mem_used[i]
         self.dev_free[i] = row
         self.slice_free[i] = {p: list(s) for p, s in slices.items()}
         self.version += not self.quiet

@@ -109,8 +109,7 @@ class Cycle:
         key = req.shape_key()
         cached = self.failed.get(key)
         if cached is None or cached[0] != self.inv.version:
-            feasible = profile.feasible(self.state, req)
-            assignments = place(self.state, profile, req, feasible) if len(feasible) >= req.nodes else None
+            assignments = place(self.state, profile, req)
             if assignments:
                 placement = self._admit(req, profile, assignments)
                 if placement is not None:

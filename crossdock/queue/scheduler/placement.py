@@ -29,6 +29,27 @@ def nodes_to_score(total: int) -> int:
     return max(MIN_NODES_TO_SCORE, total * pct // 100)
 
 
+def candidates(state: CycleState, profile: Profile, req: Request) -> np.ndarray:
+    """The nodes one job is scored on: every feasible node for a gang; for a single worker the
+    first ``nodes_to_score`` feasible nodes from where the last search stopped. Like kube, the
+    dynamic filters run only until enough feasible nodes are found: first over a window of twice
+    that many nodes, over all of them only if the window falls short (same nodes either way)."""
+    static = profile.static_nodes(state, req)
+    want = nodes_to_score(state.inventory.n)
+    if req.nodes > 1 or len(static) <= 2 * want:
+        feasible = profile.feasible(state, req, static)
+        return feasible if req.nodes > 1 else sample(state, feasible)
+    pos = int(np.searchsorted(static, state.extra.get("next_start", 0)))
+    end = pos + 2 * want
+    window = static[pos:end] if end <= len(static) else np.concatenate([static[pos:], static[:end - len(static)]])
+    feasible = profile.feasible(state, req, window)
+    if len(feasible) >= want:
+        picked = feasible[:want]
+        state.extra["next_start"] = (int(picked[-1]) + 1) % state.inventory.n
+        return picked
+    return sample(state, profile.feasible(state, req, static))
+
+
 def sample(state: CycleState, feasible: np.ndarray) -> np.ndarray:
     want = nodes_to_score(state.inventory.n)
     if len(feasible) <= want:
@@ -111,12 +132,15 @@ def _domains(state: CycleState, req: Request, feasible: np.ndarray, scores: np.n
     return np.array(by_value[best[1]], np.int64)
 
 
-def choose(state: CycleState, profile: Profile, req: Request, feasible: np.ndarray) -> np.ndarray | None:
-    """The node indexes the workers go to, best first; None when the gang cannot be met."""
-    if len(feasible) < req.nodes:
+def choose(state: CycleState, profile: Profile, req: Request) -> np.ndarray | None:
+    """The node indexes the workers go to, best first; None when no node (or too few) fits."""
+    cand = candidates(state, profile, req)
+    if len(cand) < req.nodes:
         return None
-    cand = sample(state, feasible) if req.nodes == 1 else feasible
     scores = score_distinct(state, profile, req, cand)
+    if req.nodes == 1:
+        top = scores.max()
+        return cand[scores == top].min(keepdims=True)
     if req.topology_key:
         ks = _domains(state, req, cand, scores)
         if ks is None:
@@ -126,8 +150,9 @@ def choose(state: CycleState, profile: Profile, req: Request, feasible: np.ndarr
     return cand[order[:req.nodes]]
 
 
-def place(state: CycleState, profile: Profile, req: Request, feasible: np.ndarray) -> list[Assignment] | None:
-    picks = choose(state, profile, req, feasible)
+def place(state: CycleState, profile: Profile, req: Request) -> list[Assignment] | None:
+    """Assign every worker of ``req`` or none; None when it does not fit now."""
+    picks = choose(state, profile, req)
     if picks is None:
         return None
     done: list[Assignment] = []

@@ -220,9 +220,15 @@ def weighted_scores(strategy: str, cols: Sequence[tuple[np.ndarray, np.ndarray, 
         return _balanced_many(list(cols), n)
     if not cols:
         return np.zeros(n, np.int64)
-    req = np.stack([c[0] for c in cols])  # one row per resource, one column per node
-    alloc = np.stack([c[1] for c in cols])
-    w = np.array([c[2] for c in cols], np.int64)[:, None]
+    return matrix_scores(strategy, np.stack([c[0] for c in cols]), np.stack([c[1] for c in cols]),
+                         np.array([c[2] for c in cols], np.int64), scaled_shape)
+
+
+def matrix_scores(strategy: str, req: np.ndarray, alloc: np.ndarray, weights: np.ndarray,
+                  scaled_shape: Sequence[tuple[int, int]] | None = None) -> np.ndarray:
+    """:func:`weighted_scores` on (resources × nodes) matrices of requested-incl.-job and allocatable
+    (not for balanced_allocation)."""
+    w = weights[:, None]
     present = alloc > 0
     safe = np.maximum(alloc, 1)
     if strategy == "most_allocated":

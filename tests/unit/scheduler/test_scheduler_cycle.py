@@ -86,10 +86,10 @@ def test_gang_topology_keeps_workers_in_one_domain():
     state = CycleState(inv, CFG, NOW)
     req = replace(req, topology_key="rack")
     prof = profile_for("binpack")
-    got = place(state, prof, req, prof.feasible(state, req))
+    got = place(state, prof, req)
     assert sorted(inv.nodes[a.node].name for a in got) == ["b1", "b2", "b3"]
     req4 = replace(req, nodes=4, job_id=2)
-    assert place(state, prof, req4, prof.feasible(state, req4)) is None
+    assert place(state, prof, req4) is None
 
 
 # --- scores ------------------------------------------------------------------------------------

@@ -11,7 +11,8 @@ from test_scheduler_properties import allocations, clusters
 from crossdock.queue.scheduler import gpus
 from crossdock.queue.scheduler.inventory import FULL, Inventory
 
-SUMMARIES = ("cpu_used", "mem_used", "cpu_free", "mem_free", "gpu_free", "island_free", "share_top", "dev_free")
+SUMMARIES = ("cpu_used", "mem_used", "cpu_free", "mem_free", "gpu_free", "island_free", "share_top", "dev_free",
+             "res_used")
 
 
 @settings(max_examples=60, deadline=None)
@@ -107,4 +108,4 @@ def test_scores_per_distinct_state_equal_scores_per_node(data):
     for req in reqs:
         idx = prof.static_nodes(state, req)
         assert np.array_equal(score_distinct(state, prof, req, idx), prof.score(state, req, idx))
-        place(state, prof, req, prof.feasible(state, req))
+        place(state, prof, req)

@@ -6,7 +6,8 @@ import numpy as np
 
 from crossdock.queue.scheduler.framework import CycleState
 from crossdock.queue.scheduler.request import Request
-from crossdock.queue.scheduler.scoring import scale_shape, validate_shape, validate_weights, weighted_scores
+from crossdock.queue.scheduler.scoring import (matrix_scores, scale_shape, validate_shape, validate_weights,
+                                               weighted_scores)
 
 GPU = "nvidia.com/gpu"
 RESOURCES = ("cpu", "memory", GPU)
@@ -37,9 +38,11 @@ def resource_scores(state: CycleState, req: Request, idx: np.ndarray, strategy: 
     """``scoring.node_scores`` over cpu, memory and nvidia.com/gpu, fed straight from the arrays."""
     inv = state.inventory
     w = resource_weights(state, req, strategy, shape)
-    cols = [(inv.cpu_used[idx] + req.cpu_milli, inv.cpu_alloc[idx], w["cpu"]),
-            (inv.mem_used[idx] + req.memory_mib, inv.mem_alloc[idx], w["memory"])]
-    if req.gpus:  # an extended resource the job does not request is skipped, as in kube
-        total = inv.gpu_total[idx]
-        cols.append((total - inv.gpu_free[idx] + req.gpus, total, w[GPU]))
-    return weighted_scores(strategy, cols, len(idx), scale_shape(shape) if shape else None)
+    rows = 3 if req.gpus else 2  # an extended resource the job does not request is skipped, as in kube
+    requested = inv.res_used[:rows, idx] + np.array([req.cpu_milli, req.memory_mib, req.gpus][:rows])[:, None]
+    allocatable = inv.res_alloc[:rows, idx]
+    if strategy == "balanced_allocation":
+        cols = [(requested[r], allocatable[r], 1) for r in range(rows)]
+        return weighted_scores(strategy, cols, len(idx))
+    weights = np.array([w["cpu"], w["memory"], w[GPU]][:rows], np.int64)
+    return matrix_scores(strategy, requested, allocatable, weights, scale_shape(shape) if shape else None)
