@@ -25,15 +25,13 @@ def choose_whole(free: np.ndarray, exists: np.ndarray, island: np.ndarray, count
     if count == 0:
         return []
     if island_cap > 0 and count <= island_cap:
-        best: tuple[int, int] | None = None
-        for isl in sorted(set(int(x) for x in island[idle] if x >= 0)):
-            members = idle[island[idle] == isl]
-            if len(members) >= count and (best is None or len(members) < best[0]):
-                best = (len(members), isl)
-        if best is None:
+        isl = island[idle]
+        sizes = np.bincount(isl[isl >= 0]) if (isl >= 0).any() else np.zeros(0, np.int64)
+        fits = np.flatnonzero(sizes >= count)
+        if len(fits) == 0:
             return None
-        members = idle[island[idle] == best[1]]
-        return [int(c) for c in members[:count]]
+        best = int(fits[np.argmin(sizes[fits])])  # fewest idle that still fit; lowest island on ties
+        return [int(c) for c in idle[isl == best][:count]]
     return [int(c) for c in idle[:count]]
 
 
