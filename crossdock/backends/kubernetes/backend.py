@@ -90,6 +90,14 @@ def _tolerated(taint: Mapping[str, Any], tolerations: Sequence[Mapping[str, str]
     return False
 
 
+def _array_index(job: Job, array_job: Mapping[str, Any]) -> str | None:
+    """The completion index of ``job`` in an array Job (from its ``crossdock.io/array-jobs``)."""
+    for i, pair in enumerate(_annotations(array_job).get(m.ANNOTATION_ARRAY_JOBS, "").split(",")):
+        if pair.split(":", 1)[0] == str(job.id):
+            return str(i)
+    return None
+
+
 @dataclass(frozen=True)
 class Orphan:
     ref: str
@@ -258,35 +266,54 @@ class KubernetesBackend:
         return {t.id: f"{ref}#{i}" for i, t in enumerate(ordered)}
 
     # --- stop -------------------------------------------------------------------------------
+    def _call(self, what: str, fn: Any, *args: Any, missing_ok: bool = True, **kwargs: Any) -> bool:
+        """Run one API call whose answer is not needed; False when the object was not there."""
+        try:
+            body(fn(*args, _preload_content=False, **kwargs))
+            return True
+        except ApiException as exc:
+            if exc.status == 404 and missing_ok:
+                return False
+            raise api_error(exc, what) from exc
+        except Exception as exc:  # noqa: BLE001 - connection errors
+            raise api_error(exc, what) from exc
+
     def _stop(self, job: Job, why: str, grace: int | None) -> None:
-        names = [m.job_name(job.id, job.attempts)]
-        if job.array_job_id is not None:
-            names.append(m.array_name(job.array_job_id, job.attempts))
-        for name in names:
+        """Mark the attempt's Job with why it stops, then delete it (in the foreground, so the
+        Job stays visible until its pods are gone). ``grace`` overrides the pods' own period.
+
+        One task of an array submitted as one Indexed Job stops alone: the Job is marked for
+        that task (``crossdock.io/stop-<job id>``) and only its index's pod is deleted; with
+        ``backoffLimitPerIndex: 0`` that index fails and the others go on."""
+        name = m.job_name(job.id, job.attempts)
+        patch = {"metadata": {"annotations": {m.ANNOTATION_STOP: why}}}
+        if self._call(f"marking Job {name} {why}", self.batch.patch_namespaced_job, name, self.namespace, patch):
+            if grace is not None:
+                self._call(f"deleting the pods of Job {name}", self.core.delete_collection_namespaced_pod,
+                           self.namespace, label_selector=f"job-name={name}", grace_period_seconds=grace)
+            self._call(f"deleting Job {name}", self.batch.delete_namespaced_job, name, self.namespace,
+                       propagation_policy="Foreground")
+            log.info("job %s: %s Job %s/%s", job.id, why, self.namespace, name)
+            return
+        if job.array_job_id is None:
+            return
+        name = m.array_name(job.array_job_id, job.attempts)
+        patch = {"metadata": {"annotations": {f"{m.ANNOTATION_STOP}-{job.id}": why}}}
+        if not self._call(f"marking Job {name} {why}", self.batch.patch_namespaced_job, name, self.namespace, patch):
+            return
+        pods, kjobs = self._objects() if self.watch else ([], {})
+        index = _array_index(job, kjobs.get(name, ({}, False))[0]) if kjobs else None
+        if index is None:  # no cache to read the index from: ask the API
             try:
-                body(self.batch.patch_namespaced_job(name, self.namespace,
-                                                     {"metadata": {"annotations": {m.ANNOTATION_STOP: why}}},
-                                                     _preload_content=False))
-            except ApiException as exc:
-                if exc.status == 404:
-                    continue
-                raise api_error(exc, f"marking Job {name} {why}") from exc
+                kjob = json.loads(body(self.batch.read_namespaced_job(name, self.namespace, _preload_content=False)))
             except Exception as exc:  # noqa: BLE001
-                raise api_error(exc, f"marking Job {name} {why}") from exc
-            try:
-                if grace is not None:
-                    # The Job's own deletion would use the pods' terminationGracePeriodSeconds.
-                    body(self.core.delete_collection_namespaced_pod(
-                        self.namespace, label_selector=f"job-name={name}", grace_period_seconds=grace,
-                        _preload_content=False))
-                body(self.batch.delete_namespaced_job(name, self.namespace, propagation_policy="Foreground",
-                                                      _preload_content=False))
-                log.info("job %s: %s Job %s/%s", job.id, why, self.namespace, name)
-            except ApiException as exc:
-                if exc.status != 404:
-                    raise api_error(exc, f"deleting Job {name}") from exc
-            except Exception as exc:  # noqa: BLE001
-                raise api_error(exc, f"deleting Job {name}") from exc
+                raise api_error(exc, f"reading Job {name}") from exc
+            index = _array_index(job, kjob)
+        if index is not None:
+            self._call(f"deleting task {job.id} of Job {name}", self.core.delete_collection_namespaced_pod,
+                       self.namespace, label_selector=f"job-name={name},{COMPLETION_INDEX}={index}",
+                       grace_period_seconds=grace)
+            log.info("job %s: %s index %s of Job %s/%s", job.id, why, index, self.namespace, name)
 
     def cancel(self, job: Job) -> None:
         self._stop(job, "cancelled", None)
@@ -393,10 +420,7 @@ class KubernetesBackend:
         entry = kjobs.get(name)
         if entry is None:
             return name, None, []
-        index = None
-        for i, pair in enumerate(_annotations(entry[0]).get(m.ANNOTATION_ARRAY_JOBS, "").split(",")):
-            if pair.split(":", 1)[0] == str(job.id):
-                index = str(i)
+        index = _array_index(job, entry[0])
         if index is None:
             return name, None, []
         pod = by_index.get((name, index))
@@ -423,7 +447,10 @@ class KubernetesBackend:
         if entry is not None and not (state.terminal and state is not JobState.CANCELLED):
             kjob, deleted = entry
             stop = _annotations(kjob).get(m.ANNOTATION_STOP)
+            task_stop = _annotations(kjob).get(f"{m.ANNOTATION_STOP}-{job.id}")  # one task of an array Job
             jt = states.translate_job(kjob)
+            if task_stop:
+                stop, deleted = task_stop, True
             if stop and (deleted or (kjob.get("metadata") or {}).get("deletionTimestamp") or jt.state.terminal):
                 state = JobState.CANCELLED if stop == "cancelled" else JobState.PREEMPTED
                 reason = Reason.CANCELLED_BY_USER if stop == "cancelled" else Reason.PREEMPTED

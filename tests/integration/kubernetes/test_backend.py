@@ -294,6 +294,12 @@ def test_kube_scheduler_preemption_is_noticed_and_requeued_per_policy(
     wait_for("victims preempted: one requeued, one kept PREEMPTED", settled)
     assert store.get(requeue.id).reason == Reason.PREEMPTED
     assert store.get(keep.id).reason == "PreemptedByScheduler"
+    # A process that never watched those pods (a restarted scheduler) still learns why from the
+    # pods' Preempted events once the pods are gone.
+    fresh = KubernetesBackend(backend.config, backend.api, namespace=backend.namespace, watch=False)
+    st = wait_for("victim pods gone", lambda: (s := fresh.status([requeue])[requeue.id]).native_state.startswith(
+        "event/") and s)
+    assert (st.state, st.reason) == (JobState.PREEMPTED, "PreemptedByScheduler")
 
 
 def test_crossdock_preemption_deletes_pods_and_requeues(backend: KubernetesBackend, k8s_client: client.ApiClient,
@@ -484,6 +490,25 @@ def test_array_as_one_indexed_job(backend: KubernetesBackend, k8s_client: client
     assert sorted(p.metadata.annotations["batch.kubernetes.io/job-completion-index"] for p in pods) == ["0", "1", "2"]
     env = {e.name: e.value for e in pods[0].spec.containers[0].env}
     assert env["CROSSDOCK_ARRAY_TASK_IDS"] == "0 1 2"
+
+
+def test_cancelling_one_array_task_leaves_the_others_running(backend: KubernetesBackend,
+                                                             k8s_client: client.ApiClient, k8s_namespace: str) -> None:
+    core = client.CoreV1Api(k8s_client)
+    base = next(_ids)
+    tasks = [make_job("preprocessing", job_id=base + 1 + t, array_job_id=base, array_task_id=t,
+                      array=ArraySpec(task_ids=[0, 1, 2])) for t in range(3)]
+    backend.submit_array(tasks)
+    for task in tasks:
+        wait_state(backend, task, JobState.RUNNING)
+    backend.cancel(tasks[1])
+    assert wait_state(backend, tasks[1], JobState.CANCELLED).reason == Reason.CANCELLED_BY_USER
+    wait_for("index 1's pod deleted", lambda: sorted(
+        p.metadata.annotations["batch.kubernetes.io/job-completion-index"]
+        for p in core.list_namespaced_pod(k8s_namespace, label_selector=f"{m.LABEL_ARRAY_JOB}={base}").items)
+        == ["0", "2"])
+    time.sleep(1)
+    assert [backend.status([t])[t.id].state for t in (tasks[0], tasks[2])] == [JobState.RUNNING] * 2
 
 
 def test_priority_classes_are_synced(backend: KubernetesBackend, k8s_client: client.ApiClient) -> None:
