@@ -83,15 +83,14 @@ class ClusterState:
 
     def feasible(self, pod: PodReq, among: np.ndarray | None = None) -> np.ndarray:
         """Indices of the nodes ``pod`` fits on now (optionally only those in ``among``)."""
-        ok = (self.cpu_left >= pod.cpu) & (self.mem_left >= pod.mem)
+        idx = slice(None) if among is None else among
+        ok = (self.cpu_left[idx] >= pod.cpu) & (self.mem_left[idx] >= pod.mem)
         if pod.num > 0:
-            ok &= self.model_ok(pod.spec)
-            ok &= (self.gpu_left >= pod.milli).sum(axis=1) >= pod.num
-        if among is not None:
-            mask = np.zeros(len(ok), bool)
-            mask[among] = True
-            ok &= mask
-        return np.flatnonzero(ok)
+            model = self.model[idx]
+            ok &= (model >= 0) & (((pod.spec >> np.maximum(model, 0)) & 1) == 1)
+            ok &= np.count_nonzero(self.gpu_left[idx] >= pod.milli, axis=1) >= pod.num
+        hits = np.flatnonzero(ok)
+        return hits if among is None else np.asarray(among)[hits]
 
     def whole_gpus(self, node: int, num: int) -> tuple[int, ...]:
         """The first ``num`` fully free GPUs of ``node``, by index."""
