@@ -274,3 +274,40 @@ def test_time_limit_ends_in_timeout(backend, timeout_jobs):
     job = timeout_jobs[backend.driver.name]
     status = wait_job(backend, job, lambda s: s.state.terminal, timeout=150)
     assert (status.state, status.reason, status.signal) == (JobState.TIMEOUT, Reason.TIME_LIMIT, 15)
+
+
+# --- beyond the contract: configuration and the unix-socket REST transport -----------------
+
+
+def test_from_config_places_jobs_by_pool(slurm_cluster, make_job, jobs_dir, monkeypatch):
+    from crossdock.backends.slurm import from_config
+    from crossdock.queue.config import ClusterConfig
+
+    config = ClusterConfig.model_validate({
+        "priority_classes": {"batch": {"value": 100}},
+        "pools": {"hpc-l4": {"backend": "slurm", "partition": "gpu-l4", "gpu": {"model": "L4"}},
+                  "hpc-cpu": {"backend": "slurm", "partition": "cpu"},
+                  "k8s-cpu": {"backend": "k8s", "selector": {"pool": "cpu"}}},
+        "queues": {"q": {"priority_class": "batch", "pools": ["hpc-l4", "hpc-cpu"]}},
+    })
+    monkeypatch.setenv("CROSSDOCK_SLURM_ENV", str(dev.Layout.of(slurm_cluster["CROSSDOCK_SLURM_DIR"]).env_file))
+    monkeypatch.setenv("CROSSDOCK_SLURM_DRIVER", "rest")
+    backend = from_config(config)
+    assert backend.kind == "slurm" and backend.driver.name == "rest" and backend.preempt_policy == "cancel"
+    pools = {n.name: n.pool for n in backend.inventory().nodes}
+    assert pools == {"cpu1": "hpc-cpu", "cpu2": "hpc-cpu", "gpu-l4-1": "hpc-l4"}  # gpu-a100-1 is in no pool
+    job = make_job(command=["bash", "-c", "echo $SLURM_JOB_PARTITION $SLURMD_NODENAME $CUDA_VISIBLE_DEVICES"],
+                   gpus=GpuRequest(count=1, type="l4"))
+    placed = job.model_copy(update={"pool": "hpc-l4", "nodes": ["gpu-l4-1"]})
+    backend.submit(placed)
+    assert wait_job(backend, placed, lambda s: s.state.terminal).state == JobState.COMPLETED
+    assert (jobs_dir / f"{job.id}.out").read_text() == "gpu-l4 gpu-l4-1 0\n"
+
+
+def test_rest_over_unix_socket_runs_jobs_as_slurmrestd_user(slurm_cluster, make_job, jobs_dir):
+    backend = SlurmBackend.from_env(slurm_cluster, driver="rest-unix")
+    job = make_job(command=["bash", "-c", "id -un; exit 3"])
+    backend.submit(job)
+    status = wait_job(backend, job, lambda s: s.state.terminal)
+    assert (status.state, status.exit_code) == (JobState.FAILED, 3)
+    assert (jobs_dir / f"{job.id}.out").read_text() == "slurm\n"
