@@ -599,6 +599,7 @@ def up(state_dir: str | os.PathLike[str] | None = None, with_rest: bool = True, 
         env["SLURMRESTD_URL"] = layout.restd_url
         env["SLURM_LOCAL_JWT"] = token
     tmp = layout.env_file.with_suffix(".tmp")
+    tmp.unlink(missing_ok=True)
     _write_private(tmp, "".join(f"{k}={v}\n" for k, v in env.items()).encode())
     tmp.replace(layout.env_file)
     log.info("slurm cluster up in %.2fs (%s)", time.monotonic() - started, layout.root)

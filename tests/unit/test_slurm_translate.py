@@ -395,6 +395,9 @@ def test_backend_status_by_job_follows_tags_and_array_tasks():
     assert set(got) == {5, 34}  # unknown jobs are absent
     assert (got[5].state, got[5].exit_code, got[5].ref, got[5].nodes) == (JobState.FAILED, 3, ref, ("cpu1",))
     assert (got[34].state, got[34].ref, got[34].extra["restarts"]) == (JobState.RUNNING, "30_4", "1")
+    # A ref left over from attempt 0 says nothing about attempt 1.
+    retried = plain.model_copy(update={"attempts": 1, "backend_ref": ref})
+    assert backend.status([retried]) == {}
 
 
 class FakeStore:

@@ -333,6 +333,8 @@ class SlurmBackend:
             st = found.get(refs.get(job.id, ""))
             if st is None or st.state is None:
                 continue
+            if st.tag is not None and st.tag[1] != job.attempts:
+                continue  # a backend_ref left from an earlier attempt: this attempt is not in Slurm
             state, reason = st.state, st.reason
             if state is JobState.CANCELLED and self._preempt_requested(job):
                 state, reason = JobState.PREEMPTED, Reason.PREEMPTED
