@@ -4,8 +4,9 @@
 ``KUBECONFIG``, the in-cluster service account, ``~/.kube/config``. Other settings:
 ``CROSSDOCK_K8S_NAMESPACE`` (default ``default``), ``CROSSDOCK_K8S_IMAGE`` (the container image
 when a job names none), ``CROSSDOCK_K8S_TTL_SECONDS`` (``ttlSecondsAfterFinished``, default
-3600), ``CROSSDOCK_K8S_DEADLINE_SLACK_SECONDS`` (Job-level deadline beyond the time limit,
-default 60), ``CROSSDOCK_K8S_SYNC_PRIORITY_CLASSES`` (``0`` to leave PriorityClasses alone).
+3600), ``CROSSDOCK_K8S_DEADLINE_SLACK_SECONDS`` (the Job-level deadline beyond the time limit,
+default 300: it also counts time spent Pending, so it is only a backstop for the pod-level one),
+``CROSSDOCK_K8S_SYNC_PRIORITY_CLASSES`` (``0`` to leave PriorityClasses alone).
 """
 
 from __future__ import annotations
@@ -44,7 +45,7 @@ def from_config(config: ClusterConfig, store: Any = None, **overrides: Any) -> K
         "namespace": env.get("CROSSDOCK_K8S_NAMESPACE", "default"),
         "image": env.get("CROSSDOCK_K8S_IMAGE", "python:3.11-slim"),
         "ttl_seconds_after_finished": int(env.get("CROSSDOCK_K8S_TTL_SECONDS", "3600")),
-        "deadline_slack_seconds": int(env.get("CROSSDOCK_K8S_DEADLINE_SLACK_SECONDS", "60")),
+        "deadline_slack_seconds": int(env.get("CROSSDOCK_K8S_DEADLINE_SLACK_SECONDS", "300")),
     }
     kwargs.update(overrides)
     backend = KubernetesBackend(config, api_client(kwargs.pop("kubeconfig", None)), store=store, **kwargs)

@@ -111,7 +111,7 @@ class KubernetesBackend:
 
     def __init__(self, config: ClusterConfig, api_client: client.ApiClient, *, namespace: str = "default",
                  store: Any = None, image: str = "python:3.11-slim", ttl_seconds_after_finished: int | None = 3600,
-                 deadline_slack_seconds: int = 60, watch: bool = True, sync_timeout: float = 30.0) -> None:
+                 deadline_slack_seconds: int = 300, watch: bool = True, sync_timeout: float = 30.0) -> None:
         self.config = config
         self.api = api_client
         self.core = client.CoreV1Api(api_client)

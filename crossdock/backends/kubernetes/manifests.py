@@ -107,7 +107,7 @@ class Options:
     namespace: str = "default"
     image: str = "python:3.11-slim"
     ttl_seconds_after_finished: int | None = 3600
-    deadline_slack_seconds: int = 60
+    deadline_slack_seconds: int = 300
     """Added to the time limit for the Job-level deadline (the pod-level one is exact)."""
     default_grace_seconds: int = 30
     gpu_products: Mapping[str, tuple[str, ...]] = field(default_factory=dict)

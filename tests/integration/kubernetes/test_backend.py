@@ -93,14 +93,14 @@ _ids = iter(range(int(time.time()) % 100000 * 10000, 10**10, 100))  # room for a
 def make_job(queue: str = "training", *, pool: str | None = None, on: list[str] | None = None,
              gpus: int = 0, model: str | None = None, run_seconds: float | None = None, exit_code: int | None = None,
              attempts: int = 1, job_id: int | None = None, array_job_id: int | None = None,
-             array_task_id: int | None = None, **spec: Any) -> Job:
+             array_task_id: int | None = None, mig: str | None = None, **spec: Any) -> Job:
     env = dict(spec.pop("env", {}))
     if run_seconds is not None:
         env["CROSSDOCK_SIMULATE_RUN_SECONDS"] = str(run_seconds)
     if exit_code is not None:
         env["CROSSDOCK_SIMULATE_EXIT_CODE"] = str(exit_code)
     if gpus:
-        spec["gpus"] = GpuRequest(count=gpus, type=model)
+        spec["gpus"] = GpuRequest(count=gpus, type=model, mig=mig)
     pc = CONFIG["priority_classes"][CONFIG["queues"][queue]["priority_class"]]
     pools = CONFIG["queues"][queue]["pools"]
     return Job(id=job_id if job_id is not None else next(_ids), spec=JobSpec(command=["python", "work.py"], env=env,
@@ -177,6 +177,36 @@ def test_failure_exit_code_and_time_limit(backend: KubernetesBackend) -> None:
     assert (failed.exit_code, failed.reason) == (3, Reason.NON_ZERO_EXIT)
     timeout = wait_state(backend, slow, JobState.TIMEOUT, timeout=30)
     assert timeout.reason == Reason.TIME_LIMIT and timeout.native_state == "job/Failed/DeadlineExceeded"
+
+
+def test_mig_slices_are_requested_as_their_own_resource(k8s_client: client.ApiClient, k8s_namespace: str) -> None:
+    """A MIG-partitioned node (kwok, as the GPU operator's mixed strategy advertises it): the
+    inventory sees its slices, and a job asking for one lands there through kube-scheduler."""
+    core = client.CoreV1Api(k8s_client)
+    name = f"mig-{k8s_namespace[-8:]}"
+    node = k8s.NodePool("mig", 1, cpu="32", memory="256Gi", gpus=0).node(0)
+    node["metadata"]["name"] = node["metadata"]["labels"]["kubernetes.io/hostname"] = name
+    node["metadata"]["labels"].update({"crossdock.io/pool": "a100mig", "nvidia.com/gpu.product": "NVIDIA-A100-SXM4-40GB"})
+    for key in ("capacity", "allocatable"):
+        node["status"][key]["nvidia.com/mig-1g.5gb"] = "7"
+    core.create_node(node)
+    cfg = parse_config({**CONFIG, "pools": {**CONFIG["pools"], "a100mig": {
+        "backend": "k8s", "selector": {"crossdock.io/pool": "a100mig"}, "gpu": {"model": "A100", "mig": True}}},
+        "queues": {**CONFIG["queues"], "training": {**CONFIG["queues"]["training"], "pools": ["a100mig"]}}})
+    b = KubernetesBackend(cfg, k8s_client, namespace=k8s_namespace, watch=False)
+    try:
+        wait_for("MIG node Ready", lambda: any(
+            c.type == "Ready" and c.status == "True" for c in core.read_node(name).status.conditions or []))
+        (mig,) = [n for n in b.inventory().nodes if n.name == name]
+        assert [(g.model, g.mig) for g in mig.gpus] == [("A100", ("1g.5gb",) * 7)]
+        job = make_job("training", pool="a100mig", gpus=2, model="A100", mig="1g.5gb")
+        b.submit(job)
+        assert wait_state(b, job, JobState.RUNNING).nodes == (name,)
+        (pod,) = pods_of(core, k8s_namespace, job)
+        assert pod.spec.containers[0].resources.limits["nvidia.com/mig-1g.5gb"] == "2"
+    finally:
+        core.delete_collection_namespaced_pod(k8s_namespace, grace_period_seconds=0)
+        core.delete_node(name)
 
 
 # --- spread, binpack and gangs -----------------------------------------------------------------
