@@ -27,6 +27,7 @@ import numpy as np
 from crossdock.backends.simulator.cluster import ClusterState, PodReq, pod_req
 from crossdock.backends.simulator.policies import get_policy
 from crossdock.backends.simulator.trace import MILLI, NodeTable, PodTable
+from crossdock.queue.scheduler.plugins import gpu_frag
 from crossdock.queue.scheduler.plugins.gpu_frag import TypicalPods
 
 ARRIVE, FINISH = 0, 1
@@ -79,6 +80,8 @@ class DynamicResult:
     preemptions: int = 0
     migrations: int = 0
     lost_gpu_hours: float = 0.0
+    scattered_gpus: np.ndarray = field(default_factory=lambda: np.zeros(1))
+    """Free GPU capacity (GPUs) on nodes that are partly used: idle, but not a whole node."""
     extra: dict[str, Any] = field(default_factory=dict)
 
     def _time_avg(self, values: np.ndarray) -> float:
@@ -94,6 +97,8 @@ class DynamicResult:
                          if j.start is not None and (klass is None or j.klass == klass)])
 
     def summary(self) -> dict[str, Any]:
+        """``fragmented_gpus_avg``: the FGD measure (GPUs a typical job of this workload could
+        not use), time-averaged; ``scattered_free_gpus_avg``: idle GPUs on partly used nodes."""
         classes = sorted({j.klass for j in self.jobs})
         delay: dict[str, Any] = {}
         for c in classes:
@@ -109,6 +114,7 @@ class DynamicResult:
             "horizon_h": round(float(self.horizon_h), 2),
             "gpu_util_pct_avg": round(self._time_avg(self.gpu_util_pct), 2),
             "fragmented_gpus_avg": round(self._time_avg(self.frag_gpus), 2),
+            "scattered_free_gpus_avg": round(self._time_avg(self.scattered_gpus), 2),
             "queueing_delay": delay,
             "completed": {c: len(v) for c, v in done.items()},
             "completed_gpu_hours": {c: round(sum(j.req.gpu_total / MILLI * j.duration / 3600 for j in v), 1)
@@ -311,8 +317,10 @@ class _Sim:
         st = self.state
         frag_gpus = st.frag_milli() / MILLI if st.typical is not None else float(
             ((st.gpu_left > 0) & (st.gpu_left < MILLI)).sum())
+        used = st.gpu_left.sum(axis=1) < st.gpu_count * MILLI
+        scattered = float(st.gpu_left[used].sum()) / MILLI
         self.samples.append((now / 3600, st.allocated_milli() / st.total_gpu_milli * 100 if st.total_gpu_milli else 0.0,
-                             frag_gpus, len(self.pending)))
+                             frag_gpus, len(self.pending), scattered))
 
     def run(self, horizon_s: float | None) -> DynamicResult:
         by_id = {j.id: j for j in self.jobs}
@@ -340,16 +348,22 @@ class _Sim:
                 self.next_sample = t + self.sample_every
             last = t
         horizon = (horizon_s if horizon_s is not None else last) / 3600
-        arr = np.array(self.samples) if self.samples else np.zeros((1, 4))
+        arr = np.array(self.samples) if self.samples else np.zeros((1, 5))
         return DynamicResult(self.jobs, arr[:, 0], arr[:, 1], arr[:, 2], arr[:, 3], horizon,
                              self.state.total_gpu_milli // MILLI, self.preemptions, self.migrations,
-                             self.lost_gpu_hours)
+                             self.lost_gpu_hours, scattered_gpus=arr[:, 4])
 
 
 def simulate(nodes: NodeTable, jobs: Sequence[SimJob], typical: TypicalPods | None = None, seed: int = 42,
              preemption: bool = False, defrag: bool = False, horizon_s: float | None = None,
              scan_limit: int = 256, sample_every_s: float = 60.0) -> DynamicResult:
-    """Run ``jobs`` (arrival/duration in seconds) on ``nodes``; see the module docstring."""
+    """Run ``jobs`` (arrival/duration in seconds) on ``nodes``; see the module docstring.
+    ``typical`` defaults to the typical pods of the GPU jobs given."""
+    if typical is None:
+        gpu = [j.req for j in jobs if j.req.num > 0]
+        if gpu:
+            typical = gpu_frag.typical_pods(np.array([r.cpu for r in gpu]), np.array([r.milli for r in gpu]),
+                                            np.array([r.num for r in gpu]), np.array([r.spec for r in gpu]))
     return _Sim(nodes, jobs, typical, seed, preemption, defrag, scan_limit, sample_every_s).run(horizon_s)
 
 

@@ -243,6 +243,7 @@ def headline(result: DynamicResult, inference: str = "inference", training: str 
         "training_gpu_h_per_day": round(s["completed_gpu_hours"].get(training, 0.0) / max(result.horizon_h, 1e-9) * 24, 1),
         "preemptions": float(s["preemptions"]),
         "fragmented_gpus": s["fragmented_gpus_avg"],
+        "scattered_free_gpus": s["scattered_free_gpus_avg"],
     }
 
 
@@ -252,5 +253,5 @@ def plot_scenario(sc: Scenario, results: dict[str, DynamicResult], path: str | P
     rows = [(results[name].extra.get("label") or name, headline(r)) for name, r in results.items()]
     metrics = [("gpu_util", "GPU utilization (%)"), ("inference_p99_min", "inference queueing p99 (min)"),
                ("training_gpu_h_per_day", "training GPU-h done / day"), ("preemptions", "preemptions"),
-               ("fragmented_gpus", "fragmented GPUs (avg)")]
+               ("scattered_free_gpus", "idle GPUs on partly used nodes (avg)")]
     return plot_bars(rows, metrics, path, title=f"{sc.name}: {sc.hours:g} h, same arrivals")
