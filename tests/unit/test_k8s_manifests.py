@@ -174,6 +174,8 @@ def test_gang_is_an_indexed_job_one_worker_per_node() -> None:
     hosts = pod_spec(man)["affinity"]["nodeAffinity"]["requiredDuringSchedulingIgnoredDuringExecution"][
         "nodeSelectorTerms"][0]["matchExpressions"][0]
     assert hosts["values"] == ["a100-0", "a100-1", "a100-2", "a100-3"]
+    assert pod_spec(man)["schedulingGates"] == [{"name": m.GANG_GATE}]  # released whole by the backend
+    assert "schedulingGates" not in pod_spec(job().manifest())
     rank = next(e for e in container(man)["env"] if e["name"] == "SLURM_NODEID")
     assert "job-completion-index" in rank["valueFrom"]["fieldRef"]["fieldPath"]
     assert container(man)["resources"]["limits"]["nvidia.com/gpu"] == "8"  # per worker

@@ -26,7 +26,8 @@ from kubernetes import client
 from kubernetes.client.rest import ApiException
 from kubernetes.utils import parse_quantity
 
-from crossdock.backends.base import BackendStatus, BackendUnavailable, Inventory, SubmitFailed
+from crossdock.backends.base import BackendError, BackendStatus, BackendUnavailable, Inventory, SubmitFailed
+from crossdock.backends.kubernetes import gangs
 from crossdock.backends.kubernetes import manifests as m
 from crossdock.backends.kubernetes import states
 from crossdock.backends.kubernetes.informer import Informer, body, list_all
@@ -77,17 +78,6 @@ def _labels(obj: Mapping[str, Any]) -> dict[str, str]:
 
 def _annotations(obj: Mapping[str, Any]) -> dict[str, str]:
     return dict((obj.get("metadata") or {}).get("annotations") or {})
-
-
-def _tolerated(taint: Mapping[str, Any], tolerations: Sequence[Mapping[str, str]]) -> bool:
-    for t in tolerations:
-        if t.get("effect") and t.get("effect") != taint.get("effect"):
-            continue
-        if t.get("operator", "Equal") == "Exists" and t.get("key") in (None, "", taint.get("key")):
-            return True
-        if t.get("key") == taint.get("key") and t.get("value", "") == (taint.get("value") or ""):
-            return True
-    return False
 
 
 def _array_index(job: Job, array_job: Mapping[str, Any]) -> str | None:
@@ -150,7 +140,7 @@ class KubernetesBackend:
         taints = spec.get("taints") or []
         ready = any(c.get("type") == "Ready" and c.get("status") == "True" for c in status.get("conditions") or [])
         blocking = [t for t in taints if t.get("effect") in ("NoSchedule", "NoExecute")
-                    and not _tolerated(t, pool.tolerations)]
+                    and not gangs.tolerated(t, pool.tolerations)]
         return Node(name=name, pool=pool_name, backend=self.kind, cpu_milli=_milli(alloc.get("cpu", 0)),
                     memory_mib=_mib(alloc.get("memory", 0)), gpus=tuple(gpus), labels=MappingProxyType(labels),
                     taints=tuple(f"{t.get('key')}={t.get('value') or ''}:{t.get('effect')}" for t in taints),
@@ -379,6 +369,11 @@ class KubernetesBackend:
                 by_attempt.setdefault(key, []).append(pod)
             elif "job-name" in labels and COMPLETION_INDEX in ann:
                 by_index[(labels["job-name"], ann[COMPLETION_INDEX])] = pod
+        waiting = [job for job in jobs if job.spec.nodes > 1 and
+                   len(by_attempt.get((job.id, job.attempts), [])) >= job.spec.nodes and
+                   any(gangs.gated(p) for p in by_attempt[(job.id, job.attempts)])]
+        if waiting:
+            self.release_gangs(waiting, by_attempt)
         out: dict[int, BackendStatus] = {}
         for job in jobs:
             st = self._status_of(job, by_attempt, by_index, kjobs)
@@ -389,6 +384,41 @@ class KubernetesBackend:
         if unexplained:
             out.update(self._explain_from_events(unexplained))
         return out
+
+    def release_gangs(self, jobs: Sequence[Job], by_attempt: Mapping[tuple[int, int], list[dict[str, Any]]]) -> list[int]:
+        """Ungate every worker of each gang that fits whole now; returns the released job ids.
+
+        Called from ``status`` (the reconcile loop is the gang's admission point). Gangs are
+        taken in the given order and each one's workers count against the next one's room."""
+        try:
+            raw_nodes, _ = list_all(self.core.list_node)
+            pods, _ = list_all(self.core.list_pod_for_all_namespaces,
+                               field_selector="spec.nodeName!=,status.phase!=Succeeded,status.phase!=Failed")
+        except Exception as exc:  # noqa: BLE001 - try again at the next status
+            log.warning("gang release skipped: %s", exc)
+            return []
+        free = gangs.free_by_node(raw_nodes, pods)
+        released = []
+        for job in jobs:
+            workers = [p for p in by_attempt[(job.id, job.attempts)] if gangs.gated(p)]
+            spec = workers[0]["spec"]
+            room = gangs.fitting_nodes(spec, raw_nodes, free)
+            if len(room) < len(workers):
+                log.debug("gang %s waits: %d of %d workers fit", job.id, len(room), len(workers))
+                continue
+            for node in room[:len(workers)]:  # hold the room for the gangs after this one
+                for name, amount in gangs.requests(spec).items():
+                    free[node][name] = free[node].get(name, 0) - amount
+            for pod in workers:
+                name = pod["metadata"]["name"]
+                try:
+                    self._call(f"releasing worker {name}", self.core.patch_namespaced_pod, name, self.namespace,
+                               [{"op": "remove", "path": "/spec/schedulingGates"}])
+                except BackendError as exc:  # already released (a stale cache) or gone: nothing to undo
+                    log.debug("gang %s: %s", job.id, exc)
+            released.append(job.id)
+            log.info("gang %s released: %d workers fit on %s", job.id, len(workers), ", ".join(room))
+        return released
 
     def _explain_from_events(self, unexplained: Mapping[int, BackendStatus]) -> dict[int, BackendStatus]:
         """A failed Job whose pods are gone (not seen by this process's watch): the pod's

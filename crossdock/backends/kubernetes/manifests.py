@@ -51,6 +51,8 @@ SIMULATE_ENV = {"CROSSDOCK_SIMULATE_RUN_SECONDS": ANNOTATION_RUN_SECONDS,
 IMAGE_ENV = "CROSSDOCK_IMAGE"
 """spec.env key naming the container image (else the backend's default image)."""
 
+GANG_GATE = "crossdock.io/gang"
+"""The scheduling gate a gang's pods are created with (see gangs.py)."""
 LABEL_HOSTNAME = "kubernetes.io/hostname"
 LABEL_GPU_PRODUCT = "nvidia.com/gpu.product"
 GPU_RESOURCE = "nvidia.com/gpu"
@@ -363,6 +365,8 @@ def build(job: Job, cfg: ClusterConfig, opts: Options = Options(), *,
     else:
         if spec.nodes > 1:
             job_spec.update(completionMode="Indexed", completions=spec.nodes, parallelism=spec.nodes)
+            # Created gated; the backend releases every worker at once when all fit (gangs.py).
+            pod_spec["schedulingGates"] = [{"name": GANG_GATE}]
         name = job_name(job.id, job.attempts)
     return {
         "apiVersion": "batch/v1",

@@ -257,11 +257,24 @@ def test_four_worker_gang_lands_on_four_nodes_or_waits_whole(
     held = [a for a in backend.inventory().foreign if a.node == "a100-0"]
     assert len(held) == 1 and len(held[0].gpu_ids) == 8
 
+    # crossdock's scheduler does not place a gang that does not fit whole...
     gang = make_job("training", gpus=2, model="A100", nodes=4)
-    assert _place(cfg, backend, gang) is None  # 3 free nodes for 4 workers: wait, whole
+    assert _place(cfg, backend, gang) is None
     assert pods_of(core, k8s_namespace, gang) == []
+    # ...and a gang handed to Kubernetes unplaced waits whole too: its workers stay gated.
+    unplaced = make_job("training", gpus=2, model="A100", nodes=4)
+    backend.submit(unplaced)
+    st = wait_for("4 gated workers", lambda: len(pods_of(core, k8s_namespace, unplaced)) == 4
+                  and state_of(backend, unplaced))
+    for _ in range(8):
+        st = state_of(backend, unplaced)
+        assert st.state is JobState.SCHEDULED and st.reason == "SchedulingGated (0/4 running)", st
+        assert not [p for p in pods_of(core, k8s_namespace, unplaced) if p.spec.node_name]
+        time.sleep(0.25)
 
     core.delete_namespaced_pod("someone-elses", k8s_namespace, grace_period_seconds=0)
+    released = wait_state(backend, unplaced, JobState.RUNNING)
+    assert sorted(released.nodes) == ["a100-0", "a100-1", "a100-2", "a100-3"]
     wait_for("foreign pod gone", lambda: not [a for a in backend.inventory().foreign if a.node == "a100-0"])
     placed = wait_for("gang placed", lambda: _place(cfg, backend, gang), timeout=20)
     assert sorted(placed.nodes) == ["a100-0", "a100-1", "a100-2", "a100-3"]
@@ -273,12 +286,18 @@ def test_four_worker_gang_lands_on_four_nodes_or_waits_whole(
     assert {p.metadata.labels[m.LABEL_GROUP] for p in pods} == {f"{placed.id}-1"}
 
 
-def test_gang_that_kubernetes_cannot_fit_is_not_running(backend: KubernetesBackend) -> None:
-    """Five one-per-node workers in a four-node pool: never RUNNING, the reason says how far it got."""
+def test_gang_larger_than_its_pool_never_starts_a_worker(backend: KubernetesBackend, k8s_client: client.ApiClient,
+                                                         k8s_namespace: str) -> None:
+    """Five one-per-node workers in a four-node pool: all five wait, none holds a GPU."""
+    core = client.CoreV1Api(k8s_client)
     gang = make_job("training", gpus=1, model="A100", nodes=5)
     backend.submit(gang)
-    st = wait_for("4 of 5 workers placed", lambda: (s := state_of(backend, gang)) and "4/5" in s.reason and s)
-    assert st.state is JobState.SCHEDULED and st.reason.startswith("Unschedulable")
+    wait_for("5 workers created", lambda: len(pods_of(core, k8s_namespace, gang)) == 5)
+    for _ in range(8):
+        st = state_of(backend, gang)
+        assert (st.state, st.reason) == (JobState.SCHEDULED, "SchedulingGated (0/5 running)")
+        time.sleep(0.25)
+    assert not [p for p in pods_of(core, k8s_namespace, gang) if p.spec.node_name]
 
 
 # --- preemption and cancel ---------------------------------------------------------------------
