@@ -11,10 +11,11 @@ from pathlib import Path
 from typing import Any, Literal
 
 import yaml
-from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
 
 from crossdock.queue.errors import ConfigError
 
+RESOURCE_WEIGHTS = ("cpu", "memory", "nvidia.com/gpu")
 Placement = Literal["binpack", "spread", "most-requested", "balanced"]
 BackendKind = Literal["local", "slurm", "k8s"]
 
@@ -104,6 +105,25 @@ class Queue(_Cfg):
     """CPU request as a fraction of the CPU limit (CPU is compressible; placement uses the request)."""
     default_time_minutes: int | None = Field(None, ge=1)
     elastic: Elastic | Literal["none"] = "none"
+
+    @field_validator("plugin_weights")
+    @classmethod
+    def _known_weights(cls, weights: dict[str, int]) -> dict[str, int]:
+        from crossdock.queue.scheduler.registry import REGISTRY, _load
+
+        _load()
+        scores = sorted(n for n, c in REGISTRY.items() if hasattr(c, "score"))
+        for name, w in weights.items():
+            if name in RESOURCE_WEIGHTS:
+                if not 1 <= w <= 100:
+                    raise ValueError(f"{name}: resource weight {w} must be within 1–100, as in kube-scheduler")
+            elif name in scores:
+                if w < 0:
+                    raise ValueError(f"{name}: plugin weight must be ≥ 0 (0 turns the plugin off)")
+            else:
+                raise ValueError(f"{name}: unknown; use a resource ({', '.join(RESOURCE_WEIGHTS)})"
+                                 f" or a score plugin ({', '.join(scores)})")
+        return weights
 
 
 class Scheduler(_Cfg):

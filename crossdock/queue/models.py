@@ -141,6 +141,11 @@ class JobSpec(_Model):
     nodelist: list[str] = Field(default_factory=list)
     exclude: list[str] = Field(default_factory=list)
     anti_affinity: bool = False
+    """At most one worker of this job (or one task of this array) per node."""
+    topology: str | None = None
+    """A node label key; all workers of a gang land in one domain of it (e.g. an NVLink domain)."""
+    node_selector: dict[str, str] = Field(default_factory=dict)
+    tolerations: list[dict[str, str]] = Field(default_factory=list)
 
     @model_validator(mode="after")
     def _check(self) -> "JobSpec":
@@ -236,6 +241,8 @@ class Job(_Model):
     backend_ref: str | None = None
     nodes: list[str] = Field(default_factory=list)
     gpu_ids: list[str] = Field(default_factory=list)
+    preempt_requested: bool = False
+    """Being stopped for a higher-priority job (its capacity is freed at the end of its grace period)."""
     alloc_cpu_milli: int = 0
     alloc_mem_mib: int = 0
     exit_code: int | None = None

@@ -18,7 +18,8 @@ from typing import Callable, Sequence
 
 from crossdock.backends.base import BackendError, Inventory
 from crossdock.queue.cycle import CycleResult, facts_of, run_cycle
-from crossdock.queue.models import Job, DependencyType
+from crossdock.queue.models import DependencyType, Job
+from crossdock.queue.scheduler.fairshare import accrue, dominant_share
 from crossdock.queue.snapshot import Allocation, Node, Snapshot
 from crossdock.queue.states import JobState, Reason
 from crossdock.runtime import Runtime
@@ -94,8 +95,29 @@ class Scheduler:
         known = {j.id: j for j in [*pending, *active]}
         facts = {j.id: facts_of(j) for j in store.get_many(i for i in wanted if i not in known)}
         facts.update({j.id: facts_of(j) for j in known.values() if j.id in wanted})
+        pending_ids = {j.id for j in pending}
+        nominations = {int(k): v for k, v in store.r.hgetall(store.k.nominations).items() if int(k) in pending_ids}
         return Snapshot(nodes=tuple(nodes), allocations=tuple(allocations), jobs=facts,
-                        running_per_array=running_per_array)
+                        running_per_array=running_per_array, usage=self.accrue_usage(nodes, active),
+                        nominations=nominations)
+
+    def accrue_usage(self, nodes: Sequence[Node], active: Sequence[Job]) -> dict[str, float]:
+        """Decay fair-share usage and add each running job's dominant share for the time since
+        the last cycle (Slurm's fair share with a half-life)."""
+        store = self.rt.store
+        raw = store.r.hgetall(store.k.usage)
+        now = time.time()
+        last = float(raw.pop("_at", now))
+        capacity = (sum(n.cpu_milli for n in nodes) or 1, sum(n.memory_mib for n in nodes) or 1,
+                    sum(len(n.gpus) for n in nodes) or 1)
+        running = [(j.queue, j.spec.user, dominant_share(
+            (j.alloc_cpu_milli or j.spec.cpus_per_node() * 1000) * len(j.nodes),
+            j.alloc_mem_mib * len(j.nodes), len(j.gpu_ids), capacity))
+            for j in active if j.state is JobState.RUNNING]
+        half_life = self.rt.config.scheduler.fairshare_half_life_minutes * 60
+        usage = accrue({k: float(v) for k, v in raw.items()}, running, max(now - last, 0.0), half_life)
+        store.r.hset(store.k.usage, mapping={**usage, "_at": now})
+        return usage
 
     # --- one cycle ---------------------------------------------------------------------------
     def cycle_once(self) -> CycleStats:
@@ -132,7 +154,17 @@ class Scheduler:
         for pre in result.preemptions:
             victim = jobs.get(pre.victim_id)
             if victim is not None and victim.backend:
+                # marked at once, so the next snapshot counts the victim as terminating
+                store.update_if(pre.victim_id, (JobState.SCHEDULED, JobState.RUNNING),
+                                {"preempt_requested": "1", "preempt_grace": pre.grace_seconds})
                 self.send("crossdock.preempt", [pre.victim_id, pre.grace_seconds], victim.backend)
+        with store.r.pipeline(transaction=False) as pipe:
+            done = [p.job_id for p in result.admitted] + list(result.cancelled)
+            if done:
+                pipe.hdel(store.k.nominations, *done)
+            if result.nominations:
+                pipe.hset(store.k.nominations, mapping={str(k): v for k, v in result.nominations.items()})
+            pipe.execute()
         store.set_reasons(result.pending, result.explanations)
 
     # --- reconcile ---------------------------------------------------------------------------
@@ -243,7 +275,8 @@ def _allocations(job: Job, rt: Runtime) -> list[Allocation]:
         by_node.setdefault(g.rsplit(":", 1)[0], []).append(g)
     return [Allocation(job.id, node, cpu, mem, tuple(by_node.get(node, ())), priority=job.priority,
                        preemptible=job.preemptible, queue=job.queue, user=job.spec.user, start_time=job.start_time,
-                       time_limit_minutes=job.spec.time_limit_minutes, grace_seconds=pc.grace_seconds if pc else 0)
+                       time_limit_minutes=job.spec.time_limit_minutes, grace_seconds=pc.grace_seconds if pc else 0,
+                       group=job.array_job_id, terminating=job.preempt_requested)
             for node in job.nodes]
 
 

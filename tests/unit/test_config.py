@@ -71,3 +71,21 @@ def test_broken_yaml_names_the_line(tmp_path):
     p.write_text("queues: {training: [\n")
     with pytest.raises(ConfigError, match="line"):
         load_config(p)
+
+
+@pytest.mark.parametrize("weights,message", [
+    ({"cpu": 0}, "resource weight 0 must be within 1–100"),
+    ({"nvidia.com/gpu": 101}, "resource weight 101"),
+    ({"MostAllocated": -1}, "plugin weight must be ≥ 0"),
+    ({"Bogus": 1}, "Bogus: unknown"),
+], ids=["cpu-zero", "gpu-101", "negative-plugin", "unknown"])
+def test_plugin_weights_are_checked_at_load(weights, message):
+    with pytest.raises(ConfigError) as exc:
+        parse_config(with_("queues.training.plugin_weights", weights))
+    assert any(line.startswith("queues.training.plugin_weights") and message in line for line in exc.value.errors), \
+        exc.value.errors
+
+
+def test_valid_plugin_weights_load():
+    cfg = parse_config(with_("queues.training.plugin_weights", {"cpu": 2, "nvidia.com/gpu": 5, "GpuFragmentation": 0}))
+    assert cfg.queues["training"].plugin_weights["nvidia.com/gpu"] == 5

@@ -42,8 +42,13 @@ class Keys:
 
     @property
     def usage(self) -> str:
-        """HASH of decayed fair-share usage per queue and queue/user."""
+        """HASH of decayed fair-share usage per queue and queue/user; ``_at`` is when it was last accrued."""
         return f"{self.prefix}:usage"
+
+    @property
+    def nominations(self) -> str:
+        """HASH preemptor job id -> node whose capacity is being freed for it."""
+        return f"{self.prefix}:nominations"
 
     @property
     def inventory(self) -> str:

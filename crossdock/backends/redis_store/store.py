@@ -27,7 +27,7 @@ log = logging.getLogger(__name__)
 STREAM_MAXLEN = 10_000
 _STATUS_FIELDS = ("state", "reason", "attempts", "queue", "priority_class", "priority", "preemptible", "pools",
                   "array_job_id", "array_task_id", "backend", "pool", "backend_ref", "nodes", "gpu_ids",
-                  "alloc_cpu_milli", "alloc_mem_mib", "exit_code", "signal", "submit_time", "eligible_time",
+                  "preempt_requested", "alloc_cpu_milli", "alloc_mem_mib", "exit_code", "signal", "submit_time", "eligible_time",
                   "scheduled_time", "start_time", "end_time")
 _JSON_FIELDS = ("pools", "nodes", "gpu_ids")
 _INT_FIELDS = ("attempts", "priority", "array_job_id", "array_task_id", "alloc_cpu_milli", "alloc_mem_mib",
@@ -76,7 +76,7 @@ def hash_to_job(job_id: int, h: dict[str, str]) -> Job:
             data[f] = int(v)
         elif f in _TIME_FIELDS:
             data[f] = datetime.fromisoformat(v)
-        elif f == "preemptible":
+        elif f in ("preemptible", "preempt_requested"):
             data[f] = v == "1"
         else:
             data[f] = v

@@ -62,7 +62,8 @@ def test_resource_weights_from_plugin_weights_steer_placement():
         assert r.admitted[0].nodes == (expected,)
 
 
-def test_bad_resource_weight_is_refused():
-    cfg = config(queues={"train": {"priority_class": "low", "pools": ["gpu"], "plugin_weights": {"cpu": 101}}})
-    with pytest.raises(ValueError, match="weights.cpu"):
-        run_cycle(Snapshot(nodes=(node("a"),)), [job(1).build()], cfg, NOW)
+def test_bad_resource_weight_is_refused_when_the_config_loads():
+    from crossdock.queue.errors import ConfigError
+
+    with pytest.raises(ConfigError, match="queues.train.plugin_weights: .*cpu: resource weight 101"):
+        config(queues={"train": {"priority_class": "low", "pools": ["gpu"], "plugin_weights": {"cpu": 101}}})
