@@ -691,6 +691,8 @@ def down(state_dir: str | os.PathLike[str] | None = None, port_base: int | None 
             stopped.append(name)
         layout.pidfile(name).unlink(missing_ok=True)
     layout.env_file.unlink(missing_ok=True)
+    # Sockets, the spool and the config copy: nothing there outlives the daemons.
+    shutil.rmtree(layout.runtime, ignore_errors=True)
     return stopped
 
 
