@@ -9,6 +9,9 @@
   of each. ``states.py`` translates; this module only gathers what belongs to which job.
 * ``cancel``/``preempt`` mark the Job (``crossdock.io/stop``) and delete it in the foreground,
   preempt first deleting the pods with the job's grace period.
+* gangs (multi-node jobs) are created behind a scheduling gate that ``status`` lifts from
+  every worker at once when all of them fit (``gangs.py``).
+* ``orphans``/``delete_orphans`` find unfinished Jobs of no active attempt (reconcile).
 * ``sync_priority_classes`` makes a ``crossdock-<name>`` PriorityClass per configured class.
 """
 
@@ -19,28 +22,24 @@ import logging
 import threading
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
-from types import MappingProxyType
 from typing import Any
 
 from kubernetes import client
 from kubernetes.client.rest import ApiException
-from kubernetes.utils import parse_quantity
 
 from crossdock.backends.base import BackendError, BackendStatus, BackendUnavailable, Inventory, SubmitFailed
 from crossdock.backends.kubernetes import gangs
 from crossdock.backends.kubernetes import manifests as m
+from crossdock.backends.kubernetes import nodes
 from crossdock.backends.kubernetes import states
 from crossdock.backends.kubernetes.informer import Informer, body, list_all
 from crossdock.queue.config import ClusterConfig
 from crossdock.queue.models import Job
-from crossdock.queue.snapshot import Allocation, GpuDevice, Node
 from crossdock.queue.states import JobState, Reason
 
 log = logging.getLogger(__name__)
 
 COMPLETION_INDEX = "batch.kubernetes.io/job-completion-index"
-GPU_MEMORY_LABEL = "nvidia.com/gpu.memory"
-ACTIVE_PHASES = ("Pending", "Running", "Unknown")
 
 
 def _body(exc: ApiException) -> str:
@@ -62,14 +61,6 @@ def api_error(exc: BaseException, what: str) -> Exception:
             return BackendUnavailable(msg + " (check the kubeconfig's credentials and RBAC)", retryable=False)
         return BackendUnavailable(msg, retryable=True)
     return BackendUnavailable(f"{what}: Kubernetes API unreachable: {exc}", retryable=True)
-
-
-def _milli(q: Any) -> int:
-    return int(parse_quantity(q) * 1000)
-
-
-def _mib(q: Any) -> int:
-    return int(parse_quantity(q) / (1024 * 1024))
 
 
 def _labels(obj: Mapping[str, Any]) -> dict[str, str]:
@@ -118,88 +109,16 @@ class KubernetesBackend:
         self._lock = threading.Lock()
 
     # --- inventory --------------------------------------------------------------------------
-    def _pool_of(self, labels: Mapping[str, str]) -> str | None:
-        for name, pool in self.config.pools.items():
-            if pool.backend == "k8s" and all(labels.get(k) == v for k, v in pool.selector.items()):
-                return name
-        return None
-
-    def _node(self, raw: Mapping[str, Any], pool_name: str) -> Node:
-        pool = self.config.pools[pool_name]
-        meta, spec, status = raw["metadata"], raw.get("spec") or {}, raw.get("status") or {}
-        name, labels = meta["name"], dict(meta.get("labels") or {})
-        alloc = status.get("allocatable") or {}
-        product = labels.get(m.LABEL_GPU_PRODUCT, "")
-        model = m.gpu_model(product) if product else (pool.gpu.model or "GPU")
-        memory = int(labels.get(GPU_MEMORY_LABEL, "0") or 0)
-        gpus = [GpuDevice(f"{name}:{i}", i, model, memory) for i in range(int(parse_quantity(alloc.get(m.GPU_RESOURCE, 0))))]
-        for key, value in sorted(alloc.items()):
-            if key.startswith("nvidia.com/mig-"):
-                profile = key.removeprefix("nvidia.com/mig-")
-                gpus.append(GpuDevice(f"{name}:mig-{profile}", -1, model, 0, mig=(profile,) * int(parse_quantity(value))))
-        taints = spec.get("taints") or []
-        ready = any(c.get("type") == "Ready" and c.get("status") == "True" for c in status.get("conditions") or [])
-        blocking = [t for t in taints if t.get("effect") in ("NoSchedule", "NoExecute")
-                    and not gangs.tolerated(t, pool.tolerations)]
-        return Node(name=name, pool=pool_name, backend=self.kind, cpu_milli=_milli(alloc.get("cpu", 0)),
-                    memory_mib=_mib(alloc.get("memory", 0)), gpus=tuple(gpus), labels=MappingProxyType(labels),
-                    taints=tuple(f"{t.get('key')}={t.get('value') or ''}:{t.get('effect')}" for t in taints),
-                    gpu_sharing=pool.gpu.sharing,
-                    schedulable=ready and not spec.get("unschedulable") and not blocking)
-
     def inventory(self) -> Inventory:
+        """Nodes of the configured pools, and capacity held by pods crossdock did not create."""
         try:
             raw_nodes, _ = list_all(self.core.list_node)
-            pods, _ = list_all(self.core.list_pod_for_all_namespaces,
-                               field_selector="spec.nodeName!=,status.phase!=Succeeded,status.phase!=Failed")
+            pods, _ = list_all(self.core.list_pod_for_all_namespaces, field_selector=nodes.BOUND_AND_ACTIVE)
         except Exception as exc:  # noqa: BLE001 - mapped to crossdock's errors
             raise api_error(exc, "listing nodes and pods") from exc
-        nodes: list[Node] = []
-        products: dict[str, set[str]] = {}
-        for raw in raw_nodes:
-            labels = _labels(raw)
-            if m.LABEL_GPU_PRODUCT in labels:
-                products.setdefault(m.gpu_model(labels[m.LABEL_GPU_PRODUCT]).lower(), set()).add(
-                    labels[m.LABEL_GPU_PRODUCT])
-            pool = self._pool_of(labels)
-            if pool is not None:
-                nodes.append(self._node(raw, pool))
-        self._gpu_products = {k: tuple(sorted(v)) for k, v in products.items()}
-        return Inventory(tuple(sorted(nodes, key=lambda n: n.name)), tuple(self._foreign(pods, nodes)))
-
-    def _foreign(self, pods: list[dict[str, Any]], nodes: list[Node]) -> list[Allocation]:
-        """Capacity held by pods crossdock did not create. Kubernetes does not say which GPU a pod
-        holds, so foreign pods are given the devices crossdock's own pods do not claim."""
-        devices = {n.name: [g.id for g in n.gpus if not g.mig] for n in nodes}
-        taken: dict[str, set[str]] = {}
-        for pod in pods:
-            if m.LABEL_JOB_ID in _labels(pod) or m.LABEL_ARRAY_JOB in _labels(pod):
-                node = pod["spec"]["nodeName"]
-                taken.setdefault(node, set()).update(
-                    g for g in _annotations(pod).get(m.ANNOTATION_GPU_IDS, "").split(",") if g)
-        out: list[Allocation] = []
-        for pod in pods:
-            labels = _labels(pod)
-            if m.LABEL_JOB_ID in labels or m.LABEL_ARRAY_JOB in labels:
-                continue
-            node = pod["spec"]["nodeName"]
-            if node not in devices:
-                continue
-            cpu = mem = gpu = 0
-            for c in pod["spec"].get("containers") or []:
-                req = (c.get("resources") or {}).get("requests") or (c.get("resources") or {}).get("limits") or {}
-                cpu += _milli(req.get("cpu", 0))
-                mem += _mib(req.get("memory", 0))
-                lim = (c.get("resources") or {}).get("limits") or {}
-                gpu += int(parse_quantity(lim.get(m.GPU_RESOURCE, req.get(m.GPU_RESOURCE, 0))))
-            free = [g for g in devices[node] if g not in taken.get(node, set())]
-            ids = tuple(free[-gpu:]) if gpu else ()  # from the top: crossdock binpacks from the bottom
-            taken.setdefault(node, set()).update(ids)
-            meta = pod["metadata"]
-            out.append(Allocation(None, node, cpu, mem, ids, priority=int(pod["spec"].get("priority") or 0),
-                                  queue=f"k8s:{meta.get('namespace')}", user=str(meta.get("name")),
-                                  terminating=bool(meta.get("deletionTimestamp"))))
-        return out
+        found = nodes.pool_nodes(raw_nodes, self.config, self.kind)
+        self._gpu_products = nodes.gpu_products(raw_nodes)
+        return Inventory(found, tuple(nodes.foreign_allocations(pods, found)))
 
     def gpu_products(self) -> dict[str, tuple[str, ...]]:
         """Lower-case GPU model → ``nvidia.com/gpu.product`` values on the cluster's nodes."""
@@ -392,8 +311,7 @@ class KubernetesBackend:
         taken in the given order and each one's workers count against the next one's room."""
         try:
             raw_nodes, _ = list_all(self.core.list_node)
-            pods, _ = list_all(self.core.list_pod_for_all_namespaces,
-                               field_selector="spec.nodeName!=,status.phase!=Succeeded,status.phase!=Failed")
+            pods, _ = list_all(self.core.list_pod_for_all_namespaces, field_selector=nodes.BOUND_AND_ACTIVE)
         except Exception as exc:  # noqa: BLE001 - try again at the next status
             log.warning("gang release skipped: %s", exc)
             return []
