@@ -124,9 +124,9 @@ class Supervisor:
                 if ending == "exit":
                     flags = self.store.r.hmget(self.store.k.job(job.id), "cancel_requested", "preempt_requested",
                                                "preempt_grace")
-                    if flags[0]:
+                    if flags[0] == "1":
                         ending, kill_at = "cancel", now + self.kill_wait
-                    elif flags[1]:
+                    elif flags[1] == "1":
                         ending, kill_at = "preempt", now + float(flags[2] or self.kill_wait)
                     if kill_at is not None:
                         _killpg(proc.pid, signal.SIGTERM)

@@ -46,8 +46,8 @@ def _allowed_from(new: JobState) -> str:
 def encode(value: Any) -> str:
     if value is None:
         return ""
-    if isinstance(value, bool):
-        return "1" if value else "0"
+    if isinstance(value, bool):  # flags are present ("1") or absent: HEXISTS and truthiness agree
+        return "1" if value else ""
     if isinstance(value, datetime):
         return value.isoformat()
     if isinstance(value, (list, tuple, dict)):
