@@ -175,7 +175,7 @@ def render_slurm_conf(layout: Layout) -> str:
         "ClusterName=crossdock",
         "SlurmctldHost=localhost(127.0.0.1)",
         # Bind to the configured addresses (127.0.0.1), not to every interface.
-        "CommunicationParameters=NoInAddrAny",
+        "CommunicationParameters=NoInAddrAny,NoCtldInAddrAny",
         "SlurmUser=root",
         "SlurmdUser=root",
         f"SlurmctldPort={d.ctld_port}",
