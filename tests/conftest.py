@@ -80,7 +80,7 @@ def start_worker(env: dict[str, str], logfile: Path, queues: str = "crossdock.lo
 class Cluster:
     """A running crossdock: one Celery worker process and the scheduler loop in a thread."""
 
-    def __init__(self, rt, env, tmp_path: Path):
+    def __init__(self, rt, env, tmp_path: Path, queues: str = "crossdock.local"):
         from crossdock.workers.app import make_app
         from crossdock.workers.scheduler import Scheduler, celery_sender
 
@@ -90,7 +90,8 @@ class Cluster:
         self.scheduler = Scheduler(rt, self.send)
         self.stop_event = threading.Event()
         self.thread = threading.Thread(target=self.scheduler.run, args=(self.stop_event, 0.5), daemon=True)
-        self.worker = start_worker(env, tmp_path / "worker.log")
+        self.queues = queues
+        self.worker = start_worker(env, tmp_path / "worker.log", queues)
         self.thread.start()
 
     def kill_worker(self) -> None:
@@ -98,7 +99,7 @@ class Cluster:
         self.worker.wait()
 
     def restart_worker(self) -> None:
-        self.worker = start_worker(self.env, self.tmp / "worker.log")
+        self.worker = start_worker(self.env, self.tmp / "worker.log", self.queues)
 
     def wait(self, job_id: int, states=None, timeout: float = 60):
         from crossdock.queue.states import TERMINAL

@@ -1,6 +1,6 @@
 """A crossdock job (spec, id, attempt) → one Slurm submission (:class:`SubmitRequest`).
 
-The job's tag ``crossdock:<job id>:<attempt>`` goes into Slurm's ``--comment``: the same
+The job's tag ``crossdock[/<prefix>]:<job id>:<attempt>`` goes into Slurm's ``--comment``: the same
 dispatch replayed finds the job it already submitted by that tag instead of submitting twice.
 """
 
@@ -18,16 +18,22 @@ from crossdock.backends.slurm.states import format_array_tasks
 from crossdock.queue.models import DependencySpec, DependencyType, Job, JobSpec
 
 TAG_PREFIX = "crossdock"
-_TAG = re.compile(rf"^{TAG_PREFIX}:(\d+):(\d+)$")
+
+
+def _tag_prefix() -> str:
+    """``crossdock`` for the default installation; ``crossdock/<prefix>`` for one with its own
+    Redis key prefix, so that two installations sharing a Slurm cluster never claim each other's jobs."""
+    prefix = os.environ.get("CROSSDOCK_PREFIX", "cd")
+    return TAG_PREFIX if prefix == "cd" else f"{TAG_PREFIX}/{prefix}"
 
 
 def job_tag(job_id: int, attempt: int) -> str:
-    return f"{TAG_PREFIX}:{job_id}:{attempt}"
+    return f"{_tag_prefix()}:{job_id}:{attempt}"
 
 
 def parse_tag(comment: str) -> tuple[int, int] | None:
-    """(job id, attempt) from a Slurm comment, or None for a job crossdock did not submit."""
-    m = _TAG.match(comment or "")
+    """(job id, attempt) from a Slurm comment, or None for a job this installation did not submit."""
+    m = re.match(rf"^{re.escape(_tag_prefix())}:(\d+):(\d+)$", comment or "")
     return (int(m[1]), int(m[2])) if m else None
 
 

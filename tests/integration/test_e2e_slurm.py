@@ -1,0 +1,85 @@
+"""End to end through crossdock to the real local Slurm cluster: submit -> schedule on Slurm
+nodes -> Celery dispatch (sbatch) -> follow (scontrol) -> done, with exit codes and files."""
+
+from __future__ import annotations
+
+import os
+import uuid
+
+import pytest
+import yaml
+
+from crossdock import service
+from crossdock.queue.models import GpuRequest, JobSpec
+from crossdock.queue.states import JobState
+
+pytestmark = [pytest.mark.slurm, pytest.mark.redis, pytest.mark.celery]
+
+CONFIG = {
+    "priority_classes": {"batch": {"value": 500}},
+    "pools": {"hpc-cpu": {"backend": "slurm", "partition": "cpu"},
+              "hpc-gpu": {"backend": "slurm", "partition": "gpu-a100", "gpu": {"model": "a100"}}},
+    "queues": {"batch": {"priority_class": "batch", "pools": ["hpc-cpu", "hpc-gpu"]},
+               "gpu": {"priority_class": "batch", "pools": ["hpc-gpu"]}},
+    "default_queue": "batch",
+    "scheduler": {"interval_seconds": 0.3, "lease_seconds": 2},
+}
+
+
+@pytest.fixture
+def slurm_cluster_env(tmp_path, redis_url, monkeypatch):
+    from crossdock.dev import slurm as dev
+
+    state = dev.up(os.environ.get("CROSSDOCK_SLURM_DIR"))
+    cfg = tmp_path / "crossdock.yaml"
+    cfg.write_text(yaml.safe_dump(CONFIG))
+    env = {"CROSSDOCK_REDIS_URL": redis_url, "CROSSDOCK_STATE_DIR": str(tmp_path / "state"),
+           "CROSSDOCK_CONFIG": str(cfg), "CROSSDOCK_PREFIX": f"s{uuid.uuid4().hex[:10]}",
+           "CROSSDOCK_SLURM_ENV": str(state if state.is_file() else state / "env")}
+    for k, v in env.items():
+        monkeypatch.setenv(k, v)
+    return env
+
+
+@pytest.fixture
+def slurm_crossdock(slurm_cluster_env, tmp_path):
+    from tests.conftest import Cluster
+    from crossdock.runtime import Runtime
+
+    c = Cluster(Runtime.from_env(), slurm_cluster_env, tmp_path, queues="crossdock.slurm")
+    yield c
+    c.close()
+
+
+def test_job_runs_on_slurm_with_output_and_exit_code(slurm_crossdock, tmp_path):
+    rt = slurm_crossdock.rt
+    ok, = service.submit(rt, [JobSpec(command=["sh", "-c", "echo hello $SLURM_JOB_NAME"], name="cd-e2e",
+                                      workdir=str(tmp_path), stdout=str(tmp_path / "ok.out"))])
+    bad, = service.submit(rt, [JobSpec(command=["sh", "-c", "exit 4"], workdir=str(tmp_path),
+                                       stdout=str(tmp_path / "bad.out"))])
+    done = slurm_crossdock.wait(ok.id, timeout=120)
+    assert (done.state, done.exit_code, done.backend, done.pool) == (JobState.COMPLETED, 0, "slurm", "hpc-cpu")
+    assert done.nodes and done.nodes[0] in ("cpu1", "cpu2")
+    assert "hello" in (tmp_path / "ok.out").read_text()
+    failed = slurm_crossdock.wait(bad.id, timeout=120)
+    assert (failed.state, failed.exit_code) == (JobState.FAILED, 4)
+    assert failed.backend_ref and failed.backend_ref != done.backend_ref
+
+
+def test_gpu_job_lands_on_the_a100_node_with_its_devices(slurm_crossdock, tmp_path):
+    rt = slurm_crossdock.rt
+    job, = service.submit(rt, [JobSpec(command=["sh", "-c", "echo $CUDA_VISIBLE_DEVICES"], queue="gpu",
+                                       gpus=GpuRequest(count=2, type="a100"), workdir=str(tmp_path),
+                                       stdout=str(tmp_path / "gpu.out"))])
+    done = slurm_crossdock.wait(job.id, timeout=120)
+    assert done.state is JobState.COMPLETED and done.nodes == ["gpu-a100-1"], (done, slurm_crossdock.rt.store.events(job.id))
+    assert len((tmp_path / "gpu.out").read_text().strip().split(",")) == 2
+
+
+def test_cancel_reaches_slurm(slurm_crossdock, tmp_path):
+    rt = slurm_crossdock.rt
+    job, = service.submit(rt, [JobSpec(command=["sleep", "300"], workdir=str(tmp_path),
+                                       stdout=str(tmp_path / "c.out"))])
+    slurm_crossdock.wait(job.id, {JobState.RUNNING}, timeout=120)
+    service.cancel(rt, [str(job.id)], slurm_crossdock.send)
+    assert slurm_crossdock.wait(job.id, timeout=120).state is JobState.CANCELLED
