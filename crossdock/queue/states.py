@@ -54,7 +54,9 @@ _FINISH = {JobState.COMPLETED, JobState.FAILED, JobState.CANCELLED, JobState.TIM
 TRANSITIONS: dict[JobState, frozenset[JobState]] = {
     JobState.PENDING: frozenset({JobState.SCHEDULED, JobState.CANCELLED, JobState.FAILED}),
     JobState.SCHEDULED: frozenset({JobState.RUNNING, JobState.PENDING, JobState.PREEMPTED} | _FINISH),
-    JobState.RUNNING: frozenset({JobState.PENDING, JobState.PREEMPTED} | _FINISH - {JobState.RUNNING}),
+    # RUNNING -> SCHEDULED: the backend requeued the job itself (Slurm's own preemption) and
+    # will start the same attempt again.
+    JobState.RUNNING: frozenset({JobState.PENDING, JobState.SCHEDULED, JobState.PREEMPTED} | _FINISH),
     JobState.PREEMPTED: frozenset({JobState.PENDING, JobState.CANCELLED}),
     JobState.COMPLETED: frozenset({JobState.PENDING}),
     JobState.FAILED: frozenset({JobState.PENDING}),

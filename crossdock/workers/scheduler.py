@@ -225,21 +225,22 @@ class Scheduler:
                     store.update_if(job.id, (JobState.SCHEDULED,), {"scheduled_time": _now()})
                     self.send("crossdock.dispatch", [job.id, job.attempts], kind)
                 continue
-            fields = {"exit_code": st.exit_code if st.exit_code is not None else "", "nodes": list(st.nodes) or job.nodes}
-            if st.signal is not None:
-                fields["signal"] = st.signal
-            if st.state is job.state:
+            # Waiting inside the backend (Slurm PENDING, or requeued there by the backend itself) is
+            # SCHEDULED for crossdock: the backend owns that attempt and will start it again.
+            state = JobState.SCHEDULED if st.state is JobState.PENDING else st.state
+            if state is job.state:
                 if st.reason and job.state is JobState.SCHEDULED:
                     store.update_if(job.id, (JobState.SCHEDULED,), {"reason": st.reason})
                 continue
-            if st.state is JobState.RUNNING:
+            fields = {"exit_code": st.exit_code if st.exit_code is not None else "", "nodes": list(st.nodes) or job.nodes}
+            if st.signal is not None:
+                fields["signal"] = st.signal
+            if state is JobState.RUNNING:
                 fields["start_time"] = _now()
-            elif st.state.terminal or st.state is JobState.PREEMPTED:
+            elif state.terminal or state is JobState.PREEMPTED:
                 fields["end_time"] = _now()
-            if st.state is JobState.PENDING:
-                store.requeue(job.id, actor=kind, reason=st.reason or "Requeued")
-            elif store.transition(job.id, st.state, fields=fields, reason=st.reason, actor=kind) \
-                    and st.state is JobState.PREEMPTED and job.spec.requeue:
+            if store.transition(job.id, state, fields=fields, reason=st.reason, actor=kind) \
+                    and state is JobState.PREEMPTED and job.spec.requeue:
                 store.requeue(job.id, actor=kind, reason=Reason.PREEMPTED)
 
     # --- the loop ----------------------------------------------------------------------------

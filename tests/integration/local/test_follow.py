@@ -1,0 +1,81 @@
+"""The reconciler's translation of backend reports, with a scripted backend on a real store."""
+
+from __future__ import annotations
+
+import pytest
+
+from crossdock.backends.base import BackendStatus, Inventory
+from crossdock.queue.models import Job, JobSpec
+from crossdock.queue.states import JobState
+from crossdock.workers import backends as backend_cache
+from crossdock.workers.scheduler import Scheduler
+
+pytestmark = pytest.mark.redis
+
+
+class Scripted:
+    kind = "slurm"
+
+    def __init__(self):
+        self.report: BackendStatus | None = None
+
+    def inventory(self):
+        return Inventory(())
+
+    def status(self, jobs):
+        return {j.id: self.report for j in jobs if self.report is not None}
+
+
+@pytest.fixture
+def scripted(runtime, monkeypatch):
+    fake = Scripted()
+    monkeypatch.setitem(backend_cache._cache, (id(runtime), "slurm"), fake)
+    return fake
+
+
+def placed(store, requeue=True) -> Job:
+    job, = store.submit([Job(id=0, spec=JobSpec(command=["true"], requeue=requeue), queue="q")])
+    store.transition(job.id, JobState.SCHEDULED, bump_attempt=True, fields={"backend": "slurm", "backend_ref": "77"})
+    store.claim_dispatch(job.id, 1, "w")
+    return store.get(job.id)
+
+
+def test_waiting_inside_the_backend_stays_scheduled_and_a_backend_requeue_keeps_the_attempt(runtime, scripted):
+    sent = []
+    sched = Scheduler(runtime, lambda *a: sent.append(a))
+    job = placed(runtime.store)
+    steps = [("PENDING", JobState.SCHEDULED), ("RUNNING", JobState.RUNNING), ("PENDING", JobState.SCHEDULED),
+             ("RUNNING", JobState.RUNNING), ("COMPLETED", JobState.COMPLETED)]
+    for native, expected in steps:
+        state = {"PENDING": JobState.PENDING, "RUNNING": JobState.RUNNING, "COMPLETED": JobState.COMPLETED}[native]
+        scripted.report = BackendStatus("77", state, reason="Priority" if native == "PENDING" else "",
+                                        exit_code=0 if native == "COMPLETED" else None, nodes=("cpu1",))
+        sched.reconcile()
+        got = runtime.store.get(job.id)
+        assert got.state is expected, native
+        assert got.attempts == 1
+    assert sent == []
+    assert runtime.store.get(job.id).exit_code == 0
+
+
+def test_preempted_in_the_backend_is_requeued_as_a_new_attempt(runtime, scripted):
+    sched = Scheduler(runtime, lambda *a: None)
+    job = placed(runtime.store)
+    scripted.report = BackendStatus("77", JobState.RUNNING, nodes=("cpu1",))
+    sched.reconcile()
+    scripted.report = BackendStatus("77", JobState.PREEMPTED, reason="Preempted")
+    sched.reconcile()
+    got = runtime.store.get(job.id)
+    assert got.state is JobState.PENDING and got.reason == "Preempted"
+    assert [e["to"] for e in runtime.store.events(job.id)][-2:] == ["PREEMPTED", "PENDING"]
+
+
+def test_a_job_the_backend_forgot_is_marked_lost(runtime, scripted):
+    sched = Scheduler(runtime, lambda *a: None)
+    job = placed(runtime.store, requeue=False)
+    scripted.report = BackendStatus("77", JobState.RUNNING)
+    sched.reconcile()
+    scripted.report = None
+    sched.reconcile()
+    got = runtime.store.get(job.id)
+    assert (got.state, got.reason) == (JobState.NODE_FAIL, "NodeLost")
