@@ -13,12 +13,12 @@ array; ``@task`` turns a function into a submitter.
 from __future__ import annotations
 
 import functools
-import getpass
 import os
 import time
 import uuid
 from typing import Any, Callable, Iterable, Sequence
 
+from crossdock.settings import current_user
 from crossdock import service
 from crossdock.backends.local.pyrun import decode_outcome, encode_call
 from crossdock.queue.errors import CrossdockError
@@ -102,7 +102,7 @@ class JobHandle:
 class Client:
     def __init__(self, runtime: Runtime | None = None, user: str | None = None):
         self.runtime = runtime or Runtime.from_env()
-        self.user = user or _user()
+        self.user = user or current_user()
         self._send = None
 
     @property
@@ -187,12 +187,6 @@ def task(_fn: Callable[..., Any] | None = None, *, client: Client | None = None,
 def _default_client() -> Client:
     return Client()
 
-
-def _user() -> str:
-    try:
-        return getpass.getuser()
-    except Exception:
-        return str(os.getuid())
 
 
 def new_token() -> str:

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import getpass
 import os
 from dataclasses import dataclass
 from pathlib import Path
@@ -25,3 +26,11 @@ class Settings:
             config = str(DEFAULT_CONFIG) if DEFAULT_CONFIG.exists() else str(state / "crossdock.yaml")
         return cls(state_dir=state, redis_url=os.environ.get("CROSSDOCK_REDIS_URL") or None,
                    config_path=Path(config), prefix=os.environ.get("CROSSDOCK_PREFIX", "cd"))
+
+
+def current_user() -> str:
+    """The submitting user's name (the uid when the passwd database has no entry, as in containers)."""
+    try:
+        return getpass.getuser()
+    except (KeyError, OSError):
+        return str(os.getuid())

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import functools
-import getpass
 import os
 import sys
 import time
@@ -13,6 +12,7 @@ from typing import List, Optional
 import typer
 from rich.live import Live
 
+from crossdock.settings import current_user
 from crossdock.cli.common import console, fail, print_json, runtime, sender
 from crossdock.cli.render import job_row, queue_table, summary_table
 from crossdock.queue.errors import CrossdockError, InvalidOption, NoSuchJob
@@ -56,7 +56,7 @@ def submit(ctx: typer.Context) -> None:
     except InvalidOption as exc:
         fail(str(exc))
     env = export_environment(sub.spec.export, sub.spec.env, dict(os.environ))
-    spec = sub.spec.model_copy(update={"user": sub.spec.user or _user(), "env": env,
+    spec = sub.spec.model_copy(update={"user": sub.spec.user or current_user(), "env": env,
                                        "workdir": str(Path(sub.spec.workdir or os.getcwd()).resolve())})
     for w in sub.warnings:
         print(f"crossdock: warning: {w}", file=sys.stderr)
@@ -78,12 +78,6 @@ def submit(ctx: typer.Context) -> None:
     else:
         print(f"Submitted batch job {first}")
 
-
-def _user() -> str:
-    try:
-        return getpass.getuser()
-    except Exception:
-        return str(os.getuid())
 
 
 def _jobs(refs: List[str]) -> list[Job]:

@@ -6,7 +6,6 @@ that one scheduling decision costs one round trip. The key layout lives in :mod:
 
 from __future__ import annotations
 
-import getpass
 import json
 import logging
 import time
@@ -16,6 +15,7 @@ from typing import Any, Iterable, Sequence
 
 import redis
 
+from crossdock.settings import current_user
 from crossdock.backends.redis_store import scripts
 from crossdock.backends.redis_store.keys import Keys
 from crossdock.queue.errors import NoSuchJob
@@ -112,7 +112,7 @@ class JobStore:
         An array is passed as its task jobs; they get consecutive ids and the first id is the
         array job id. With ``token``, a repeated submission returns the jobs first created.
         """
-        actor = actor or _whoami()
+        actor = actor or current_user()
         idem = self.k.idempotency(token) if token else None
         while True:
             with self.r.pipeline() as pipe:
@@ -213,7 +213,7 @@ class JobStore:
         values = {k: encode(v) for k, v in (fields or {}).items()}
         if reason:
             values["reason"] = reason
-        event = {"actor": actor or _whoami(), "reason": reason, "time": time.time()}
+        event = {"actor": actor or current_user(), "reason": reason, "time": time.time()}
         keys = [self.k.job(job_id), self.k.pending, self.k.active, self.k.job_events(job_id), self.k.events]
         args = [job_id, new.value, _allowed_from(new), json.dumps(values), json.dumps(event), STREAM_MAXLEN,
                 "" if attempt is None else str(attempt), unless, "1" if bump_attempt else "0"]
@@ -318,9 +318,3 @@ def _assign_ids(jobs: Sequence[Job], first: int) -> list[Job]:
         out.append(job.model_copy(update=update))
     return out
 
-
-def _whoami() -> str:
-    try:
-        return getpass.getuser()
-    except Exception:  # no passwd entry (containers)
-        return "unknown"
