@@ -18,13 +18,13 @@ import time
 import uuid
 from typing import Any, Callable, Iterable, Sequence
 
-from crossdock.settings import current_user
 from crossdock import service
 from crossdock.backends.local.pyrun import decode_outcome, encode_call
 from crossdock.queue.errors import CrossdockError
 from crossdock.queue.models import ArraySpec, GpuRequest, Job, JobSpec, PythonCall
 from crossdock.queue.states import JobState
 from crossdock.runtime import Runtime
+from crossdock.settings import current_user
 
 
 class JobFailed(CrossdockError):

@@ -72,7 +72,7 @@ def run_demo(scale: int = 1) -> int:
             train = _sbatch(client, ["-J", "train-resnet", "-q", "training", "-p", "training", "-c", "2", "-t",
                                      "10", *gpu, f"--dependency=afterok:{prep[0]}", "--wrap",
                                      "echo training on GPUs [$CUDA_VISIBLE_DEVICES]; sleep 3"])
-            evaluate = _sbatch(client, ["-J", "evaluate", "-p", "preprocessing", f"-d", f"afterok:{train[0]}",
+            evaluate = _sbatch(client, ["-J", "evaluate", "-p", "preprocessing", "-d", f"afterok:{train[0]}",
                                         "--wrap", "echo evaluating; sleep 1"])
             serve = [_sbatch(client, ["-J", f"serve-{i}", "-p", "inference", "-c", "1", "-t", "2", "--wrap",
                                       "echo serving; sleep 2"])[0] for i in range(2)]

@@ -12,12 +12,12 @@ from typing import List, Optional
 import typer
 from rich.live import Live
 
-from crossdock.settings import current_user
 from crossdock.cli.common import console, fail, print_json, runtime, sender
 from crossdock.cli.render import job_row, queue_table, summary_table
 from crossdock.queue.errors import CrossdockError, InvalidOption, NoSuchJob
 from crossdock.queue.models import Job
 from crossdock.queue.states import JobState
+from crossdock.settings import current_user
 
 RAW = {"allow_extra_args": True, "ignore_unknown_options": True, "help_option_names": []}
 

@@ -9,7 +9,6 @@ if the supervisor itself dies, the heartbeat stops and the reconciler marks the 
 
 from __future__ import annotations
 
-import base64
 import logging
 import os
 import signal

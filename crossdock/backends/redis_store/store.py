@@ -15,12 +15,12 @@ from typing import Any, Iterable, Sequence
 
 import redis
 
-from crossdock.settings import current_user
 from crossdock.backends.redis_store import scripts
 from crossdock.backends.redis_store.keys import Keys
 from crossdock.queue.errors import NoSuchJob
 from crossdock.queue.models import Job, JobSpec
 from crossdock.queue.states import TRANSITIONS, JobState, Reason
+from crossdock.settings import current_user
 
 log = logging.getLogger(__name__)
 
