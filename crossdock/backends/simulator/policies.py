@@ -179,11 +179,9 @@ def crossdock_policy(state: ClusterState, pod: PodReq, cand: np.ndarray, rng: np
     """crossdock's default GPU placement (:func:`gpu_frag.crossdock_score`)."""
     rows, gpus, delta = frag_delta(state, pod, cand)
     nodes = cand[rows]
-    remnant = state.gpu_left[nodes, gpus] - pod.milli if pod.sharing else None
-    slack = None
-    if pod.num == 0:
-        slack = gpu_frag.cpu_slack(state.cpu_left[nodes] - pod.cpu, state.gpu_left[nodes].sum(axis=1))
-    score = gpu_frag.crossdock_score(delta, remnant=remnant, cpu_slack=slack)
+    in_use = (state.gpu_left[nodes].sum(axis=1) < state.gpu_count[nodes] * MILLI) | (state.cpu_left[nodes] < state.cpu_cap[nodes])
+    shared = state.gpu_left[nodes, gpus] < MILLI if pod.sharing else None
+    score = gpu_frag.crossdock_score(delta, gpu_frag.packing_tier(in_use, shared)).astype(np.float64)
     node_score, node_gpu = _best_option(len(cand), rows, gpus, score, pod.sharing)
     k = pick_max(node_score, cand, state, rng)
     node = int(cand[k])

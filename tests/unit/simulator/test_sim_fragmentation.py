@@ -104,3 +104,13 @@ def test_incremental_parts_match_a_rebuild(left, milli, g, whole):
         want = gpu_frag.frag_parts(after, work)
         for a, b in zip(got, want):
             assert np.array_equal(a, b)
+
+
+def test_crossdock_score_orders_fgd_ties_by_packing_tier_only():
+    delta = np.array([0.0, 0.0, 0.0, 300.0])
+    tier = gpu_frag.packing_tier(np.array([False, True, True, False]), np.array([False, False, True, False]))
+    assert tier.tolist() == [0, 1, 3, 0]
+    score = gpu_frag.crossdock_score(delta, tier)
+    # equal FGD scores (Δ = 0 -> 50): the shared GPU on a used node first, then the used node;
+    # a better FGD score (Δ = 300 -> 57) wins whatever its tier
+    assert np.argsort(-score).tolist() == [3, 2, 1, 0]

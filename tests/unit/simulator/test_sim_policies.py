@@ -25,7 +25,7 @@ CASES = [
     ("dotprod-smaller-free-vector", "dotprod", [[1000, 1000], [1000, 0]], [64000, 64000], pod(4000, 1000, 1), 1),
     ("fgd-share-fills-the-exact-hole", "fgd", [[1000, 1000], [1000, 500]], [64000, 64000], pod(4000, 500, 1), 1),
     ("fgd-cpu-pod-avoids-starving-gpus", "fgd", [[1000, 1000], [0, 0]], [10000, 10000], pod(4000), 1),
-    ("crossdock-share-smallest-remnant", "crossdock", [[800, 1000], [400, 1000]], [64000, 64000], pod(4000, 300, 1), 1),
+    ("crossdock-share-joins-a-shared-gpu", "crossdock", [[1000, 1000], [1000, 700]], [64000, 64000], pod(1000, 100, 1), 1),
     ("spread-least-allocated", "spread", [[1000, 1000], [1000, 1000]], [20000, 60000], pod(1000), 1),
     ("most-requested-fullest", "most-requested", [[1000, 1000], [1000, 1000]], [20000, 60000], pod(1000), 0),
 ]

@@ -17,7 +17,8 @@ The scores compare a node before and after a candidate placement (``Δ = frag_be
 frag_after``, higher is better):
 
 - :func:`fgd_score` is the FGD authors' integer score, ``int(100·sigmoid(Δ/1000))``.
-- :func:`crossdock_score` is crossdock's default GPU placement score (see its docstring).
+- :func:`crossdock_score` is crossdock's default GPU placement score: FGD first, then a packing
+  tier among FGD's ties (see its docstring).
 
 Inputs are arrays over nodes (or over candidate placements), so scoring a job against thousands
 of nodes is a handful of vectorized operations. Only the standard library and numpy are used.
@@ -31,7 +32,8 @@ Public API::
     node_frag(gpu_left, cpu_left, model, typical) -> float (N,)
     parts_after(total, cnt, below, typical, milli, num, left=None) -> (total', cnt', below')
     fgd_score(delta) -> int array
-    crossdock_score(delta, ...) -> float array
+    packing_tier(node_in_use, gpu_shared=None) -> int array
+    crossdock_score(delta, tier) -> int array
 """
 
 from __future__ import annotations
@@ -166,32 +168,22 @@ def fgd_score(delta: np.ndarray) -> np.ndarray:
     return np.trunc(sigmoid(np.asarray(delta) / 1000.0) * 100).astype(np.int64)
 
 
-CPU_PER_GPU_MILLI = 12_000
-"""CPU a free GPU is expected to need (the openb trace's whole-GPU pods ask for ~11–19 cores)."""
+def packing_tier(node_in_use: np.ndarray, gpu_shared: np.ndarray | None = None) -> np.ndarray:
+    """0..3: +1 when the node already runs something, +2 when a GPU share lands on a GPU that
+    is already shared. Used only to order placements FGD scores the same."""
+    tier = np.asarray(node_in_use, np.int64).copy()
+    if gpu_shared is not None:
+        tier += 2 * np.asarray(gpu_shared, np.int64)
+    return tier
 
 
-def cpu_slack(cpu_left: np.ndarray, gpu_left_total: np.ndarray, per_gpu: int = CPU_PER_GPU_MILLI) -> np.ndarray:
-    """CPU a node can spare without starving its free GPUs: ``cpu_left - free_GPUs·per_gpu``."""
-    return np.asarray(cpu_left, np.float64) - np.asarray(gpu_left_total, np.float64) / MILLI * per_gpu
+def crossdock_score(delta: np.ndarray, tier: np.ndarray) -> np.ndarray:
+    """crossdock's default GPU placement score (higher is better): the FGD score first, then
+    the :func:`packing_tier` among placements FGD scores the same, ``fgd·10 + tier``.
 
-
-def crossdock_score(delta: np.ndarray, remnant: np.ndarray | None = None,
-                    cpu_slack: np.ndarray | None = None) -> np.ndarray:
-    """crossdock's default GPU placement score (higher is better), lexicographic:
-
-    - a GPU share (``remnant`` given: the free share the chosen GPU keeps after placement) goes
-      first where it leaves the smallest remnant (GPU-level best fit across the cluster, so
-      shares complete each other), then by the FGD score;
-    - a whole-GPU job goes by the FGD score;
-    - a CPU-only job (``cpu_slack`` given: the node's :func:`cpu_slack` after placement) goes by
-      the FGD score, then where the CPU it takes is least needed by the node's free GPUs.
-
-    Ties left (equal scores) are the caller's to break; the simulator and the live scheduler
-    keep the first node of a fixed order, which packs.
+    FGD's integer score leaves many nodes tied; the reference scheduler then keeps the first
+    of a fixed node order, which packs. Ordering those ties by "joins a shared GPU, then a node
+    in use" packs on purpose and keeps idle nodes whole for multi-GPU jobs; it never overrides
+    a placement FGD strictly prefers. Ties left are the caller's (a fixed node order).
     """
-    fgd = fgd_score(delta).astype(np.float64)
-    if remnant is not None:
-        return -np.asarray(remnant, np.float64) * 1000.0 + fgd
-    if cpu_slack is not None:
-        return fgd * 1e9 + np.asarray(cpu_slack, np.float64)
-    return fgd
+    return fgd_score(delta) * 10 + np.asarray(tier, np.int64)
