@@ -131,3 +131,24 @@ def test_reference_scenario_file_is_valid():
     sc = load_scenario("configs/scenarios/mixed-gpu-cluster.yaml")
     assert set(sc.setups) == {"mixed", "pools"} and set(sc.pools) == {"a100", "l4", "cpu"}
     assert np.isclose(sum(sc.workloads["training"].gpus.values()), 1)
+
+
+def test_cli_replay_and_scenario(tmp_path):
+    import json
+
+    from typer.testing import CliRunner
+
+    from crossdock.cli.simulate import app
+    from sim_builders import NODE_CSV, POD_CSV
+
+    n, p = write(tmp_path, "n.csv", NODE_CSV), write(tmp_path, "p.csv", POD_CSV)
+    r = CliRunner().invoke(app, ["replay", "--nodes", str(n), "--pods", str(p), "--policy", "fgd", "--json"])
+    assert r.exit_code == 0, r.output
+    assert json.loads(r.output)["jobs"] == 4
+    png = tmp_path / "sc.png"
+    r = CliRunner().invoke(app, ["scenario", str(write(tmp_path, "s.yaml", SCENARIO)), "--plot", str(png), "--json"])
+    assert r.exit_code == 0, r.output
+    assert set(json.loads(r.output)) == {"a", "b"}
+    assert png.read_bytes()[:4] == b"\x89PNG"
+    r = CliRunner().invoke(app, ["scenario", str(tmp_path / "absent.yaml")])
+    assert r.exit_code == 2 and "cannot read" in r.output
