@@ -187,3 +187,48 @@ def crossdock_score(delta: np.ndarray, tier: np.ndarray) -> np.ndarray:
     a placement FGD strictly prefers. Ties left are the caller's (a fixed node order).
     """
     return fgd_score(delta) * 10 + np.asarray(tier, np.int64)
+
+
+CROSSDOCK_PLUGIN = "CrossdockGpu"
+
+
+def _register_plugin() -> None:
+    """Register :func:`crossdock_score` as the score plugin ``CrossdockGpu`` in the live
+    scheduler's registry (``crossdock.queue.scheduler.registry``), when that registry exists.
+
+    It scores exactly like ``GpuFragmentation`` (the cycle's ``FragCache`` in
+    ``state.extra["frag"]``: whole GPUs on idle devices, a share on its best-fit device) and adds
+    the packing tier, so a profile can use it in place of ``GpuFragmentation``. Its values run
+    0..1003 (FGD·10 + tier): weight it so that resource scores only break its ties.
+    """
+    try:
+        from crossdock.queue.scheduler.registry import register
+    except ImportError:  # the simulator works without the live scheduler
+        return
+
+    class CrossdockGpu:
+        name = CROSSDOCK_PLUGIN
+
+        def score(self, state, req, idx: np.ndarray) -> np.ndarray:
+            cache = state.extra.get("frag")
+            if cache is None or not (req.gpus or req.gpu_share_milli) or len(idx) == 0:
+                return np.zeros(len(idx), np.int64)
+            cache.settle()
+            inv = state.inventory
+            total, cnt, below = cache.total[idx], cache.cnt[idx], cache.below[idx]
+            shared = None
+            if req.gpu_share_milli:
+                left = np.where(inv.dev_exists[idx], np.maximum(inv.dev_free[idx], 0), 0)
+                chosen = np.minimum(np.where(left >= req.gpu_share_milli, left, MILLI + 1).min(axis=1), MILLI)
+                after = parts_after(total, cnt, below, cache.typical, req.gpu_share_milli, 1, chosen)
+                shared = chosen < MILLI
+            else:
+                after = parts_after(total, cnt, below, cache.typical, MILLI, req.gpus)
+            frag_after = frag_from_parts(*after, inv.cpu_free[idx] - req.cpu_milli, cache.access[idx], cache.typical)
+            in_use = (inv.gpu_free[idx] < inv.gpu_total[idx]) | (inv.cpu_used[idx] > 0)
+            return crossdock_score(cache.frag[idx] - frag_after, packing_tier(in_use, shared))
+
+    register(CrossdockGpu)
+
+
+_register_plugin()
