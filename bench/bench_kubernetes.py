@@ -1,20 +1,26 @@
 """N jobs through crossdock's Kubernetes backend vs N direct client creates, same run.
 
-    python bench/bench_kubernetes.py [--jobs 1000] [--rounds 1] [--threads 1] [--json]
+    python bench/bench_kubernetes.py [--jobs 1000] [--rounds 1] [--mode interleaved|sequential]
+                                     [--threads 1] [--json]
 
 Against the local control plane (``crossdock.dev.k8s``, started if needed) or ``KUBECONFIG``.
-The bench adds its own kwok nodes (pool ``bench``, 110 pods each, enough for N pods at once)
-and removes them at the end. Each round runs both paths, one after the other, each in a fresh
-namespace once the previous path's pods are gone:
+The bench adds its own kwok nodes (pool ``bench``, 110 pods each, enough for every pod of a
+round at once) and removes them at the end. The two paths:
 
 - ``direct``: ``BatchV1Api.create_namespaced_job`` with the very manifests the backend builds
   (built before the clock starts), as a user of the official client would call it;
 - ``backend``: ``KubernetesBackend.submit(job)`` per job — manifest building, the GPU-product
   lookup, the idempotent create (409 → read) included.
 
-``create_s`` is the wall time of the N create calls; ``running_s`` runs from the first create
-until a watch on the namespace has seen all N pods Running (kube-controller-manager makes the
-pods, kube-scheduler binds them, kwok runs them). ``ratio`` is backend / direct.
+``interleaved`` (default): both paths in the same round, each in its own namespace, calls
+alternating (direct, backend, backend, direct, …), so both see the same load on a shared
+machine and the same control plane queues; ``create_s`` sums each path's call times.
+``sequential``: one path after the other, each in a fresh namespace once the other's pods are
+gone (``--threads`` concurrent calls per path); ``create_s`` is the wall time of the N calls.
+
+``running_s`` runs from the first create until a watch on the path's namespace has seen all N
+pods Running (kube-controller-manager makes the pods, kube-scheduler binds them, kwok runs
+them). ``ratio`` is backend / direct, medians over the rounds.
 """
 
 from __future__ import annotations
@@ -121,11 +127,56 @@ def drain(api: client.ApiClient, namespace: str, timeout: float = 600) -> None:
     core.delete_namespace(namespace)
 
 
+def run_interleaved(api: client.ApiClient, namespaces: dict[str, str], n: int,
+                    create: dict[str, Callable[[int], None]], timeout: float) -> dict[str, dict[str, float]]:
+    core = client.CoreV1Api(api)
+    spent = {path: 0.0 for path in namespaces}
+    with RunningWatch(core, namespaces["direct"], n) as wd, RunningWatch(core, namespaces["backend"], n) as wb:
+        start = time.perf_counter()
+        for i in range(n):
+            for path in ("direct", "backend") if i % 2 == 0 else ("backend", "direct"):
+                t0 = time.perf_counter()
+                create[path](i)
+                spent[path] += time.perf_counter() - t0
+        for path, watch in (("direct", wd), ("backend", wb)):
+            if not watch.done.wait(max(1.0, timeout - (time.perf_counter() - start))):
+                raise RuntimeError(f"{path}: only {len(watch.running)}/{n} pods Running after {timeout:.0f}s")
+        assert wd.at is not None and wb.at is not None
+        return {"direct": {"create_s": spent["direct"], "running_s": wd.at - start},
+                "backend": {"create_s": spent["backend"], "running_s": wb.at - start}}
+
+
+def _namespace(core: client.CoreV1Api, name: str) -> str:
+    core.create_namespace(client.V1Namespace(metadata=client.V1ObjectMeta(name=name)))
+    deadline = time.monotonic() + 30
+    while not core.list_namespaced_service_account(name, field_selector="metadata.name=default").items:
+        if time.monotonic() > deadline:
+            raise RuntimeError(f"no default service account in {name}")
+        time.sleep(0.25)
+    return name
+
+
+def _creators(api: client.ApiClient, ns: dict[str, str], work: list[Job]) -> dict[str, Callable[[int], None]]:
+    batch = client.BatchV1Api(api)
+    bodies = [m.build(j, CONFIG, m.Options(namespace=ns["direct"], ttl_seconds_after_finished=None)) for j in work]
+    backend = KubernetesBackend(CONFIG, api, namespace=ns["backend"], watch=False, ttl_seconds_after_finished=None)
+    backend.sync_priority_classes()
+
+    def direct(i: int) -> None:
+        batch.create_namespaced_job(ns["direct"], bodies[i])
+
+    def through_backend(i: int) -> None:
+        backend.submit(work[i])
+
+    return {"direct": direct, "backend": through_backend}
+
+
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--jobs", type=int, default=1000)
     ap.add_argument("--rounds", type=int, default=1)
-    ap.add_argument("--threads", type=int, default=1, help="concurrent create calls per path")
+    ap.add_argument("--mode", choices=("interleaved", "sequential"), default="interleaved")
+    ap.add_argument("--threads", type=int, default=1, help="concurrent create calls per path (sequential mode)")
     ap.add_argument("--timeout", type=float, default=900, help="seconds to wait for all pods Running")
     ap.add_argument("--json", action="store_true")
     args = ap.parse_args(argv)
@@ -135,7 +186,7 @@ def main(argv: list[str] | None = None) -> int:
     api.configuration.connection_pool_maxsize = max(4, args.threads)
     core = client.CoreV1Api(api)
     tag = uuid.uuid4().hex[:6]
-    nodes = bench_nodes(args.jobs, tag)
+    nodes = bench_nodes(args.jobs * (2 if args.mode == "interleaved" else 1), tag)
     for node in nodes:
         core.create_node(node)
     results: dict[str, list[dict[str, float]]] = {"direct": [], "backend": []}
@@ -148,28 +199,23 @@ def main(argv: list[str] | None = None) -> int:
             time.sleep(0.5)
         work = jobs(args.jobs)
         for rnd in range(args.rounds):
+            if args.mode == "interleaved":
+                ns = {p: _namespace(core, f"cd-bench-{p}-{tag}-{rnd}") for p in ("direct", "backend")}
+                res = run_interleaved(api, ns, args.jobs, _creators(api, ns, work), args.timeout)
+                for path in ("direct", "backend"):
+                    results[path].append(res[path])
+                    _report(rnd, path, res[path])
+                for name in ns.values():
+                    drain(api, name)
+                continue
             for path in ("direct", "backend") if rnd % 2 == 0 else ("backend", "direct"):
-                ns = f"cd-bench-{path}-{tag}-{rnd}"
-                core.create_namespace(client.V1Namespace(metadata=client.V1ObjectMeta(name=ns)))
-                time.sleep(2)  # the namespace's default service account
-                backend = KubernetesBackend(CONFIG, api, namespace=ns, watch=False, ttl_seconds_after_finished=None)
-                backend.sync_priority_classes()
-                if path == "direct":
-                    batch = client.BatchV1Api(api)
-                    bodies = [m.build(j, CONFIG, m.Options(namespace=ns, ttl_seconds_after_finished=None)) for j in work]
-
-                    def create(i: int, batch: client.BatchV1Api = batch, ns: str = ns,
-                               bodies: list[dict[str, Any]] = bodies) -> None:
-                        batch.create_namespaced_job(ns, bodies[i])
-                else:
-                    def create(i: int, backend: KubernetesBackend = backend) -> None:
-                        backend.submit(work[i])
-                res = run_path(api, ns, args.jobs, args.threads, create, args.timeout)
-                results[path].append(res)
-                if not args.json:
-                    print(f"round {rnd} {path:8} create {res['create_s']:7.2f}s  all Running {res['running_s']:7.2f}s",
-                          file=sys.stderr)
-                drain(api, ns)
+                ns = {p: f"cd-bench-{p}-{tag}-{rnd}" for p in ("direct", "backend")}
+                _namespace(core, ns[path])
+                create = _creators(api, ns, work)[path]
+                one = run_path(api, ns[path], args.jobs, args.threads, create, args.timeout)
+                results[path].append(one)
+                _report(rnd, path, one)
+                drain(api, ns[path])
     finally:
         for node in nodes:
             try:
@@ -178,7 +224,8 @@ def main(argv: list[str] | None = None) -> int:
                 pass
         api.close()
 
-    summary: dict[str, Any] = {"jobs": args.jobs, "rounds": args.rounds, "threads": args.threads}
+    summary: dict[str, Any] = {"jobs": args.jobs, "rounds": args.rounds, "mode": args.mode, "threads": args.threads,
+                               "per_round": results}
     for metric in ("create_s", "running_s"):
         direct = statistics.median(r[metric] for r in results["direct"])
         ours = statistics.median(r[metric] for r in results["backend"])
@@ -193,6 +240,11 @@ def main(argv: list[str] | None = None) -> int:
             print(f"{metric:10} direct {s['direct']:8.2f}s  backend {s['backend']:8.2f}s  ratio {s['ratio']:.2f}")
         print(f"target ≤ 1.2×: {'met' if summary['meets_target'] else 'NOT met'}")
     return 0
+
+
+def _report(rnd: int, path: str, res: dict[str, float]) -> None:
+    print(f"round {rnd} {path:8} create {res['create_s']:7.2f}s  all Running {res['running_s']:7.2f}s",
+          file=sys.stderr, flush=True)
 
 
 if __name__ == "__main__":

@@ -148,6 +148,20 @@ def test_several_models_become_a_node_affinity_over_their_products() -> None:
                                             "values": ["NVIDIA-A100-SXM4-80GB", "NVIDIA-L4"]}]}]
 
 
+def test_one_model_sold_as_several_products_allows_each() -> None:
+    opts = m.Options(gpu_products={"a100": ("NVIDIA-A100-SXM4-40GB", "NVIDIA-A100-SXM4-80GB")})
+    spec = pod_spec(job().gpus(1, "A100").on("a100-1").manifest(opts))
+    assert "nvidia.com/gpu.product" not in spec["nodeSelector"]
+    exprs = spec["affinity"]["nodeAffinity"]["requiredDuringSchedulingIgnoredDuringExecution"][
+        "nodeSelectorTerms"][0]["matchExpressions"]
+    assert exprs == [{"key": "kubernetes.io/hostname", "operator": "In", "values": ["a100-1"]},
+                     {"key": "nvidia.com/gpu.product", "operator": "In",
+                      "values": ["NVIDIA-A100-SXM4-40GB", "NVIDIA-A100-SXM4-80GB"]}]
+    unpinned = pod_spec(job().gpus(1, "A100").manifest(opts))["affinity"]["nodeAffinity"]
+    assert unpinned["requiredDuringSchedulingIgnoredDuringExecution"]["nodeSelectorTerms"][0]["matchExpressions"] == \
+        exprs[1:]
+
+
 def test_chosen_node_is_pinned_by_hostname_and_no_soft_placement_is_added() -> None:
     man = job().gpus(8, "A100").on("a100-3").manifest()
     spec = pod_spec(man)

@@ -153,8 +153,8 @@ def _node_affinity(job: Job, pool: Pool, opts: Options) -> dict[str, Any] | None
         terms.append({"key": LABEL_HOSTNAME, "operator": "In", "values": hosts})
     req = job.spec.gpu_request()
     models = req.allowed_models() if req is not None else []
-    if len(models) > 1:
-        products = sorted({p for m in models for p in opts.gpu_products.get(m.lower(), (m,))})
+    products = sorted({p for m in models for p in opts.gpu_products.get(m.lower(), (m,))})
+    if len(products) > 1:  # one product is a plain nodeSelector (below)
         terms.append({"key": LABEL_GPU_PRODUCT, "operator": "In", "values": products})
     if job.spec.exclude:
         terms.append({"key": LABEL_HOSTNAME, "operator": "NotIn", "values": sorted(set(job.spec.exclude))})
@@ -167,13 +167,9 @@ def _node_selector(job: Job, pool: Pool, opts: Options) -> dict[str, str]:
     selector = dict(pool.selector)
     req = job.spec.gpu_request()
     models = req.allowed_models() if req is not None else []
-    if len(models) == 1:
-        products = opts.gpu_products.get(models[0].lower(), ())
-        if len(products) == 1:
-            selector[LABEL_GPU_PRODUCT] = products[0]
-        elif not products:
-            selector[LABEL_GPU_PRODUCT] = models[0]
-        # several products of one model (A100 40GB and 80GB): the affinity below lists them
+    products = {p for m in models for p in opts.gpu_products.get(m.lower(), (m,))}
+    if len(products) == 1:
+        selector[LABEL_GPU_PRODUCT] = products.pop()
     return selector
 
 
@@ -194,12 +190,6 @@ def _affinity(job: Job, cfg: ClusterConfig, pool: Pool, opts: Options, group: st
     affinity: dict[str, Any] = {}
     node = _node_affinity(job, pool, opts)
     if node is not None:
-        req = job.spec.gpu_request()
-        if req is not None and len(req.allowed_models()) == 1:
-            products = opts.gpu_products.get(req.allowed_models()[0].lower(), ())
-            if len(products) > 1:
-                node["requiredDuringSchedulingIgnoredDuringExecution"]["nodeSelectorTerms"][0][
-                    "matchExpressions"].append({"key": LABEL_GPU_PRODUCT, "operator": "In", "values": list(products)})
         affinity["nodeAffinity"] = node
     same_group = {"labelSelector": {"matchLabels": {LABEL_GROUP: group}}, "topologyKey": LABEL_HOSTNAME}
     if job.spec.nodes > 1 or job.spec.anti_affinity:
