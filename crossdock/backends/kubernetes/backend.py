@@ -123,8 +123,12 @@ class KubernetesBackend:
     def gpu_products(self) -> dict[str, tuple[str, ...]]:
         """Lower-case GPU model → ``nvidia.com/gpu.product`` values on the cluster's nodes."""
         if self._gpu_products is None:
-            self.inventory()
-        return dict(self._gpu_products or {})
+            try:
+                raw_nodes, _ = list_all(self.core.list_node)
+            except Exception as exc:  # noqa: BLE001
+                raise api_error(exc, "listing nodes") from exc
+            self._gpu_products = nodes.gpu_products(raw_nodes)
+        return dict(self._gpu_products)
 
     # --- dispatch ---------------------------------------------------------------------------
     def manifest(self, job: Job, array_tasks: Sequence[Job] | None = None) -> dict[str, Any]:

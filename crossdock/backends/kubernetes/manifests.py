@@ -23,7 +23,6 @@ from typing import Any
 from crossdock.queue.config import ClusterConfig, Pool
 from crossdock.queue.models import Job
 
-API_GROUP = "crossdock.io"
 LABEL_JOB_ID = "crossdock.io/job-id"
 LABEL_ATTEMPT = "crossdock.io/attempt"
 LABEL_QUEUE = "crossdock.io/queue"
@@ -58,8 +57,6 @@ LABEL_GPU_PRODUCT = "nvidia.com/gpu.product"
 GPU_RESOURCE = "nvidia.com/gpu"
 GPU_SHARED_RESOURCE = "nvidia.com/gpu.shared"
 CONTAINER = "main"
-SELECTOR = f"{LABEL_JOB_ID}"
-"""Label selector matching every object crossdock created."""
 
 # Runs a crossdock script: the text comes in $CROSSDOCK_SCRIPT (never spliced into a command
 # line), is written out and executed with its own #! interpreter and the job's arguments.
