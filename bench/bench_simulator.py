@@ -47,9 +47,9 @@ def main(argv: list[str] | None = None) -> int:
         print(json.dumps({"nodes": len(nodes), "gpus": nodes.total_gpu_milli // 1000, "rows": rows}))
     else:
         print(f"{len(nodes)} nodes, {nodes.total_gpu_milli // 1000} GPUs, {args.pods.name}, tune {args.tune}")
-        print(f"{'policy':<12}{'pods':>7}{'wall s':>9}{'pods/s':>9}{'alloc@100':>11}")
+        print(f"{'policy':<15}{'pods':>7}{'wall s':>9}{'pods/s':>9}{'alloc@100':>11}")
         for r in rows:
-            print(f"{r['policy']:<12}{r['pods']:>7}{r['wall_s']:>9.2f}{r['pods_per_s']:>9}{r['allocated_pct_at_100']:>11.2f}")
+            print(f"{r['policy']:<15}{r['pods']:>7}{r['wall_s']:>9.2f}{r['pods_per_s']:>9}{r['allocated_pct_at_100']:>11.2f}")
     return 0
 
 
