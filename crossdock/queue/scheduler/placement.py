@@ -1,6 +1,8 @@
 """Choosing nodes and devices for one job: filter, score, pick, assign — all workers or none.
 
-- Like kube-scheduler, a single-worker job scores only a sample of the feasible nodes on big
+- GPU jobs score every feasible node: on the Alibaba trace, sampling 41 % of the nodes cost the
+  fragmentation-aware score 1.35 points of GPU allocation (docs/simulation.md).
+- Like kube-scheduler, any other single-worker job scores only a sample of the feasible nodes on big
   clusters (``percentageOfNodesToScore``'s adaptive default: ``max(5, 50 - n/125)`` percent,
   at least 100 nodes), taken round-robin from where the previous job's sample ended; ties go
   to the lower node index (nodes are sorted by name), so a cycle is deterministic.
@@ -36,9 +38,10 @@ def candidates(state: CycleState, profile: Profile, req: Request) -> np.ndarray:
     that many nodes, over all of them only if the window falls short (same nodes either way)."""
     static = profile.static_nodes(state, req)
     want = nodes_to_score(state.inventory.n)
-    if req.nodes > 1 or len(static) <= 2 * want:
-        feasible = profile.feasible(state, req, static)
-        return feasible if req.nodes > 1 else sample(state, feasible)
+    if req.nodes > 1 or _wants_gpu(req):
+        return profile.feasible(state, req, static)
+    if len(static) <= 2 * want:
+        return sample(state, profile.feasible(state, req, static))
     pos = int(np.searchsorted(static, state.extra.get("next_start", 0)))
     end = pos + 2 * want
     window = static[pos:end] if end <= len(static) else np.concatenate([static[pos:], static[:end - len(static)]])
@@ -48,6 +51,10 @@ def candidates(state: CycleState, profile: Profile, req: Request) -> np.ndarray:
         state.extra["next_start"] = (int(picked[-1]) + 1) % state.inventory.n
         return picked
     return sample(state, profile.feasible(state, req, static))
+
+
+def _wants_gpu(req: Request) -> bool:
+    return bool(req.gpus or req.gpu_share_milli or req.mig_count)
 
 
 def sample(state: CycleState, feasible: np.ndarray) -> np.ndarray:
