@@ -204,6 +204,14 @@ def logs(job: str = typer.Argument(...), follow: bool = typer.Option(False, "--f
     from crossdock.backends.local.environment import output_paths
 
     j = _jobs([job])[0]
+    if j.backend == "k8s":  # container output lives with the pod; read it through the API
+        from crossdock.workers.backends import backend
+
+        try:
+            sys.stdout.write(backend("k8s", runtime()).logs(j))
+        except CrossdockError as exc:
+            fail(f"logs of job {j.display_id}: {exc}", code=1)
+        return
     out, err = output_paths(j, j.nodes[0] if j.nodes else "localhost")
     path = err if stderr else out
     rt = runtime()

@@ -105,6 +105,8 @@ class JobSpec(_Model):
     script: str | None = None
     script_path: str | None = None
     python: PythonCall | None = None
+    image: str | None = None
+    """Container image for backends that run containers (Kubernetes); ignored elsewhere."""
     args: list[str] = Field(default_factory=list)
     env: dict[str, str] = Field(default_factory=dict)
     export: str = "ALL"

@@ -31,6 +31,7 @@ log = logging.getLogger(__name__)
 SendTask = Callable[[str, list, str], None]
 RESEND_AFTER_SECONDS = 15.0
 LOST_AFTER_SECONDS = 60.0
+ORPHAN_SWEEP_SECONDS = 60.0
 
 
 def _now() -> datetime:
@@ -50,6 +51,7 @@ class Scheduler:
         self.rt, self.send = rt, send
         self.holder = holder or f"scheduler-{uuid.uuid4().hex[:8]}"
         self._inventory: dict[str, tuple[float, Inventory]] = {}
+        self._next_orphan_sweep = 0.0
 
     # --- snapshot ----------------------------------------------------------------------------
     def inventory(self, refresh_seconds: float = 10.0) -> tuple[list[Node], list[Allocation]]:
@@ -181,6 +183,20 @@ class Scheduler:
                 self._reconcile_local(jobs, now)
             else:
                 self._follow(kind, jobs)
+        if "k8s" in by_backend or any(p.backend == "k8s" for p in self.rt.config.pools.values()):
+            self._delete_orphans("k8s", by_backend.get("k8s", []))
+
+    def _delete_orphans(self, kind: str, active: list[Job]) -> None:
+        """Remove backend objects left by a crash or a requeue that belong to no active attempt."""
+        now = time.monotonic()
+        if now < self._next_orphan_sweep:
+            return
+        self._next_orphan_sweep = now + ORPHAN_SWEEP_SECONDS
+        try:
+            for orphan in backend(kind, self.rt).delete_orphans(active):
+                log.warning("deleted orphaned %s object %s", kind, orphan.ref)
+        except (BackendError, ImportError, OSError) as exc:
+            log.warning("orphan sweep of %s failed: %s", kind, exc)
 
     def _reconcile_local(self, jobs: list[Job], now: float) -> None:
         store = self.rt.store

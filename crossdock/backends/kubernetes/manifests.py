@@ -292,7 +292,7 @@ def build(job: Job, cfg: ClusterConfig, opts: Options = Options(), *,
         extra_env["CROSSDOCK_ARRAY_TASK_IDS"] = " ".join(str(t.array_task_id) for t in array_tasks or ())
     container: dict[str, Any] = {
         "name": CONTAINER,
-        "image": spec.env.get(IMAGE_ENV, opts.image),
+        "image": spec.image or spec.env.get(IMAGE_ENV, opts.image),
         "env": _environment(job, extra_env),
         "resources": resources(job, cfg, opts),
     }
