@@ -195,3 +195,27 @@ def test_arguments_are_never_interpreted_by_a_shell(cluster, tmp_path):
     assert json.loads((tmp_path / "out.json").read_text()) == weird
     assert not (tmp_path / "pwned").exists() and not (tmp_path / "pwned-name").exists()
     assert cluster.rt.store.get(job.id).spec.name == "$(touch pwned-name) 'x'"
+
+
+def test_task_decorator_and_command_and_script_handles(cluster, tmp_path, monkeypatch):
+    import crossdock
+    from crossdock.client import Client
+
+    monkeypatch.chdir(tmp_path)
+    client = Client(cluster.rt)
+
+    @crossdock.task(client=client, queue="preprocessing", cpus=1, mem="64M")
+    def double(x):
+        return 2 * x
+
+    assert double(4) == 8  # still a plain function here
+    assert double.submit(21).result(timeout=60) == 42
+    assert [h.result(timeout=60) for h in double.map([1, 2])] == [2, 4]
+    cmd = client.submit_command(["sh", "-c", "exit 3"], name="three")
+    assert cmd.wait(timeout=60).exit_code == 3 and cmd.state is JobState.FAILED
+    script = client.submit_script("#!/bin/sh\necho $1 > arg.txt\n", args=["hi there"])
+    assert script.wait(timeout=60).state is JobState.COMPLETED
+    assert (tmp_path / "arg.txt").read_text() == "hi there\n"
+    slow = client.submit_command(["sleep", "60"])
+    slow.cancel()
+    assert slow.wait(timeout=60).state is JobState.CANCELLED
