@@ -22,5 +22,4 @@ $py -m crossdock.dev.slurm up || { echo "local Slurm cluster failed to start" >&
 # 2 cores) and cached in ~/.cache/crossdock/k8s; later runs reuse them.
 $py -m crossdock.dev.k8s build || { echo "building the Kubernetes control plane failed" >&2; exit 1; }
 $py -m crossdock.dev.k8s up || { echo "local Kubernetes control plane failed to start" >&2; exit 1; }
-export KUBECONFIG="$($py -m crossdock.dev.k8s kubeconfig)"
 $py -m pytest -q -p no:cacheprovider "$@"
