@@ -4,8 +4,6 @@ worker plus the scheduling loop, all bound to a temporary state directory."""
 from __future__ import annotations
 
 import os
-import subprocess
-import sys
 import threading
 import time
 import uuid
@@ -69,29 +67,20 @@ def store(runtime):
     return runtime.store
 
 
-def start_worker(env: dict[str, str], logfile: Path, queues: str = "crossdock.local") -> subprocess.Popen:
-    argv = [sys.executable, "-m", "celery", "-A", "crossdock.workers.app", "worker", "-Q", queues,
-            "-c", "2", "-P", "prefork", "--without-gossip", "--without-mingle", "--without-heartbeat",
-            "-n", f"w{uuid.uuid4().hex[:6]}@%h", "--loglevel", "INFO"]
-    log = open(logfile, "ab")
-    return subprocess.Popen(argv, env={**os.environ, **env}, stdout=log, stderr=log, start_new_session=True)
-
-
 class Cluster:
     """A running crossdock: one Celery worker process and the scheduler loop in a thread."""
 
-    def __init__(self, rt, env, tmp_path: Path, queues: str = "crossdock.local"):
+    def __init__(self, rt, tmp_path: Path):
         from crossdock.workers.app import make_app
         from crossdock.workers.scheduler import Scheduler, celery_sender
 
-        self.rt, self.env, self.tmp = rt, env, tmp_path
+        self.rt, self.tmp = rt, tmp_path
         self.app = make_app(rt.redis_url)
         self.send = celery_sender(self.app)
         self.scheduler = Scheduler(rt, self.send)
         self.stop_event = threading.Event()
         self.thread = threading.Thread(target=self.scheduler.run, args=(self.stop_event, 0.5), daemon=True)
-        self.queues = queues
-        self.worker = start_worker(env, tmp_path / "worker.log", queues)
+        self.restart_worker()
         self.thread.start()
 
     def kill_worker(self) -> None:
@@ -99,7 +88,9 @@ class Cluster:
         self.worker.wait()
 
     def restart_worker(self) -> None:
-        self.worker = start_worker(self.env, self.tmp / "worker.log", self.queues)
+        from crossdock.cli.admin import start_worker
+
+        self.worker = start_worker(self.rt, 2, self.tmp / "worker.log", loglevel="INFO")
 
     def wait(self, job_id: int, states=None, timeout: float = 60):
         from crossdock.queue.states import TERMINAL
@@ -117,16 +108,13 @@ class Cluster:
     def close(self) -> None:
         self.stop_event.set()
         self.thread.join(10)
-        if self.worker.poll() is None:
-            os.killpg(self.worker.pid, 15)
-            try:
-                self.worker.wait(15)
-            except subprocess.TimeoutExpired:
-                os.killpg(self.worker.pid, 9)
+        from crossdock.cli.admin import stop_worker
+
+        stop_worker(self.worker, 15)
 
 
 @pytest.fixture
-def cluster(runtime, crossdock_env, tmp_path):
-    c = Cluster(runtime, crossdock_env, tmp_path)
+def cluster(runtime, tmp_path):
+    c = Cluster(runtime, tmp_path)
     yield c
     c.close()

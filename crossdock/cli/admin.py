@@ -62,9 +62,10 @@ def worker_queues(rt) -> str:
     return ",".join(queue_for(k) for k in kinds)
 
 
-def start_worker(rt, concurrency: int, logfile: Path | None = None) -> subprocess.Popen:
+def start_worker(rt, concurrency: int, logfile: Path | None = None, loglevel: str = "WARNING") -> subprocess.Popen:
+    """A Celery worker process for every backend queue the config uses, in its own process group."""
     argv = [sys.executable, "-m", "celery", "-A", "crossdock.workers.app", "worker", "-Q", worker_queues(rt),
-            "-c", str(concurrency), "-P", "prefork", "--without-gossip", "--without-mingle", "--loglevel", "WARNING"]
+            "-c", str(concurrency), "-P", "prefork", "--without-gossip", "--without-mingle", "--loglevel", loglevel]
     out = open(logfile, "ab") if logfile else None
     return subprocess.Popen(argv, env=rt.child_env(), stdout=out, stderr=out, start_new_session=True)
 

@@ -46,7 +46,7 @@ def slurm_crossdock(slurm_cluster_env, tmp_path):
     from tests.conftest import Cluster
     from crossdock.runtime import Runtime
 
-    c = Cluster(Runtime.from_env(), slurm_cluster_env, tmp_path, queues="crossdock.slurm")
+    c = Cluster(Runtime.from_env(), tmp_path)
     yield c
     c.close()
 

@@ -18,6 +18,17 @@ def _pyplot():
     return plt
 
 
+def _save(plt, fig, path: str | Path, title: str = "") -> Path:
+    if title:
+        fig.suptitle(title)
+    fig.tight_layout()
+    out = Path(path)
+    out.parent.mkdir(parents=True, exist_ok=True)
+    fig.savefig(out, dpi=110)
+    plt.close(fig)
+    return out
+
+
 def plot_static(curves: Mapping[str, Sequence[Sequence[Mapping[str, float]]]], path: str | Path,
                 title: str = "") -> Path:
     """Allocation and fragmentation against arrived load, one line per policy.
@@ -41,14 +52,7 @@ def plot_static(curves: Mapping[str, Sequence[Sequence[Mapping[str, float]]]], p
     for ax in (ax1, ax2):
         ax.grid(alpha=0.3)
         ax.legend(fontsize=8)
-    if title:
-        fig.suptitle(title)
-    fig.tight_layout()
-    out = Path(path)
-    out.parent.mkdir(parents=True, exist_ok=True)
-    fig.savefig(out, dpi=110)
-    plt.close(fig)
-    return out
+    return _save(plt, fig, path, title)
 
 
 def plot_bars(rows: Sequence[tuple[str, Mapping[str, float]]], metrics: Sequence[tuple[str, str]],
@@ -69,14 +73,7 @@ def plot_bars(rows: Sequence[tuple[str, Mapping[str, float]]], metrics: Sequence
             ax.annotate(f"{v:.3g}", (b.get_x() + b.get_width() / 2, b.get_height()), ha="center",
                         va="bottom", fontsize=8)
         ax.grid(axis="y", alpha=0.3)
-    if title:
-        fig.suptitle(title)
-    fig.tight_layout()
-    out = Path(path)
-    out.parent.mkdir(parents=True, exist_ok=True)
-    fig.savefig(out, dpi=110)
-    plt.close(fig)
-    return out
+    return _save(plt, fig, path, title)
 
 
 def plot_timeseries(series: Mapping[str, tuple[Sequence[float], Sequence[float]]], path: str | Path,
@@ -89,9 +86,4 @@ def plot_timeseries(series: Mapping[str, tuple[Sequence[float], Sequence[float]]
     ax.set(xlabel=xlabel, ylabel=ylabel, title=title)
     ax.grid(alpha=0.3)
     ax.legend(fontsize=8)
-    fig.tight_layout()
-    out = Path(path)
-    out.parent.mkdir(parents=True, exist_ok=True)
-    fig.savefig(out, dpi=110)
-    plt.close(fig)
-    return out
+    return _save(plt, fig, path)

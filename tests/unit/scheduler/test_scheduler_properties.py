@@ -18,7 +18,7 @@ from itertools import combinations
 
 from hypothesis import HealthCheck, event, given, settings
 from hypothesis import strategies as st
-from sched_builders import NOW, config, job, node, running
+from sched_builders import NOW, config, job, node
 
 from crossdock.queue.cycle import run_cycle
 from crossdock.queue.snapshot import Allocation, Snapshot
