@@ -9,7 +9,10 @@ Extension points, in the order a cycle calls them (kube-scheduler's names):
   int array of node indexes into :class:`~crossdock.queue.scheduler.inventory.Inventory`) may
   hold one worker; ``None`` when the filter does not apply to the job (every node passes).
   Vectorized: one call covers every node. ``static`` filters depend only on the job
-  and the node, never on what runs there, so their masks are cached per request shape.
+  and the node, never on what runs there, so their masks are cached per request shape;
+  ``local`` filters depend only on the request's shape and the tested node's own inventory row,
+  so their verdicts are cached per shape and re-derived only for the nodes that changed
+  (``placement.feasible``); filters with neither flag run on every call.
   ``reasons(state, req, idx)`` returns ``{message: count}`` for the nodes in ``idx`` that fail,
   in kube-scheduler's words ("Insufficient nvidia.com/gpu");
 - ``ScorePlugin.score(state, req, idx) -> int64 array`` — 0–100 per node, already normalized;

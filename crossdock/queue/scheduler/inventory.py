@@ -102,11 +102,15 @@ class Inventory:
                                   for i, x in enumerate(self.nodes)], np.int64)
         self.sig = self.shape_id.copy()
         """Equal for nodes in the same state (same shape, same use): scores are computed once per value."""
+        self.dev_island_of = [[int(k) for k in self.dev_island[i, :len(w)]] for i, w in enumerate(whole)]
         self.listeners: list = []
+        """Callables ``f(node_index)`` run after a node changed (per-node caches of score plugins)."""
+        self.changes: list[int] = []
+        """Every node index :meth:`refresh` was called for, in order (outside simulations): a per-node
+        cache remembers how far it has read and re-derives only the nodes listed after that."""
         self.quiet = False
         """Set while simulating (release, check, restore): per-node caches and ``version`` stay as they are,
         since the node ends exactly as it was."""
-        """Callables ``f(node_index)`` run after a node changed (per-node caches of score plugins)."""
         self.version = 0
         """Bumped whenever capacity is given back (rollback, simulation); caches keyed on it."""
 
@@ -120,24 +124,28 @@ class Inventory:
 
     def refresh(self, i: int) -> None:
         """Recompute node ``i``'s GPU summaries from its device row."""
-        free = self.dev_free[i]
-        ex = self.dev_exists[i]
-        idle = ex & (free == FULL)
-        self.gpu_free[i] = int(idle.sum())
-        self.res_used[2, i] = self.gpu_total[i] - self.gpu_free[i]
+        total = int(self.gpu_total[i])
+        free = self.dev_free[i, :total].tolist()  # devices fill a row's first columns; a short row is quicker in Python
+        idle = free.count(FULL)
+        self.gpu_free[i] = idle
+        self.res_used[2, i] = total - idle
         if self.island_cap[i] > 0:
-            isl = self.dev_island[i][idle]
-            self.island_free[i] = int(np.bincount(isl[isl >= 0]).max()) if (isl >= 0).any() else 0
+            per: dict[int, int] = {}
+            for f, k in zip(free, self.dev_island_of[i]):
+                if f == FULL and k >= 0:
+                    per[k] = per.get(k, 0) + 1
+            self.island_free[i] = max(per.values()) if per else 0
         else:
-            self.island_free[i] = self.gpu_free[i]
-        self.share_top[i] = int(free[ex].max()) if ex.any() else 0
+            self.island_free[i] = idle
+        self.share_top[i] = max(free) if free else 0
         for p, arr in self.mig_free.items():
             arr[i] = len(self.slice_free[i].get(p, ()))
         if self.quiet:
             return
-        used = self.cpu_used[i] or self.mem_used[i] or (ex & (free != FULL)).any()
+        used = self.cpu_used[i] or self.mem_used[i] or idle < total
         self.sig[i] = hash((int(self.shape_id[i]), int(self.cpu_used[i]), int(self.mem_used[i]),
-                            free.tobytes())) if used else self.shape_id[i]
+                            self.dev_free[i].tobytes())) if used else self.shape_id[i]
+        self.changes.append(i)
         for listener in self.listeners:
             listener(i)
 

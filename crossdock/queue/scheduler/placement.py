@@ -39,18 +39,82 @@ def candidates(state: CycleState, profile: Profile, req: Request) -> np.ndarray:
     static = profile.static_nodes(state, req)
     want = nodes_to_score(state.inventory.n)
     if req.nodes > 1 or _wants_gpu(req):
-        return profile.feasible(state, req, static)
+        return feasible(state, profile, req)
     if len(static) <= 2 * want:
-        return sample(state, profile.feasible(state, req, static))
+        return sample(state, feasible(state, profile, req))
     pos = int(np.searchsorted(static, state.extra.get("next_start", 0)))
     end = pos + 2 * want
     window = static[pos:end] if end <= len(static) else np.concatenate([static[pos:], static[:end - len(static)]])
-    feasible = profile.feasible(state, req, window)
-    if len(feasible) >= want:
-        picked = feasible[:want]
+    found = feasible(state, profile, req, window)
+    if len(found) >= want:
+        picked = found[:want]
         state.extra["next_start"] = (int(picked[-1]) + 1) % state.inventory.n
         return picked
-    return sample(state, profile.feasible(state, req, static))
+    return sample(state, feasible(state, profile, req))
+
+
+def feasible(state: CycleState, profile: Profile, req: Request, idx: np.ndarray | None = None) -> np.ndarray:
+    """``profile.feasible(state, req, idx)`` (default: the static nodes), with the verdicts of the
+    node-local filters kept per request shape and re-derived only for the nodes that changed.
+
+    A filter with ``local = True`` decides a node from the request's shape and that node's own
+    inventory row alone, and every change to a row goes through ``Inventory.refresh`` (logged in
+    ``Inventory.changes``), so a verdict stays right until its node is listed again. The other
+    dynamic filters (holds for nominated and reserved capacity) run on the result as before;
+    filters are per-node predicates, so the nodes and their order are those of ``profile.feasible``.
+    """
+    verdicts = _local_verdicts(state, profile, req)
+    out = np.flatnonzero(verdicts.ok) if idx is None else idx[verdicts.ok[idx]]
+    for f in verdicts.others:
+        if len(out) == 0:
+            break
+        mask = f.filter(state, req, out)
+        if mask is not None:
+            out = out[mask]
+    return out
+
+
+class _Verdicts:
+    """One request shape's node-local filter verdicts: ``ok[i]`` for every node, synced up to
+    ``Inventory.changes[:seen]``; ``allowed`` marks the nodes that pass the static filters."""
+
+    __slots__ = ("ok", "seen", "allowed", "local", "others")
+
+    def __init__(self, ok: np.ndarray, seen: int, allowed: np.ndarray, local: list, others: list):
+        self.ok, self.seen, self.allowed, self.local, self.others = ok, seen, allowed, local, others
+
+
+def _local_verdicts(state: CycleState, profile: Profile, req: Request) -> _Verdicts:
+    inv = state.inventory
+    key = ("local", id(profile), req.shape_key())
+    hit = state.cache.get(key)
+    if hit is None:
+        static = profile.static_nodes(state, req)
+        local = [f for f in profile.dynamic_filters if getattr(f, "local", False)]
+        others = [f for f in profile.dynamic_filters if not getattr(f, "local", False)]
+        allowed = np.zeros(inv.n, bool)
+        allowed[static] = True
+        ok = np.zeros(inv.n, bool)
+        ok[_passing(state, local, req, static)] = True
+        hit = state.cache[key] = _Verdicts(ok, len(inv.changes), allowed, local, others)
+    elif hit.seen < len(inv.changes):
+        rows = np.unique(np.array(inv.changes[hit.seen:], np.int64))  # filters expect distinct nodes
+        hit.seen = len(inv.changes)
+        rows = rows[hit.allowed[rows]]
+        if len(rows):
+            hit.ok[rows] = False
+            hit.ok[_passing(state, hit.local, req, rows)] = True
+    return hit
+
+
+def _passing(state: CycleState, filters: list, req: Request, idx: np.ndarray) -> np.ndarray:
+    for f in filters:
+        if len(idx) == 0:
+            break
+        mask = f.filter(state, req, idx)
+        if mask is not None:
+            idx = idx[mask]
+    return idx
 
 
 def _wants_gpu(req: Request) -> bool:
@@ -103,11 +167,44 @@ def score_distinct(state: CycleState, profile: Profile, req: Request, cand: np.n
 
     A score depends only on the node's state and the request (and the cycle's fixed typical pods),
     so nodes in the same state score the same, and a state scored for an earlier job of the same
-    shape and queue is not scored again.
+    shape and queue is not scored again. Each node's last score is kept per shape too, and only
+    the nodes changed since (``Inventory.changes``) are looked up again.
     """
+    inv = state.inventory
+    key = ("scores", id(profile), req.queue, req.shape_key())
+    hit = state.cache.get(key)
+    if hit is None:
+        hit = state.cache[key] = _Scores(np.zeros(inv.n, np.int64), np.zeros(inv.n, bool), len(inv.changes))
+    elif hit.seen < len(inv.changes):
+        hit.valid[inv.changes[hit.seen:]] = False
+        hit.seen = len(inv.changes)
+    stale = cand[~hit.valid[cand]]
+    if len(stale):
+        hit.value[stale] = _by_state(state, profile, req, stale, hit.known)
+        hit.valid[stale] = True
+    return hit.value[cand]
+
+
+class _Scores:
+    """One request shape's scores: per node (``value`` where ``valid``, synced up to
+    ``Inventory.changes[:seen]``) and per node state (``known``: ``Inventory.sig`` -> score)."""
+
+    __slots__ = ("value", "valid", "seen", "known")
+
+    def __init__(self, value: np.ndarray, valid: np.ndarray, seen: int):
+        self.value, self.valid, self.seen = value, valid, seen
+        self.known: dict[int, int] = {}
+
+
+def _by_state(state: CycleState, profile: Profile, req: Request, cand: np.ndarray, known: dict) -> np.ndarray:
     sig = state.inventory.sig[cand]
+    if len(cand) == 1:
+        k = int(sig[0])
+        v = known.get(k)
+        if v is None:
+            v = known[k] = int(profile.score(state, req, cand)[0])
+        return np.array([v], np.int64)
     uniq, first, inverse = np.unique(sig, return_index=True, return_inverse=True)
-    known = state.cache.setdefault(("scores", id(profile), req.queue, req.shape_key()), {})
     keys = uniq.tolist()
     values = [known.get(k) for k in keys]
     missing = [k for k, v in enumerate(values) if v is None]

@@ -19,6 +19,7 @@ NAME = "AntiAffinity"
 class AntiAffinity(SimpleFilter):
     name = NAME
     static = False
+    local = True
     message = "node(s) didn't satisfy the job's anti-affinity rules"
 
     def filter(self, state: CycleState, req: Request, idx: np.ndarray) -> np.ndarray | None:

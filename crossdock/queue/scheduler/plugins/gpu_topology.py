@@ -24,6 +24,7 @@ def island_fits(inv: Inventory, req: Request, idx: np.ndarray) -> np.ndarray:
 class GpuTopology(SimpleFilter):
     name = NAME
     static = False
+    local = True
 
     def filter(self, state: CycleState, req: Request, idx: np.ndarray) -> np.ndarray | None:
         return island_fits(state.inventory, req, idx) if req.gpus >= 2 else None

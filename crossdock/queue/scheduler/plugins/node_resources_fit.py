@@ -48,6 +48,7 @@ def fits(inv: Inventory, req: Request, idx: np.ndarray) -> np.ndarray:
 class NodeResourcesFit:
     name = NAME
     static = False
+    local = True
 
     def filter(self, state: CycleState, req: Request, idx: np.ndarray) -> np.ndarray | None:
         return fits(state.inventory, req, idx)
