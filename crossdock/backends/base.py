@@ -65,3 +65,14 @@ class Backend(Protocol):
 
     def status(self, jobs: Sequence[Job]) -> dict[int, BackendStatus]:
         """One batched query for every given job; jobs the backend does not know are absent."""
+
+
+@runtime_checkable
+class SupportsArrays(Protocol):
+    """A backend that takes tasks of one array as one submission (a Slurm array, an Indexed Job)."""
+
+    def submit_array(self, tasks: Sequence[Job], throttle: int | None = None) -> dict[int, str]:
+        """Submit ``tasks`` (one array, one attempt) together, at most ``throttle`` running at
+        once; return job id → backend reference of each task.
+
+        Idempotent per group: a second call with the same tasks finds what the first one started."""

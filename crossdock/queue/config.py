@@ -59,11 +59,17 @@ class Pool(_Cfg):
     nodes: list[NodeDecl] = Field(default_factory=list)
     min_nodes: int = Field(0, ge=0)
     max_nodes: int | None = Field(None, ge=0)
+    backend_queue: int = Field(0, ge=0)
+    """How many jobs crossdock may hand to this pool's backend beyond what fits now, for the
+    backend to queue (Slurm PENDING, Kubernetes Pending pods); 0 admits only what fits."""
 
     @model_validator(mode="after")
     def _slurm_needs_partition(self) -> "Pool":
         if self.backend == "slurm" and not self.partition:
             raise ValueError("a slurm pool needs partition: <slurm partition name>")
+        if self.backend_queue and self.backend == "local":
+            raise ValueError(f"backend_queue: {self.backend_queue} needs a backend with a queue of its own;"
+                             " the local backend has none — remove backend_queue or use a slurm or k8s pool")
         return self
 
 

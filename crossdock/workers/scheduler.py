@@ -1,9 +1,18 @@
 """The scheduling loop: one leader (a Redis lease) runs cycles and reconciles backends.
 
-Each cycle: snapshot (store + inventories) -> ``run_cycle`` (pure) -> commit every decision in
-one pipelined round trip -> send one dispatch task per admitted job. A crash between commit
-and send leaves jobs SCHEDULED without a dispatch claim; :meth:`Scheduler.reconcile` resends
-them, and the dispatch claim makes a duplicate harmless.
+Each cycle: snapshot (store + inventories) -> ``run_cycle`` (pure) -> hand extra jobs to backend
+queues (pools with ``backend_queue``) -> commit every decision in one pipelined round trip ->
+send one dispatch task per admitted job, or one per group of array tasks admitted together to
+one Slurm or Kubernetes pool (one Slurm array, one Indexed Job). A crash between commit and
+send leaves jobs SCHEDULED without a dispatch claim; :meth:`Scheduler.reconcile` resends them
+(one by one), and the dispatch claim makes a duplicate harmless.
+
+Backend queues: a pool with ``backend_queue: N`` lets up to N jobs wait inside its backend
+beyond what fits now. After the cycle, jobs it left pending for lack of room (``Resources``,
+or an array's ``JobArrayTaskLimit`` when the throttle can travel with the group) are admitted to
+such a pool without nodes, if an empty node of the pool could take them; their capacity counts
+once the backend reports them running (follow records the nodes). Jobs of a queue with a quota
+never go there, since crossdock could not count them against it before they run.
 """
 
 from __future__ import annotations
@@ -17,7 +26,9 @@ from datetime import datetime, timezone
 from typing import Callable, Sequence
 
 from crossdock.backends.base import BackendError, Inventory
-from crossdock.queue.cycle import CycleResult, facts_of, run_cycle
+from crossdock.queue.cycle import CycleResult, Placement, facts_of, run_cycle
+from crossdock.queue.scheduler.request import build_request
+from crossdock.queue.config import ClusterConfig
 from crossdock.queue.models import DependencyType, Job
 from crossdock.queue.scheduler.fairshare import accrue, dominant_share
 from crossdock.queue.snapshot import Allocation, Node, Snapshot
@@ -32,6 +43,8 @@ SendTask = Callable[[str, list, str], None]
 RESEND_AFTER_SECONDS = 15.0
 LOST_AFTER_SECONDS = 60.0
 ORPHAN_SWEEP_SECONDS = 60.0
+GROUPED_BACKENDS = frozenset({"slurm", "k8s"})
+"""Backends that take the tasks of one array as one submission (``submit_array``)."""
 
 
 def _now() -> datetime:
@@ -130,14 +143,20 @@ class Scheduler:
             return CycleStats(seconds=time.perf_counter() - t0)
         active = store.get_many(store.active_ids())
         snap = self.snapshot(pending, active)
-        result = run_cycle(snap, pending, self.rt.config, _now())
-        self.commit(result, {j.id: j for j in [*pending, *active]})
+        now = _now()
+        result = run_cycle(snap, pending, self.rt.config, now)
+        if any(p.backend_queue for p in self.rt.config.pools.values()):
+            t1 = time.perf_counter()
+            overflow(result, snap, pending, active, self.rt.config, now)
+            result.timings["backend_queue"] = time.perf_counter() - t1
+        self.commit(result, {j.id: j for j in [*pending, *active]}, snap.running_per_array)
         stats = CycleStats(len(result.admitted), len(result.cancelled), len(result.pending), time.perf_counter() - t0)
         log.debug("cycle: %s admitted, %s pending, %.3fs (%s)", stats.admitted, stats.pending, stats.seconds,
                   {k: round(v, 4) for k, v in result.timings.items()})
         return stats
 
-    def commit(self, result: CycleResult, jobs: dict[int, Job]) -> None:
+    def commit(self, result: CycleResult, jobs: dict[int, Job],
+               running_per_array: dict[int, int] | None = None) -> None:
         store = self.rt.store
         now = _now()
         with store.r.pipeline(transaction=True) as pipe:
@@ -150,9 +169,13 @@ class Scheduler:
                 store.transition(job_id, JobState.CANCELLED, pipe=pipe, actor=self.holder, reason=reason,
                                  fields={"end_time": now})
             outcomes = pipe.execute()
-        for p, (moved, _old) in zip(result.admitted, outcomes):
-            if moved:
-                self.send("crossdock.dispatch", [p.job_id, jobs[p.job_id].attempts + 1], p.backend)
+        moved = [p for p, (ok, _old) in zip(result.admitted, outcomes) if ok]
+        for group in dispatch_groups(moved, jobs, running_per_array or {}):
+            if group.array_job_id is None:
+                self.send("crossdock.dispatch", [group.job_ids[0], group.attempt], group.backend)
+            else:
+                self.send("crossdock.dispatch_array",
+                          [group.array_job_id, group.attempt, list(group.job_ids), group.throttle], group.backend)
         for pre in result.preemptions:
             victim = jobs.get(pre.victim_id)
             if victim is not None and victim.backend:
@@ -231,33 +254,46 @@ class Scheduler:
             log.warning("status of %s unavailable: %s", kind, exc)
             return
         now = time.time()
-        for job in jobs:
-            st = statuses.get(job.id)
-            if st is None:
-                scheduled = job.scheduled_time.timestamp() if job.scheduled_time else now
-                if job.state is JobState.RUNNING or (job.backend_ref and now - scheduled > LOST_AFTER_SECONDS):
-                    self._lost(job, f"{kind} no longer knows it")
-                elif not store.dispatch_claimed(job.id, job.attempts) and now - scheduled > RESEND_AFTER_SECONDS:
-                    store.update_if(job.id, (JobState.SCHEDULED,), {"scheduled_time": _now()})
-                    self.send("crossdock.dispatch", [job.id, job.attempts], kind)
+        changes: list[tuple[Job, JobState] | None] = []  # one entry per queued command
+        with store.r.pipeline(transaction=False) as pipe:
+            for job in jobs:
+                st = statuses.get(job.id)
+                if st is None:
+                    scheduled = job.scheduled_time.timestamp() if job.scheduled_time else now
+                    if job.state is JobState.RUNNING or (job.backend_ref and now - scheduled > LOST_AFTER_SECONDS):
+                        self._lost(job, f"{kind} no longer knows it")
+                    elif not store.dispatch_claimed(job.id, job.attempts) and now - scheduled > RESEND_AFTER_SECONDS:
+                        store.update_if(job.id, (JobState.SCHEDULED,), {"scheduled_time": _now()})
+                        self.send("crossdock.dispatch", [job.id, job.attempts], kind)
+                    continue
+                # Waiting inside the backend (Slurm PENDING, or requeued there by the backend itself) is
+                # SCHEDULED for crossdock: the backend owns that attempt and will start it again.
+                state = JobState.SCHEDULED if st.state is JobState.PENDING else st.state
+                if state is job.state:
+                    if st.reason and job.state is JobState.SCHEDULED and st.reason != job.reason:
+                        store.update_if(job.id, (JobState.SCHEDULED,), {"reason": st.reason}, pipe=pipe)
+                        changes.append(None)
+                    continue
+                fields = {"exit_code": st.exit_code if st.exit_code is not None else "",
+                          "nodes": list(st.nodes) or job.nodes}
+                if st.signal is not None:
+                    fields["signal"] = st.signal
+                if state is JobState.RUNNING:
+                    fields["start_time"] = _now()
+                elif state.terminal or state is JobState.PREEMPTED:
+                    fields["end_time"] = _now()
+                # One round trip for every change of the pass (a 1,000-task array finishes together).
+                store.transition(job.id, state, fields=fields, reason=st.reason, actor=kind, pipe=pipe)
+                changes.append((job, state))
+            outcomes = pipe.execute()
+        for change, outcome in zip(changes, outcomes):
+            if change is None:
                 continue
-            # Waiting inside the backend (Slurm PENDING, or requeued there by the backend itself) is
-            # SCHEDULED for crossdock: the backend owns that attempt and will start it again.
-            state = JobState.SCHEDULED if st.state is JobState.PENDING else st.state
-            if state is job.state:
-                if st.reason and job.state is JobState.SCHEDULED:
-                    store.update_if(job.id, (JobState.SCHEDULED,), {"reason": st.reason})
-                continue
-            fields = {"exit_code": st.exit_code if st.exit_code is not None else "", "nodes": list(st.nodes) or job.nodes}
-            if st.signal is not None:
-                fields["signal"] = st.signal
-            if state is JobState.RUNNING:
-                fields["start_time"] = _now()
-            elif state.terminal or state is JobState.PREEMPTED:
-                fields["end_time"] = _now()
-            if store.transition(job.id, state, fields=fields, reason=st.reason, actor=kind) \
-                    and state is JobState.PREEMPTED and job.spec.requeue:
-                store.requeue(job.id, actor=kind, reason=Reason.PREEMPTED)
+            (job, state), (ok, old) = change, outcome
+            if ok:
+                log.info("job %s: %s -> %s", job.id, old, state.value)
+                if state is JobState.PREEMPTED and job.spec.requeue:
+                    store.requeue(job.id, actor=kind, reason=Reason.PREEMPTED)
 
     # --- the loop ----------------------------------------------------------------------------
     def run(self, stop: threading.Event, reconcile_every: float = 2.0) -> None:
@@ -281,6 +317,123 @@ class Scheduler:
         finally:
             if leader:
                 self.rt.store.release_lease(self.holder)
+
+
+# --- backend queues and grouped dispatch ---------------------------------------------------------
+
+OVERFLOW_REASONS = frozenset({Reason.RESOURCES, Reason.ARRAY_TASK_LIMIT})
+
+
+def overflow(result: CycleResult, snap: Snapshot, pending: Sequence[Job], active: Sequence[Job],
+             config: ClusterConfig, now: datetime) -> list[Placement]:
+    """Admit jobs the cycle left waiting for room to pools with a ``backend_queue``, without nodes.
+
+    Each pool takes at most its ``backend_queue`` less the jobs already waiting in it (SCHEDULED
+    without nodes). A job goes to the first such pool of its own where an empty node could run it
+    (the cycle's own filters, run once per job shape on the pool's nodes with nothing on them). An
+    array's throttled tasks (``JobArrayTaskLimit``) go only when the array has free slots at the
+    start of the cycle and all its tasks of this cycle land in one pool: the group's submission
+    then carries the throttle (``%free slots``), which the backend enforces. Returns what it added
+    to ``result.admitted`` (and removed from ``result.pending``)."""
+    pools = {name: p.backend_queue for name, p in config.pools.items() if p.backend_queue and p.backend != "local"}
+    if not pools:
+        return []
+    room = dict(pools)
+    for job in active:
+        if job.state is JobState.SCHEDULED and not job.nodes and job.pool in room:
+            room[job.pool] -= 1
+    if all(r <= 0 for r in room.values()):
+        return []
+    by_id = {j.id: j for j in pending}
+    admitted_pool: dict[int, set[str]] = {}
+    for p in result.admitted:
+        job = by_id.get(p.job_id)
+        if job is not None and job.array_job_id is not None:
+            admitted_pool.setdefault(job.array_job_id, set()).add(p.pool)
+    quota_queues = {name for name, q in config.queues.items() if q.quota.model_dump(exclude_defaults=True)}
+    empty = Snapshot(nodes=tuple(n for n in snap.nodes if n.pool in pools), jobs=snap.jobs, usage=snap.usage)
+    target: dict[tuple, str | None] = {}
+    added: list[Placement] = []
+    held: dict[int, list[Placement]] = {}  # throttled arrays' extra tasks, until their pool is known to be one
+    for job in sorted((by_id[i] for i, why in result.pending.items() if why in OVERFLOW_REASONS and i in by_id),
+                      key=lambda j: (-j.priority, j.spec.nice, j.id)):
+        if job.queue in quota_queues:
+            continue
+        throttled = result.pending[job.id] == Reason.ARRAY_TASK_LIMIT
+        if throttled:
+            arr = job.spec.array
+            if job.array_job_id is None or arr is None or arr.max_running is None \
+                    or snap.running_per_array.get(job.array_job_id, 0) >= arr.max_running:
+                continue
+        key = (job.queue, job.priority_class, build_request(job, config).shape_key())
+        if key not in target:
+            probe = run_cycle(empty, [job.model_copy(update={"array_job_id": None, "spec": job.spec.model_copy(
+                update={"dependency": None, "array": None})})], config, now)
+            target[key] = probe.admitted[0] if probe.admitted else None  # type: ignore[assignment]
+        probe_placement = target[key]
+        if probe_placement is None or room.get(probe_placement.pool, 0) <= 0:  # type: ignore[union-attr]
+            continue
+        pool = probe_placement.pool  # type: ignore[union-attr]
+        room[pool] -= 1
+        placement = Placement(job.id, pool, probe_placement.backend, (), (),  # type: ignore[union-attr]
+                              probe_placement.cpu_milli, probe_placement.memory_mib)  # type: ignore[union-attr]
+        if job.array_job_id is not None and job.spec.array is not None and job.spec.array.max_running is not None:
+            admitted_pool.setdefault(job.array_job_id, set()).add(pool)
+            held.setdefault(job.array_job_id, []).append(placement)
+            continue
+        added.append(placement)
+    for array_job_id, placements in held.items():
+        if len(admitted_pool[array_job_id]) == 1:
+            added.extend(placements)
+        else:
+            for p in placements:
+                room[p.pool] += 1
+    for p in added:
+        result.admitted.append(p)
+        result.pending.pop(p.job_id, None)
+        result.explanations.pop(p.job_id, None)
+    if added:
+        log.debug("backend queues: %s jobs handed over beyond free capacity", len(added))
+    return added
+
+
+@dataclass(frozen=True)
+class DispatchGroup:
+    """What one dispatch task submits: one job, or tasks of one array as one backend submission."""
+
+    backend: str
+    attempt: int
+    job_ids: tuple[int, ...]
+    array_job_id: int | None = None
+    throttle: int | None = None
+
+
+def dispatch_groups(placements: Sequence[Placement], jobs: dict[int, Job],
+                    running_per_array: dict[int, int]) -> list[DispatchGroup]:
+    """Tasks of one array placed in one Slurm or Kubernetes pool with the same attempt form one
+    group; everything else is dispatched alone. A group's throttle is its array's free slots at
+    the start of the cycle (``max_running`` less its tasks already placed), so that the backend
+    never runs more tasks of the array at once than crossdock would."""
+    singles: list[DispatchGroup] = []
+    groups: dict[tuple[str, str, int, int], list[int]] = {}
+    for p in placements:
+        job = jobs[p.job_id]
+        attempt = job.attempts + 1
+        if job.array_job_id is not None and job.array_task_id is not None and p.backend in GROUPED_BACKENDS:
+            groups.setdefault((p.backend, p.pool, job.array_job_id, attempt), []).append(p.job_id)
+        else:
+            singles.append(DispatchGroup(p.backend, attempt, (p.job_id,)))
+    out = list(singles)
+    for (kind, _pool, array_job_id, attempt), ids in groups.items():
+        if len(ids) == 1:
+            out.append(DispatchGroup(kind, attempt, (ids[0],)))
+            continue
+        arr = jobs[ids[0]].spec.array
+        throttle = None
+        if arr is not None and arr.max_running is not None:
+            throttle = max(arr.max_running - running_per_array.get(array_job_id, 0), 1)
+        out.append(DispatchGroup(kind, attempt, tuple(sorted(ids)), array_job_id, throttle))
+    return out
 
 
 def _allocations(job: Job, rt: Runtime) -> list[Allocation]:

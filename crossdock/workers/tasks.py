@@ -1,12 +1,19 @@
-"""Celery tasks: dispatch, cancel and preempt one job on its backend. Each is idempotent."""
+"""Celery tasks: dispatch one job (or one group of array tasks), cancel and preempt. Each is idempotent.
+
+A dispatch claims each (job id, attempt) before it submits; a second task for the same attempt
+(a resend, a duplicate) sees the claim and does nothing. The same task delivered again after its
+worker died (same Celery task id) recognises its own claims and submits again, which the
+backend answers with what it already started (its objects carry deterministic tags and names).
+"""
 
 from __future__ import annotations
 
 import logging
 import socket
+import time
 from functools import lru_cache
 
-from crossdock.backends.base import BackendUnavailable, SubmitFailed
+from crossdock.backends.base import BackendUnavailable, SubmitFailed, SupportsArrays
 from crossdock.queue.errors import NoSuchJob
 from crossdock.queue.states import JobState, Reason
 from crossdock.runtime import Runtime
@@ -21,6 +28,41 @@ def runtime() -> Runtime:
     return Runtime.from_env()
 
 
+def _claim(store, ids: list[int], attempt: int, worker: str) -> list[int]:
+    """The ids whose dispatch of ``attempt`` this task owns: claimed now, or by this very task
+    (same Celery id) before its worker died. Two round trips for any number of jobs."""
+    keys = [store.k.dispatch_claim(i, attempt) for i in ids]
+    with store.r.pipeline(transaction=False) as pipe:
+        for key in keys:
+            pipe.set(key, worker, nx=True, ex=7 * 86400)
+        got = pipe.execute()
+    with store.r.pipeline(transaction=False) as pipe:
+        for key in keys:
+            pipe.get(key)
+        holders = pipe.execute()
+    mine = [i for i, new, holder in zip(ids, got, holders) if new or holder == worker]
+    with store.r.pipeline(transaction=False) as pipe:
+        for i in mine:
+            store.update_if(i, (JobState.SCHEDULED,), {"dispatched": str(time.time())}, pipe=pipe)
+        pipe.execute()
+    return mine
+
+
+def _release(store, ids: list[int], attempt: int) -> None:
+    """Free the claims so a retry may submit; the backend's own idempotency covers a submission
+    that did reach it before the error."""
+    with store.r.pipeline(transaction=False) as pipe:
+        for i in ids:
+            pipe.delete(store.k.dispatch_claim(i, attempt))
+            store.update_if(i, (JobState.SCHEDULED,), {"reason": Reason.DISPATCH_RETRY, "dispatched": ""}, pipe=pipe)
+        pipe.execute()
+
+
+def _fail(store, ids: list[int], attempt: int, reason: str) -> None:
+    for i in ids:
+        store.transition(i, JobState.FAILED, attempt=attempt, reason=reason, actor="dispatch")
+
+
 @app.task(name="crossdock.dispatch", bind=True, max_retries=None)
 def dispatch(self, job_id: int, attempt: int) -> str:
     """Start attempt ``attempt`` of a SCHEDULED job on its backend, exactly once."""
@@ -33,25 +75,63 @@ def dispatch(self, job_id: int, attempt: int) -> str:
     if job.state is not JobState.SCHEDULED or job.attempts != attempt:
         return f"stale: {job.state} attempt {job.attempts}"
     worker = f"{socket.gethostname()}:{self.request.id}"
-    if not store.claim_dispatch(job_id, attempt, worker):
+    if not _claim(store, [job_id], attempt, worker):
         return "duplicate"
     try:
         ref = backend(job.backend or "local", rt).submit(job)
     except BackendUnavailable as exc:
         if not exc.retryable:
-            store.transition(job_id, JobState.FAILED, attempt=attempt, reason=f"BackendUnavailable: {exc}",
-                             actor="dispatch")
+            _fail(store, [job_id], attempt, f"BackendUnavailable: {exc}")
             return "failed"
-        # Free the claim so the retry may submit; the backend's own idempotency covers a
-        # submission that did reach it before the error.
-        store.r.delete(store.k.dispatch_claim(job_id, attempt))
-        store.update_if(job_id, (JobState.SCHEDULED,), {"reason": Reason.DISPATCH_RETRY, "dispatched": ""})
+        _release(store, [job_id], attempt)
         raise self.retry(exc=exc, countdown=min(2 ** min(self.request.retries, 5), 30))
     except SubmitFailed as exc:
-        store.transition(job_id, JobState.FAILED, attempt=attempt, reason=f"SubmitFailed: {exc}", actor="dispatch")
+        _fail(store, [job_id], attempt, f"SubmitFailed: {exc}")
         return "failed"
     store.update_if(job_id, (JobState.SCHEDULED, JobState.RUNNING), {"backend_ref": ref})
     return ref
+
+
+@app.task(name="crossdock.dispatch_array", bind=True, max_retries=None)
+def dispatch_array(self, array_job_id: int, attempt: int, job_ids: list[int], throttle: int | None = None) -> str:
+    """Start attempt ``attempt`` of these SCHEDULED tasks of one array as ONE backend submission
+    (a Slurm array with ``%throttle``, an Indexed Job), exactly once.
+
+    Tasks that moved on (cancelled, another attempt) or whose attempt another task claimed (a
+    resend dispatched them one by one) are left out; the group's tag comes from the tasks it
+    submits, so a redelivery, which claims the same tasks, finds the same submission."""
+    rt = runtime()
+    store = rt.store
+    jobs = [j for j in store.get_many(job_ids)
+            if j.state is JobState.SCHEDULED and j.attempts == attempt and j.array_job_id == array_job_id]
+    if not jobs:
+        return "stale"
+    worker = f"{socket.gethostname()}:{self.request.id}"
+    mine = set(_claim(store, [j.id for j in jobs], attempt, worker))
+    jobs = [j for j in jobs if j.id in mine]
+    if not jobs:
+        return "duplicate"
+    ids = [j.id for j in jobs]
+    target = backend(jobs[0].backend or "local", rt)
+    try:
+        if isinstance(target, SupportsArrays) and len(jobs) > 1:
+            refs = target.submit_array(jobs, throttle)
+        else:
+            refs = {j.id: target.submit(j) for j in jobs}
+    except BackendUnavailable as exc:
+        if not exc.retryable:
+            _fail(store, ids, attempt, f"BackendUnavailable: {exc}")
+            return "failed"
+        _release(store, ids, attempt)
+        raise self.retry(exc=exc, countdown=min(2 ** min(self.request.retries, 5), 30))
+    except SubmitFailed as exc:
+        _fail(store, ids, attempt, f"SubmitFailed: {exc}")
+        return "failed"
+    with store.r.pipeline(transaction=False) as pipe:
+        for job_id, ref in refs.items():
+            store.update_if(job_id, (JobState.SCHEDULED, JobState.RUNNING), {"backend_ref": ref}, pipe=pipe)
+        pipe.execute()
+    return f"{len(refs)} tasks: {next(iter(refs.values()))}…"
 
 
 @app.task(name="crossdock.cancel")

@@ -71,12 +71,22 @@ def _annotations(obj: Mapping[str, Any]) -> dict[str, str]:
     return dict((obj.get("metadata") or {}).get("annotations") or {})
 
 
-def _array_index(job: Job, array_job: Mapping[str, Any]) -> str | None:
-    """The completion index of ``job`` in an array Job (from its ``crossdock.io/array-jobs``)."""
-    for i, pair in enumerate(_annotations(array_job).get(m.ANNOTATION_ARRAY_JOBS, "").split(",")):
-        if pair.split(":", 1)[0] == str(job.id):
-            return str(i)
-    return None
+def _array_tasks(kjobs: Mapping[str, tuple[dict[str, Any], bool]]) -> dict[tuple[int, int], tuple[str, str]]:
+    """(job id, attempt) → (array Job name, completion index), from every array Job's
+    ``crossdock.io/array-jobs`` annotation (an array may be split over several Jobs)."""
+    out: dict[tuple[int, int], tuple[str, str]] = {}
+    for name, (kjob, _deleted) in kjobs.items():
+        labels = _labels(kjob)
+        if m.LABEL_ARRAY_JOB not in labels:
+            continue
+        try:
+            attempt = int(labels.get(m.LABEL_ATTEMPT, "0"))
+            for i, pair in enumerate(_annotations(kjob).get(m.ANNOTATION_ARRAY_JOBS, "").split(",")):
+                if pair:
+                    out[(int(pair.split(":", 1)[0]), attempt)] = (name, str(i))
+        except ValueError:
+            continue
+    return out
 
 
 @dataclass(frozen=True)
@@ -165,8 +175,13 @@ class KubernetesBackend:
         manifest = self.manifest(job)
         return self._create(manifest, {m.LABEL_JOB_ID: str(job.id), m.LABEL_ATTEMPT: str(job.attempts)})
 
-    def submit_array(self, tasks: Sequence[Job]) -> dict[int, str]:
-        """All ``tasks`` of one array (same attempt) as one Indexed Job; returns job id → ref."""
+    def submit_array(self, tasks: Sequence[Job], throttle: int | None = None) -> dict[int, str]:
+        """``tasks`` of one array (same attempt) as one Indexed Job; returns job id → ref.
+
+        Idempotent per group (the Job's name holds the array id, the attempt and the group's
+        lowest job id). ``throttle`` (default: the spec's ``%max_running``) caps ``parallelism``.
+        crossdock's per-task node choice is not pinned: every pod of the Job may go to any node
+        of the pool, where kube-scheduler honours the queue's placement (affinity or spread)."""
         if not tasks:
             return {}
         first = tasks[0]
@@ -174,7 +189,10 @@ class KubernetesBackend:
                                              for t in tasks):
             raise SubmitFailed("submit_array: give tasks of one array with the same attempt")
         ordered = sorted(tasks, key=lambda t: t.array_task_id or 0)
-        manifest = self.manifest(ordered[0], array_tasks=ordered)
+        lead = ordered[0].model_copy(update={"nodes": [], "gpu_ids": []})
+        manifest = self.manifest(lead, array_tasks=ordered)
+        if throttle:
+            manifest["spec"]["parallelism"] = min(len(ordered), throttle)
         ref = self._create(manifest, {m.LABEL_ARRAY_JOB: str(first.array_job_id), m.LABEL_ATTEMPT: str(first.attempts)})
         return {t.id: f"{ref}#{i}" for i, t in enumerate(ordered)}
 
@@ -210,18 +228,14 @@ class KubernetesBackend:
             return
         if job.array_job_id is None:
             return
-        name = m.array_name(job.array_job_id, job.attempts)
+        _, kjobs = self._objects()
+        found = _array_tasks(kjobs).get((job.id, job.attempts))
+        if found is None:
+            return
+        name, index = found
         patch = {"metadata": {"annotations": {f"{m.ANNOTATION_STOP}-{job.id}": why}}}
         if not self._call(f"marking Job {name} {why}", self.batch.patch_namespaced_job, name, self.namespace, patch):
             return
-        pods, kjobs = self._objects() if self.watch else ([], {})
-        index = _array_index(job, kjobs.get(name, ({}, False))[0]) if kjobs else None
-        if index is None:  # no cache to read the index from: ask the API
-            try:
-                kjob = json.loads(body(self.batch.read_namespaced_job(name, self.namespace, _preload_content=False)))
-            except Exception as exc:  # noqa: BLE001
-                raise api_error(exc, f"reading Job {name}") from exc
-            index = _array_index(job, kjob)
         if index is not None:
             self._call(f"deleting task {job.id} of Job {name}", self.core.delete_collection_namespaced_pod,
                        self.namespace, label_selector=f"job-name={name},{COMPLETION_INDEX}={index}",
@@ -298,8 +312,9 @@ class KubernetesBackend:
         if waiting:
             self.release_gangs(waiting, by_attempt)
         out: dict[int, BackendStatus] = {}
+        tasks = _array_tasks(kjobs) if any(j.array_job_id is not None for j in jobs) else {}
         for job in jobs:
-            st = self._status_of(job, by_attempt, by_index, kjobs)
+            st = self._status_of(job, by_attempt, by_index, kjobs, tasks)
             if st is not None:
                 out[job.id] = st
         unexplained = {i: st for i, st in out.items() if st.native_state == "job/Failed/BackoffLimitExceeded"
@@ -364,29 +379,28 @@ class KubernetesBackend:
         return found
 
     def _array_pods(self, job: Job, kjobs: Mapping[str, tuple[dict[str, Any], bool]],
-                    by_index: Mapping[tuple[str, str], dict[str, Any]]) -> tuple[str, tuple[dict[str, Any], bool] | None,
-                                                                                 list[dict[str, Any]]]:
+                    by_index: Mapping[tuple[str, str], dict[str, Any]],
+                    tasks: Mapping[tuple[int, int], tuple[str, str]]) -> tuple[
+                        str, tuple[dict[str, Any], bool] | None, list[dict[str, Any]]]:
         if job.array_job_id is None:
             return "", None, []
-        name = m.array_name(job.array_job_id, job.attempts)
-        entry = kjobs.get(name)
-        if entry is None:
-            return name, None, []
-        index = _array_index(job, entry[0])
-        if index is None:
-            return name, None, []
+        found = tasks.get((job.id, job.attempts))
+        if found is None:
+            return m.array_name(job.array_job_id, job.attempts), None, []
+        name, index = found
         pod = by_index.get((name, index))
-        return name, entry, [pod] if pod is not None else []
+        return name, kjobs[name], [pod] if pod is not None else []
 
     def _status_of(self, job: Job, by_attempt: Mapping[tuple[int, int], list[dict[str, Any]]],
                    by_index: Mapping[tuple[str, str], dict[str, Any]],
-                   kjobs: Mapping[str, tuple[dict[str, Any], bool]]) -> BackendStatus | None:
+                   kjobs: Mapping[str, tuple[dict[str, Any], bool]],
+                   tasks: Mapping[tuple[int, int], tuple[str, str]]) -> BackendStatus | None:
         name = m.job_name(job.id, job.attempts)
         entry = kjobs.get(name)
         pods = by_attempt.get((job.id, job.attempts), [])
         expected = max(job.spec.nodes, 1)
         if entry is None and not pods:
-            name, entry, pods = self._array_pods(job, kjobs, by_index)
+            name, entry, pods = self._array_pods(job, kjobs, by_index, tasks)
             expected = 1
         ref = f"{self.namespace}/{name}"
         if entry is None and not pods:

@@ -75,8 +75,19 @@ def job_name(job_id: int, attempt: int) -> str:
     return f"cd-{job_id}-{attempt}"
 
 
-def array_name(array_job_id: int, attempt: int) -> str:
-    return f"cd-a{array_job_id}-{attempt}"
+def array_name(array_job_id: int, attempt: int, first_task: int | None = None) -> str:
+    """The Indexed Job of array tasks submitted together. ``first_task`` (the group's lowest task
+    id) tells apart two groups of one array and attempt; it is left out when None (the group holds
+    the array's first task, which no other group of that attempt can)."""
+    base = f"cd-a{array_job_id}-{attempt}"
+    return base if first_task is None else f"{base}-{first_task}"
+
+
+def group_first_task(tasks: Sequence[Job]) -> int | None:
+    """The lowest task id of a group of array tasks, or None when it is the array's first task."""
+    lowest = min(t.array_task_id or 0 for t in tasks)
+    spec = tasks[0].spec.array
+    return None if spec is None or lowest == min(spec.task_ids) else lowest
 
 
 def priority_class_name(name: str) -> str:
@@ -348,7 +359,8 @@ def build(job: Job, cfg: ClusterConfig, opts: Options = Options(), *,
                                       else len(tasks))
         del job_spec["backoffLimit"]
         annotations[ANNOTATION_ARRAY_JOBS] = ",".join(f"{t.id}:{t.array_task_id}" for t in tasks)
-        name = array_name(job.array_job_id if job.array_job_id is not None else job.id, job.attempts)
+        name = array_name(job.array_job_id if job.array_job_id is not None else job.id, job.attempts,
+                          group_first_task(tasks))
     else:
         if spec.nodes > 1:
             job_spec.update(completionMode="Indexed", completions=spec.nodes, parallelism=spec.nodes)

@@ -38,7 +38,7 @@ from crossdock.backends.slurm.driver import (
     SubmitRejected,
     SubmitRequest,
 )
-from crossdock.backends.slurm.request import build_request, expand_array_pattern, job_tag, parse_tag
+from crossdock.backends.slurm.request import build_request, expand_array_pattern, group_tag, job_tag, parse_tag
 from crossdock.backends.slurm.rest import RestDriver
 from crossdock.backends.slurm.states import format_array_tasks, translate
 from crossdock.queue.config import ClusterConfig
@@ -200,9 +200,15 @@ class SlurmBackend:
         )
         return self._submit_once(job_tag(job.id, job.attempts), request)
 
-    def submit_array(self, tasks: Sequence[Job]) -> dict[int, str]:
-        """Tasks of one crossdock array (same attempt) as one Slurm array with the spec's
-        throttle; returns crossdock job id → ``"<slurm id>_<task>"``."""
+    def submit_array(self, tasks: Sequence[Job], throttle: int | None = None) -> dict[int, str]:
+        """Tasks of one crossdock array (same attempt) as one Slurm array; returns crossdock job
+        id → ``"<slurm id>_<task>"``. Idempotent per group: a replay finds the array by its tag.
+
+        ``throttle`` (default: the spec's ``%max_running``) becomes ``--array=…%throttle``.
+        The tasks see Slurm's own ``SLURM_ARRAY_JOB_ID`` and crossdock's in ``CROSSDOCK_ARRAY_JOB_ID``.
+        Placement is the pool's partition (and the spec's own ``--nodelist``): crossdock's
+        per-task node choice is not passed, since ``--nodelist`` on an array binds every task
+        to all of the listed nodes; Slurm places each task within the partition."""
         if not tasks:
             return {}
         first = tasks[0]
@@ -212,13 +218,20 @@ class SlurmBackend:
         ):
             raise SubmitRejected("submit_array: give tasks of one array with the same attempt")
         ids = sorted(t.array_task_id for t in tasks)  # type: ignore[misc]
-        throttle = first.spec.array.max_running if first.spec.array is not None else None
-        whole = first.model_copy(update={"id": first.array_job_id, "array_job_id": None, "array_task_id": None})
+        if throttle is None:
+            throttle = first.spec.array.max_running if first.spec.array is not None else None
+        whole = first.model_copy(update={"id": first.array_job_id, "array_job_id": None, "array_task_id": None,
+                                         "nodes": [], "gpu_ids": []})
         request = build_request(whole, partition=self.partition_of(first))
         # File names carry crossdock's array id, as when its tasks are dispatched one by one.
+        env = {k: v for k, v in request.env.items() if k != "CROSSDOCK_JOB_ID"}  # one task's id: not the group's
+        env["CROSSDOCK_ARRAY_JOB_ID"] = str(first.array_job_id)
         request = replace(
             request,
-            array=format_array_tasks(ids, throttle),
+            env=env,
+            comment=group_tag(first.array_job_id, first.attempts,
+                              None if first.spec.array is None or ids[0] == min(first.spec.array.task_ids) else ids[0]),
+            array=format_array_tasks(ids, throttle if throttle and throttle < len(ids) else None),
             stdout=expand_array_pattern(request.stdout or "slurm-%A_%a.out", first.array_job_id),
             stderr=expand_array_pattern(request.stderr, first.array_job_id) if request.stderr else None,
         )
@@ -254,6 +267,18 @@ class SlurmBackend:
         return [str(r) for r in refs]
 
     @staticmethod
+    def _groups(jobs: Iterable[SlurmJob]) -> dict[tuple[int, int], list[str]]:
+        """(crossdock array id, attempt) → the Slurm array ids of its groups."""
+        found: dict[tuple[int, int], list[str]] = {}
+        for j in jobs:
+            tag = parse_tag(j.comment)
+            if tag is not None and j.array_job_id is not None:
+                ids = found.setdefault(tag, [])
+                if str(j.array_job_id) not in ids:
+                    ids.append(str(j.array_job_id))
+        return found
+
+    @staticmethod
     def _tagged(jobs: Iterable[SlurmJob]) -> dict[str, str]:
         """crossdock tag → Slurm job id (the array job id for arrays)."""
         found: dict[str, str] = {}
@@ -270,9 +295,11 @@ class SlurmBackend:
         if job.backend_ref:
             return job.backend_ref
         if job.array_job_id is not None and job.array_task_id is not None:
-            array = self._tagged(self.driver.jobs()).get(job_tag(job.array_job_id, job.attempts))
-            if array is not None:
-                return f"{array}_{job.array_task_id}"
+            records = self.driver.jobs()
+            ref = _task_ref(job, self._groups(records), self._status_refs)
+            if ref is not None:
+                return ref
+            return self.find(job, records)
         return self.find(job)
 
     def cancel(self, job: Job | str) -> None:
@@ -319,19 +346,26 @@ class SlurmBackend:
         """One batched query for every job; jobs Slurm does not know are absent."""
         records = self.driver.jobs()
         tagged = self._tagged(records)
+        groups: dict[tuple[int, int], list[str]] | None = None
         refs: dict[int, str] = {}
         for job in jobs:
-            ref = job.backend_ref or tagged.get(job_tag(job.id, job.attempts))
+            ref = job.backend_ref or None
             if ref is None and job.array_job_id is not None and job.array_task_id is not None:
-                array = tagged.get(job_tag(job.array_job_id, job.attempts))
-                ref = f"{array}_{job.array_task_id}" if array is not None else None
+                # Not yet told its Slurm id (a dispatch that died before saving it): find the
+                # Slurm array of its group that holds its task id.
+                groups = self._groups(records) if groups is None else groups
+                ref = _task_ref(job, groups, lambda refs: self._status_refs(refs, records))
+            if ref is None:
+                ref = tagged.get(job_tag(job.id, job.attempts))
             if ref is not None:
                 refs[job.id] = ref
         found = self._status_refs(list(refs.values()), records)
         out: dict[int, BackendStatus] = {}
+        gone: list[Job] = []
         for job in jobs:
             st = found.get(refs.get(job.id, ""))
             if st is None or st.state is None:
+                gone.append(job)
                 continue
             if st.tag is not None and st.tag[1] != job.attempts:
                 continue  # a backend_ref left from an earlier attempt: this attempt is not in Slurm
@@ -342,6 +376,25 @@ class SlurmBackend:
                 ref=st.ref, state=state, reason=reason, exit_code=st.exit_code, signal=st.signal, nodes=st.nodes,
                 native_state=st.slurm_state, extra={"restarts": str(st.restarts)},
             )
+        out.update(self._vanished(gone, refs))
+        return out
+
+    def _vanished(self, jobs: list[Job], refs: Mapping[int, str]) -> dict[int, BackendStatus]:
+        """Jobs Slurm no longer knows that crossdock asked to stop: a pending array task that is
+        cancelled leaves no record at all in Slurm 22.05 (a pending plain job leaves a CANCELLED one)."""
+        if not jobs or self.store is None:
+            return {}
+        with self.store.r.pipeline(transaction=False) as pipe:
+            for job in jobs:
+                pipe.hmget(self.store.k.job(job.id), "cancel_requested", "preempt_requested")
+            flags = pipe.execute()
+        out: dict[int, BackendStatus] = {}
+        for job, (cancel, preempt) in zip(jobs, flags):
+            ref = refs.get(job.id) or job.backend_ref or ""
+            if cancel == "1":
+                out[job.id] = BackendStatus(ref, JobState.CANCELLED, Reason.CANCELLED_BY_USER, native_state="gone")
+            elif preempt == "1":
+                out[job.id] = BackendStatus(ref, JobState.PREEMPTED, Reason.PREEMPTED, native_state="gone")
         return out
 
     def _preempt_requested(self, job: Job) -> bool:
@@ -379,6 +432,16 @@ class SlurmBackend:
             probe = getattr(self.driver, "accounting_enabled", None)
             self._accounting = bool(probe and probe())
         return self._accounting
+
+
+def _task_ref(job: Job, groups: Mapping[tuple[int, int], list[str]],
+              lookup: Callable[[list[str]], dict[str, JobStatus]]) -> str | None:
+    """``"<slurm array>_<task>"`` of an array task from its group's Slurm array, if Slurm knows it."""
+    candidates = [f"{a}_{job.array_task_id}" for a in groups.get((job.array_job_id, job.attempts), ())]  # type: ignore[arg-type]
+    if not candidates:
+        return None
+    found = lookup(candidates)
+    return next((r for r in candidates if found[r].state is not None), None)
 
 
 def _statuses(j: SlurmJob) -> list[JobStatus]:

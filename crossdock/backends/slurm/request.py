@@ -31,9 +31,19 @@ def job_tag(job_id: int, attempt: int) -> str:
     return f"{_tag_prefix()}:{job_id}:{attempt}"
 
 
+def group_tag(array_job_id: int, attempt: int, first_task: int | None) -> str:
+    """The tag of tasks of one array submitted together: ``<array id>:<attempt>``, plus
+    ``:<first task>`` (the group's lowest task id) unless the group holds the array's first task,
+    so that two groups of one array and attempt never share a tag."""
+    tag = job_tag(array_job_id, attempt)
+    return tag if first_task is None else f"{tag}:{first_task}"
+
+
 def parse_tag(comment: str) -> tuple[int, int] | None:
-    """(job id, attempt) from a Slurm comment, or None for a job this installation did not submit."""
-    m = re.match(rf"^{re.escape(_tag_prefix())}:(\d+):(\d+)$", comment or "")
+    """(job id, attempt) from a Slurm comment, or None for a job this installation did not submit.
+
+    A group of array tasks gives (array job id, attempt)."""
+    m = re.match(rf"^{re.escape(_tag_prefix())}:(\d+):(\d+)(?::\d+)?$", comment or "")
     return (int(m[1]), int(m[2])) if m else None
 
 
