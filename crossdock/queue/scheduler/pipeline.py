@@ -190,7 +190,7 @@ class Cycle:
         victims = sorted(status.victims, key=lambda v: v.job_id)
         for v in victims:
             self.result.preemptions.append(Preemption(v.job_id, req.job_id, v.grace_seconds))
-            self.preemptor().taken.add(v.job_id)
+        self.preemptor().take(victims)
         self.state.extra["preemption_cap"] -= len(victims)
         for i in status.nominated:
             self.nominated[i] = max(self.nominated.get(i, req.priority), req.priority)

@@ -98,9 +98,13 @@ def _local_verdicts(state: CycleState, profile: Profile, req: Request) -> _Verdi
         ok[_passing(state, local, req, static)] = True
         hit = state.cache[key] = _Verdicts(ok, len(inv.changes), allowed, local, others)
     elif hit.seen < len(inv.changes):
-        rows = np.unique(np.array(inv.changes[hit.seen:], np.int64))  # filters expect distinct nodes
+        changed = inv.changes[hit.seen:]
         hit.seen = len(inv.changes)
-        rows = rows[hit.allowed[rows]]
+        if 4 * len(changed) > inv.n:
+            rows = profile.static_nodes(state, req)
+        else:  # filters expect distinct nodes
+            rows = np.array(sorted(set(changed)), np.int64)
+            rows = rows[hit.allowed[rows]]
         if len(rows):
             hit.ok[rows] = False
             hit.ok[_passing(state, hit.local, req, rows)] = True

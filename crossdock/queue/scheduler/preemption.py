@@ -16,6 +16,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 from datetime import datetime
+from bisect import insort
 from itertools import combinations
 from typing import Iterable
 
@@ -23,6 +24,7 @@ import numpy as np
 
 from crossdock.queue.scheduler.framework import CycleState
 from crossdock.queue.scheduler.inventory import FULL, Inventory
+from crossdock.queue.scheduler.placement import feasible
 from crossdock.queue.scheduler.plugins.reserved_capacity import ReservedCapacity
 from crossdock.queue.scheduler.registry import Profile
 from crossdock.queue.scheduler.request import Request
@@ -57,71 +59,165 @@ def set_key(victims: Iterable[Victim]) -> tuple:
 
 
 class Preemptor:
+    """The cycle's running preemptible jobs, indexed for :meth:`find`.
+
+    One *unit* per (victim, node): what the victim would give back on that node. Units are kept
+    as arrays in preference order (``unit_*``) and, per node, as a slice of ``node_order``.
+    :class:`Victim` objects are made only for the victims a search looks at.
+    """
+
     def __init__(self, inv: Inventory, allocations: Iterable[Allocation], borrowing: set[str]):
         self.inv = inv
-        groups: dict[int, list[Allocation]] = {}
+        index, dev_col, slices = inv.index, inv.dev_col, inv.slice_home
+        kept: list[Allocation] = []
+        a_job: list[int] = []
+        a_node: list[int] = []
+        a_cpu: list[int] = []
+        a_mem: list[int] = []
+        a_gpu: list[int] = []
+        a_share: list[int] = []
+        a_slices: list[int] = []
+        self.shared_nodes: set[int] = set()
         for a in allocations:
-            if a.job_id is not None and a.preemptible and not a.terminating and a.node in inv.index:
-                groups.setdefault(a.job_id, []).append(a)
-        self.victims = {jid: Victim(jid, tuple(allocs), allocs[0].priority,
-                                    _ts(allocs[0].start_time), allocs[0].queue in borrowing,
-                                    max(a.grace_seconds for a in allocs))
-                        for jid, allocs in groups.items()}
+            if a.job_id is None or not a.preemptible or a.terminating:
+                continue
+            i = index.get(a.node)
+            if i is None:
+                continue
+            kept.append(a)
+            a_job.append(a.job_id)
+            a_node.append(i)
+            a_cpu.append(a.cpu_milli)
+            a_mem.append(a.memory_mib)
+            gpu = share = nslices = 0
+            if a.gpu_ids:
+                cols = dev_col[i]
+                gpu = sum(g in cols for g in a.gpu_ids)
+                if slices:
+                    nslices = sum(g in slices for g in a.gpu_ids)
+            if a.gpu_share:
+                # a shared device may become idle when its last sharer leaves: count it (a necessary bound)
+                gpu += len(a.gpu_share)
+                share = round(max(a.gpu_share.values()) * FULL)
+                self.shared_nodes.add(i)
+            a_gpu.append(gpu)
+            a_share.append(share)
+            a_slices.append(nslices)
+        self._kept = kept
+        job = np.array(a_job, np.int64)
+        node = np.array(a_node, np.int64)
+        # jobs: a victim's priority, start and queue are those of its first allocation (input order)
+        by_job = np.argsort(job, kind="stable")
+        starts = _starts(job[by_job])
+        self._by_job, self._job_start = by_job, starts
+        self._job_end = np.r_[starts[1:], len(by_job)].astype(np.int64)
+        self._job_ids = job[by_job][starts]
+        first = by_job[starts].tolist()
+        self._job_prio = [kept[k].priority for k in first]
+        self._job_started = [_ts(kept[k].start_time) for k in first]
+        self._job_borrowing = [kept[k].queue in borrowing for k in first]
+        self._victims: dict[int, Victim] = {}
+        # units: one per (job, node), amounts summed over the job's allocations there
+        by_unit = np.lexsort((node, job))
+        ustart = _starts(job[by_unit], node[by_unit])
+        u_job, u_node = job[by_unit][ustart], node[by_unit][ustart]
+        sums = [np.add.reduceat(np.array(x, np.int64)[by_unit], ustart) if len(ustart) else np.zeros(0, np.int64)
+                for x in (a_cpu, a_mem, a_gpu, a_slices)]
+        u_share = (np.maximum.reduceat(np.array(a_share, np.int64)[by_unit], ustart) if len(ustart)
+                   else np.zeros(0, np.int64))
+        j = np.searchsorted(self._job_ids, u_job)
+        prio = np.array(self._job_prio, np.int64)[j] if len(j) else np.zeros(0, np.int64)
+        started = np.array(self._job_started, np.float64)[j] if len(j) else np.zeros(0, np.float64)
+        borrow = np.array(self._job_borrowing, bool)[j] if len(j) else np.zeros(0, bool)
+        # preference order: borrowing queues' jobs first, then lower priority, later start, job id; then node
+        pref = np.lexsort((u_node, u_job, -started, prio, ~borrow))
+        self.unit_node = u_node[pref]
+        self.unit_id = u_job[pref]
+        self.unit_prio = prio[pref]
+        self.unit_cpu, self.unit_mem, self.unit_gpu, self.unit_slices = (x[pref] for x in sums)
+        self.unit_share = u_share[pref]
+        self.alive = np.ones(len(pref), bool)
+        """False for the units of victims already taken."""
         self.taken: set[int] = set()
-        # one unit per (victim, node): what the victim would give back on that node
-        units: dict[tuple[int, int], list] = {}
-        slices = inv.slice_home
-        for v in self.victims.values():
-            for a in v.allocations:
-                i = inv.index[a.node]
-                u = units.setdefault((v.job_id, i), [v, i, 0, 0, 0, 0, 0])
-                u[2] += a.cpu_milli
-                u[3] += a.memory_mib
-                if a.gpu_ids:
-                    cols = inv.dev_col[i]
-                    u[4] += sum(g in cols for g in a.gpu_ids)
-                    if slices:
-                        u[6] += sum(g in slices for g in a.gpu_ids)
-                if a.gpu_share:
-                    # a shared device may become idle when its last sharer leaves: count it (a necessary bound)
-                    u[4] += len(a.gpu_share)
-                    u[5] = max(u[5], round(max(a.gpu_share.values()) * FULL))
-        keys = {v.job_id: v.preference for v in self.victims.values()}
-        rows = sorted(units.values(), key=lambda u: (keys[u[0].job_id], u[1]))
-        self.unit_victim = [u[0] for u in rows]
-        self.unit_node = np.array([u[1] for u in rows], np.int64)
-        self.unit_cpu, self.unit_mem, self.unit_gpu, self.unit_share, self.unit_slices = (
-            np.array([u[k] for u in rows], np.int64) for k in range(2, 7))
-        self.unit_prio = np.array([u[0].priority for u in rows], np.int64)
-        self.unit_id = np.array([u[0].job_id for u in rows], np.int64)
-        self.held = {(u[0].job_id, u[1]): (u[2], u[3], u[4]) for u in rows}
-        """(job id, node) -> (cpu, memory, GPUs that may become idle) the victim gives back there."""
-        self.by_node: dict[int, list[Victim]] = {}
-        for u in rows:
-            self.by_node.setdefault(u[1], []).append(u[0])
-        self.shared_nodes = {inv.index[a.node] for v in self.victims.values() for a in v.allocations if a.gpu_share}
+        """Victims already chosen this cycle (see :meth:`take`)."""
+        # per node, its units in preference order: node_order[node_lo[i]:node_hi[i]]
+        self.node_order = np.argsort(self.unit_node, kind="stable")
+        sorted_nodes = self.unit_node[self.node_order]
+        self.group_start = _starts(sorted_nodes)
+        self.group_node = sorted_nodes[self.group_start]
+        self._by_node = [x[self.node_order] for x in (self.unit_prio, self.unit_cpu, self.unit_mem, self.unit_gpu)]
+        """Priority, CPU, memory and GPUs of the units in node order."""
+        self.node_lo = np.zeros(inv.n, np.int64)
+        self.node_hi = np.zeros(inv.n, np.int64)
+        self.node_lo[self.group_node] = self.group_start
+        self.node_hi[self.group_node] = np.r_[self.group_start[1:], len(sorted_nodes)]
+        self._id, self._prio = self.unit_id.tolist(), self.unit_prio.tolist()
+        self._started = started[pref].tolist()
+        self._lender = (~borrow[pref]).astype(np.int64).tolist()
+        """1 for a victim whose queue is not borrowing (:func:`set_key` counts these)."""
+        self._cpu, self._mem, self._gpu = self.unit_cpu.tolist(), self.unit_mem.tolist(), self.unit_gpu.tolist()
+        self._node = self.unit_node.tolist()
+        self._node_rows: dict[int, list[int]] = {}
+        self._alive = bytearray(b"\x01") * len(pref)
+        self._node_version = [0] * inv.n
+        """Bumped for a node when a victim with units there is taken (keys :attr:`_memo`)."""
+        self._memo: dict[tuple, tuple] = {}
+        """Per-node answers of :meth:`_smallest_counted`."""
+        self._touched: list[int] = []
+        """The nodes of every unit taken, in order (:meth:`_aggregates` re-sums them)."""
+        self._sums: dict[int, list] = {}
+
+    def victim(self, job_id: int) -> Victim:
+        v = self._victims.get(job_id)
+        if v is None:
+            j = int(np.searchsorted(self._job_ids, job_id))
+            allocs = tuple(self._kept[k] for k in self._by_job[self._job_start[j]:self._job_end[j]].tolist())
+            v = self._victims[job_id] = Victim(job_id, allocs, self._job_prio[j], self._job_started[j],
+                                                self._job_borrowing[j], max(a.grace_seconds for a in allocs))
+        return v
+
+    @property
+    def victims(self) -> dict[int, Victim]:
+        """Every possible victim by job id."""
+        return {jid: self.victim(jid) for jid in self._job_ids.tolist()}
+
+    def take(self, victims: Iterable[Victim]) -> None:
+        """Mark ``victims`` as chosen: later preemptors in the cycle do not count on them."""
+        for v in victims:
+            self.taken.add(v.job_id)
+            for r in np.flatnonzero(self.unit_id == v.job_id).tolist():
+                self.alive[r] = False
+                self._alive[r] = 0
+                self._node_version[self._node[r]] += 1
+                self._touched.append(self._node[r])
 
     # --- exact check on one node -------------------------------------------------------------
     def could_fit(self, req: Request, i: int, victims: Iterable[Victim]) -> bool:
         """Necessary condition (CPU, memory, idle GPU counts) before the exact simulation."""
         inv = self.inv
         cpu, mem, gpu = int(inv.cpu_free[i]), int(inv.mem_free[i]), int(inv.gpu_free[i])
+        on_node = {self._id[r]: r for r in self._rows_on(i)}
         for v in victims:
-            c, m, g = self.held.get((v.job_id, i), (0, 0, 0))
-            cpu, mem, gpu = cpu + c, mem + m, gpu + g
+            r = on_node.get(v.job_id)
+            if r is not None:
+                cpu, mem, gpu = cpu + self._cpu[r], mem + self._mem[r], gpu + self._gpu[r]
         return cpu >= req.cpu_milli and mem >= req.memory_mib and gpu >= req.gpus
 
     def counts_decide(self, state: CycleState, req: Request, i: int) -> bool:
         """True when :meth:`could_fit` is exact on node ``i`` for ``req`` (no simulation needed): only
         CPU, memory and idle-GPU counts matter (no shares, MIG, islands to respect, anti-affinity or
         holds on the node)."""
-        inv = self.inv
-        if req.gpu_share_milli or req.mig_count or req.exclusive or req.anti_affinity or i in self.shared_nodes:
+        return self._counts_decide_job(state, req) and self._counts_decide_node(req, i)
+
+    def _counts_decide_job(self, state: CycleState, req: Request) -> bool:
+        """The part of :meth:`counts_decide` that does not depend on the node (once per search)."""
+        if req.gpu_share_milli or req.mig_count or req.exclusive or req.anti_affinity:
             return False
-        if 2 <= req.gpus <= inv.island_cap[i]:
-            return False
-        held = ReservedCapacity().filter(state, req, np.array([i], np.int64))
-        return held is None
+        # any hold that applies to this job (on whichever node) makes the simulation necessary
+        return ReservedCapacity().filter(state, req, np.zeros(1, np.int64)) is None
+
+    def _counts_decide_node(self, req: Request, i: int) -> bool:
+        return i not in self.shared_nodes and not 2 <= req.gpus <= self.inv.island_cap[i]
 
     def fits_without(self, state: CycleState, profile: Profile, req: Request, i: int, victims: Iterable[Victim]) -> bool:
         inv = self.inv
@@ -139,22 +235,36 @@ class Preemptor:
         return ok
 
     def candidates(self, req: Request, i: int) -> list[Victim]:
-        vs = {v.job_id: v for v in self.by_node.get(i, []) if v.priority < req.priority and v.job_id not in self.taken}
-        return sorted(vs.values(), key=lambda v: v.preference)
+        return [self.victim(self._id[r]) for r in self._units_on(req, i)]
+
+    def _rows_on(self, i: int) -> list[int]:
+        """Every unit row on node ``i``, in preference order."""
+        rows = self._node_rows.get(i)
+        if rows is None:
+            rows = self._node_rows[i] = self.node_order[self.node_lo[i]:self.node_hi[i]].tolist()
+        return rows
+
+    def _units_on(self, req: Request, i: int) -> list[int]:
+        """The unit rows of the usable victims on node ``i``, in preference order."""
+        alive, prio, p = self._alive, self._prio, req.priority
+        return [r for r in self._rows_on(i) if alive[r] and prio[r] < p]
 
     # --- search ------------------------------------------------------------------------------
     def _usable(self, req: Request) -> np.ndarray:
-        ok = self.unit_prio < req.priority
-        if self.taken:
-            ok &= ~np.isin(self.unit_id, list(self.taken))
-        return ok
+        return self._usable_at(req.priority)
 
-    def _single(self, state: CycleState, profile: Profile, req: Request, nodes: np.ndarray) -> tuple[int, Victim] | None:
+    def _usable_at(self, priority: int) -> np.ndarray:
+        return self.alive & (self.unit_prio < priority)
+
+    def _single(self, state: CycleState, profile: Profile, req: Request, nodes: np.ndarray,
+                exact_job: bool) -> tuple[int, Victim] | None:
         inv = self.inv
         if len(self.unit_node) == 0:
             return None
         n = self.unit_node
-        ok = self._usable(req) & np.isin(n, nodes)
+        member = np.zeros(inv.n, bool)
+        member[nodes] = True
+        ok = self._usable(req) & member[n]
         ok &= inv.cpu_free[n] + self.unit_cpu >= req.cpu_milli
         ok &= inv.mem_free[n] + self.unit_mem >= req.memory_mib
         if req.gpus:
@@ -165,9 +275,9 @@ class Preemptor:
             free = inv.mig_free.get(req.mig or "")
             have = free[n] if free is not None else 0
             ok &= have + self.unit_slices >= req.mig_count
-        for r in np.flatnonzero(ok)[:SINGLE_TRIES]:  # units are in preference order already
-            v, i = self.unit_victim[r], int(n[r])
-            if self.counts_decide(state, req, i) or self.fits_without(state, profile, req, i, [v]):
+        for r in np.flatnonzero(ok)[:SINGLE_TRIES].tolist():  # units are in preference order already
+            v, i = self.victim(self._id[r]), int(n[r])
+            if (exact_job and self._counts_decide_node(req, i)) or self.fits_without(state, profile, req, i, [v]):
                 return i, v  # the vectorized check above is could_fit for this one victim
         return None
 
@@ -175,56 +285,142 @@ class Preemptor:
         """Per node: at least this many victims are needed (each gives back at most the most any one
         usable victim there holds), and whether all usable victims together could be enough."""
         inv = self.inv
-        usable = self._usable(req)
-        n = self.unit_node[usable]
-        bound = np.zeros(inv.n, np.int64)
-        enough = np.ones(inv.n, bool)
-        for amounts, free, need in ((self.unit_cpu, inv.cpu_free, req.cpu_milli),
-                                    (self.unit_mem, inv.mem_free, req.memory_mib),
-                                    (self.unit_gpu, inv.gpu_free, req.gpus)):
-            deficit = need - free
-            top = np.zeros(inv.n, np.int64)
-            np.maximum.at(top, n, amounts[usable])
-            total = np.bincount(n, amounts[usable], minlength=inv.n)
-            enough &= (deficit <= 0) | (total >= deficit)
-            lb = np.where(deficit <= 0, 0, -(-deficit // np.maximum(top, 1)))
-            bound = np.maximum(bound, lb)
+        top, total = self._aggregates(req.priority)
+        deficit = np.stack([req.cpu_milli - inv.cpu_free, req.memory_mib - inv.mem_free, req.gpus - inv.gpu_free])
+        short = deficit > 0
+        enough = (~short | (total >= deficit)).all(axis=0)
+        bound = np.where(short, -(-deficit // np.maximum(top, 1)), 0).max(axis=0)
         return bound, enough
 
+    def _aggregates(self, priority: int) -> tuple[np.ndarray, np.ndarray]:
+        """Per node, over the usable victims of a job of ``priority``: the most and the total any one of
+        them gives back, one row each for CPU, memory and GPUs. Kept per priority; after :meth:`take`
+        only the nodes it touched are summed again."""
+        hit = self._sums.get(priority)
+        if hit is None:
+            n = self.inv.n
+            top, total = np.zeros((3, n), np.int64), np.zeros((3, n), np.int64)
+            order, starts, nodes = self.node_order, self.group_start, self.group_node
+            if len(order):
+                usable = self.alive[order] & (self._by_node[0] < priority)
+                for k, amounts in enumerate(self._by_node[1:]):
+                    # amounts are never negative, so a unit that is not usable counts as 0
+                    given = amounts * usable
+                    top[k, nodes] = np.maximum.reduceat(given, starts)
+                    total[k, nodes] = np.add.reduceat(given, starts)
+            hit = self._sums[priority] = [top, total, len(self._touched)]
+        elif hit[2] < len(self._touched):
+            top, total = hit[0], hit[1]
+            alive, prio = self._alive, self._prio
+            for i in set(self._touched[hit[2]:]):
+                rows = [r for r in self._rows_on(i) if alive[r] and prio[r] < priority]
+                for k, amounts in enumerate((self._cpu, self._mem, self._gpu)):
+                    given = [amounts[r] for r in rows]
+                    top[k, i] = max(given, default=0)
+                    total[k, i] = sum(given)
+            hit[2] = len(self._touched)
+        return hit[0], hit[1]
+
     def _smallest_on(self, state: CycleState, profile: Profile, req: Request, i: int, k_max: int,
-                     budget: list[int]) -> tuple[Victim, ...] | None:
-        cands = self.candidates(req, i)
-        exact = self.counts_decide(state, req, i)
-        if not cands or not self.could_fit(req, i, cands) or not (
-                exact or self.fits_without(state, profile, req, i, cands)):
+                     budget: list[int], exact_job: bool | None = None, k_min: int = 1) -> tuple[Victim, ...] | None:
+        """The preferred smallest victim set on node ``i`` (or None), spending ``budget`` on every
+        combination that passes :meth:`could_fit`."""
+        if exact_job is None:
+            exact_job = self._counts_decide_job(state, req)
+        inv = self.inv
+        deficits = (req.cpu_milli - int(inv.cpu_free[i]), req.memory_mib - int(inv.mem_free[i]),
+                    req.gpus - int(inv.gpu_free[i]))
+        exact = exact_job and self._counts_decide_node(req, i)
+        best = self._smallest(state, profile, req, i, k_max, budget, exact, k_min, deficits)
+        return self._victims_of(best[0]) if best is not None else None
+
+    def _smallest(self, state: CycleState, profile: Profile, req: Request, i: int, k_max: int, budget: list[int],
+                  exact: bool, k_min: int, deficits: tuple[int, int, int]) -> tuple[list[int], tuple] | None:
+        """:meth:`_smallest_on` with the node's deficits and exactness given: the set's unit rows and its
+        :func:`set_key`.
+
+        Sizes below ``k_min`` (a lower bound) and sizes whose largest amounts cannot cover a deficit
+        are skipped: no combination of theirs passes :meth:`could_fit`, so none would spend budget.
+        On an exact node the sets are compared by their rows' keys (:meth:`_row_key`, equal to
+        :func:`set_key`), so victims are made only for the sets a search returns."""
+        units = self._units_on(req, i)
+        if not units:
             return None
-        for k in range(1, min(len(cands), k_max) + 1):
+        dc, dm, dg = deficits
+        cpu, mem, gpu = self._cpu, self._mem, self._gpu
+        cs = [cpu[r] for r in units]
+        ms = [mem[r] for r in units]
+        gs = [gpu[r] for r in units]
+        if sum(cs) < dc or sum(ms) < dm or sum(gs) < dg:
+            return None  # could_fit fails for all of them together
+        if not (exact or self.fits_without(state, profile, req, i, self._victims_of(units))):
+            return None
+        n = len(units)
+        # amounts are never negative: only the resources the node is short of can fail a combination
+        short = [(amounts, d, sorted(amounts, reverse=True)) for amounts, d in ((cs, dc), (ms, dm), (gs, dg)) if d > 0]
+        for k in range(max(1, k_min), min(n, k_max) + 1):
+            if any(sum(top[:k]) < d for _, d, top in short):
+                continue  # no k of them could fit
             found = []
-            for combo in combinations(cands, k):
-                if not self.could_fit(req, i, combo):
+            for combo in combinations(range(n), k):
+                if any(sum([amounts[j] for j in combo]) < d for amounts, d, _ in short):
                     continue
                 budget[0] -= 1
                 if budget[0] < 0:
                     break
-                if exact or self.fits_without(state, profile, req, i, combo):
-                    found.append(combo)
+                rows = [units[j] for j in combo]
+                if exact or self.fits_without(state, profile, req, i, self._victims_of(rows)):
+                    found.append(rows)
             if found:
-                return min(found, key=set_key)
+                keys = [self._row_key(rows) for rows in found]
+                best = min(range(len(found)), key=keys.__getitem__)
+                return found[best], keys[best]
             if budget[0] < 0:
                 break
-        return tuple(cands) if len(cands) <= k_max else None
+        return (units, self._row_key(units)) if n <= k_max else None
+
+    def _smallest_counted(self, req: Request, i: int, k_max: int, budget: list[int], k_min: int,
+                          deficits: tuple[int, int, int]) -> tuple[list[int], tuple] | None:
+        """:meth:`_smallest` on a node where counts decide, remembered for the rest of the cycle.
+
+        There the answer depends only on the usable units (node ``i``'s rows, which victims are
+        taken, the job's priority), the deficits, ``k_min`` and ``k_max`` (only up to the node's
+        number of units), so jobs of one shape that look at the same nodes reuse it. What it spent
+        of the budget is remembered too and spent again; an answer cut short by the budget is not
+        kept, and one whose spending no longer fits the budget is searched again."""
+        key = (i, req.priority, deficits, k_min, min(k_max, len(self._rows_on(i))), self._node_version[i])
+        hit = self._memo.get(key)
+        if hit is not None and hit[1] <= budget[0]:
+            budget[0] -= hit[1]
+            return hit[0]
+        before = budget[0]
+        best = self._smallest(None, None, req, i, k_max, budget, True, k_min, deficits)  # type: ignore[arg-type]
+        if budget[0] >= 0:
+            self._memo[key] = (best, before - budget[0])
+        return best
+
+    def _victims_of(self, rows: list[int]) -> tuple[Victim, ...]:
+        ids = self._id
+        return tuple([self.victim(ids[r]) for r in rows])
+
+    def _row_key(self, rows: list[int]) -> tuple:
+        """:func:`set_key` of the victims of unit ``rows``, from the per-row columns."""
+        prio, started, ids, lender = self._prio, self._started, self._id, self._lender
+        return (sum([lender[r] for r in rows]), max([prio[r] for r in rows]), sum([prio[r] for r in rows]),
+                -min([started[r] for r in rows]), tuple(sorted([ids[r] for r in rows])))
 
     def find(self, state: CycleState, profile: Profile, req: Request, cap: int) -> tuple[list[int], list[Victim]] | None:
         """Nodes (one per missing worker) and the victims that make room on them, or None."""
         if cap <= 0:
             return None
         static = profile.static_nodes(state, req)
-        fitting = profile.feasible(state, req, static)
+        fitting = feasible(state, profile, req)
         missing = req.nodes - len(fitting)
         if missing <= 0:
             return None
+        exact_job = self._counts_decide_job(state, req)
         if missing == 1 and req.nodes == 1:
-            single = self._single(state, profile, req, static)
+            single = self._single(state, profile, req, static, exact_job)
             if single is not None:
                 return [single[0]], [single[1]]
         budget = [COMBINATION_BUDGET]
@@ -233,15 +429,24 @@ class Preemptor:
         mask[static] = True
         mask[fitting] = False
         nodes = np.flatnonzero(mask & enough & (bound <= cap))
-        nodes = nodes[np.lexsort((nodes, bound[nodes]))]
+        nodes = nodes[np.lexsort((nodes, bound[nodes]))][:MAX_NODES_EXAMINED]
+        inv = self.inv
+        columns = zip(nodes.tolist(), bound[nodes].tolist(), (req.cpu_milli - inv.cpu_free[nodes]).tolist(),
+                      (req.memory_mib - inv.mem_free[nodes]).tolist(), (req.gpus - inv.gpu_free[nodes]).tolist(),
+                      ((inv.island_cap[nodes] < req.gpus) | (req.gpus < 2)).tolist())
         options = []
-        for i in nodes[:MAX_NODES_EXAMINED]:
-            i = int(i)
-            if len(options) >= missing and bound[i] > sorted(o[0] for o in options)[missing - 1]:
+        sizes: list[int] = []
+        for i, b, dc, dm, dg, no_island in columns:
+            if len(options) >= missing and b > sizes[missing - 1]:
                 break  # no later node can need fewer victims
-            found = self._smallest_on(state, profile, req, i, cap, budget)
-            if found is not None:
-                options.append((len(found), set_key(found), i, found))
+            if exact_job and no_island and i not in self.shared_nodes:
+                best = self._smallest_counted(req, i, cap, budget, b, (dc, dm, dg))
+            else:
+                best = self._smallest(state, profile, req, i, cap, budget, False, b, (dc, dm, dg))
+            if best is not None:
+                rows, key = best
+                options.append((len(rows), key, i, rows))
+                insort(sizes, len(rows))
             if budget[0] < 0:
                 break
         if len(options) < missing:
@@ -249,8 +454,8 @@ class Preemptor:
         options.sort(key=lambda o: (o[0], o[1], o[2]))
         chosen = options[:missing]
         victims: dict[int, Victim] = {}
-        for _, _, _, found in chosen:
-            for v in found:
+        for _, _, _, rows in chosen:
+            for v in self._victims_of(rows):
                 victims[v.job_id] = v
         if len(victims) > cap:
             return None
@@ -259,3 +464,14 @@ class Preemptor:
 
 def _ts(t: datetime | None) -> float:
     return t.timestamp() if t is not None else 0.0
+
+
+def _starts(*keys: np.ndarray) -> np.ndarray:
+    """Where each run of equal values (equal in every one of ``keys``) begins in grouped arrays."""
+    if len(keys[0]) == 0:
+        return np.zeros(0, np.int64)
+    change = np.zeros(len(keys[0]), bool)
+    change[0] = True
+    for k in keys:
+        change[1:] |= k[1:] != k[:-1]
+    return np.flatnonzero(change)
