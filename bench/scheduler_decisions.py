@@ -222,6 +222,61 @@ def random_scenario(seed: int, scale: float) -> tuple[Snapshot, list[Job], Any]:
     return Snapshot(nodes=tuple(nodes), allocations=tuple(running), nominations=noms, usage=usage), pending, config(rng)
 
 
+def preemption_scenario(seed: int) -> tuple[Snapshot, list[Job], Any]:
+    """A full cluster of small low-priority jobs (some gangs, some borrowing) and a stream of
+    higher-priority jobs of a few shapes: many preemptions per cycle, victim sets of several jobs,
+    the combination budget and the per-cycle cap reached."""
+    rng = random.Random(10_000 + seed)
+    nodes = []
+    for k in range(rng.choice([8, 30, 80])):
+        ngpu = rng.choice([4, 8, 8])
+        islands = 2 if rng.random() < 0.5 else 0
+        per = ngpu // islands if islands else 0
+        name = f"n{k:04d}"
+        nodes.append(Node(name, rng.choice(["gpu", "gpu", "share"]), "k8s", rng.choice([16, 32, 64]) * 1000, 256000,
+                          tuple(GpuDevice(f"{name}-gpu{i}", i, "A100", island=(i // per if islands else None))
+                                for i in range(ngpu)), {"rack": f"r{k % 3}"}, gpu_sharing=rng.random() < 0.3))
+    allocs: list[Allocation] = []
+    jid = 20_000
+    for x in nodes:
+        cpu, gids = x.cpu_milli, [g.id for g in x.gpus]
+        while cpu >= 1000 and rng.random() < 0.93:
+            c = min(cpu, rng.choice([1, 1, 2, 4]) * 1000)
+            ng = min(len(gids), rng.choice([0, 1, 1, 2]))
+            queue = rng.choice(["train", "train", "spot", "batch"])
+            _, prio, preemptible = CLASSES[queue]
+            share = {}
+            if x.gpu_sharing and ng == 0 and gids and rng.random() < 0.3:
+                share = {gids[0]: 0.25}
+            allocs.append(Allocation(jid, x.name, c, rng.choice([0, 1000]), tuple(gids[:ng]), share, priority=prio,
+                                     preemptible=preemptible or rng.random() < 0.2, queue=queue,
+                                     start_time=NOW - timedelta(minutes=rng.randint(1, 500)),
+                                     time_limit_minutes=rng.choice([None, 600]), grace_seconds=30,
+                                     terminating=rng.random() < 0.02))
+            if rng.random() < 0.05:  # the same job on another node too: a gang victim
+                y = rng.choice(nodes)
+                allocs.append(Allocation(jid, y.name, 1000, 0, (), priority=prio, preemptible=True, queue=queue,
+                                         start_time=NOW - timedelta(minutes=5), grace_seconds=30))
+            cpu, gids, jid = cpu - c, gids[ng:], jid + 1
+    pending = []
+    shapes = [(8, 0, 4, 1), (4, 0, 8, 1), (2, 0, 2, 1), (0, 0, 24, 1), (1, 0, 1, 1), (0, 0.5, 2, 1), (4, 0, 4, 2)]
+    for k in range(rng.choice([20, 60, 150])):
+        gpus, share, cpus, n = rng.choice(shapes)
+        queue = rng.choice(["serve", "serve", "batch", "meek"])
+        pc, prio, _ = CLASSES[queue]
+        spec: dict[str, Any] = {"command": ["true"], "cpus_per_task": cpus, "mem_per_node_mib": 1000,
+                                "time_limit_minutes": 60}
+        if gpus:
+            spec["gpus"] = GpuRequest(count=gpus)
+        elif share:
+            spec["gpus"] = GpuRequest(count=1, share=share)
+        if n > 1:
+            spec["nodes"], spec["ntasks"] = n, n
+        pending.append(Job(id=1 + k, spec=JobSpec(**spec), queue=queue, priority_class=pc, priority=prio,
+                           submit_time=NOW - timedelta(seconds=k)))
+    return Snapshot(nodes=tuple(nodes), allocations=tuple(allocs)), pending, config(rng)
+
+
 def alibaba(nodes: int, jobs: int, running: int, stream: int) -> list[tuple[str, Snapshot, list[Job]]]:
     ns = bench.load_nodes(bench.TRACES / "openb_node_list_gpu_node.csv", nodes)
     pods = bench.load_pods(bench.TRACES / "openb_pod_list_default.csv")
@@ -259,6 +314,9 @@ def dump(path: str, seeds: int, scale: float, big: bool) -> None:
     for seed in range(seeds):
         snap, pending, cfg = random_scenario(seed, scale)
         out[f"random-{seed}"] = decisions(run_cycle(snap, pending, cfg, NOW))
+    for seed in range(seeds // 3):
+        snap, pending, cfg = preemption_scenario(seed)
+        out[f"preempt-{seed}"] = decisions(run_cycle(snap, pending, cfg, NOW))
     sizes = [(1213, 3000, 4000, 60)] + ([(5000, 10000, 20000, 200)] if big else [])
     for size in sizes:
         for name, snap, pending in alibaba(*size):
