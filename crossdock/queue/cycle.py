@@ -8,9 +8,12 @@ fair share, quota, preemption, backfill); ``run_cycle`` is their numbered pipeli
 
 from __future__ import annotations
 
+import gc
 import logging
 import time
+from contextlib import contextmanager
 from datetime import datetime
+from typing import Iterator
 from typing import Sequence
 
 from crossdock.queue.config import ClusterConfig
@@ -39,11 +42,12 @@ def eligibility(job: Job, snapshot: Snapshot, now: datetime, running_per_array: 
         return Reason.JOB_HELD_USER
     if job.eligible_time is not None and job.eligible_time > now:
         return Reason.BEGIN_TIME
-    dep = evaluate(job.spec.dependency, facts_of(job), snapshot.jobs, now)
-    if dep is DepStatus.NEVER:
-        return Reason.DEPENDENCY_NEVER_SATISFIED
-    if dep is DepStatus.WAITING:
-        return Reason.DEPENDENCY
+    if job.spec.dependency is not None:
+        dep = evaluate(job.spec.dependency, facts_of(job), snapshot.jobs, now)
+        if dep is DepStatus.NEVER:
+            return Reason.DEPENDENCY_NEVER_SATISFIED
+        if dep is DepStatus.WAITING:
+            return Reason.DEPENDENCY
     arr = job.spec.array
     if job.array_job_id is not None and arr is not None and arr.max_running is not None:
         if running_per_array.get(job.array_job_id, 0) >= arr.max_running:
@@ -56,7 +60,32 @@ def order(pending: Sequence[Job]) -> list[Job]:
     return sorted(pending, key=lambda j: (-j.priority, j.spec.nice, j.id))
 
 
+@contextmanager
+def collection_paused() -> Iterator[None]:
+    """Python's cyclic garbage collector paused for one cycle, resumed as it was afterwards.
+
+    A cycle allocates many small containers that die young (reference counting frees them) and
+    builds no garbage cycle that must be reclaimed before it returns. With tens of thousands of jobs
+    and allocations alive in the process, each automatic full collection inside the cycle walks all
+    of them (about 0.1 s at 10,000 pending jobs) and stalls whichever placement allocated last. The
+    collector catches up after the cycle, between cycles, where no decision waits on it.
+    """
+    paused = gc.isenabled()
+    if paused:
+        gc.disable()
+    try:
+        yield
+    finally:
+        if paused:
+            gc.enable()
+
+
 def run_cycle(snapshot: Snapshot, pending: Sequence[Job], config: ClusterConfig, now: datetime) -> CycleResult:
+    with collection_paused():
+        return _run_cycle(snapshot, pending, config, now)
+
+
+def _run_cycle(snapshot: Snapshot, pending: Sequence[Job], config: ClusterConfig, now: datetime) -> CycleResult:
     result = CycleResult()
     marks = [("start", time.perf_counter())]
 

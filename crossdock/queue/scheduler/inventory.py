@@ -37,7 +37,10 @@ class Assignment:
     group: int | None = None
 
     def gpu_ids(self, inv: "Inventory") -> tuple[str, ...]:
-        return tuple(inv.dev_ids[self.node][c] for c, _ in self.devices) + tuple(s for _, s in self.slices)
+        if not self.devices and not self.slices:
+            return ()
+        ids = inv.dev_ids[self.node]
+        return tuple([ids[c] for c, _ in self.devices] + [s for _, s in self.slices])
 
 
 class Inventory:

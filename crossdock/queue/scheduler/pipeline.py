@@ -66,6 +66,8 @@ class Cycle:
             self.state.extra["frag"] = FragCache(inv, typical, node_model)
         self.capacity = (float(inv.cpu_alloc.sum()), float(inv.mem_alloc.sum()), float(inv.gpu_total.sum()))
         self.admitted_ends: list[tuple[datetime, Assignment]] = []
+        self.ends: dict[float, datetime] = {}
+        """Time limit (s) -> when a job admitted now ends."""
         self.failed: dict[tuple, tuple[int, dict[str, int]]] = {}
         self.reserved = False
         self.profiles: dict[tuple[str, str], Profile] = {}
@@ -123,7 +125,12 @@ class Cycle:
     def _admit(self, req: Request, profile: Profile, assignments: list[Assignment]) -> Placement | None:
         inv = self.inv
         picks = [a.node for a in assignments]
-        failed = next((s for s in (p.permit(self.state, req, picks) for p in profile.permits) if not s.ok), None)
+        failed = None
+        for plugin in profile.permits:
+            status = plugin.permit(self.state, req, picks)
+            if not status.ok:
+                failed = status
+                break
         reserved: list = []
         if failed is None:
             for plugin in profile.reserves:
@@ -141,13 +148,16 @@ class Cycle:
             return None
         self.fair.admitted(req)
         if req.time_limit_s:
-            end = self.now + timedelta(seconds=req.time_limit_s)
-            self.admitted_ends.extend((end, a) for a in assignments)
-        first = inv.nodes[assignments[0].node]
-        per_node = tuple(a.gpu_ids(inv) for a in assignments)
-        return Placement(req.job_id, first.pool, first.backend, tuple(inv.nodes[a.node].name for a in assignments),
-                         tuple(g for ids in per_node for g in ids), assignments[0].cpu_milli,
-                         assignments[0].memory_mib, per_node,
+            end = self.ends.get(req.time_limit_s)
+            if end is None:
+                end = self.ends[req.time_limit_s] = self.now + timedelta(seconds=req.time_limit_s)
+            self.admitted_ends.extend([(end, a) for a in assignments])
+        nodes = inv.nodes
+        first = nodes[assignments[0].node]
+        per_node = tuple([a.gpu_ids(inv) for a in assignments])
+        gpu_ids = per_node[0] if len(per_node) == 1 else tuple([g for ids in per_node for g in ids])
+        return Placement(req.job_id, first.pool, first.backend, tuple([nodes[a.node].name for a in assignments]),
+                         gpu_ids, assignments[0].cpu_milli, assignments[0].memory_mib, per_node,
                          req.gpu_share_milli / 1000 if req.gpu_share_milli else None)
 
     def _blocked(self, req: Request, profile: Profile, reasons: dict[str, int], own: int | None) -> None:

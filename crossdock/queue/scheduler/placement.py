@@ -63,15 +63,23 @@ def feasible(state: CycleState, profile: Profile, req: Request, idx: np.ndarray 
     dynamic filters (holds for nominated and reserved capacity) run on the result as before;
     filters are per-node predicates, so the nodes and their order are those of ``profile.feasible``.
     """
+    return _feasible(state, profile, req, idx)[0]
+
+
+def _feasible(state: CycleState, profile: Profile, req: Request,
+              idx: np.ndarray | None = None) -> tuple[np.ndarray, np.ndarray | None]:
+    """:func:`feasible`, and with ``idx`` None the boolean mask over every node the result equals
+    (None when another filter removed nodes from it)."""
     verdicts = _local_verdicts(state, profile, req)
-    out = np.flatnonzero(verdicts.ok) if idx is None else idx[verdicts.ok[idx]]
+    ok = verdicts.ok
+    out, whole = (np.flatnonzero(ok), ok) if idx is None else (idx[ok[idx]], None)
     for f in verdicts.others:
         if len(out) == 0:
             break
         mask = f.filter(state, req, out)
         if mask is not None:
-            out = out[mask]
-    return out
+            out, whole = out[mask], None
+    return out, whole
 
 
 class _Verdicts:
@@ -148,13 +156,13 @@ def assign_worker(inv: Inventory, req: Request, i: int) -> Assignment | None:
         if len(idle) < req.gpus:
             return None
     elif req.gpus:
-        cols = gpus.choose_whole(inv.dev_free[i], inv.dev_exists[i], inv.dev_island[i], req.gpus,
-                                 int(inv.island_cap[i]))
+        free = inv.dev_free[i, :inv.gpu_total[i]].tolist()  # a node's devices fill its row's first columns
+        cols = gpus.whole_of(free, inv.dev_island_of[i], req.gpus, int(inv.island_cap[i]))
         if cols is None:
             return None
         devices = [(c, FULL) for c in cols]
     if req.gpu_share_milli:
-        col = gpus.choose_share(inv.dev_free[i], inv.dev_exists[i], req.gpu_share_milli)
+        col = gpus.share_of(inv.dev_free[i, :inv.gpu_total[i]].tolist(), req.gpu_share_milli)
         if col is None:
             return None
         devices = [(col, req.gpu_share_milli)]
@@ -174,6 +182,30 @@ def score_distinct(state: CycleState, profile: Profile, req: Request, cand: np.n
     shape and queue is not scored again. Each node's last score is kept per shape too, and only
     the nodes changed since (``Inventory.changes``) are looked up again.
     """
+    hit = _scores(state, profile, req)
+    stale = cand[~hit.valid[cand]]
+    if len(stale):
+        hit.value[stale] = _by_state(state, profile, req, stale, hit.known)
+        hit.valid[stale] = True
+    return hit.value[cand]
+
+
+def _best_of(state: CycleState, profile: Profile, req: Request, mask: np.ndarray) -> np.ndarray:
+    """The best-scoring node among those ``mask`` marks (ties: the lowest index), as a 1-array;
+    the scores are :func:`score_distinct`'s, read over the whole node array at once."""
+    hit = _scores(state, profile, req)
+    stale = np.flatnonzero(mask & ~hit.valid)
+    if len(stale):
+        hit.value[stale] = _by_state(state, profile, req, stale, hit.known)
+        hit.valid[stale] = True
+    return np.array([np.argmax(np.where(mask, hit.value, _LOWEST))], np.int64)
+
+
+_LOWEST = np.iinfo(np.int64).min
+
+
+def _scores(state: CycleState, profile: Profile, req: Request) -> "_Scores":
+    """The request shape's score cache, with the nodes changed since it was last read marked stale."""
     inv = state.inventory
     key = ("scores", id(profile), req.queue, req.shape_key())
     hit = state.cache.get(key)
@@ -182,11 +214,7 @@ def score_distinct(state: CycleState, profile: Profile, req: Request, cand: np.n
     elif hit.seen < len(inv.changes):
         hit.valid[inv.changes[hit.seen:]] = False
         hit.seen = len(inv.changes)
-    stale = cand[~hit.valid[cand]]
-    if len(stale):
-        hit.value[stale] = _by_state(state, profile, req, stale, hit.known)
-        hit.valid[stale] = True
-    return hit.value[cand]
+    return hit
 
 
 class _Scores:
@@ -242,7 +270,12 @@ def _domains(state: CycleState, req: Request, feasible: np.ndarray, scores: np.n
 
 def choose(state: CycleState, profile: Profile, req: Request) -> np.ndarray | None:
     """The node indexes the workers go to, best first; None when no node (or too few) fits."""
-    cand = candidates(state, profile, req)
+    if req.nodes == 1 and _wants_gpu(req):  # every feasible node is scored: pick over the node array
+        cand, whole = _feasible(state, profile, req)
+        if whole is not None:
+            return _best_of(state, profile, req, whole) if len(cand) else None
+    else:
+        cand = candidates(state, profile, req)
     if len(cand) < req.nodes:
         return None
     scores = score_distinct(state, profile, req, cand)
