@@ -361,17 +361,22 @@ class Preemptor:
         for k in range(max(1, k_min), min(n, k_max) + 1):
             if any(sum(top[:k]) < d for _, d, top in short):
                 continue  # no k of them could fit
-            found = []
-            for combo in combinations(range(n), k):
-                if any(sum([amounts[j] for j in combo]) < d for amounts, d, _ in short):
-                    continue
-                budget[0] -= 1
-                if budget[0] < 0:
-                    break
-                rows = [units[j] for j in combo]
-                if exact or self.fits_without(state, profile, req, i, self._victims_of(rows)):
-                    found.append(rows)
+            passing: Iterable = combinations(range(n), k)
+            for amounts, d, _ in short:  # could_fit, keeping combinations' order
+                passing = [c for c in passing if sum([amounts[j] for j in c]) >= d]
+            passing = list(passing)
+            if not passing:
+                continue
+            # each combination that passes spends one unit of budget; the one that overdraws it ends the search
+            spend = budget[0]
+            tried = passing if len(passing) <= spend else passing[:spend]
+            budget[0] = spend - len(passing) if len(passing) <= spend else -1
+            found = [[units[j] for j in c] for c in tried]
+            if not exact:
+                found = [rows for rows in found if self.fits_without(state, profile, req, i, self._victims_of(rows))]
             if found:
+                if len(found) == 1:
+                    return found[0], self._row_key(found[0])
                 keys = [self._row_key(rows) for rows in found]
                 best = min(range(len(found)), key=keys.__getitem__)
                 return found[best], keys[best]
@@ -388,7 +393,7 @@ class Preemptor:
         number of units), so jobs of one shape that look at the same nodes reuse it. What it spent
         of the budget is remembered too and spent again; an answer cut short by the budget is not
         kept, and one whose spending no longer fits the budget is searched again."""
-        key = (i, req.priority, deficits, k_min, min(k_max, len(self._rows_on(i))), self._node_version[i])
+        key = self._memo_key(req, i, k_max, k_min, deficits)
         hit = self._memo.get(key)
         if hit is not None and hit[1] <= budget[0]:
             budget[0] -= hit[1]
@@ -398,6 +403,9 @@ class Preemptor:
         if budget[0] >= 0:
             self._memo[key] = (best, before - budget[0])
         return best
+
+    def _memo_key(self, req: Request, i: int, k_max: int, k_min: int, deficits: tuple[int, int, int]) -> tuple:
+        return (i, req.priority, deficits, k_min, min(k_max, len(self._rows_on(i))), self._node_version[i])
 
     def _victims_of(self, rows: list[int]) -> tuple[Victim, ...]:
         ids = self._id
@@ -434,15 +442,17 @@ class Preemptor:
         columns = zip(nodes.tolist(), bound[nodes].tolist(), (req.cpu_milli - inv.cpu_free[nodes]).tolist(),
                       (req.memory_mib - inv.mem_free[nodes]).tolist(), (req.gpus - inv.gpu_free[nodes]).tolist(),
                       ((inv.island_cap[nodes] < req.gpus) | (req.gpus < 2)).tolist())
+        examined = [(i, b, (dc, dm, dg), exact_job and no_island and i not in self.shared_nodes)
+                    for i, b, dc, dm, dg, no_island in columns]
         options = []
         sizes: list[int] = []
-        for i, b, dc, dm, dg, no_island in columns:
+        for i, b, d, exact in examined:
             if len(options) >= missing and b > sizes[missing - 1]:
                 break  # no later node can need fewer victims
-            if exact_job and no_island and i not in self.shared_nodes:
-                best = self._smallest_counted(req, i, cap, budget, b, (dc, dm, dg))
+            if exact:
+                best = self._smallest_counted(req, i, cap, budget, b, d)
             else:
-                best = self._smallest(state, profile, req, i, cap, budget, False, b, (dc, dm, dg))
+                best = self._smallest(state, profile, req, i, cap, budget, False, b, d)
             if best is not None:
                 rows, key = best
                 options.append((len(rows), key, i, rows))
