@@ -1,19 +1,27 @@
-"""N trivial jobs through crossdock's Slurm backend vs a plain ``sbatch`` loop, same run.
+"""N trivial jobs through crossdock to Slurm vs a plain ``sbatch`` loop, same run.
 
-    python bench/bench_slurm.py [--jobs 1000] [--driver cli|rest] [--json]
+    python bench/bench_slurm.py [--jobs 1000] [--ways loop,crossdock] [--rounds 1] [--json]
 
-Runs three ways on the local cluster (``crossdock.dev.slurm``, started if needed), one after
-the other, each once the cluster is idle again:
+Runs on the local cluster (``crossdock.dev.slurm``, started if needed), one way after the
+other, each once the cluster is idle again:
 
 - ``sbatch loop``: N × ``sbatch --parsable --wrap true``, sequentially, as a user would;
-- ``backend array``: the N tasks as one crossdock array job → one Slurm ``--array`` submission;
-- ``backend batch``: N separate crossdock jobs through ``SlurmBackend.submit_many`` (one
-  lookup for the batch, then parallel submissions).
+- ``crossdock``: the real path. A scheduler loop (a thread, as ``crossdock up`` runs it) and a
+  Celery worker process (``crossdock.cli.admin.start_worker``) on an embedded Redis; the N jobs
+  are one array submitted with the Python ``Client``; the cycle admits what fits and hands the
+  rest to Slurm's queue (the pool's ``backend_queue``), ONE dispatch task makes ONE
+  ``sbatch --array``, and follow (``scontrol show job``) moves every task to its end state in
+  crossdock's store. Started and warmed up (one job end to end) before the clock starts;
+- ``backend array``: the N tasks as one crossdock array job → one Slurm ``--array`` submission
+  through ``SlurmBackend`` alone (no scheduler, no Celery);
+- ``backend batch``: N separate crossdock jobs through ``SlurmBackend.submit_many``.
 
-Submit time is the wall time of the submission calls; time to all complete runs from the
-first submission until every job is finished, polled every ``--poll`` seconds (0.5): the
-loop with a cheap ``squeue -h -o %F`` of active jobs, the backend with its one batched
-``status`` query (which lists every job slurmctld holds, finished ones for MinJobAge).
+Submit time is the wall time of the submission calls (for ``crossdock``: until ``Client``
+returns, with the time until every task is in Slurm as ``in_slurm_s``); time to all complete
+runs from the first submission until every job is finished, polled every ``--poll`` seconds
+(0.5): the loop with a cheap ``squeue -h -o %F`` of active jobs, ``crossdock`` by counting the
+store's pending and active jobs, the backend ways with one batched ``status`` query. With
+``--rounds`` > 1 the order of the ways alternates and the figures are medians.
 """
 
 from __future__ import annotations
@@ -21,11 +29,16 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import statistics
 import subprocess
 import sys
 import tempfile
+import threading
 import time
+import uuid
 from pathlib import Path
+
+import yaml
 
 from crossdock.backends.slurm import SlurmBackend
 from crossdock.dev import slurm as dev
@@ -85,44 +98,174 @@ def bench_backend_batch(backend: SlurmBackend, n: int, partition: str, workdir: 
     return {"submit_s": submitted - start, "complete_s": time.perf_counter() - start}
 
 
+class CrossdockRun:
+    """A running crossdock on its own embedded Redis: the scheduler loop in a thread and a Celery
+    worker process, with a config whose one Slurm pool may queue ``backend_queue`` jobs in Slurm."""
+
+    def __init__(self, partition: str, slurm_env_file: str, backend_queue: int, interval: float,
+                 reconcile: float, workers: int = 2) -> None:
+        from crossdock.backends.redis_store import embedded
+
+        self.state = Path(tempfile.mkdtemp(prefix="crossdock-bench-state-"))
+        self.redis_url = embedded.ensure_running(self.state / "redis")
+        cfg = self.state / "crossdock.yaml"
+        cfg.write_text(yaml.safe_dump({
+            "priority_classes": {"batch": {"value": 500}},
+            "pools": {"hpc": {"backend": "slurm", "partition": partition, "backend_queue": backend_queue}},
+            "queues": {"batch": {"priority_class": "batch", "pools": ["hpc"]}},
+            "default_queue": "batch",
+            "scheduler": {"interval_seconds": interval},
+        }))
+        os.environ.update({"CROSSDOCK_REDIS_URL": self.redis_url, "CROSSDOCK_STATE_DIR": str(self.state),
+                           "CROSSDOCK_CONFIG": str(cfg), "CROSSDOCK_PREFIX": f"b{uuid.uuid4().hex[:8]}",
+                           "CROSSDOCK_SLURM_ENV": slurm_env_file})
+        from crossdock.cli.admin import start_worker
+        from crossdock.client import Client
+        from crossdock.runtime import Runtime
+        from crossdock.workers.app import make_app
+        from crossdock.workers.scheduler import Scheduler, celery_sender
+
+        self.rt = Runtime.from_env()
+        self.client = Client(self.rt)
+        self.worker = start_worker(self.rt, workers, self.state / "worker.log", loglevel="WARNING")
+        self.stop_event = threading.Event()
+        sched = Scheduler(self.rt, celery_sender(make_app(self.redis_url)))
+        self.thread = threading.Thread(target=sched.run, args=(self.stop_event, reconcile), daemon=True)
+        self.thread.start()
+
+    def left(self) -> int:
+        """Jobs not yet in an end state (pending or active) in crossdock's store."""
+        store = self.rt.store
+        return int(store.r.zcard(store.k.pending)) + int(store.r.zcard(store.k.active))
+
+    def run(self, specs: list, poll: float, timeout: float = 900) -> dict[str, float]:
+        from crossdock.queue.states import JobState
+
+        store = self.rt.store
+        start = time.perf_counter()
+        handles = self.client.submit_specs(specs)
+        submitted = time.perf_counter()
+        ids = [h.id for h in handles]
+        in_slurm = None
+        deadline = time.monotonic() + timeout
+        while self.left():
+            if in_slurm is None and all(j.backend_ref for j in store.get_many(ids)):
+                in_slurm = time.perf_counter() - start
+            if time.monotonic() > deadline:
+                raise RuntimeError(f"crossdock: {self.left()} jobs not finished after {timeout:.0f}s")
+            time.sleep(poll)
+        done = time.perf_counter()
+        states = {j.state for j in store.get_many(ids)}
+        if states != {JobState.COMPLETED}:
+            raise RuntimeError(f"crossdock: jobs ended {sorted(s.value for s in states)}")
+        return {"submit_s": submitted - start, "in_slurm_s": in_slurm if in_slurm is not None else done - start,
+                "complete_s": done - start}
+
+    def close(self) -> None:
+        from crossdock.backends.redis_store import embedded
+        from crossdock.cli.admin import stop_worker
+
+        self.stop_event.set()
+        self.thread.join(10)
+        stop_worker(self.worker, 15)
+        embedded.stop(self.state / "redis")
+
+
+def bench_crossdock(run: CrossdockRun, n: int, workdir: str, poll: float, array: bool) -> dict[str, float]:
+    from crossdock.queue.models import JobSpec as Spec
+
+    base = {"command": ["true"], "workdir": workdir, "stdout": "/dev/null", "user": run.client.user}
+    specs = [Spec(**base, array=ArraySpec(task_ids=list(range(n))))] if array else [Spec(**base) for _ in range(n)]
+    return run.run(specs, poll)
+
+
+WAYS = ("loop", "crossdock", "backend-array", "backend-batch")
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--jobs", type=int, default=1000)
+    parser.add_argument("--ways", default="loop,crossdock",
+                        help=f"comma-separated, from {', '.join(WAYS)} (default: loop,crossdock)")
+    parser.add_argument("--rounds", type=int, default=1, help="repeat, alternating the order; medians reported")
     parser.add_argument("--driver", choices=["cli", "rest"], default="cli")
     parser.add_argument("--partition", default="cpu")
     parser.add_argument("--dir", default=None, help="cluster state directory")
     parser.add_argument("--poll", type=float, default=POLL_S, help="seconds between completion checks")
+    parser.add_argument("--separate", action="store_true", help="crossdock: N separate jobs instead of one array")
+    parser.add_argument("--backend-queue", type=int, default=None,
+                        help="crossdock: the pool's backend_queue (default: --jobs, so the whole array goes at once)")
+    parser.add_argument("--interval", type=float, default=1.0, help="crossdock: scheduler interval_seconds (1.0)")
+    parser.add_argument("--reconcile", type=float, default=2.0, help="crossdock: seconds between follows (2.0)")
     parser.add_argument("--json", action="store_true", help="print the figures as JSON")
     args = parser.parse_args(argv)
+    ways = [w.strip() for w in args.ways.split(",") if w.strip()]
+    unknown = [w for w in ways if w not in WAYS]
+    if unknown:
+        parser.error(f"--ways: unknown {', '.join(unknown)}; choose from {', '.join(WAYS)}")
 
-    dev.up(args.dir)
+    state = dev.up(args.dir)
     env = {**os.environ, **dev.read_env(args.dir)}
     env.pop("SLURM_JWT", None)
     backend = SlurmBackend.from_env(env, driver=args.driver)
     workdir = tempfile.mkdtemp(prefix="crossdock-bench-", dir="/tmp")
     Path(workdir).chmod(0o777)
     base_id = int(time.time()) * 10_000 % 10**12
-
-    results: dict[str, dict[str, float]] = {}
     poll = args.poll
-    wait_idle(env, poll)
-    results["sbatch loop"] = bench_sbatch_loop(env, args.jobs, args.partition, workdir, poll)
-    wait_idle(env, poll)
-    results[f"backend array ({args.driver})"] = bench_backend_array(
-        backend, args.jobs, args.partition, workdir, base_id, poll)
-    wait_idle(env, poll)
-    results[f"backend batch ({args.driver})"] = bench_backend_batch(
-        backend, args.jobs, args.partition, workdir, base_id + 1, poll)
+    run = None
+    if "crossdock" in ways:
+        env_file = str(state if state.is_file() else state / "env")
+        run = CrossdockRun(args.partition, env_file, args.backend_queue if args.backend_queue is not None else args.jobs,
+                           args.interval, args.reconcile)
+    names = {"loop": "sbatch loop", "crossdock": "crossdock " + ("jobs" if args.separate else "array"),
+             "backend-array": f"backend array ({args.driver})", "backend-batch": f"backend batch ({args.driver})"}
+    per_round: dict[str, list[dict[str, float]]] = {names[w]: [] for w in ways}
+    try:
+        if run is not None:  # warm: worker started, backend built, first cycle and follow done
+            bench_crossdock(run, 1, workdir, poll, array=False)
+        for rnd in range(args.rounds):
+            for i, way in enumerate(ways if rnd % 2 == 0 else ways[::-1]):
+                wait_idle(env, poll)
+                if way == "loop":
+                    r = bench_sbatch_loop(env, args.jobs, args.partition, workdir, poll)
+                elif way == "crossdock":
+                    r = bench_crossdock(run, args.jobs, workdir, poll, array=not args.separate)
+                elif way == "backend-array":
+                    r = bench_backend_array(backend, args.jobs, args.partition, workdir, base_id + 2 * rnd * 10**4, poll)
+                else:
+                    r = bench_backend_batch(backend, args.jobs, args.partition, workdir,
+                                            base_id + (2 * rnd + 1) * 10**4, poll)
+                per_round[names[way]].append(r)
+                print(f"round {rnd} {names[way]:<22} " + "  ".join(f"{k} {v:.2f}" for k, v in r.items()),
+                      file=sys.stderr, flush=True)
+    finally:
+        if run is not None:
+            run.close()
 
-    loop = results["sbatch loop"]
+    results = {name: {k: statistics.median(r[k] for r in rs) for k in rs[0]} for name, rs in per_round.items()}
+    loop = results.get("sbatch loop")
+    summary: dict = {"jobs": args.jobs, "driver": args.driver, "rounds": args.rounds, "results": results}
+    if loop is not None:
+        summary["ratios"] = {name: {"submit": r["submit_s"] / loop["submit_s"], "complete": r["complete_s"] / loop["complete_s"]}
+                             for name, r in results.items() if name != "sbatch loop"}
+        ours = next((v for k, v in summary["ratios"].items() if k.startswith("crossdock")), None)
+        if ours is not None:
+            summary["target_complete_ratio"] = 1.1
+            summary["meets_target"] = ours["complete"] <= 1.1
     if args.json:
-        print(json.dumps({"jobs": args.jobs, "driver": args.driver, "results": results}, indent=2))
+        print(json.dumps(summary, indent=2))
         return 0
-    print(f"{args.jobs} trivial jobs (`true`) on partition {args.partition!r} (16 CPU slots), driver {args.driver}")
+    print(f"{args.jobs} trivial jobs (`true`) on partition {args.partition!r} (16 CPU slots), driver {args.driver},"
+          f" {args.rounds} round(s)")
     print(f"{'way':<24}{'submit s':>10}{'all done s':>12}{'submit ×loop':>14}{'done ×loop':>12}")
     for name, r in results.items():
-        print(f"{name:<24}{r['submit_s']:>10.2f}{r['complete_s']:>12.2f}"
-              f"{r['submit_s'] / loop['submit_s']:>14.3f}{r['complete_s'] / loop['complete_s']:>12.3f}")
+        ratio = (f"{r['submit_s'] / loop['submit_s']:>14.3f}{r['complete_s'] / loop['complete_s']:>12.3f}"
+                 if loop else "")
+        print(f"{name:<24}{r['submit_s']:>10.2f}{r['complete_s']:>12.2f}{ratio}")
+        if "in_slurm_s" in r:
+            print(f"{'':<24}(all tasks in Slurm after {r['in_slurm_s']:.2f} s)")
+    if "meets_target" in summary:
+        print(f"target: crossdock end to end ≤ 1.1 × the sbatch loop: {'met' if summary['meets_target'] else 'NOT met'}")
     return 0
 
 

@@ -411,7 +411,9 @@ class SlurmBackend:
         for j in records:
             for status in _statuses(j):
                 by_ref[status.ref] = status
-                if j.array_job_id is not None:
+                # A meta record with no task left to name (slurmrestd shows one for a throttled
+                # array whose pending tasks were cancelled) stands for no task.
+                if j.array_job_id is not None and "_" in status.ref:
                     task = int(status.ref.split("_", 1)[1])
                     arrays.setdefault(str(j.array_job_id), {})[task] = status
         missing = [r for r in wanted if r not in arrays and r not in by_ref]
