@@ -58,6 +58,8 @@ class Inventory:
         self.res_used = np.zeros((3, n), np.int64)
         """CPU, memory and GPUs in use (whole or partly), one row each, for the resource scores."""
         self.schedulable = np.array([x.schedulable for x in self.nodes], bool)
+        self.tainted = np.array([i for i, x in enumerate(self.nodes) if x.taints], np.int64)
+        """Indexes of the nodes with taints (the TaintToleration filter looks only at these)."""
         self.pool_names = sorted({x.pool for x in self.nodes})
         pid = {p: i for i, p in enumerate(self.pool_names)}
         self.pool_id = np.array([pid[x.pool] for x in self.nodes], np.int32)

@@ -46,9 +46,7 @@ class TaintToleration(SimpleFilter):
 
     def filter(self, state: CycleState, req: Request, idx: np.ndarray) -> np.ndarray | None:
         inv = state.inventory
-        tainted = state.cache.get("tainted")
-        if tainted is None:
-            tainted = state.cache["tainted"] = np.array([i for i, x in enumerate(inv.nodes) if x.taints], np.int64)
+        tainted = inv.tainted
         hits = np.flatnonzero(np.isin(idx, tainted)) if len(tainted) else ()
         if not len(hits):
             return None
