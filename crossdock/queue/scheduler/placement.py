@@ -237,6 +237,10 @@ def _by_state(state: CycleState, profile: Profile, req: Request, cand: np.ndarra
             v = known[k] = int(profile.score(state, req, cand)[0])
         return np.array([v], np.int64)
     uniq, first, inverse = np.unique(sig, return_index=True, return_inverse=True)
+    if not known:  # the shape's first scoring: every state is new
+        fresh = profile.score(state, req, cand[first])
+        known.update(zip(uniq.tolist(), fresh.tolist()))
+        return fresh.astype(np.int64, copy=False)[inverse]
     keys = uniq.tolist()
     values = [known.get(k) for k in keys]
     missing = [k for k, v in enumerate(values) if v is None]
