@@ -212,7 +212,12 @@ def _scores(state: CycleState, profile: Profile, req: Request) -> "_Scores":
     if hit is None:
         hit = state.cache[key] = _Scores(np.zeros(inv.n, np.int64), np.zeros(inv.n, bool), len(inv.changes))
     elif hit.seen < len(inv.changes):
-        hit.valid[inv.changes[hit.seen:]] = False
+        changed = inv.changes[hit.seen:]
+        if len(changed) <= 8:
+            for i in changed:
+                hit.valid[i] = False
+        else:
+            hit.valid[changed] = False
         hit.seen = len(inv.changes)
     return hit
 
