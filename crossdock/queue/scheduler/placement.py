@@ -191,14 +191,29 @@ def score_distinct(state: CycleState, profile: Profile, req: Request, cand: np.n
 
 
 def _best_of(state: CycleState, profile: Profile, req: Request, mask: np.ndarray) -> np.ndarray:
-    """The best-scoring node among those ``mask`` marks (ties: the lowest index), as a 1-array;
-    the scores are :func:`score_distinct`'s, read over the whole node array at once."""
+    """The best-scoring node among those ``mask`` marks (ties: the lowest index), as a 1-array.
+
+    The scores are :func:`score_distinct`'s. The shape's cache keeps them masked over the whole node
+    array (``LOWEST`` where ``mask`` is false); after the first call only the nodes changed since
+    the last one are scored and masked again, and one ``argmax`` picks the node.
+    """
     hit = _scores(state, profile, req)
-    stale = np.flatnonzero(mask & ~hit.valid)
+    changes = state.inventory.changes
+    if hit.masked is None or hit.mask is not mask:
+        stale = np.flatnonzero(mask & ~hit.valid)
+        rows = None
+    else:
+        rows = np.array(sorted(set(changes[hit.mseen:])), np.int64)
+        stale = rows[mask[rows] & ~hit.valid[rows]]
     if len(stale):
         hit.value[stale] = _by_state(state, profile, req, stale, hit.known)
         hit.valid[stale] = True
-    return np.array([np.argmax(np.where(mask, hit.value, _LOWEST))], np.int64)
+    if rows is None:
+        hit.masked, hit.mask = np.where(mask, hit.value, _LOWEST), mask
+    elif len(rows):
+        hit.masked[rows] = np.where(mask[rows], hit.value[rows], _LOWEST)
+    hit.mseen = len(changes)
+    return np.array([np.argmax(hit.masked)], np.int64)
 
 
 _LOWEST = np.iinfo(np.int64).min
@@ -226,11 +241,15 @@ class _Scores:
     """One request shape's scores: per node (``value`` where ``valid``, synced up to
     ``Inventory.changes[:seen]``) and per node state (``known``: ``Inventory.sig`` -> score)."""
 
-    __slots__ = ("value", "valid", "seen", "known")
+    __slots__ = ("value", "valid", "seen", "known", "masked", "mask", "mseen")
 
     def __init__(self, value: np.ndarray, valid: np.ndarray, seen: int):
         self.value, self.valid, self.seen = value, valid, seen
         self.known: dict[int, int] = {}
+        self.masked: np.ndarray | None = None
+        """``value`` where ``mask`` (the feasible nodes) is true, else ``_LOWEST`` (:func:`_best_of`)."""
+        self.mask: np.ndarray | None = None
+        self.mseen = 0
 
 
 def _by_state(state: CycleState, profile: Profile, req: Request, cand: np.ndarray, known: dict) -> np.ndarray:
