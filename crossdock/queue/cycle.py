@@ -3,7 +3,8 @@
 ``run_cycle(snapshot, pending, config, now)`` reads the snapshot, decides, and returns a
 :class:`CycleResult`; it performs no I/O. The caller commits the decisions atomically and
 dispatches them. The phases live in :mod:`crossdock.queue.scheduler` (framework, plugins,
-fair share, quota, preemption, backfill); ``run_cycle`` is their numbered pipeline.
+fair share, quota, preemption, backfill); ``run_cycle`` is their numbered pipeline. Python's
+cyclic garbage collector is paused while it runs (:func:`collection_paused`).
 """
 
 from __future__ import annotations

@@ -5,7 +5,8 @@ amount in milli-GPU (``1000`` = idle, ``0`` = fully taken). MIG-partitioned devi
 usable whole; their slices are tracked per profile. Summaries the filters read in one vector
 operation are kept up to date after every change to a node: ``gpu_free`` (idle devices),
 ``island_free`` (most idle devices inside one NVLink island), ``share_top`` (largest free
-amount on one device) and ``mig_free[profile]``.
+amount on one device) and ``mig_free[profile]``. Every such change is logged in ``changes``
+(node indexes, in order), which per-shape caches read to re-derive only the nodes that changed.
 
 A device (or slice) is handed out only when it has the amount free, so whole GPUs are never
 over-committed; shares only go to nodes whose pool declares GPU sharing (the filters check).

@@ -9,6 +9,11 @@
 - A gang (``nodes > 1``) gets its N best-scoring feasible nodes, one worker per node; with a
   ``topology_key`` all N come from one label value (the domain with the best N scores).
 - If any worker cannot get its devices, every worker already assigned is rolled back.
+
+Jobs of one cycle share few shapes, and each placement changes one node, so per request shape the
+cycle keeps the node-local filters' verdicts (:func:`feasible`) and the scores (:func:`score_distinct`)
+for every node, and re-derives them only for the nodes listed in ``Inventory.changes`` since the
+shape was last placed. The nodes and scores are those a fresh filter and score pass gives.
 """
 
 from __future__ import annotations

@@ -10,6 +10,11 @@ The search: one victim per node is tried first over every (victim, node) pair th
 vectorized necessary condition, in preference order; only if no single victim suffices are
 pairs, triples… tried per node, within a budget of combinations (exact on small clusters; on
 big ones the budget bounds the work and the set found is minimal among the nodes examined).
+
+Speed: the running jobs are indexed once per cycle, as arrays of (victim, node) units; per job
+priority the per-node sums of what usable victims give back are kept and re-summed only on nodes
+whose victims were taken; on a node where counts decide, a search's answer (and the budget it
+spent) is remembered for later preemptors of the same shape until that node changes.
 """
 
 from __future__ import annotations
