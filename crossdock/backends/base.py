@@ -71,8 +71,9 @@ class Backend(Protocol):
 class SupportsArrays(Protocol):
     """A backend that takes tasks of one array as one submission (a Slurm array, an Indexed Job)."""
 
-    def submit_array(self, tasks: Sequence[Job], throttle: int | None = None) -> dict[int, str]:
+    def submit_array(self, tasks: Sequence[Job], throttle: int | None = None, fresh: bool = False) -> dict[int, str]:
         """Submit ``tasks`` (one array, one attempt) together, at most ``throttle`` running at
         once; return job id → backend reference of each task.
 
-        Idempotent per group: a second call with the same tasks finds what the first one started."""
+        Idempotent per group: a second call with the same tasks finds what the first one started.
+        ``fresh`` says no earlier call can have started them, so a costly look may be skipped."""

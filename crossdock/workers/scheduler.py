@@ -296,6 +296,16 @@ class Scheduler:
                     store.requeue(job.id, actor=kind, reason=Reason.PREEMPTED)
 
     # --- the loop ----------------------------------------------------------------------------
+    def _wait_for_work(self, stop: threading.Event, interval: float, tick: float = 0.05) -> None:
+        """Sleep until the next cycle is due, or until new jobs arrive (the pending index grows):
+        a submission is scheduled within ``tick`` s rather than up to ``interval`` s later."""
+        store = self.rt.store
+        deadline = time.monotonic() + interval
+        seen = store.r.zcard(store.k.pending)
+        while not stop.wait(min(tick, max(deadline - time.monotonic(), 0))):
+            if time.monotonic() >= deadline or store.r.zcard(store.k.pending) > seen:
+                return
+
     def run(self, stop: threading.Event, reconcile_every: float = 2.0) -> None:
         cfg = self.rt.config.scheduler
         next_reconcile = 0.0
@@ -313,7 +323,10 @@ class Scheduler:
                             next_reconcile = time.monotonic() + reconcile_every
                     except Exception:
                         log.exception("scheduling cycle failed; retrying next interval")
-                stop.wait(cfg.interval_seconds if leader else cfg.lease_seconds / 3)
+                if leader:
+                    self._wait_for_work(stop, cfg.interval_seconds)
+                else:
+                    stop.wait(cfg.lease_seconds / 3)
         finally:
             if leader:
                 self.rt.store.release_lease(self.holder)

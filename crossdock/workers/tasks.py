@@ -28,9 +28,10 @@ def runtime() -> Runtime:
     return Runtime.from_env()
 
 
-def _claim(store, ids: list[int], attempt: int, worker: str) -> list[int]:
+def _claim(store, ids: list[int], attempt: int, worker: str) -> tuple[list[int], bool]:
     """The ids whose dispatch of ``attempt`` this task owns: claimed now, or by this very task
-    (same Celery id) before its worker died. Two round trips for any number of jobs."""
+    (same Celery id) before its worker died; and whether every one was claimed just now.
+    Three round trips for any number of jobs."""
     keys = [store.k.dispatch_claim(i, attempt) for i in ids]
     with store.r.pipeline(transaction=False) as pipe:
         for key in keys:
@@ -45,7 +46,7 @@ def _claim(store, ids: list[int], attempt: int, worker: str) -> list[int]:
         for i in mine:
             store.update_if(i, (JobState.SCHEDULED,), {"dispatched": str(time.time())}, pipe=pipe)
         pipe.execute()
-    return mine
+    return mine, all(got)
 
 
 def _release(store, ids: list[int], attempt: int) -> None:
@@ -75,7 +76,7 @@ def dispatch(self, job_id: int, attempt: int) -> str:
     if job.state is not JobState.SCHEDULED or job.attempts != attempt:
         return f"stale: {job.state} attempt {job.attempts}"
     worker = f"{socket.gethostname()}:{self.request.id}"
-    if not _claim(store, [job_id], attempt, worker):
+    if not _claim(store, [job_id], attempt, worker)[0]:
         return "duplicate"
     try:
         ref = backend(job.backend or "local", rt).submit(job)
@@ -107,15 +108,18 @@ def dispatch_array(self, array_job_id: int, attempt: int, job_ids: list[int], th
     if not jobs:
         return "stale"
     worker = f"{socket.gethostname()}:{self.request.id}"
-    mine = set(_claim(store, [j.id for j in jobs], attempt, worker))
+    claimed, all_new = _claim(store, [j.id for j in jobs], attempt, worker)
+    mine = set(claimed)
     jobs = [j for j in jobs if j.id in mine]
     if not jobs:
         return "duplicate"
     ids = [j.id for j in jobs]
+    # First delivery, first try, every claim taken just now: nothing can carry this group's tag.
+    fresh = all_new and not self.request.retries and not (self.request.delivery_info or {}).get("redelivered")
     target = backend(jobs[0].backend or "local", rt)
     try:
         if isinstance(target, SupportsArrays) and len(jobs) > 1:
-            refs = target.submit_array(jobs, throttle)
+            refs = target.submit_array(jobs, throttle, fresh=fresh)
         else:
             refs = {j.id: target.submit(j) for j in jobs}
     except BackendUnavailable as exc:

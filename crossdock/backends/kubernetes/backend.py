@@ -175,11 +175,12 @@ class KubernetesBackend:
         manifest = self.manifest(job)
         return self._create(manifest, {m.LABEL_JOB_ID: str(job.id), m.LABEL_ATTEMPT: str(job.attempts)})
 
-    def submit_array(self, tasks: Sequence[Job], throttle: int | None = None) -> dict[int, str]:
+    def submit_array(self, tasks: Sequence[Job], throttle: int | None = None, fresh: bool = False) -> dict[int, str]:
         """``tasks`` of one array (same attempt) as one Indexed Job; returns job id → ref.
 
         Idempotent per group (the Job's name holds the array id, the attempt and the group's
-        lowest job id). ``throttle`` (default: the spec's ``%max_running``) caps ``parallelism``.
+        lowest task id). ``throttle`` (default: the spec's ``%max_running``) caps ``parallelism``;
+        ``fresh`` changes nothing here (a create answers 409 for a Job that exists).
         crossdock's per-task node choice is not pinned: every pod of the Job may go to any node
         of the pool, where kube-scheduler honours the queue's placement (affinity or spread)."""
         if not tasks:

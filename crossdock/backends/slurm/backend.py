@@ -175,9 +175,18 @@ class SlurmBackend:
 
     # --- dispatch ---------------------------------------------------------------------------
 
+    def own_jobs(self) -> list[SlurmJob]:
+        """The Slurm jobs this installation submitted (its tag in the comment), for follow and
+        the idempotency lookup; a driver without ``own_jobs`` lists everything."""
+        prefix = job_tag(0, 0).rsplit(":", 2)[0] + ":"
+        own = getattr(self.driver, "own_jobs", None)
+        if own is not None:
+            return own(prefix)
+        return [j for j in self.driver.jobs() if j.comment.startswith(prefix)]
+
     def find(self, job: Job, jobs: Iterable[SlurmJob] | None = None) -> str | None:
         """The Slurm job id of ``job``'s current attempt if it was already submitted."""
-        return self._tagged(self.driver.jobs() if jobs is None else jobs).get(job_tag(job.id, job.attempts))
+        return self._tagged(self.own_jobs() if jobs is None else jobs).get(job_tag(job.id, job.attempts))
 
     def submit(
         self,
@@ -200,11 +209,13 @@ class SlurmBackend:
         )
         return self._submit_once(job_tag(job.id, job.attempts), request)
 
-    def submit_array(self, tasks: Sequence[Job], throttle: int | None = None) -> dict[int, str]:
+    def submit_array(self, tasks: Sequence[Job], throttle: int | None = None, fresh: bool = False) -> dict[int, str]:
         """Tasks of one crossdock array (same attempt) as one Slurm array; returns crossdock job
         id → ``"<slurm id>_<task>"``. Idempotent per group: a replay finds the array by its tag.
 
         ``throttle`` (default: the spec's ``%max_running``) becomes ``--array=…%throttle``.
+        ``fresh``: the caller has just claimed every task for the first time, so nothing can
+        carry the group's tag yet and the look for it (a listing of every job) is skipped.
         The tasks see Slurm's own ``SLURM_ARRAY_JOB_ID`` and crossdock's in ``CROSSDOCK_ARRAY_JOB_ID``.
         Placement is the pool's partition (and the spec's own ``--nodelist``): crossdock's
         per-task node choice is not passed, since ``--nodelist`` on an array binds every task
@@ -235,14 +246,17 @@ class SlurmBackend:
             stdout=expand_array_pattern(request.stdout or "slurm-%A_%a.out", first.array_job_id),
             stderr=expand_array_pattern(request.stderr, first.array_job_id) if request.stderr else None,
         )
-        slurm_id = self._submit_once(request.comment, request)
+        slurm_id = self._submit_once(request.comment, request, lookup=not fresh)
         return {t.id: f"{slurm_id}_{t.array_task_id}" for t in tasks}
 
-    def _submit_once(self, tag: str, request: SubmitRequest) -> str:
+    def _submit_once(self, tag: str, request: SubmitRequest, lookup: bool = True) -> str:
+        """Submit unless a job with ``tag`` exists. ``lookup=False`` skips that look on the first
+        try only (the caller knows nothing was submitted under the tag); a retry always looks."""
         deadline = self._clock() + self.submit_retry_s
         while True:
             try:
-                existing = self._tagged(self.driver.jobs()).get(tag)
+                existing = self._tagged(self.own_jobs()).get(tag) if lookup else None
+                lookup = True
                 if existing is not None:
                     log.info("%s already in Slurm as %s", tag, existing)
                     return existing
@@ -257,7 +271,7 @@ class SlurmBackend:
 
     def submit_many(self, jobs: list[Job], *, partition: str | None = None) -> list[str]:
         """Submit a batch: one lookup for the whole batch, then submissions in parallel."""
-        known = self._tagged(self.driver.jobs())
+        known = self._tagged(self.own_jobs())
         refs: list[str | None] = [known.get(job_tag(j.id, j.attempts)) for j in jobs]
         todo = [i for i, ref in enumerate(refs) if ref is None]
         requests = {i: build_request(jobs[i], partition=partition or self.partition_of(jobs[i])) for i in todo}
@@ -295,7 +309,7 @@ class SlurmBackend:
         if job.backend_ref:
             return job.backend_ref
         if job.array_job_id is not None and job.array_task_id is not None:
-            records = self.driver.jobs()
+            records = self.own_jobs()
             ref = _task_ref(job, self._groups(records), self._status_refs)
             if ref is not None:
                 return ref
@@ -344,7 +358,7 @@ class SlurmBackend:
 
     def status(self, jobs: Sequence[Job]) -> dict[int, BackendStatus]:
         """One batched query for every job; jobs Slurm does not know are absent."""
-        records = self.driver.jobs()
+        records = self.own_jobs()
         tagged = self._tagged(records)
         groups: dict[tuple[int, int], list[str]] | None = None
         refs: dict[int, str] = {}

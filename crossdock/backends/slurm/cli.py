@@ -139,6 +139,13 @@ class CliDriver:
         out = self._run(["scontrol", "show", "job", "-o"])
         return [parse_scontrol_job(line) for line in out.splitlines() if line.startswith("JobId=")]
 
+    def own_jobs(self, comment_prefix: str) -> list[SlurmJob]:
+        """The jobs whose comment starts with ``comment_prefix``: the same listing, but only those
+        lines are parsed (after a large run slurmctld holds thousands of finished jobs)."""
+        out = self._run(["scontrol", "show", "job", "-o"])
+        needle = f" Comment={comment_prefix}"
+        return [parse_scontrol_job(line) for line in out.splitlines() if needle in line and line.startswith("JobId=")]
+
     def nodes(self) -> list[SlurmNode]:
         data = json.loads(self._run(["sinfo", "--json"]))
         return [parse_node(n) for n in data.get("nodes", [])]
