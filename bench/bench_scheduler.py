@@ -15,7 +15,8 @@ Figures: placements (decisions) per second, p50/p99 time per placement, peak Pyt
 (tracemalloc, in a separate pass), and the naive reference — a plain Python loop over every
 node per job (fit check and MostAllocated score) — on a prefix of the same jobs, with the ratio.
 
-Run: ``python bench/bench_scheduler.py`` (``--nodes 5000 --jobs 10000 --running 20000 --stream 200``).
+Run: ``python bench/bench_scheduler.py`` (``--nodes 5000 --jobs 10000 --running 20000 --stream 200``;
+``--repeat 3`` reports the least-CPU of three runs of each cycle, for a machine shared with others).
 """
 
 from __future__ import annotations
@@ -112,6 +113,12 @@ def pack_running(nodes: list[Node], pods: list[dict], count: int) -> list[Alloca
 
 
 # --- measuring -----------------------------------------------------------------------------------
+
+def best_cycle(snapshot: Snapshot, jobs: list[Job], repeat: int) -> tuple[object, list[float], float]:
+    """:func:`timed_cycle` ``repeat`` times; the run with the least CPU (a shared machine adds noise)."""
+    runs = [timed_cycle(snapshot, jobs) for _ in range(max(1, repeat))]
+    return min(runs, key=lambda r: r[0].timings["cpu"])
+
 
 def timed_cycle(snapshot: Snapshot, jobs: list[Job]) -> tuple[object, list[float], float]:
     """run_cycle, with the time of every scheduled job recorded (the cycle's own code unchanged)."""
@@ -263,6 +270,7 @@ def main() -> None:
     ap.add_argument("--stream", type=int, default=200)
     ap.add_argument("--naive-jobs", type=int, default=300)
     ap.add_argument("--pods", default=str(TRACES / "openb_pod_list_default.csv"))
+    ap.add_argument("--repeat", type=int, default=1, help="run each cycle this many times, report the least CPU")
     args = ap.parse_args()
     nodes = load_nodes(TRACES / "openb_node_list_gpu_node.csv", args.nodes)
     pods = load_pods(Path(args.pods))
@@ -271,7 +279,7 @@ def main() -> None:
           f" python {sys.version.split()[0]}")
 
     snap = Snapshot(nodes=tuple(nodes))
-    result, per_job, total = timed_cycle(snap, jobs)
+    result, per_job, total = best_cycle(snap, jobs, args.repeat)
     peak = peak_memory(lambda: run_cycle(snap, jobs, CONFIG, NOW))
     reasons: dict[str, int] = {}
     for r in result.pending.values():
@@ -293,7 +301,7 @@ def main() -> None:
     free_gpus = sum(len(n.gpus) for n in nodes) - sum(len(a.gpu_ids) for a in running)
     print(f"\n{len(running)} running low-priority jobs, {free_gpus} GPUs idle, {len(gpu_nodes)} 8-GPU nodes;"
           f" {len(stream)} high-priority jobs of 8/4/8/2 GPUs")
-    result2, per_job2, total2 = timed_cycle(snap2, stream)
+    result2, per_job2, total2 = best_cycle(snap2, stream, args.repeat)
     peak2 = peak_memory(lambda: run_cycle(snap2, stream, CONFIG, NOW))
     decided = len(result2.admitted) + sum(1 for r in result2.pending.values() if r == "Preempting")
     naive_n2, naive_t2 = naive_preempt(nodes, running, stream[:min(args.naive_jobs, 50)])
