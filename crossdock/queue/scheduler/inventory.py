@@ -171,6 +171,7 @@ class Inventory:
         for i in np.flatnonzero((self.cpu_used != 0) | (self.mem_used != 0) | (ex & (self.dev_free != FULL)).any(axis=1)):
             self.sig[i] = hash((int(self.shape_id[i]), int(self.cpu_used[i]), int(self.mem_used[i]),
                                 self.dev_free[i].tobytes()))
+        self.changes.extend(range(self.n))
 
     # --- snapshot allocations ----------------------------------------------------------------
     def load(self, allocations) -> None:
