@@ -308,11 +308,12 @@ class Preemptor:
             order, starts, nodes = self.node_order, self.group_start, self.group_node
             if len(order):
                 usable = self.alive[order] & (self._by_node[0] < priority)
+                last = np.r_[starts[1:], len(order)] - 1
                 for k, amounts in enumerate(self._by_node[1:]):
                     # amounts are never negative, so a unit that is not usable counts as 0
                     given = amounts * usable
                     top[k, nodes] = np.maximum.reduceat(given, starts)
-                    total[k, nodes] = np.add.reduceat(given, starts)
+                    total[k, nodes] = np.diff(np.cumsum(given)[last], prepend=0)
             hit = self._sums[priority] = [top, total, len(self._touched)]
         elif hit[2] < len(self._touched):
             top, total = hit[0], hit[1]
@@ -442,7 +443,7 @@ class Preemptor:
         mask[static] = True
         mask[fitting] = False
         nodes = np.flatnonzero(mask & enough & (bound <= cap))
-        nodes = nodes[np.lexsort((nodes, bound[nodes]))][:MAX_NODES_EXAMINED]
+        nodes = nodes[np.argsort(bound[nodes], kind="stable")][:MAX_NODES_EXAMINED]  # by bound, then index
         inv = self.inv
         columns = zip(nodes.tolist(), bound[nodes].tolist(), (req.cpu_milli - inv.cpu_free[nodes]).tolist(),
                       (req.memory_mib - inv.mem_free[nodes]).tolist(), (req.gpus - inv.gpu_free[nodes]).tolist(),
