@@ -162,7 +162,9 @@ class Preemptor:
         """1 for a victim whose queue is not borrowing (:func:`set_key` counts these)."""
         self._cpu, self._mem, self._gpu = self.unit_cpu.tolist(), self.unit_mem.tolist(), self.unit_gpu.tolist()
         self._node = self.unit_node.tolist()
-        self._node_rows: dict[int, list[int]] = {}
+        order, lo, hi = self.node_order.tolist(), self.group_start.tolist(), self.node_hi[self.group_node].tolist()
+        self._node_rows: dict[int, list[int]] = {i: order[a:b] for i, a, b in zip(self.group_node.tolist(), lo, hi)}
+        """Node -> its unit rows in preference order (nodes without units are absent)."""
         self._alive = bytearray(b"\x01") * len(pref)
         self._node_version = [0] * inv.n
         """Bumped for a node when a victim with units there is taken (keys :attr:`_memo`)."""
@@ -171,6 +173,8 @@ class Preemptor:
         self._touched: list[int] = []
         """The nodes of every unit taken, in order (:meth:`_aggregates` re-sums them)."""
         self._sums: dict[int, list] = {}
+        self._top_priority = int(self.unit_prio.max(initial=0))
+        self._aggregates(self._top_priority + 1)
 
     def victim(self, job_id: int) -> Victim:
         v = self._victims.get(job_id)
@@ -244,10 +248,7 @@ class Preemptor:
 
     def _rows_on(self, i: int) -> list[int]:
         """Every unit row on node ``i``, in preference order."""
-        rows = self._node_rows.get(i)
-        if rows is None:
-            rows = self._node_rows[i] = self.node_order[self.node_lo[i]:self.node_hi[i]].tolist()
-        return rows
+        return self._node_rows.get(i, [])
 
     def _units_on(self, req: Request, i: int) -> list[int]:
         """The unit rows of the usable victims on node ``i``, in preference order."""
@@ -300,7 +301,10 @@ class Preemptor:
     def _aggregates(self, priority: int) -> tuple[np.ndarray, np.ndarray]:
         """Per node, over the usable victims of a job of ``priority``: the most and the total any one of
         them gives back, one row each for CPU, memory and GPUs. Kept per priority; after :meth:`take`
-        only the nodes it touched are summed again."""
+        only the nodes it touched are summed again. A job that outranks every victim reads the sums
+        over all of them, built with the index."""
+        if priority > self._top_priority:
+            priority = self._top_priority + 1  # every unit usable: one entry serves all such jobs
         hit = self._sums.get(priority)
         if hit is None:
             n = self.inv.n
@@ -352,18 +356,17 @@ class Preemptor:
         units = self._units_on(req, i)
         if not units:
             return None
-        dc, dm, dg = deficits
-        cpu, mem, gpu = self._cpu, self._mem, self._gpu
-        cs = [cpu[r] for r in units]
-        ms = [mem[r] for r in units]
-        gs = [gpu[r] for r in units]
-        if sum(cs) < dc or sum(ms) < dm or sum(gs) < dg:
-            return None  # could_fit fails for all of them together
+        # amounts are never negative: only the resources the node is short of can fail a combination
+        short = []
+        for column, d in zip((self._cpu, self._mem, self._gpu), deficits):
+            if d > 0:
+                amounts = [column[r] for r in units]
+                if sum(amounts) < d:
+                    return None  # could_fit fails for all of them together
+                short.append((amounts, d, sorted(amounts, reverse=True)))
         if not (exact or self.fits_without(state, profile, req, i, self._victims_of(units))):
             return None
         n = len(units)
-        # amounts are never negative: only the resources the node is short of can fail a combination
-        short = [(amounts, d, sorted(amounts, reverse=True)) for amounts, d in ((cs, dc), (ms, dm), (gs, dg)) if d > 0]
         for k in range(max(1, k_min), min(n, k_max) + 1):
             if any(sum(top[:k]) < d for _, d, top in short):
                 continue  # no k of them could fit
@@ -399,7 +402,7 @@ class Preemptor:
         number of units), so jobs of one shape that look at the same nodes reuse it. What it spent
         of the budget is remembered too and spent again; an answer cut short by the budget is not
         kept, and one whose spending no longer fits the budget is searched again."""
-        key = self._memo_key(req, i, k_max, k_min, deficits)
+        key = (i, req.priority, deficits, k_min, min(k_max, len(self._node_rows.get(i, ()))), self._node_version[i])
         hit = self._memo.get(key)
         if hit is not None and hit[1] <= budget[0]:
             budget[0] -= hit[1]
@@ -409,9 +412,6 @@ class Preemptor:
         if budget[0] >= 0:
             self._memo[key] = (best, before - budget[0])
         return best
-
-    def _memo_key(self, req: Request, i: int, k_max: int, k_min: int, deficits: tuple[int, int, int]) -> tuple:
-        return (i, req.priority, deficits, k_min, min(k_max, len(self._rows_on(i))), self._node_version[i])
 
     def _victims_of(self, rows: list[int]) -> tuple[Victim, ...]:
         ids = self._id
