@@ -48,7 +48,8 @@ def config(rng: random.Random) -> Any:
         "train": {"priority_class": "low", "pools": ["gpu", "share", "cpu", "mig"], "placement": rng.choice(placements),
                   "quota": {"gpu": rng.choice([None, 40.0]), "cohort": "c1", "borrowing": True},
                   "default_time_minutes": rng.choice([None, 90])},
-        "serve": {"priority_class": "high", "pools": ["gpu", "share", "cpu", "mig"], "placement": rng.choice(placements),
+        "serve": {"priority_class": "high", "pools": ["gpu", "share", "cpu", "mig"],
+                  "placement": rng.choice(placements),
                   "plugin_weights": rng.choice([{}, {"cpu": 3, "nvidia.com/gpu": 5}, {"GpuFragmentation": 2}])},
         "batch": {"priority_class": "mid", "pools": ["gpu", "share", "cpu", "mig"], "placement": rng.choice(placements),
                   "per_job": {"gpu": 8, "nodes": 4}, "cpu_request_ratio": rng.choice([1.0, 0.5]),
@@ -285,7 +286,8 @@ def alibaba(nodes: int, jobs: int, running: int, stream: int) -> list[tuple[str,
     if running:
         allocs = bench.pack_running(ns, pods, running)
         high = [Job(id=5_000_000 + k, spec=JobSpec(command=["true"], cpus_per_task=4, mem_per_node_mib=16384,
-                                                   gpus=GpuRequest(count=[8, 4, 8, 2, 1][k % 5]), time_limit_minutes=60),
+                                                   gpus=GpuRequest(count=[8, 4, 8, 2, 1][k % 5]),
+                                                   time_limit_minutes=60),
                     queue="serve", priority_class="high", priority=1000, submit_time=NOW - timedelta(seconds=k))
                 for k in range(stream)]
         out.append((f"alibaba-preempt-{nodes}-{running}-{stream}", Snapshot(nodes=tuple(ns), allocations=tuple(allocs)),
