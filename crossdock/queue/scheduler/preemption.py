@@ -170,9 +170,8 @@ class Preemptor:
         """Bumped for a node when a victim with units there is taken (keys :attr:`_memo`)."""
         self._memo: dict[tuple, tuple] = {}
         """Per-node answers of :meth:`_smallest_counted`."""
-        self._touched: list[int] = []
-        """The nodes of every unit taken, in order (:meth:`_aggregates` re-sums them)."""
-        self._sums: dict[int, list] = {}
+        self._sums: dict[int, tuple[np.ndarray, np.ndarray]] = {}
+        """Per job priority, :meth:`_aggregates`; :meth:`take` re-sums the nodes it touches."""
         self._top_priority = int(self.unit_prio.max(initial=0))
         self._aggregates(self._top_priority + 1)
 
@@ -192,13 +191,21 @@ class Preemptor:
 
     def take(self, victims: Iterable[Victim]) -> None:
         """Mark ``victims`` as chosen: later preemptors in the cycle do not count on them."""
+        touched = set()
         for v in victims:
             self.taken.add(v.job_id)
             for r in np.flatnonzero(self.unit_id == v.job_id).tolist():
                 self.alive[r] = False
                 self._alive[r] = 0
                 self._node_version[self._node[r]] += 1
-                self._touched.append(self._node[r])
+                touched.add(self._node[r])
+        for priority, (top, total) in self._sums.items():
+            for i in touched:  # the victim sums of these nodes, again without the taken units
+                rows = [r for r in self._rows_on(i) if self._alive[r] and self._prio[r] < priority]
+                for k, amounts in enumerate((self._cpu, self._mem, self._gpu)):
+                    given = [amounts[r] for r in rows]
+                    top[k, i] = max(given, default=0)
+                    total[k, i] = sum(given)
 
     # --- exact check on one node -------------------------------------------------------------
     def could_fit(self, req: Request, i: int, victims: Iterable[Victim]) -> bool:
@@ -300,9 +307,9 @@ class Preemptor:
 
     def _aggregates(self, priority: int) -> tuple[np.ndarray, np.ndarray]:
         """Per node, over the usable victims of a job of ``priority``: the most and the total any one of
-        them gives back, one row each for CPU, memory and GPUs. Kept per priority; after :meth:`take`
-        only the nodes it touched are summed again. A job that outranks every victim reads the sums
-        over all of them, built with the index."""
+        them gives back, one row each for CPU, memory and GPUs. Kept per priority (:meth:`take` keeps
+        them current). A job that outranks every victim reads the sums over all of them, built with
+        the index."""
         if priority > self._top_priority:
             priority = self._top_priority + 1  # every unit usable: one entry serves all such jobs
         hit = self._sums.get(priority)
@@ -318,17 +325,7 @@ class Preemptor:
                     given = amounts * usable
                     top[k, nodes] = np.maximum.reduceat(given, starts)
                     total[k, nodes] = np.diff(np.cumsum(given)[last], prepend=0)
-            hit = self._sums[priority] = [top, total, len(self._touched)]
-        elif hit[2] < len(self._touched):
-            top, total = hit[0], hit[1]
-            alive, prio = self._alive, self._prio
-            for i in set(self._touched[hit[2]:]):
-                rows = [r for r in self._rows_on(i) if alive[r] and prio[r] < priority]
-                for k, amounts in enumerate((self._cpu, self._mem, self._gpu)):
-                    given = [amounts[r] for r in rows]
-                    top[k, i] = max(given, default=0)
-                    total[k, i] = sum(given)
-            hit[2] = len(self._touched)
+            hit = self._sums[priority] = (top, total)
         return hit[0], hit[1]
 
     def _smallest_on(self, state: CycleState, profile: Profile, req: Request, i: int, k_max: int,
