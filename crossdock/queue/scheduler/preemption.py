@@ -67,7 +67,7 @@ class Preemptor:
     """The cycle's running preemptible jobs, indexed for :meth:`find`.
 
     One *unit* per (victim, node): what the victim would give back on that node. Units are kept
-    as arrays in preference order (``unit_*``) and, per node, as a slice of ``node_order``.
+    as arrays in preference order (``unit_*``) and, per node, as a run of ``node_order``.
     :class:`Victim` objects are made only for the victims a search looks at.
     """
 
@@ -145,25 +145,22 @@ class Preemptor:
         """False for the units of victims already taken."""
         self.taken: set[int] = set()
         """Victims already chosen this cycle (see :meth:`take`)."""
-        # per node, its units in preference order: node_order[node_lo[i]:node_hi[i]]
+        # per node, its units in preference order: a run of node_order starting at group_start
         self.node_order = np.argsort(self.unit_node, kind="stable")
         sorted_nodes = self.unit_node[self.node_order]
         self.group_start = _starts(sorted_nodes)
         self.group_node = sorted_nodes[self.group_start]
         self._by_node = [x[self.node_order] for x in (self.unit_prio, self.unit_cpu, self.unit_mem, self.unit_gpu)]
         """Priority, CPU, memory and GPUs of the units in node order."""
-        self.node_lo = np.zeros(inv.n, np.int64)
-        self.node_hi = np.zeros(inv.n, np.int64)
-        self.node_lo[self.group_node] = self.group_start
-        self.node_hi[self.group_node] = np.r_[self.group_start[1:], len(sorted_nodes)]
         self._id, self._prio = self.unit_id.tolist(), self.unit_prio.tolist()
         self._started = started[pref].tolist()
         self._lender = (~borrow[pref]).astype(np.int64).tolist()
         """1 for a victim whose queue is not borrowing (:func:`set_key` counts these)."""
         self._cpu, self._mem, self._gpu = self.unit_cpu.tolist(), self.unit_mem.tolist(), self.unit_gpu.tolist()
         self._node = self.unit_node.tolist()
-        order, lo, hi = self.node_order.tolist(), self.group_start.tolist(), self.node_hi[self.group_node].tolist()
-        self._node_rows: dict[int, list[int]] = {i: order[a:b] for i, a, b in zip(self.group_node.tolist(), lo, hi)}
+        order, lo = self.node_order.tolist(), self.group_start.tolist()
+        self._node_rows: dict[int, list[int]] = {i: order[a:b] for i, a, b in
+                                                 zip(self.group_node.tolist(), lo, lo[1:] + [len(order)])}
         """Node -> its unit rows in preference order (nodes without units are absent)."""
         self._alive = bytearray(b"\x01") * len(pref)
         self._node_version = [0] * inv.n
