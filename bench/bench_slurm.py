@@ -149,7 +149,8 @@ class CrossdockRun:
         in_slurm = None
         deadline = time.monotonic() + timeout
         while self.left():
-            if in_slurm is None and all(j.backend_ref for j in store.get_many(ids)):
+            if in_slurm is None and all(j.backend_ref or j.state not in (JobState.PENDING, JobState.SCHEDULED)
+                                        for j in store.get_many(ids)):
                 in_slurm = time.perf_counter() - start
             if time.monotonic() > deadline:
                 raise RuntimeError(f"crossdock: {self.left()} jobs not finished after {timeout:.0f}s")

@@ -2,10 +2,11 @@
 
 Each cycle: snapshot (store + inventories) -> ``run_cycle`` (pure) -> hand extra jobs to backend
 queues (pools with ``backend_queue``) -> commit every decision in one pipelined round trip ->
-send one dispatch task per admitted job, or one per group of array tasks admitted together to
-one Slurm or Kubernetes pool (one Slurm array, one Indexed Job). A crash between commit and
-send leaves jobs SCHEDULED without a dispatch claim; :meth:`Scheduler.reconcile` resends them
-(one by one), and the dispatch claim makes a duplicate harmless.
+send the dispatch tasks: one per group of array tasks admitted together to one Slurm or
+Kubernetes pool (one Slurm array, one Indexed Job), one per batch of other jobs for such a pool,
+one per local job. A crash between commit and send leaves jobs SCHEDULED without a dispatch
+claim; :meth:`Scheduler.reconcile` resends them (one by one), and the dispatch claim makes a
+duplicate harmless.
 
 Backend queues: a pool with ``backend_queue: N`` lets up to N jobs wait inside its backend
 beyond what fits now. After the cycle, jobs it left pending for lack of room (``Resources``,
@@ -171,7 +172,10 @@ class Scheduler:
             outcomes = pipe.execute()
         moved = [p for p, (ok, _old) in zip(result.admitted, outcomes) if ok]
         for group in dispatch_groups(moved, jobs, running_per_array or {}):
-            if group.array_job_id is None:
+            if group.batch:
+                self.send("crossdock.dispatch_batch", [[list(p) for p in zip(group.job_ids, group.attempts)]],
+                          group.backend)
+            elif group.array_job_id is None:
                 self.send("crossdock.dispatch", [group.job_ids[0], group.attempt], group.backend)
             else:
                 self.send("crossdock.dispatch_array",
@@ -412,40 +416,62 @@ def overflow(result: CycleResult, snap: Snapshot, pending: Sequence[Job], active
 
 @dataclass(frozen=True)
 class DispatchGroup:
-    """What one dispatch task submits: one job, or tasks of one array as one backend submission."""
+    """What one dispatch task submits: one job; tasks of one array as one backend submission
+    (``array_job_id``); or a batch of separate jobs for one pool (``attempts``, one per job)."""
 
     backend: str
     attempt: int
     job_ids: tuple[int, ...]
     array_job_id: int | None = None
     throttle: int | None = None
+    attempts: tuple[int, ...] = ()
+
+    @property
+    def batch(self) -> bool:
+        return bool(self.attempts)
+
+
+BATCH_SIZE = 64
+"""Separate jobs per batch dispatch task: enough to amortise the task, few enough that several
+workers share a large cycle."""
 
 
 def dispatch_groups(placements: Sequence[Placement], jobs: dict[int, Job],
                     running_per_array: dict[int, int]) -> list[DispatchGroup]:
     """Tasks of one array placed in one Slurm or Kubernetes pool with the same attempt form one
-    group; everything else is dispatched alone. A group's throttle is its array's free slots at
-    the start of the cycle (``max_running`` less its tasks already placed), so that the backend
+    group; other jobs for one such pool go in batches (one task submits them together, each its
+    own backend job); local jobs go alone. A group's throttle is its array's free slots at the
+    start of the cycle (``max_running`` less its tasks already placed), so that the backend
     never runs more tasks of the array at once than crossdock would."""
-    singles: list[DispatchGroup] = []
+    out: list[DispatchGroup] = []
     groups: dict[tuple[str, str, int, int], list[int]] = {}
+    loose: dict[tuple[str, str], list[tuple[int, int]]] = {}
     for p in placements:
         job = jobs[p.job_id]
         attempt = job.attempts + 1
-        if job.array_job_id is not None and job.array_task_id is not None and p.backend in GROUPED_BACKENDS:
+        if p.backend not in GROUPED_BACKENDS:
+            out.append(DispatchGroup(p.backend, attempt, (p.job_id,)))
+        elif job.array_job_id is not None and job.array_task_id is not None:
             groups.setdefault((p.backend, p.pool, job.array_job_id, attempt), []).append(p.job_id)
         else:
-            singles.append(DispatchGroup(p.backend, attempt, (p.job_id,)))
-    out = list(singles)
-    for (kind, _pool, array_job_id, attempt), ids in groups.items():
+            loose.setdefault((p.backend, p.pool), []).append((p.job_id, attempt))
+    for (kind, pool, array_job_id, attempt), ids in groups.items():
         if len(ids) == 1:
-            out.append(DispatchGroup(kind, attempt, (ids[0],)))
+            loose.setdefault((kind, pool), []).append((ids[0], attempt))
             continue
         arr = jobs[ids[0]].spec.array
         throttle = None
         if arr is not None and arr.max_running is not None:
             throttle = max(arr.max_running - running_per_array.get(array_job_id, 0), 1)
         out.append(DispatchGroup(kind, attempt, tuple(sorted(ids)), array_job_id, throttle))
+    for (kind, _pool), pairs in loose.items():
+        for i in range(0, len(pairs), BATCH_SIZE):
+            chunk = pairs[i:i + BATCH_SIZE]
+            if len(chunk) == 1:
+                out.append(DispatchGroup(kind, chunk[0][1], (chunk[0][0],)))
+            else:
+                out.append(DispatchGroup(kind, chunk[0][1], tuple(j for j, _ in chunk),
+                                         attempts=tuple(a for _, a in chunk)))
     return out
 
 

@@ -47,7 +47,7 @@ def cycle(pending: list[Job], cfg, active: tuple[Job, ...] = (), running_per_arr
 # --- grouping -------------------------------------------------------------------------------------
 
 
-def test_tasks_of_one_array_in_one_slurm_pool_are_one_group_and_others_go_alone():
+def test_tasks_of_one_array_in_one_slurm_pool_are_one_group_and_local_jobs_go_alone():
     tasks = array(10, 3)
     lone = Job(id=20, spec=JobSpec(command=["true"]), attempts=0)
     local = array(30, 2)
@@ -67,6 +67,15 @@ def test_group_throttle_is_the_array_free_slots_at_the_start_of_the_cycle(runnin
     groups = dispatch_groups([Placement(t.id, "hpc", "slurm", ()) for t in tasks], {t.id: t for t in tasks},
                              {10: running})
     assert [(g.job_ids, g.throttle) for g in groups] == [(tuple(range(10, 16)), throttle)]
+
+
+def test_separate_jobs_of_one_pool_are_batched_in_chunks():
+    lone = {i: Job(id=i, spec=JobSpec(command=["true"]), attempts=i % 2) for i in range(1, 141)}
+    groups = dispatch_groups([Placement(i, "hpc", "slurm", ("cpu1",)) for i in lone], lone, {})
+    assert [len(g.job_ids) for g in groups] == [64, 64, 12] and all(g.batch for g in groups)
+    assert [a for g in groups for a in g.attempts] == [i % 2 + 1 for i in range(1, 141)]
+    other = dispatch_groups([Placement(1, "hpc", "slurm", ()), Placement(2, "small", "slurm", ())], lone, {})
+    assert sorted((g.job_ids, g.batch) for g in other) == [((1,), False), ((2,), False)]
 
 
 def test_pools_and_attempts_split_groups_and_a_group_of_one_is_a_single_dispatch():

@@ -195,19 +195,21 @@ class SlurmBackend:
         partition: str | None = None,
         nodelist: list[str] | None = None,
         slurm_ids: Mapping[int, str] | None = None,
+        fresh: bool = False,
     ) -> str:
         """Submit ``job`` (idempotent per job id and attempt); returns its Slurm job id.
 
         Placement: ``partition`` or the job's pool's partition or ``--partition``; ``nodelist``
         or the nodes the scheduler chose (``job.nodes``) or ``--nodelist``. ``slurm_ids``
-        (crossdock id → Slurm id) makes Slurm enforce the spec's dependencies."""
+        (crossdock id → Slurm id) makes Slurm enforce the spec's dependencies. ``fresh``: the
+        caller knows this attempt was never submitted (skips the look for its tag)."""
         request = build_request(
             job,
             partition=partition or self.partition_of(job),
             nodelist=nodelist if nodelist is not None else (job.nodes or None),
             slurm_ids=slurm_ids,
         )
-        return self._submit_once(job_tag(job.id, job.attempts), request)
+        return self._submit_once(job_tag(job.id, job.attempts), request, lookup=not fresh)
 
     def submit_array(self, tasks: Sequence[Job], throttle: int | None = None, fresh: bool = False) -> dict[int, str]:
         """Tasks of one crossdock array (same attempt) as one Slurm array; returns crossdock job

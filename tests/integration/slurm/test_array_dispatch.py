@@ -177,3 +177,15 @@ def test_more_tasks_than_fit_go_to_slurm_in_one_submission(queued, tmp_path):
     assert {j.state for j in done} == {JobState.COMPLETED}
     assert len({j.backend_ref.split("_")[0] for j in done}) == 1
     assert len({r.array_job_id for r in slurm_records(rt, tasks[0].array_job_id)}) == 1
+
+
+def test_separate_jobs_of_one_cycle_are_submitted_by_one_batch_dispatch(fitting, tmp_path):
+    rt = fitting.rt
+    jobs = service.submit(rt, [JobSpec(command=["sh", "-c", f"exit {i}"], workdir=str(tmp_path), stdout="/dev/null")
+                               for i in range(5)])
+    done = wait_all(fitting, [j.id for j in jobs])
+    assert [(j.state, j.exit_code) for j in done] == [(JobState.COMPLETED, 0)] + [(JobState.FAILED, i)
+                                                                                  for i in range(1, 5)]
+    assert len({j.backend_ref for j in done}) == 5 and all("_" not in j.backend_ref for j in done)
+    claims = {rt.store.r.get(rt.store.k.dispatch_claim(j.id, 1)) for j in done}
+    assert len(claims) == 1, claims  # one Celery task claimed and submitted all five
