@@ -1,9 +1,9 @@
 """Celery tasks: dispatch one job (or one group of array tasks), cancel and preempt. Each is idempotent.
 
 A dispatch claims each (job id, attempt) before it submits; a second task for the same attempt
-(a resend, a duplicate) sees the claim and does nothing. The same task delivered again after its
-worker died (same Celery task id) recognises its own claims and submits again, which the
-backend answers with what it already started (its objects carry deterministic tags and names).
+(a resend, a duplicate) sees the claim and does nothing. For Slurm and Kubernetes, the same task
+delivered again after its worker died (same Celery task id) recognises its own claims and submits
+again, which the backend answers with what it already started (deterministic tags and names).
 """
 
 from __future__ import annotations
@@ -23,6 +23,8 @@ from crossdock.workers.backends import backend
 
 log = logging.getLogger(__name__)
 
+REOWNING_BACKENDS = frozenset({"slurm", "k8s"})
+"""Backends whose submit finds the object an earlier delivery started (tag, name)."""
 BATCH_PARALLELISM = 4
 """Submissions in flight at once in one batch dispatch (sbatch or API calls)."""
 
@@ -32,10 +34,11 @@ def runtime() -> Runtime:
     return Runtime.from_env()
 
 
-def _claim(store, ids: list[int], attempt: int, worker: str) -> tuple[list[int], bool]:
-    """The ids whose dispatch of ``attempt`` this task owns: claimed now, or by this very task
-    (same Celery id) before its worker died; and whether every one was claimed just now.
-    Three round trips for any number of jobs."""
+def _claim(store, ids: list[int], attempt: int, worker: str, reown: bool = True) -> tuple[list[int], bool]:
+    """The ids whose dispatch of ``attempt`` this task owns: claimed now, or (``reown``) by this
+    very task (same Celery id) before its worker died; and whether every one was claimed just now.
+    Only backends that find what they already started may re-own (Slurm by tag, Kubernetes by
+    name); a local job's supervisor may already run. Three round trips for any number of jobs."""
     keys = [store.k.dispatch_claim(i, attempt) for i in ids]
     with store.r.pipeline(transaction=False) as pipe:
         for key in keys:
@@ -45,7 +48,7 @@ def _claim(store, ids: list[int], attempt: int, worker: str) -> tuple[list[int],
         for key in keys:
             pipe.get(key)
         holders = pipe.execute()
-    mine = [i for i, new, holder in zip(ids, got, holders) if new or holder == worker]
+    mine = [i for i, new, holder in zip(ids, got, holders) if new or (reown and holder == worker)]
     with store.r.pipeline(transaction=False) as pipe:
         for i in mine:
             store.update_if(i, (JobState.SCHEDULED,), {"dispatched": str(time.time())}, pipe=pipe)
@@ -80,7 +83,7 @@ def dispatch(self, job_id: int, attempt: int) -> str:
     if job.state is not JobState.SCHEDULED or job.attempts != attempt:
         return f"stale: {job.state} attempt {job.attempts}"
     worker = f"{socket.gethostname()}:{self.request.id}"
-    if not _claim(store, [job_id], attempt, worker)[0]:
+    if not _claim(store, [job_id], attempt, worker, reown=job.backend in REOWNING_BACKENDS)[0]:
         return "duplicate"
     try:
         ref = backend(job.backend or "local", rt).submit(job)
