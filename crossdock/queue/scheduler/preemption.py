@@ -347,7 +347,8 @@ class Preemptor:
         are skipped: no combination of theirs passes :meth:`could_fit`, so none would spend budget.
         On an exact node the sets are compared by their rows' keys (:meth:`_row_key`, equal to
         :func:`set_key`), so victims are made only for the sets a search returns."""
-        units = self._units_on(req, i)
+        alive, prio, p = self._alive, self._prio, req.priority
+        units = [r for r in self._node_rows.get(i, ()) if alive[r] and prio[r] < p]  # _units_on, inlined
         if not units:
             return None
         # amounts are never negative: only the resources the node is short of can fail a combination
@@ -362,10 +363,11 @@ class Preemptor:
             return None
         n = len(units)
         for k in range(max(1, k_min), min(n, k_max) + 1):
-            if any(sum(top[:k]) < d for _, d, top in short):
-                continue  # no k of them could fit
             passing: Iterable = combinations(range(n), k)
-            for amounts, d, _ in short:  # could_fit, keeping combinations' order
+            for amounts, d, top in short:  # could_fit, keeping combinations' order
+                if sum(top[:k]) < d:
+                    passing = ()  # not even the k largest cover it
+                    break
                 passing = [c for c in passing if sum([amounts[j] for j in c]) >= d]
             passing = list(passing)
             if not passing:
