@@ -175,14 +175,36 @@ def fgd_policy(state: ClusterState, pod: PodReq, cand: np.ndarray, rng: np.rando
     return node, _gpus_for(state, node, pod, int(node_gpu[k]) if pod.sharing else None)
 
 
-def crossdock_policy(state: ClusterState, pod: PodReq, cand: np.ndarray, rng: np.random.Generator) -> Choice:
-    """crossdock's default GPU placement (:func:`gpu_frag.crossdock_score`)."""
+def cpu_aware_delta(state: ClusterState, pod: PodReq, nodes: np.ndarray, gpus: np.ndarray) -> np.ndarray:
+    """Decrease of :func:`gpu_frag.cpu_aware_frag` for each placement option (node, GPU for a share)."""
+    after = state.sorted_left[nodes]
+    if pod.sharing:
+        after = state.gpu_left[nodes].copy()
+        after[np.arange(len(nodes)), gpus] -= pod.milli
+        after = gpu_frag.sorted_free(after)
+    elif pod.num:  # whole GPUs take fully free GPUs, the largest entries
+        after = np.concatenate([after[:, pod.num:], np.zeros((len(nodes), pod.num), np.int64)], axis=1)
+    frag_after = gpu_frag.cpu_aware_frag(after, state.cpu_left[nodes] - pod.score_cpu, state.access[nodes],
+                                         state.typical)
+    return state.cpu_frag[nodes] - frag_after
+
+
+def crossdock_scores(state: ClusterState, pod: PodReq, cand: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """:func:`gpu_frag.crossdock_score` per candidate node and the GPU a share would take."""
     rows, gpus, delta = frag_delta(state, pod, cand)
     nodes = cand[rows]
     in_use = (state.gpu_left[nodes].sum(axis=1) < state.gpu_count[nodes] * MILLI) | (state.cpu_left[nodes] < state.cpu_cap[nodes])
     shared = state.gpu_left[nodes, gpus] < MILLI if pod.sharing else None
-    score = gpu_frag.crossdock_score(delta, gpu_frag.packing_tier(in_use, shared)).astype(np.float64)
-    node_score, node_gpu = _best_option(len(cand), rows, gpus, score, pod.sharing)
+    cpu_aware = None
+    if pod.num == 0 or not (state.pressure[cand] > 0).any():
+        cpu_aware = cpu_aware_delta(state, pod, nodes, gpus)
+    score = gpu_frag.crossdock_score(delta, gpu_frag.packing_tier(in_use, shared), cpu_aware).astype(np.float64)
+    return _best_option(len(cand), rows, gpus, score, pod.sharing)
+
+
+def crossdock_policy(state: ClusterState, pod: PodReq, cand: np.ndarray, rng: np.random.Generator) -> Choice:
+    """crossdock's default GPU placement (:func:`gpu_frag.crossdock_score`)."""
+    node_score, node_gpu = crossdock_scores(state, pod, cand)
     k = pick_max(node_score, cand, state, rng)
     node = int(cand[k])
     return node, _gpus_for(state, node, pod, int(node_gpu[k]) if pod.sharing else None)
