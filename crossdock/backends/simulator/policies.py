@@ -233,17 +233,19 @@ def kube_scores(state: ClusterState, pod: PodReq, cand: np.ndarray, strategy: st
 BINPACK_SHAPE = [(0, 0), (100, 10)]
 
 
-def _kube_policy(strategy: str, with_frag: bool = False) -> Policy:
+CROSSDOCK_WEIGHT = 101
+"""The ``binpack`` profile's weight on the crossdock GPU score (``registry.PLACEMENT_SCORES``):
+one step of it outweighs any resource score (0–100), so those only break its ties."""
+
+
+def _kube_policy(strategy: str, with_crossdock: bool = False) -> Policy:
     def policy(state: ClusterState, pod: PodReq, cand: np.ndarray, rng: np.random.Generator) -> Choice:
         shape = BINPACK_SHAPE if strategy == "requested_to_capacity_ratio" else None
         score = kube_scores(state, pod, cand, strategy, shape).astype(np.float64)
         share_gpu = None
-        if with_frag and pod.num > 0:
-            rows, gpus, delta = frag_delta(state, pod, cand)
-            frag_score, frag_gpu = _best_option(len(cand), rows, gpus, gpu_frag.fgd_score(delta).astype(np.float64),
-                                                pod.sharing)
-            score = score + frag_score
-            share_gpu = frag_gpu
+        if with_crossdock:
+            ours, share_gpu = crossdock_scores(state, pod, cand)
+            score = score + CROSSDOCK_WEIGHT * ours
         k = pick_max(score, cand, state, rng)
         node = int(cand[k])
         return node, _gpus_for(state, node, pod, int(share_gpu[k]) if share_gpu is not None and pod.sharing else None)
@@ -257,7 +259,7 @@ POLICIES: dict[str, Policy] = {
     "bestfit": bestfit_policy,
     "fgd": fgd_policy,
     "crossdock": crossdock_policy,
-    "binpack": _kube_policy("requested_to_capacity_ratio", with_frag=True),
+    "binpack": _kube_policy("requested_to_capacity_ratio", with_crossdock=True),
     "most-requested": _kube_policy("most_allocated"),
     "spread": _kube_policy("least_allocated"),
 }
