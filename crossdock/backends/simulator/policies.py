@@ -196,7 +196,7 @@ def crossdock_scores(state: ClusterState, pod: PodReq, cand: np.ndarray) -> tupl
     in_use = (state.gpu_left[nodes].sum(axis=1) < state.gpu_count[nodes] * MILLI) | (state.cpu_left[nodes] < state.cpu_cap[nodes])
     shared = state.gpu_left[nodes, gpus] < MILLI if pod.sharing else None
     cpu_aware = None
-    if pod.num == 0 or not (state.pressure[cand] > 0).any():
+    if pod.num == 0 or not (state.pressure[state.model_ok(pod.spec)] > 0).any():
         cpu_aware = cpu_aware_delta(state, pod, nodes, gpus)
     score = gpu_frag.crossdock_score(delta, gpu_frag.packing_tier(in_use, shared), cpu_aware).astype(np.float64)
     return _best_option(len(cand), rows, gpus, score, pod.sharing)

@@ -225,9 +225,9 @@ def crossdock_score(delta: np.ndarray, tier: np.ndarray, cpu_aware_delta: np.nda
     A placement FGD likes but that strands GPUs without CPU (or the reverse) loses to one both
     accept. Without it, ``F·10 + tier``. The caller passes it for CPU-only jobs (their FGD Δ
     is 0 on almost every node, so FGD alone cannot steer them off GPU-dense nodes) and for GPU
-    jobs whose candidate nodes no model-constrained demand competes for (:func:`model_pressure`
-    is 0): where pods that accept only some models compete, FGD's own model term decides, as
-    measured on the GPU-model-constrained traces.
+    jobs when no model-constrained demand competes for the models they accept
+    (:func:`model_pressure` is 0 on all those nodes): where pods that accept only some models
+    compete, FGD's own model term decides, as measured on the GPU-model-constrained traces.
 
     The :func:`packing_tier` orders what is left tied ("joins a shared GPU, then a node in
     use"), which packs on purpose and keeps idle nodes whole for multi-GPU jobs; ties left are
@@ -254,8 +254,17 @@ class CpuAwareCache:
         self.sorted_left = sorted_free(frag._left(slice(None)))
         self.frag = cpu_aware_frag(self.sorted_left, inv.cpu_free, frag.access, frag.typical)
         self.pressure = model_pressure(frag.access, frag.typical)
+        self._competed: dict[frozenset[str], bool] = {}
         self.dirty: set[int] = set()
         inv.listeners.append(self.dirty.add)
+
+    def competed(self, inv, models: frozenset[str]) -> bool:
+        """Whether model-constrained demand may use a node of one of ``models`` (empty: any)."""
+        hit = self._competed.get(models)
+        if hit is None:
+            ids = [k for k, m in enumerate(inv.model_names) if m and (not models or m in models)]
+            hit = self._competed[models] = bool((self.pressure[np.isin(inv.model_id, ids)] > 0).any())
+        return hit
 
     def settle(self) -> None:
         if not self.dirty:
@@ -316,7 +325,7 @@ def _register_plugin() -> None:
             frag_after = frag_from_parts(*after, cpu_after, cache.access[idx], cache.typical)
             in_use = (inv.gpu_free[idx] < inv.gpu_total[idx]) | (inv.cpu_used[idx] > 0)
             cpu_aware = None
-            if not (req.gpus or req.gpu_share_milli) or not (aware.pressure[idx] > 0).any():
+            if not (req.gpus or req.gpu_share_milli) or not aware.competed(inv, req.models):
                 cpu_aware = aware.frag[idx] - cpu_aware_frag(sorted_after, cpu_after, cache.access[idx], cache.typical)
             return crossdock_score(cache.frag[idx] - frag_after, packing_tier(in_use, shared), cpu_aware)
 
