@@ -1,5 +1,5 @@
 """The simulated cluster: free CPU, memory and per-GPU shares of every node as numpy arrays,
-with the fragmentation caches kept current one node at a time.
+with the fragmentation caches (FGD's and the CPU-aware one) kept current one node at a time.
 
 Filtering follows the reference simulator: a pod fits a node when its CPU and memory requests
 fit (kube's NodeResourcesFit) and, for GPU pods, the node has a GPU model the pod accepts and
@@ -70,6 +70,9 @@ class ClusterState:
             self.access = gpu_frag.access_matrix(self.model, typical)
             self.total, self.cnt, self.below = gpu_frag.frag_parts(self.gpu_left, typical)
             self.frag = gpu_frag.frag_from_parts(self.total, self.cnt, self.below, self.cpu_left, self.access, typical)
+            self.sorted_left = gpu_frag.sorted_free(self.gpu_left)
+            self.cpu_frag = gpu_frag.cpu_aware_frag(self.sorted_left, self.cpu_left, self.access, typical)
+            self.pressure = gpu_frag.model_pressure(self.access, typical)
 
     # --- queries ---------------------------------------------------------------------------
     def allocated_milli(self) -> int:
@@ -128,3 +131,6 @@ class ClusterState:
         t, c, b = gpu_frag.frag_parts(self.gpu_left[sl], self.typical)
         self.total[node], self.cnt[node], self.below[node] = t[0], c[0], b[0]
         self.frag[node] = gpu_frag.frag_from_parts(t, c, b, self.cpu_left[sl], self.access[sl], self.typical)[0]
+        self.sorted_left[sl] = gpu_frag.sorted_free(self.gpu_left[sl])
+        self.cpu_frag[node] = gpu_frag.cpu_aware_frag(self.sorted_left[sl], self.cpu_left[sl], self.access[sl],
+                                                      self.typical)[0]

@@ -175,14 +175,36 @@ def fgd_policy(state: ClusterState, pod: PodReq, cand: np.ndarray, rng: np.rando
     return node, _gpus_for(state, node, pod, int(node_gpu[k]) if pod.sharing else None)
 
 
-def crossdock_policy(state: ClusterState, pod: PodReq, cand: np.ndarray, rng: np.random.Generator) -> Choice:
-    """crossdock's default GPU placement (:func:`gpu_frag.crossdock_score`)."""
+def cpu_aware_delta(state: ClusterState, pod: PodReq, nodes: np.ndarray, gpus: np.ndarray) -> np.ndarray:
+    """Decrease of :func:`gpu_frag.cpu_aware_frag` for each placement option (node, GPU for a share)."""
+    after = state.sorted_left[nodes]
+    if pod.sharing:
+        after = state.gpu_left[nodes].copy()
+        after[np.arange(len(nodes)), gpus] -= pod.milli
+        after = gpu_frag.sorted_free(after)
+    elif pod.num:  # whole GPUs take fully free GPUs, the largest entries
+        after = np.concatenate([after[:, pod.num:], np.zeros((len(nodes), pod.num), np.int64)], axis=1)
+    frag_after = gpu_frag.cpu_aware_frag(after, state.cpu_left[nodes] - pod.score_cpu, state.access[nodes],
+                                         state.typical)
+    return state.cpu_frag[nodes] - frag_after
+
+
+def crossdock_scores(state: ClusterState, pod: PodReq, cand: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """:func:`gpu_frag.crossdock_score` per candidate node and the GPU a share would take."""
     rows, gpus, delta = frag_delta(state, pod, cand)
     nodes = cand[rows]
     in_use = (state.gpu_left[nodes].sum(axis=1) < state.gpu_count[nodes] * MILLI) | (state.cpu_left[nodes] < state.cpu_cap[nodes])
     shared = state.gpu_left[nodes, gpus] < MILLI if pod.sharing else None
-    score = gpu_frag.crossdock_score(delta, gpu_frag.packing_tier(in_use, shared)).astype(np.float64)
-    node_score, node_gpu = _best_option(len(cand), rows, gpus, score, pod.sharing)
+    cpu_aware = None
+    if pod.num == 0 or not (state.pressure[state.model_ok(pod.spec)] > 0).any():
+        cpu_aware = cpu_aware_delta(state, pod, nodes, gpus)
+    score = gpu_frag.crossdock_score(delta, gpu_frag.packing_tier(in_use, shared), cpu_aware).astype(np.float64)
+    return _best_option(len(cand), rows, gpus, score, pod.sharing)
+
+
+def crossdock_policy(state: ClusterState, pod: PodReq, cand: np.ndarray, rng: np.random.Generator) -> Choice:
+    """crossdock's default GPU placement (:func:`gpu_frag.crossdock_score`)."""
+    node_score, node_gpu = crossdock_scores(state, pod, cand)
     k = pick_max(node_score, cand, state, rng)
     node = int(cand[k])
     return node, _gpus_for(state, node, pod, int(node_gpu[k]) if pod.sharing else None)
@@ -211,17 +233,19 @@ def kube_scores(state: ClusterState, pod: PodReq, cand: np.ndarray, strategy: st
 BINPACK_SHAPE = [(0, 0), (100, 10)]
 
 
-def _kube_policy(strategy: str, with_frag: bool = False) -> Policy:
+CROSSDOCK_WEIGHT = 101
+"""The ``binpack`` profile's weight on the crossdock GPU score (``registry.PLACEMENT_SCORES``):
+one step of it outweighs any resource score (0–100), so those only break its ties."""
+
+
+def _kube_policy(strategy: str, with_crossdock: bool = False) -> Policy:
     def policy(state: ClusterState, pod: PodReq, cand: np.ndarray, rng: np.random.Generator) -> Choice:
         shape = BINPACK_SHAPE if strategy == "requested_to_capacity_ratio" else None
         score = kube_scores(state, pod, cand, strategy, shape).astype(np.float64)
         share_gpu = None
-        if with_frag and pod.num > 0:
-            rows, gpus, delta = frag_delta(state, pod, cand)
-            frag_score, frag_gpu = _best_option(len(cand), rows, gpus, gpu_frag.fgd_score(delta).astype(np.float64),
-                                                pod.sharing)
-            score = score + frag_score
-            share_gpu = frag_gpu
+        if with_crossdock:
+            ours, share_gpu = crossdock_scores(state, pod, cand)
+            score = score + CROSSDOCK_WEIGHT * ours
         k = pick_max(score, cand, state, rng)
         node = int(cand[k])
         return node, _gpus_for(state, node, pod, int(share_gpu[k]) if share_gpu is not None and pod.sharing else None)
@@ -235,7 +259,7 @@ POLICIES: dict[str, Policy] = {
     "bestfit": bestfit_policy,
     "fgd": fgd_policy,
     "crossdock": crossdock_policy,
-    "binpack": _kube_policy("requested_to_capacity_ratio", with_frag=True),
+    "binpack": _kube_policy("requested_to_capacity_ratio", with_crossdock=True),
     "most-requested": _kube_policy("most_allocated"),
     "spread": _kube_policy("least_allocated"),
 }

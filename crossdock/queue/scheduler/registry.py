@@ -1,7 +1,9 @@
 """Plugins registered by name, and the profile a queue's config selects.
 
-A queue's ``placement`` picks the score plugins (``binpack``: RequestedToCapacityRatio with the
-bin-packing shape plus GpuFragmentation; ``spread``: LeastAllocated; ``most-requested``:
+A queue's ``placement`` picks the score plugins (``binpack``: the crossdock GPU score
+``CrossdockGpu`` — FGD with a CPU-aware fragmentation term, see ``plugins.gpu_frag`` — weighted
+101 so that RequestedToCapacityRatio with the bin-packing shape only breaks its ties; ``spread``:
+LeastAllocated; ``most-requested``:
 MostAllocated; ``balanced``: BalancedAllocation). Its ``plugin_weights`` may re-weight any
 score plugin by name (0 turns it off) and weight resources for the resource scores with the
 keys ``cpu``, ``memory`` and ``nvidia.com/gpu``. Every profile runs every filter, in
@@ -42,7 +44,7 @@ RESERVES = ("Quota",)
 PERMITS = ("Coscheduling",)
 POST_FILTERS = ("DefaultPreemption",)
 PLACEMENT_SCORES: dict[str, dict[str, int]] = {
-    "binpack": {"RequestedToCapacityRatio": 1, "GpuFragmentation": 1},
+    "binpack": {"CrossdockGpu": 101, "RequestedToCapacityRatio": 1},
     "spread": {"LeastAllocated": 1},
     "most-requested": {"MostAllocated": 1},
     "balanced": {"BalancedAllocation": 1},

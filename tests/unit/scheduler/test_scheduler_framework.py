@@ -37,7 +37,7 @@ def test_status_codes_say_what_happens_next():
 
 
 @pytest.mark.parametrize("placement,scores", [
-    ("binpack", {"RequestedToCapacityRatio": 1, "GpuFragmentation": 1}),
+    ("binpack", {"CrossdockGpu": 101, "RequestedToCapacityRatio": 1}),
     ("spread", {"LeastAllocated": 1}),
     ("most-requested", {"MostAllocated": 1}),
     ("balanced", {"BalancedAllocation": 1}),
@@ -47,7 +47,7 @@ def test_placement_names_the_score_plugins(placement, scores):
 
 
 def test_plugin_weights_reweight_or_switch_off_scores():
-    prof = profile_for("binpack", {"GpuFragmentation": 0, "LeastAllocated": 3, "cpu": 5})
+    prof = profile_for("binpack", {"CrossdockGpu": 0, "LeastAllocated": 3, "cpu": 5})
     assert {p.name: w for p, w in prof.scores} == {"RequestedToCapacityRatio": 1, "LeastAllocated": 3}
 
 

@@ -114,3 +114,57 @@ def test_crossdock_score_orders_fgd_ties_by_packing_tier_only():
     # equal FGD scores (Δ = 0 -> 50): the shared GPU on a used node first, then the used node;
     # a better FGD score (Δ = 300 -> 57) wins whatever its tier
     assert np.argsort(-score).tolist() == [3, 2, 1, 0]
+
+
+CPU_AWARE_CASES = [
+    # id, GPU free per GPU, CPU free, expected CPU-aware frag (milli-GPU)
+    # 10 cores feed two t1 (4 cores) but one t2 (8 cores): t2 strands one idle GPU, 0.25*1000;
+    # t3 sees all 2000 -> 250 + 500
+    ("idle-cpu-feeds-one-t2", [1000, 1000], 10_000, 750.0),
+    # one GPU holds 500: no stranding beyond FGD's (same as FGD: 150 + 75 + 325)
+    ("one-free-one-sliver", [1000, 300], 10_000, 550.0),
+    # 6 cores: one t1 (one GPU usable, 0.5*1000), no t2 (0.25*2000), t3 0.25*2000
+    ("cpu-for-one-t1", [1000, 1000], 6_000, 1500.0),
+    ("full", [0, 0], 10_000, 0.0),
+]
+
+
+@pytest.mark.parametrize("left,cpu,expected", [c[1:] for c in CPU_AWARE_CASES], ids=[c[0] for c in CPU_AWARE_CASES])
+def test_cpu_aware_frag_by_hand(left, cpu, expected):
+    st_ = state(nodes((16000, 1, 2, "T4")), WORKLOAD, gpu_left=[left], cpu_left=[cpu])
+    assert st_.cpu_frag[0] == pytest.approx(expected)
+    direct = gpu_frag.cpu_aware_frag(gpu_frag.sorted_free(np.array([left])), np.array([cpu]),
+                                     np.array([[True, True, True]]), WORKLOAD)
+    assert direct[0] == pytest.approx(expected)
+
+
+@settings(max_examples=200, deadline=None)
+@given(st.lists(st.sampled_from([0, 100, 300, 500, 700, 1000]), min_size=1, max_size=8),
+       st.integers(0, 64_000))
+def test_cpu_aware_frag_is_never_below_fgd(left, cpu):
+    """Capping usable GPUs by CPU can only add fragments to FGD's measure."""
+    arr = np.array([left])
+    access = np.ones((1, len(WORKLOAD)), bool)
+    fgd = gpu_frag.node_frag(arr, np.array([cpu]), np.array([0]), WORKLOAD)[0]
+    ours = gpu_frag.cpu_aware_frag(gpu_frag.sorted_free(arr), np.array([cpu]), access, WORKLOAD)[0]
+    assert ours >= fgd - 1e-9
+    assert ours <= arr.sum() + 1e-9
+
+
+def test_model_pressure_counts_only_model_constrained_gpu_demand():
+    # t1 accepts only T4 (bit 1), t2 any model, t3 no GPU; node 0 is A10, node 1 is T4
+    work = typical((4000, 500, 1, 0.5), (8000, 1000, 1, 0.25), (2000, 0, 0, 0.25),
+                   spec=[0b10, gpu_frag.ANY_MODEL, gpu_frag.ANY_MODEL])
+    access = gpu_frag.access_matrix(np.array([0, 1]), work)
+    assert gpu_frag.model_pressure(access, work).tolist() == [0.0, 0.5]
+
+
+def test_crossdock_score_with_cpu_aware_delta_needs_both_measures_to_agree():
+    delta = np.array([0.0, 300.0, 300.0, 0.0])          # FGD: 50, 57, 57, 50
+    aware = np.array([0.0, -2000.0, 300.0, 300.0])      # CPU-aware: 50, 11, 57, 57
+    tier = np.array([0, 3, 0, 1])
+    score = gpu_frag.crossdock_score(delta, tier, aware)
+    # node 2 is liked by both (min 57); nodes 3 and 0 tie on min 50, node 3 has the higher sum;
+    # node 1 strands GPUs without CPU (min 11) and loses whatever its FGD score and tier
+    assert np.argsort(-score).tolist() == [2, 3, 0, 1]
+    assert score.tolist() == [50 * 10_000 + 1000, 11 * 10_000 + 680 + 3, 57 * 10_000 + 1140, 50 * 10_000 + 1070 + 1]

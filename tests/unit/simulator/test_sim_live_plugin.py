@@ -1,4 +1,4 @@
-"""The crossdock GPU score as a live-scheduler plugin: FGD·10 + packing tier on an inventory."""
+"""The crossdock GPU score as a live-scheduler plugin, against the simulator's policy."""
 
 from __future__ import annotations
 
@@ -6,6 +6,13 @@ from datetime import datetime
 
 import numpy as np
 
+import pytest
+from sim_builders import nodes as sim_nodes
+from sim_builders import pod as sim_pod
+from sim_builders import state as sim_state
+from sim_builders import typical
+
+from crossdock.backends.simulator.policies import crossdock_scores
 from crossdock.queue.config import parse_config
 from crossdock.queue.models import GpuRequest, Job, JobSpec
 from crossdock.queue.scheduler.framework import CycleState
@@ -25,17 +32,49 @@ def gpu_node(name: str) -> Node:
     return Node(name, "gpu", "k8s", 32_000, 64_000, tuple(GpuDevice(f"{name}-g{i}", i, "A100") for i in range(4)))
 
 
-def test_crossdock_gpu_plugin_is_fgd_times_ten_plus_tier():
-    nodes = [gpu_node("a"), gpu_node("b"), gpu_node("c")]
+def live_state(nodes: list[Node], allocations: list[Allocation], typical: gpu_frag.TypicalPods) -> CycleState:
     inv = Inventory(nodes)
-    inv.load([Allocation(7, "b", 4000, 1000, ("b-g0",))])
+    inv.load(allocations)
     state = CycleState(inv, CFG, datetime(2026, 1, 1))
-    job = Job(id=1, spec=JobSpec(command=["true"], gpus=GpuRequest(count=1), cpus_per_task=4), queue="q")
-    req = build_request(job, CFG)
-    state.extra["frag"] = FragCache(inv, typical_of([req], inv.model_names),
-                                    np.array([inv.model_names.index(m) if m else -1 for m in inv.model], np.int64))
+    state.extra["frag"] = FragCache(inv, typical, np.array([inv.model_names.index(m) if m else -1 for m in inv.model],
+                                                           np.int64))
+    return state
+
+
+def request(cpus: int, gpus: int = 0):
+    spec = JobSpec(command=["true"], gpus=GpuRequest(count=gpus) if gpus else None, cpus_per_task=cpus)
+    return build_request(Job(id=1, spec=spec, queue="q"), CFG)
+
+
+def test_crossdock_gpu_plugin_is_fgd_times_ten_plus_tier_when_model_demand_competes():
+    nodes = [gpu_node("a"), gpu_node("b"), gpu_node("c")]
+    work = typical((4000, 1000, 1, 1.0), spec=[0b1])  # accepts only the cluster's one model: pressure > 0
+    state = live_state(nodes, [Allocation(7, "b", 4000, 1000, ("b-g0",))], work)
+    req = request(4, gpus=1)
     idx = np.arange(3)
     fgd = create("GpuFragmentation").score(state, req, idx)
     ours = create(gpu_frag.CROSSDOCK_PLUGIN).score(state, req, idx)
     assert ours.tolist() == (fgd * 10 + np.array([0, 1, 0])).tolist()  # only node b is in use
     assert int(np.argmax(ours)) == 1
+
+
+@pytest.mark.parametrize("cpus,gpus,best", [
+    (4, 1, "b"),  # joins the node in use; on c (6 free cores) it would leave 3 GPUs without CPU
+    (8, 0, "a"),  # CPU only: on b it would leave too few cores for b's GPUs
+    (2, 2, "c"),  # GPU-heavy, CPU-light: takes GPUs that c's CPU could not feed anyway
+])
+def test_crossdock_gpu_plugin_scores_as_the_simulator_policy(cpus, gpus, best):
+    """Same nodes, allocations and typical pods: the live plugin's scores equal the
+    simulator's ``crossdock`` scores, CPU-aware term included."""
+    work = typical((4000, 1000, 1, 0.6), (12000, 1000, 1, 0.2), (2000, 0, 0, 0.2))
+    nodes = [gpu_node("a"), gpu_node("b"), gpu_node("c")]
+    allocations = [Allocation(7, "b", 4000, 1000, ("b-g0",)), Allocation(8, "c", 26000, 1000, ())]
+    live = create(gpu_frag.CROSSDOCK_PLUGIN).score(live_state(nodes, allocations, work), request(cpus, gpus),
+                                                   np.arange(3))
+    sim = sim_state(sim_nodes((32_000, 64_000, 4, "T4"), (32_000, 64_000, 4, "T4"), (32_000, 64_000, 4, "T4")), work,
+                    gpu_left=[[1000] * 4, [0, 1000, 1000, 1000], [1000] * 4], cpu_left=[32_000, 28_000, 6_000])
+    scores, _ = crossdock_scores(sim, sim_pod(cpu=cpus * 1000, milli=1000 if gpus else 0, num=gpus), np.arange(3))
+    assert live.tolist() == scores.astype(np.int64).tolist()
+    assert "abc"[int(np.argmax(live))] == best
+
+

@@ -17,8 +17,9 @@ The scores compare a node before and after a candidate placement (``Δ = frag_be
 frag_after``, higher is better):
 
 - :func:`fgd_score` is the FGD authors' integer score, ``int(100·sigmoid(Δ/1000))``.
-- :func:`crossdock_score` is crossdock's default GPU placement score: FGD first, then a packing
-  tier among FGD's ties (see its docstring).
+- :func:`crossdock_score` is crossdock's default GPU placement score: FGD combined with a
+  CPU-aware fragmentation (:func:`cpu_aware_frag`) where no model-constrained demand competes,
+  then a packing tier among the ties (see its docstring).
 
 Inputs are arrays over nodes (or over candidate placements), so scoring a job against thousands
 of nodes is a handful of vectorized operations. Only the standard library and numpy are used.
@@ -32,8 +33,11 @@ Public API::
     node_frag(gpu_left, cpu_left, model, typical) -> float (N,)
     parts_after(total, cnt, below, typical, milli, num, left=None) -> (total', cnt', below')
     fgd_score(delta) -> int array
+    sorted_free(gpu_left) -> int (N, G)                      # free milli per GPU, largest first
+    cpu_aware_frag(sorted_left, cpu_left, access, typical) -> float (N,)
+    model_pressure(access, typical) -> float (N,)
     packing_tier(node_in_use, gpu_shared=None) -> int array
-    crossdock_score(delta, tier) -> int array
+    crossdock_score(delta, tier, cpu_aware_delta=None) -> int array
 """
 
 from __future__ import annotations
@@ -168,6 +172,42 @@ def fgd_score(delta: np.ndarray) -> np.ndarray:
     return np.trunc(sigmoid(np.asarray(delta) / 1000.0) * 100).astype(np.int64)
 
 
+def sorted_free(gpu_left: np.ndarray) -> np.ndarray:
+    """Free milli-GPU of each node's GPUs, largest first (absent GPUs hold 0)."""
+    return -np.sort(-np.asarray(gpu_left, np.int64), axis=1)
+
+
+def cpu_aware_frag(sorted_left: np.ndarray, cpu_left: np.ndarray, access: np.ndarray,
+                   typical: TypicalPods) -> np.ndarray:
+    """Fragmentation (milli-GPU) that also counts the GPUs a node's free CPU cannot feed.
+
+    FGD's measure calls every GPU with room for typical pod ``t`` usable as soon as one ``t``
+    fits the node's CPU. On GPU-dense nodes the CPU runs out first: a node with 3 free GPUs and
+    12 free cores can host one 11-core ``t``, so two of those GPUs are stranded. Here the
+    GPUs usable by ``t`` are the largest ``min(cnt_t, ⌊cpu_left / cpu_t⌋ · num_t)`` of those
+    with room for it (none when ``t`` does not fit at all), and the rest of the free GPU
+    capacity is ``t``'s fragment; weighted by frequency and summed as in FGD.
+
+    ``sorted_left`` is :func:`sorted_free` of the nodes (or candidate states).
+    """
+    left = np.asarray(sorted_left, np.int64)
+    prefix = np.concatenate([np.zeros((len(left), 1), np.int64), np.cumsum(left, axis=1)], axis=1)
+    need = np.maximum(typical.milli, 1)
+    cnt = (left[:, :, None] >= need[None, None, :]).sum(axis=1)
+    copies = np.asarray(cpu_left, np.int64)[:, None] // typical.cpu[None, :]
+    fits = typical.uses_gpu[None, :] & access & (cnt >= typical.num[None, :]) & (copies >= 1)
+    usable_gpus = np.where(fits, np.minimum(cnt, copies * typical.num[None, :]), 0)
+    usable = np.take_along_axis(prefix, usable_gpus, axis=1)
+    return (prefix[:, -1:] - usable) @ typical.freq
+
+
+def model_pressure(access: np.ndarray, typical: TypicalPods) -> np.ndarray:
+    """Per node, the frequency of the typical pods that ask for a GPU model subset and may use
+    the node's model: 0 where no model-constrained demand competes for the node."""
+    constrained = typical.uses_gpu & (typical.spec != ANY_MODEL)
+    return np.asarray(access, np.float64) @ (typical.freq * constrained)
+
+
 def packing_tier(node_in_use: np.ndarray, gpu_shared: np.ndarray | None = None) -> np.ndarray:
     """0..3: +1 when the node already runs something, +2 when a GPU share lands on a GPU that
     is already shared. Used only to order placements FGD scores the same."""
@@ -177,29 +217,74 @@ def packing_tier(node_in_use: np.ndarray, gpu_shared: np.ndarray | None = None) 
     return tier
 
 
-def crossdock_score(delta: np.ndarray, tier: np.ndarray) -> np.ndarray:
-    """crossdock's default GPU placement score (higher is better): the FGD score first, then
-    the :func:`packing_tier` among placements FGD scores the same, ``fgd·10 + tier``.
+def crossdock_score(delta: np.ndarray, tier: np.ndarray, cpu_aware_delta: np.ndarray | None = None) -> np.ndarray:
+    """crossdock's default GPU placement score (higher is better).
 
-    FGD's integer score leaves many nodes tied; the reference scheduler then keeps the first
-    of a fixed node order, which packs. Ordering those ties by "joins a shared GPU, then a node
-    in use" packs on purpose and keeps idle nodes whole for multi-GPU jobs; it never overrides
-    a placement FGD strictly prefers. Ties left are the caller's (a fixed node order).
+    With ``cpu_aware_delta`` (the decrease of :func:`cpu_aware_frag`), both measures must
+    agree: ``min(F, C)·10⁴ + (F + C)·10 + tier`` with ``F``, ``C`` their :func:`fgd_score`.
+    A placement FGD likes but that strands GPUs without CPU (or the reverse) loses to one both
+    accept. Without it, ``F·10 + tier``. The caller passes it for CPU-only jobs (their FGD Δ
+    is 0 on almost every node, so FGD alone cannot steer them off GPU-dense nodes) and for GPU
+    jobs when no model-constrained demand competes for the models they accept
+    (:func:`model_pressure` is 0 on all those nodes): where pods that accept only some models
+    compete, FGD's own model term decides, as measured on the GPU-model-constrained traces.
+
+    The :func:`packing_tier` orders what is left tied ("joins a shared GPU, then a node in
+    use"), which packs on purpose and keeps idle nodes whole for multi-GPU jobs; ties left are
+    the caller's (a fixed node order).
     """
-    return fgd_score(delta) * 10 + np.asarray(tier, np.int64)
+    f = fgd_score(delta)
+    tier = np.asarray(tier, np.int64)
+    if cpu_aware_delta is None:
+        return f * 10 + tier
+    c = fgd_score(cpu_aware_delta)
+    return np.minimum(f, c) * 10_000 + (f + c) * 10 + tier
 
 
 CROSSDOCK_PLUGIN = "CrossdockGpu"
+
+
+class CpuAwareCache:
+    """Per-node :func:`sorted_free` and :func:`cpu_aware_frag` for the live scheduler, kept
+    current like the FGD cache it rides on (``frag``: a ``GpuFragmentation`` ``FragCache``
+    with ``inv``, ``typical``, ``access`` and ``_left(rows)``)."""
+
+    def __init__(self, frag):
+        self.frag_cache, inv = frag, frag.inv
+        self.sorted_left = sorted_free(frag._left(slice(None)))
+        self.frag = cpu_aware_frag(self.sorted_left, inv.cpu_free, frag.access, frag.typical)
+        self.pressure = model_pressure(frag.access, frag.typical)
+        self._competed: dict[frozenset[str], bool] = {}
+        self.dirty: set[int] = set()
+        inv.listeners.append(self.dirty.add)
+
+    def competed(self, inv, models: frozenset[str]) -> bool:
+        """Whether model-constrained demand may use a node of one of ``models`` (empty: any)."""
+        hit = self._competed.get(models)
+        if hit is None:
+            ids = [k for k, m in enumerate(inv.model_names) if m and (not models or m in models)]
+            hit = self._competed[models] = bool((self.pressure[np.isin(inv.model_id, ids)] > 0).any())
+        return hit
+
+    def settle(self) -> None:
+        if not self.dirty:
+            return
+        rows = np.fromiter(self.dirty, np.int64, len(self.dirty))
+        self.dirty.clear()
+        fc = self.frag_cache
+        self.sorted_left[rows] = sorted_free(fc._left(rows))
+        self.frag[rows] = cpu_aware_frag(self.sorted_left[rows], fc.inv.cpu_free[rows], fc.access[rows], fc.typical)
 
 
 def _register_plugin() -> None:
     """Register :func:`crossdock_score` as the score plugin ``CrossdockGpu`` in the live
     scheduler's registry (``crossdock.queue.scheduler.registry``), when that registry exists.
 
-    It scores exactly like ``GpuFragmentation`` (the cycle's ``FragCache`` in
-    ``state.extra["frag"]``: whole GPUs on idle devices, a share on its best-fit device) and adds
-    the packing tier, so a profile can use it in place of ``GpuFragmentation``. Its values run
-    0..1003 (FGD·10 + tier): weight it so that resource scores only break its ties.
+    It reads the cycle's FGD cache (``state.extra["frag"]``, built for the cycle's typical
+    pods) and places devices as the scheduler does (whole GPUs on idle devices, a share on its
+    best-fit device). It scores CPU-only jobs too: on GPU nodes their CPU decides whether GPUs
+    stay usable. Values run 0..1,002,003 (:func:`crossdock_score`); the ``binpack`` profile
+    weights it so that resource scores only break its ties.
     """
     try:
         from crossdock.queue.scheduler.registry import register
@@ -211,22 +296,38 @@ def _register_plugin() -> None:
 
         def score(self, state, req, idx: np.ndarray) -> np.ndarray:
             cache = state.extra.get("frag")
-            if cache is None or not (req.gpus or req.gpu_share_milli) or len(idx) == 0:
+            if cache is None or len(idx) == 0:
                 return np.zeros(len(idx), np.int64)
             cache.settle()
+            aware = state.extra.get("cpu_frag")
+            if aware is None or aware.frag_cache is not cache:
+                aware = state.extra["cpu_frag"] = CpuAwareCache(cache)
+            aware.settle()
             inv = state.inventory
             total, cnt, below = cache.total[idx], cache.cnt[idx], cache.below[idx]
+            sorted_after = aware.sorted_left[idx]
             shared = None
             if req.gpu_share_milli:
-                left = np.where(inv.dev_exists[idx], np.maximum(inv.dev_free[idx], 0), 0)
-                chosen = np.minimum(np.where(left >= req.gpu_share_milli, left, MILLI + 1).min(axis=1), MILLI)
+                left = cache._left(idx)
+                pick = np.where(left >= req.gpu_share_milli, left, MILLI + 1).argmin(axis=1)
+                chosen = left[np.arange(len(idx)), pick]
                 after = parts_after(total, cnt, below, cache.typical, req.gpu_share_milli, 1, chosen)
                 shared = chosen < MILLI
-            else:
+                left[np.arange(len(idx)), pick] -= req.gpu_share_milli
+                sorted_after = sorted_free(left)
+            elif req.gpus:
                 after = parts_after(total, cnt, below, cache.typical, MILLI, req.gpus)
-            frag_after = frag_from_parts(*after, inv.cpu_free[idx] - req.cpu_milli, cache.access[idx], cache.typical)
+                sorted_after = np.concatenate([sorted_after[:, req.gpus:], np.zeros((len(idx), req.gpus), np.int64)],
+                                              axis=1)
+            else:
+                after = (total, cnt, below)
+            cpu_after = inv.cpu_free[idx] - req.cpu_milli
+            frag_after = frag_from_parts(*after, cpu_after, cache.access[idx], cache.typical)
             in_use = (inv.gpu_free[idx] < inv.gpu_total[idx]) | (inv.cpu_used[idx] > 0)
-            return crossdock_score(cache.frag[idx] - frag_after, packing_tier(in_use, shared))
+            cpu_aware = None
+            if not (req.gpus or req.gpu_share_milli) or not aware.competed(inv, req.models):
+                cpu_aware = aware.frag[idx] - cpu_aware_frag(sorted_after, cpu_after, cache.access[idx], cache.typical)
+            return crossdock_score(cache.frag[idx] - frag_after, packing_tier(in_use, shared), cpu_aware)
 
     register(CrossdockGpu)
 
