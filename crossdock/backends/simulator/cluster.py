@@ -71,7 +71,7 @@ class ClusterState:
             self.total, self.cnt, self.below = gpu_frag.frag_parts(self.gpu_left, typical)
             self.frag = gpu_frag.frag_from_parts(self.total, self.cnt, self.below, self.cpu_left, self.access, typical)
             self.sorted_left = gpu_frag.sorted_free(self.gpu_left)
-            self.cpu_frag = gpu_frag.cpu_aware_frag(self.sorted_left, self.cpu_left, self.access, typical)
+            self.cpu_frag = gpu_frag.cpu_aware_frag(self.sorted_left, self.cpu_left, self.access, typical, self.cnt)
             self.pressure = gpu_frag.model_pressure(self.access, typical)
 
     # --- queries ---------------------------------------------------------------------------
@@ -133,4 +133,4 @@ class ClusterState:
         self.frag[node] = gpu_frag.frag_from_parts(t, c, b, self.cpu_left[sl], self.access[sl], self.typical)[0]
         self.sorted_left[sl] = gpu_frag.sorted_free(self.gpu_left[sl])
         self.cpu_frag[node] = gpu_frag.cpu_aware_frag(self.sorted_left[sl], self.cpu_left[sl], self.access[sl],
-                                                      self.typical)[0]
+                                                      self.typical, c)[0]

@@ -138,11 +138,10 @@ def share_candidates(state: ClusterState, cand: np.ndarray, milli: int) -> tuple
     return np.nonzero(ok)
 
 
-def frag_delta(state: ClusterState, pod: PodReq, cand: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
-    """Fragmentation decrease for each placement option: returns (row into cand, GPU index or
-    -1, Δ = frag_before - frag_after in milli-GPU)."""
-    typical = state.typical
-    if typical is None:
+def frag_options(state: ClusterState, pod: PodReq, cand: np.ndarray):
+    """Every placement option of ``pod`` on the candidates and its FGD parts after placing:
+    (row into cand, GPU index or -1, node, parts after = (total, cnt, below))."""
+    if state.typical is None:
         raise ValueError("fragmentation-aware policies need the workload's typical pods")
     if pod.sharing:
         rows, gpus = share_candidates(state, cand, pod.milli)
@@ -150,10 +149,18 @@ def frag_delta(state: ClusterState, pod: PodReq, cand: np.ndarray) -> tuple[np.n
         left = state.gpu_left[nodes, gpus]
     else:
         rows, gpus, nodes, left = np.arange(len(cand)), np.full(len(cand), -1), cand, None
-    t2, c2, b2 = gpu_frag.parts_after(state.total[nodes], state.cnt[nodes], state.below[nodes], typical,
-                                      pod.milli, pod.num, left)
-    after = gpu_frag.frag_from_parts(t2, c2, b2, state.cpu_left[nodes] - pod.score_cpu, state.access[nodes], typical)
-    return rows, gpus, state.frag[nodes] - after
+    after = gpu_frag.parts_after(state.total[nodes], state.cnt[nodes], state.below[nodes], state.typical,
+                                 pod.milli, pod.num, left)
+    return rows, gpus, nodes, after
+
+
+def frag_delta(state: ClusterState, pod: PodReq, cand: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """Fragmentation decrease for each placement option: returns (row into cand, GPU index or
+    -1, Δ = frag_before - frag_after in milli-GPU)."""
+    rows, gpus, nodes, after = frag_options(state, pod, cand)
+    frag_after = gpu_frag.frag_from_parts(*after, state.cpu_left[nodes] - pod.score_cpu, state.access[nodes],
+                                          state.typical)
+    return rows, gpus, state.frag[nodes] - frag_after
 
 
 def _best_option(cand_len: int, rows: np.ndarray, gpus: np.ndarray, score: np.ndarray,
@@ -175,7 +182,8 @@ def fgd_policy(state: ClusterState, pod: PodReq, cand: np.ndarray, rng: np.rando
     return node, _gpus_for(state, node, pod, int(node_gpu[k]) if pod.sharing else None)
 
 
-def cpu_aware_delta(state: ClusterState, pod: PodReq, nodes: np.ndarray, gpus: np.ndarray) -> np.ndarray:
+def cpu_aware_delta(state: ClusterState, pod: PodReq, nodes: np.ndarray, gpus: np.ndarray,
+                    cnt_after: np.ndarray) -> np.ndarray:
     """Decrease of :func:`gpu_frag.cpu_aware_frag` for each placement option (node, GPU for a share)."""
     after = state.sorted_left[nodes]
     if pod.sharing:
@@ -185,19 +193,20 @@ def cpu_aware_delta(state: ClusterState, pod: PodReq, nodes: np.ndarray, gpus: n
     elif pod.num:  # whole GPUs take fully free GPUs, the largest entries
         after = np.concatenate([after[:, pod.num:], np.zeros((len(nodes), pod.num), np.int64)], axis=1)
     frag_after = gpu_frag.cpu_aware_frag(after, state.cpu_left[nodes] - pod.score_cpu, state.access[nodes],
-                                         state.typical)
+                                         state.typical, cnt_after)
     return state.cpu_frag[nodes] - frag_after
 
 
 def crossdock_scores(state: ClusterState, pod: PodReq, cand: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
     """:func:`gpu_frag.crossdock_score` per candidate node and the GPU a share would take."""
-    rows, gpus, delta = frag_delta(state, pod, cand)
-    nodes = cand[rows]
+    rows, gpus, nodes, after = frag_options(state, pod, cand)
+    cpu_after = state.cpu_left[nodes] - pod.score_cpu
+    delta = state.frag[nodes] - gpu_frag.frag_from_parts(*after, cpu_after, state.access[nodes], state.typical)
     in_use = (state.gpu_left[nodes].sum(axis=1) < state.gpu_count[nodes] * MILLI) | (state.cpu_left[nodes] < state.cpu_cap[nodes])
     shared = state.gpu_left[nodes, gpus] < MILLI if pod.sharing else None
     cpu_aware = None
     if pod.num == 0 or not (state.pressure[state.model_ok(pod.spec)] > 0).any():
-        cpu_aware = cpu_aware_delta(state, pod, nodes, gpus)
+        cpu_aware = cpu_aware_delta(state, pod, nodes, gpus, after[1])
     score = gpu_frag.crossdock_score(delta, gpu_frag.packing_tier(in_use, shared), cpu_aware).astype(np.float64)
     return _best_option(len(cand), rows, gpus, score, pod.sharing)
 

@@ -35,6 +35,7 @@ Public API::
     fgd_score(delta) -> int array
     sorted_free(gpu_left) -> int (N, G)                      # free milli per GPU, largest first
     cpu_aware_frag(sorted_left, cpu_left, access, typical) -> float (N,)
+    both_frags(total, cnt, below, sorted_left, cpu_left, access, typical) -> (FGD, CPU-aware)
     model_pressure(access, typical) -> float (N,)
     packing_tier(node_in_use, gpu_shared=None) -> int array
     crossdock_score(delta, tier, cpu_aware_delta=None) -> int array
@@ -163,13 +164,10 @@ def parts_after(total: np.ndarray, cnt: np.ndarray, below: np.ndarray, typical: 
     return total - milli, cnt - crossed, below - milli + was * left - now * (left - milli)
 
 
-def sigmoid(x: np.ndarray) -> np.ndarray:
-    return 1.0 / (1.0 + np.exp(-np.asarray(x, np.float64)))
-
-
 def fgd_score(delta: np.ndarray) -> np.ndarray:
-    """The FGD authors' score: ``int64(sigmoid(Δ/1000)·100)``, 0..100 (Go truncation)."""
-    return np.trunc(sigmoid(np.asarray(delta) / 1000.0) * 100).astype(np.int64)
+    """The FGD authors' score: ``int64(sigmoid(Δ/1000)·100)``, 0..100 (Go truncation; the
+    value is never negative, so the cast truncates)."""
+    return (1.0 / (1.0 + np.exp(-(np.asarray(delta, np.float64) / 1000.0))) * 100).astype(np.int64)
 
 
 def sorted_free(gpu_left: np.ndarray) -> np.ndarray:
@@ -178,7 +176,7 @@ def sorted_free(gpu_left: np.ndarray) -> np.ndarray:
 
 
 def cpu_aware_frag(sorted_left: np.ndarray, cpu_left: np.ndarray, access: np.ndarray,
-                   typical: TypicalPods) -> np.ndarray:
+                   typical: TypicalPods, cnt: np.ndarray | None = None) -> np.ndarray:
     """Fragmentation (milli-GPU) that also counts the GPUs a node's free CPU cannot feed.
 
     FGD's measure calls every GPU with room for typical pod ``t`` usable as soon as one ``t``
@@ -188,17 +186,28 @@ def cpu_aware_frag(sorted_left: np.ndarray, cpu_left: np.ndarray, access: np.nda
     with room for it (none when ``t`` does not fit at all), and the rest of the free GPU
     capacity is ``t``'s fragment; weighted by frequency and summed as in FGD.
 
-    ``sorted_left`` is :func:`sorted_free` of the nodes (or candidate states).
+    ``sorted_left`` is :func:`sorted_free` of the nodes (or candidate states); ``cnt``, when
+    given, is their ``cnt`` part (:func:`frag_parts`, :func:`parts_after`), which saves
+    recounting the GPUs with room for each typical pod.
     """
     left = np.asarray(sorted_left, np.int64)
-    prefix = np.concatenate([np.zeros((len(left), 1), np.int64), np.cumsum(left, axis=1)], axis=1)
-    need = np.maximum(typical.milli, 1)
-    cnt = (left[:, :, None] >= need[None, None, :]).sum(axis=1)
-    copies = np.asarray(cpu_left, np.int64)[:, None] // typical.cpu[None, :]
-    fits = typical.uses_gpu[None, :] & access & (cnt >= typical.num[None, :]) & (copies >= 1)
-    usable_gpus = np.where(fits, np.minimum(cnt, copies * typical.num[None, :]), 0)
-    usable = np.take_along_axis(prefix, usable_gpus, axis=1)
-    return (prefix[:, -1:] - usable) @ typical.freq
+    if cnt is None:
+        cnt = (left[:, :, None] >= np.maximum(typical.milli, 1)[None, None, :]).sum(axis=1)
+    return both_frags(left.sum(axis=1), cnt, None, left, cpu_left, access, typical)[1]
+
+
+def both_frags(total: np.ndarray, cnt: np.ndarray, below: np.ndarray | None, sorted_left: np.ndarray,
+               cpu_left: np.ndarray, access: np.ndarray, typical: TypicalPods) -> tuple[np.ndarray | None, np.ndarray]:
+    """FGD's fragmentation (:func:`frag_from_parts`; None without ``below``) and
+    :func:`cpu_aware_frag` of the same nodes or candidate states, sharing their fit test."""
+    cpu = np.asarray(cpu_left, np.int64)[:, None]
+    fits = typical.uses_gpu[None, :] & access & (cnt >= typical.num[None, :]) & (cpu >= typical.cpu[None, :])
+    fgd = None if below is None else np.where(fits, below, total[:, None]) @ typical.freq
+    prefix = np.zeros((len(sorted_left), sorted_left.shape[1] + 1), np.int64)
+    np.cumsum(sorted_left, axis=1, out=prefix[:, 1:])
+    usable_gpus = np.where(fits, np.minimum(cnt, (cpu // typical.cpu[None, :]) * typical.num[None, :]), 0)
+    usable = prefix[np.arange(len(prefix))[:, None], usable_gpus]
+    return fgd, (np.asarray(total)[:, None] - usable) @ typical.freq
 
 
 def model_pressure(access: np.ndarray, typical: TypicalPods) -> np.ndarray:
@@ -233,55 +242,39 @@ def crossdock_score(delta: np.ndarray, tier: np.ndarray, cpu_aware_delta: np.nda
     use"), which packs on purpose and keeps idle nodes whole for multi-GPU jobs; ties left are
     the caller's (a fixed node order).
     """
-    f = fgd_score(delta)
     tier = np.asarray(tier, np.int64)
     if cpu_aware_delta is None:
-        return f * 10 + tier
-    c = fgd_score(cpu_aware_delta)
+        return fgd_score(delta) * 10 + tier
+    f, c = fgd_score(np.stack([delta, cpu_aware_delta]))
     return np.minimum(f, c) * 10_000 + (f + c) * 10 + tier
 
 
 CROSSDOCK_PLUGIN = "CrossdockGpu"
 
 
-class CpuAwareCache:
-    """Per-node :func:`sorted_free` and :func:`cpu_aware_frag` for the live scheduler, kept
-    current like the FGD cache it rides on (``frag``: a ``GpuFragmentation`` ``FragCache``
-    with ``inv``, ``typical``, ``access`` and ``_left(rows)``)."""
+class ModelCompetition:
+    """Per cycle: whether model-constrained demand (:func:`model_pressure` > 0) may use a node
+    of the models a job accepts, cached per model set."""
 
     def __init__(self, frag):
-        self.frag_cache, inv = frag, frag.inv
-        self.sorted_left = sorted_free(frag._left(slice(None)))
-        self.frag = cpu_aware_frag(self.sorted_left, inv.cpu_free, frag.access, frag.typical)
+        self.frag_cache = frag
         self.pressure = model_pressure(frag.access, frag.typical)
-        self._competed: dict[frozenset[str], bool] = {}
-        self.dirty: set[int] = set()
-        inv.listeners.append(self.dirty.add)
+        self._hits: dict[frozenset[str], bool] = {}
 
     def competed(self, inv, models: frozenset[str]) -> bool:
-        """Whether model-constrained demand may use a node of one of ``models`` (empty: any)."""
-        hit = self._competed.get(models)
+        hit = self._hits.get(models)
         if hit is None:
             ids = [k for k, m in enumerate(inv.model_names) if m and (not models or m in models)]
-            hit = self._competed[models] = bool((self.pressure[np.isin(inv.model_id, ids)] > 0).any())
+            hit = self._hits[models] = bool((self.pressure[np.isin(inv.model_id, ids)] > 0).any())
         return hit
-
-    def settle(self) -> None:
-        if not self.dirty:
-            return
-        rows = np.fromiter(self.dirty, np.int64, len(self.dirty))
-        self.dirty.clear()
-        fc = self.frag_cache
-        self.sorted_left[rows] = sorted_free(fc._left(rows))
-        self.frag[rows] = cpu_aware_frag(self.sorted_left[rows], fc.inv.cpu_free[rows], fc.access[rows], fc.typical)
 
 
 def _register_plugin() -> None:
     """Register :func:`crossdock_score` as the score plugin ``CrossdockGpu`` in the live
     scheduler's registry (``crossdock.queue.scheduler.registry``), when that registry exists.
 
-    It reads the cycle's FGD cache (``state.extra["frag"]``, built for the cycle's typical
-    pods) and places devices as the scheduler does (whole GPUs on idle devices, a share on its
+    It reads the cycle's fragmentation cache (``state.extra["frag"]``, a ``FragCache`` built for
+    the cycle's typical pods, which keeps both measures per node) and places devices as the scheduler does (whole GPUs on idle devices, a share on its
     best-fit device). It scores CPU-only jobs too: on GPU nodes their CPU decides whether GPUs
     stay usable. Values run 0..1,002,003 (:func:`crossdock_score`); the ``binpack`` profile
     weights it so that resource scores only break its ties.
@@ -299,35 +292,39 @@ def _register_plugin() -> None:
             if cache is None or len(idx) == 0:
                 return np.zeros(len(idx), np.int64)
             cache.settle()
-            aware = state.extra.get("cpu_frag")
-            if aware is None or aware.frag_cache is not cache:
-                aware = state.extra["cpu_frag"] = CpuAwareCache(cache)
-            aware.settle()
             inv = state.inventory
+            typical = cache.typical
             total, cnt, below = cache.total[idx], cache.cnt[idx], cache.below[idx]
-            sorted_after = aware.sorted_left[idx]
+            sorted_after = cache.sorted_left[idx]
             shared = None
             if req.gpu_share_milli:
                 left = cache._left(idx)
+                rows = np.arange(len(idx))
                 pick = np.where(left >= req.gpu_share_milli, left, MILLI + 1).argmin(axis=1)
-                chosen = left[np.arange(len(idx)), pick]
-                after = parts_after(total, cnt, below, cache.typical, req.gpu_share_milli, 1, chosen)
+                chosen = left[rows, pick]
+                after = parts_after(total, cnt, below, typical, req.gpu_share_milli, 1, chosen)
                 shared = chosen < MILLI
-                left[np.arange(len(idx)), pick] -= req.gpu_share_milli
+                left[rows, pick] -= req.gpu_share_milli
                 sorted_after = sorted_free(left)
-            elif req.gpus:
-                after = parts_after(total, cnt, below, cache.typical, MILLI, req.gpus)
+            elif req.gpus:  # whole GPUs leave the idle devices, the largest entries
+                after = parts_after(total, cnt, below, typical, MILLI, req.gpus)
                 sorted_after = np.concatenate([sorted_after[:, req.gpus:], np.zeros((len(idx), req.gpus), np.int64)],
                                               axis=1)
             else:
                 after = (total, cnt, below)
-            cpu_after = inv.cpu_free[idx] - req.cpu_milli
-            frag_after = frag_from_parts(*after, cpu_after, cache.access[idx], cache.typical)
+            fgd_after, aware_after = both_frags(*after, sorted_after, inv.cpu_free[idx] - req.cpu_milli,
+                                                cache.access[idx], typical)
             in_use = (inv.gpu_free[idx] < inv.gpu_total[idx]) | (inv.cpu_used[idx] > 0)
             cpu_aware = None
-            if not (req.gpus or req.gpu_share_milli) or not aware.competed(inv, req.models):
-                cpu_aware = aware.frag[idx] - cpu_aware_frag(sorted_after, cpu_after, cache.access[idx], cache.typical)
-            return crossdock_score(cache.frag[idx] - frag_after, packing_tier(in_use, shared), cpu_aware)
+            if req.gpus or req.gpu_share_milli:
+                competition = state.extra.get("model_competition")
+                if competition is None or competition.frag_cache is not cache:
+                    competition = state.extra["model_competition"] = ModelCompetition(cache)
+                if not competition.competed(inv, req.models):
+                    cpu_aware = cache.cpu_frag[idx] - aware_after
+            else:
+                cpu_aware = cache.cpu_frag[idx] - aware_after
+            return crossdock_score(cache.frag[idx] - fgd_after, packing_tier(in_use, shared), cpu_aware)
 
     register(CrossdockGpu)
 

@@ -43,13 +43,18 @@ def typical_of(requests: Sequence[Request], model_names: Sequence[str]) -> gpu_f
 
 
 class FragCache:
-    """Per-node fragmentation parts (``gpu_frag.frag_parts``) and fragmentation, kept current."""
+    """Per-node fragmentation parts (``gpu_frag.frag_parts``), free shares largest first, FGD's
+    fragmentation (``frag``) and the CPU-aware one (``cpu_frag``, ``gpu_frag.cpu_aware_frag``),
+    kept current."""
 
     def __init__(self, inv: Inventory, typical: gpu_frag.TypicalPods, node_model: np.ndarray):
         self.inv, self.typical = inv, typical
         self.access = gpu_frag.access_matrix(node_model, typical)
-        self.total, self.cnt, self.below = gpu_frag.frag_parts(self._left(slice(None)), typical)
-        self.frag = gpu_frag.frag_from_parts(self.total, self.cnt, self.below, inv.cpu_free, self.access, typical)
+        left = self._left(slice(None))
+        self.total, self.cnt, self.below = gpu_frag.frag_parts(left, typical)
+        self.sorted_left = gpu_frag.sorted_free(left)
+        self.frag, self.cpu_frag = gpu_frag.both_frags(self.total, self.cnt, self.below, self.sorted_left,
+                                                       inv.cpu_free, self.access, typical)
         self.dirty: set[int] = set()
         inv.listeners.append(self.dirty.add)
 
@@ -63,9 +68,12 @@ class FragCache:
             return
         rows = np.fromiter(self.dirty, np.int64, len(self.dirty))
         self.dirty.clear()
-        t, c, b = gpu_frag.frag_parts(self._left(rows), self.typical)
+        left = self._left(rows)
+        t, c, b = gpu_frag.frag_parts(left, self.typical)
         self.total[rows], self.cnt[rows], self.below[rows] = t, c, b
-        self.frag[rows] = gpu_frag.frag_from_parts(t, c, b, self.inv.cpu_free[rows], self.access[rows], self.typical)
+        self.sorted_left[rows] = ordered = gpu_frag.sorted_free(left)
+        self.frag[rows], self.cpu_frag[rows] = gpu_frag.both_frags(t, c, b, ordered, self.inv.cpu_free[rows],
+                                                                   self.access[rows], self.typical)
 
 
 @register
