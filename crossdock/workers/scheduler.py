@@ -320,15 +320,17 @@ class Scheduler:
                 if leader != was_leader:
                     log.info("%s %s leadership", self.holder, "took" if leader else "lost")
                 if leader:
+                    wait = cfg.interval_seconds
                     try:
                         self.cycle_once()
                         if time.monotonic() >= next_reconcile:
-                            self.reconcile()
                             next_reconcile = time.monotonic() + reconcile_every
+                            self.reconcile()
+                        # the next cycle, or the next follow if it is due sooner
+                        wait = min(wait, max(next_reconcile - time.monotonic(), 0.05))
                     except Exception:
                         log.exception("scheduling cycle failed; retrying next interval")
-                if leader:
-                    self._wait_for_work(stop, cfg.interval_seconds)
+                    self._wait_for_work(stop, wait)
                 else:
                     stop.wait(cfg.lease_seconds / 3)
         finally:

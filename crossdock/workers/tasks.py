@@ -100,6 +100,26 @@ def dispatch(self, job_id: int, attempt: int) -> str:
     return ref
 
 
+def _array_tasks(store, ids: list[int]) -> list:
+    """Tasks of one array: the first SCHEDULED one read whole, the others as copies of it with
+    their own id, task id, state and attempt (one group is one submission of one spec: a Slurm
+    array has one script). Avoids parsing the same spec once per task (a 1,000-task array)."""
+    fields = ("state", "attempts", "array_job_id", "array_task_id")
+    with store.r.pipeline(transaction=False) as pipe:
+        for i in ids:
+            pipe.hmget(store.k.job(i), *fields)
+        rows = pipe.execute()
+    found = [(i, row) for i, row in zip(ids, rows) if row[0]]
+    lead_id = next((i for i, row in found if row[0] == JobState.SCHEDULED.value), None)
+    if lead_id is None:
+        return []
+    lead = store.get(lead_id)
+    return [lead.model_copy(update={"id": i, "state": JobState(st), "attempts": int(att or 0),
+                                    "array_job_id": int(arr) if arr else None,
+                                    "array_task_id": int(task) if task else None})
+            for i, (st, att, arr, task) in found]
+
+
 @app.task(name="crossdock.dispatch_array", bind=True, max_retries=None)
 def dispatch_array(self, array_job_id: int, attempt: int, job_ids: list[int], throttle: int | None = None) -> str:
     """Start attempt ``attempt`` of these SCHEDULED tasks of one array as ONE backend submission
@@ -110,8 +130,8 @@ def dispatch_array(self, array_job_id: int, attempt: int, job_ids: list[int], th
     submits, so a redelivery, which claims the same tasks, finds the same submission."""
     rt = runtime()
     store = rt.store
-    jobs = [j for j in store.get_many(job_ids)
-            if j.state is JobState.SCHEDULED and j.attempts == attempt and j.array_job_id == array_job_id]
+    jobs = [j for j in _array_tasks(store, job_ids) if j.state is JobState.SCHEDULED and j.attempts == attempt
+            and j.array_job_id == array_job_id]
     if not jobs:
         return "stale"
     worker = f"{socket.gethostname()}:{self.request.id}"
