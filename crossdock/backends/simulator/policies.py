@@ -22,9 +22,9 @@ policy         node score                                             GPU for a 
 
 crossdock's strategies: ``crossdock`` (the default GPU policy, :func:`gpu_frag.crossdock_score`),
 and the live scheduler's placements, scored with ``crossdock.queue.scheduler.scoring`` over CPU,
-memory and whole GPUs: ``binpack`` (RequestedToCapacityRatio with the bin-packing shape plus the
-FGD score, as ``registry.PLACEMENT_SCORES`` defines it), ``most-requested`` (MostAllocated) and
-``spread`` (LeastAllocated).
+memory and whole GPUs: ``binpack`` (the crossdock score weighted 101, RequestedToCapacityRatio
+with the bin-packing shape breaking its ties, as ``registry.PLACEMENT_SCORES`` defines it),
+``most-requested`` (MostAllocated) and ``spread`` (LeastAllocated).
 """
 
 from __future__ import annotations
