@@ -16,7 +16,8 @@ Figures: placements (decisions) per second, p50/p99 time per placement, peak Pyt
 node per job (fit check and MostAllocated score) — on a prefix of the same jobs, with the ratio.
 
 Run: ``python bench/bench_scheduler.py`` (``--nodes 5000 --jobs 10000 --running 20000 --stream 200``;
-``--repeat 3`` reports the least-CPU of three runs of each cycle, for a machine shared with others).
+``--repeat 3`` reports the least-CPU of three runs of each cycle, for a machine shared with others;
+``--profile fgd`` scores GPUs with FGD alone instead of the default crossdock score).
 """
 
 from __future__ import annotations
@@ -44,13 +45,24 @@ TRACES = Path(__file__).resolve().parents[2] / "shared" / "traces" / "alibaba-gp
 NOW = datetime(2026, 1, 1, tzinfo=timezone.utc)
 CLOCK = time.thread_time
 """Per-job times are this thread's CPU time, so other processes on a shared machine do not inflate them."""
-CONFIG = parse_config({
-    "priority_classes": {"high": {"value": 1000}, "low": {"value": 100, "preemptible": True, "grace_seconds": 30}},
-    "pools": {"openb": {"backend": "k8s", "gpu": {"sharing": True}}},
-    "queues": {"batch": {"priority_class": "low", "pools": ["openb"], "placement": "binpack"},
-               "serve": {"priority_class": "high", "pools": ["openb"], "placement": "binpack"}},
-    "scheduler": {"default_mem_per_cpu_mib": 0, "max_preemptions_per_cycle": 100000},
-})
+PROFILES = {"binpack": {}, "fgd": {"CrossdockGpu": 0, "GpuFragmentation": 1}}
+"""``--profile``: the default ``binpack`` (the crossdock GPU score, RequestedToCapacityRatio for
+its ties) or ``fgd`` (RequestedToCapacityRatio + the FGD score alone, the cheaper score)."""
+
+
+def make_config(weights: dict[str, int]):
+    return parse_config({
+        "priority_classes": {"high": {"value": 1000}, "low": {"value": 100, "preemptible": True, "grace_seconds": 30}},
+        "pools": {"openb": {"backend": "k8s", "gpu": {"sharing": True}}},
+        "queues": {"batch": {"priority_class": "low", "pools": ["openb"], "placement": "binpack",
+                             "plugin_weights": weights},
+                   "serve": {"priority_class": "high", "pools": ["openb"], "placement": "binpack",
+                             "plugin_weights": weights}},
+        "scheduler": {"default_mem_per_cpu_mib": 0, "max_preemptions_per_cycle": 100000},
+    })
+
+
+CONFIG = make_config(PROFILES["binpack"])
 
 
 # --- inputs ---------------------------------------------------------------------------------------
@@ -271,7 +283,10 @@ def main() -> None:
     ap.add_argument("--naive-jobs", type=int, default=300)
     ap.add_argument("--pods", default=str(TRACES / "openb_pod_list_default.csv"))
     ap.add_argument("--repeat", type=int, default=1, help="run each cycle this many times, report the least CPU")
+    ap.add_argument("--profile", choices=sorted(PROFILES), default="binpack", help="the queues' GPU scoring")
     args = ap.parse_args()
+    global CONFIG
+    CONFIG = make_config(PROFILES[args.profile])
     nodes = load_nodes(TRACES / "openb_node_list_gpu_node.csv", args.nodes)
     pods = load_pods(Path(args.pods))
     jobs = [job_of(i + 1, pods[i % len(pods)]) for i in range(args.jobs)]
