@@ -39,15 +39,12 @@ import json
 import os
 import statistics
 import sys
-import tempfile
 import threading
 import time
 import uuid
-from pathlib import Path
 from concurrent.futures import ThreadPoolExecutor
 from typing import Any, Callable
 
-import yaml
 from kubernetes import client, config
 
 from crossdock.backends.kubernetes import KubernetesBackend
@@ -56,6 +53,8 @@ from crossdock.backends.kubernetes.informer import Informer
 from crossdock.dev import k8s
 from crossdock.queue.config import parse_config
 from crossdock.queue.models import Job, JobSpec
+
+from crossdock_service import CrossdockService  # bench/ is on sys.path when a bench runs
 
 POOL = "bench"
 PODS_PER_NODE = 110
@@ -183,40 +182,18 @@ def _creators(api: client.ApiClient, ns: dict[str, str], work: list[Job]) -> dic
     return {"direct": direct, "backend": through_backend}
 
 
-class CrossdockRun:
-    """A running crossdock on its own embedded Redis: the scheduler loop in a thread and a Celery
-    worker process, with the bench pool as its one Kubernetes pool, creating Jobs in ``namespace``."""
+class CrossdockRun(CrossdockService):
+    """crossdock with the bench pool as its one Kubernetes pool, creating Jobs in ``namespace``."""
 
     def __init__(self, kubeconfig: str, namespace: str, n: int, interval: float, reconcile: float,
                  workers: int = 2) -> None:
-        from crossdock.backends.redis_store import embedded
-
-        self.state = Path(tempfile.mkdtemp(prefix="crossdock-bench-state-"))
-        self.redis_url = embedded.ensure_running(self.state / "redis")
-        cfg = self.state / "crossdock.yaml"
-        cfg.write_text(yaml.safe_dump({
+        super().__init__({
             "priority_classes": {"batch": {"value": 10}},
             "pools": {POOL: {"backend": "k8s", "selector": {"crossdock.io/pool": POOL}, "backend_queue": n}},
             "queues": {"batch": {"priority_class": "batch", "pools": [POOL], "placement": "most-requested"}},
             "default_queue": "batch",
             "scheduler": {"interval_seconds": interval, "max_array_size": max(n, 1001)},
-        }))
-        os.environ.update({"CROSSDOCK_REDIS_URL": self.redis_url, "CROSSDOCK_STATE_DIR": str(self.state),
-                           "CROSSDOCK_CONFIG": str(cfg), "CROSSDOCK_PREFIX": f"b{uuid.uuid4().hex[:8]}",
-                           "CROSSDOCK_KUBECONFIG": kubeconfig, "CROSSDOCK_K8S_NAMESPACE": namespace})
-        from crossdock.cli.admin import start_worker
-        from crossdock.client import Client
-        from crossdock.runtime import Runtime
-        from crossdock.workers.app import make_app
-        from crossdock.workers.scheduler import Scheduler, celery_sender
-
-        self.rt = Runtime.from_env()
-        self.client = Client(self.rt)
-        self.worker = start_worker(self.rt, workers, self.state / "worker.log", loglevel="WARNING")
-        self.stop_event = threading.Event()
-        sched = Scheduler(self.rt, celery_sender(make_app(self.redis_url)))
-        self.thread = threading.Thread(target=sched.run, args=(self.stop_event, reconcile), daemon=True)
-        self.thread.start()
+        }, {"CROSSDOCK_KUBECONFIG": kubeconfig, "CROSSDOCK_K8S_NAMESPACE": namespace}, reconcile, workers)
 
     def submit(self, n: int, array: bool, env: dict[str, str] | None = None) -> list[int]:
         from crossdock.queue.models import ArraySpec, JobSpec as Spec
@@ -235,15 +212,6 @@ class CrossdockRun:
             if time.monotonic() > deadline:
                 raise RuntimeError(f"crossdock: not all {what} after {timeout:.0f}s")
             time.sleep(0.1)
-
-    def close(self) -> None:
-        from crossdock.backends.redis_store import embedded
-        from crossdock.cli.admin import stop_worker
-
-        self.stop_event.set()
-        self.thread.join(10)
-        stop_worker(self.worker, 15)
-        embedded.stop(self.state / "redis")
 
 
 def run_crossdock(api: client.ApiClient, kubeconfig: str, namespace: str, n: int, args: argparse.Namespace

@@ -33,16 +33,15 @@ import statistics
 import subprocess
 import sys
 import tempfile
-import threading
 import time
-import uuid
 from pathlib import Path
 
-import yaml
 
 from crossdock.backends.slurm import SlurmBackend
 from crossdock.dev import slurm as dev
 from crossdock.queue.models import ArraySpec, Job, JobSpec
+
+from crossdock_service import CrossdockService  # bench/ is on sys.path when a bench runs
 
 POLL_S = 0.5
 
@@ -98,40 +97,18 @@ def bench_backend_batch(backend: SlurmBackend, n: int, partition: str, workdir: 
     return {"submit_s": submitted - start, "complete_s": time.perf_counter() - start}
 
 
-class CrossdockRun:
-    """A running crossdock on its own embedded Redis: the scheduler loop in a thread and a Celery
-    worker process, with a config whose one Slurm pool may queue ``backend_queue`` jobs in Slurm."""
+class CrossdockRun(CrossdockService):
+    """crossdock whose one Slurm pool may queue ``backend_queue`` jobs in Slurm."""
 
     def __init__(self, partition: str, slurm_env_file: str, backend_queue: int, interval: float,
                  reconcile: float, workers: int = 2) -> None:
-        from crossdock.backends.redis_store import embedded
-
-        self.state = Path(tempfile.mkdtemp(prefix="crossdock-bench-state-"))
-        self.redis_url = embedded.ensure_running(self.state / "redis")
-        cfg = self.state / "crossdock.yaml"
-        cfg.write_text(yaml.safe_dump({
+        super().__init__({
             "priority_classes": {"batch": {"value": 500}},
             "pools": {"hpc": {"backend": "slurm", "partition": partition, "backend_queue": backend_queue}},
             "queues": {"batch": {"priority_class": "batch", "pools": ["hpc"]}},
             "default_queue": "batch",
             "scheduler": {"interval_seconds": interval},
-        }))
-        os.environ.update({"CROSSDOCK_REDIS_URL": self.redis_url, "CROSSDOCK_STATE_DIR": str(self.state),
-                           "CROSSDOCK_CONFIG": str(cfg), "CROSSDOCK_PREFIX": f"b{uuid.uuid4().hex[:8]}",
-                           "CROSSDOCK_SLURM_ENV": slurm_env_file})
-        from crossdock.cli.admin import start_worker
-        from crossdock.client import Client
-        from crossdock.runtime import Runtime
-        from crossdock.workers.app import make_app
-        from crossdock.workers.scheduler import Scheduler, celery_sender
-
-        self.rt = Runtime.from_env()
-        self.client = Client(self.rt)
-        self.worker = start_worker(self.rt, workers, self.state / "worker.log", loglevel="WARNING")
-        self.stop_event = threading.Event()
-        sched = Scheduler(self.rt, celery_sender(make_app(self.redis_url)))
-        self.thread = threading.Thread(target=sched.run, args=(self.stop_event, reconcile), daemon=True)
-        self.thread.start()
+        }, {"CROSSDOCK_SLURM_ENV": slurm_env_file}, reconcile, workers)
 
     def left(self) -> int:
         """Jobs not yet in an end state (pending or active) in crossdock's store."""
@@ -161,15 +138,6 @@ class CrossdockRun:
             raise RuntimeError(f"crossdock: jobs ended {sorted(s.value for s in states)}")
         return {"submit_s": submitted - start, "in_slurm_s": in_slurm if in_slurm is not None else done - start,
                 "complete_s": done - start}
-
-    def close(self) -> None:
-        from crossdock.backends.redis_store import embedded
-        from crossdock.cli.admin import stop_worker
-
-        self.stop_event.set()
-        self.thread.join(10)
-        stop_worker(self.worker, 15)
-        embedded.stop(self.state / "redis")
 
 
 def bench_crossdock(run: CrossdockRun, n: int, workdir: str, poll: float, array: bool) -> dict[str, float]:

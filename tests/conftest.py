@@ -105,6 +105,18 @@ class Cluster:
         log = (self.tmp / "worker.log").read_text(errors="replace")[-3000:]
         raise AssertionError(f"job {job_id} still {job.state} ({job.reason}) after {timeout}s\n{log}")
 
+    def wait_all(self, ids: list[int], timeout: float = 120) -> list:
+        """The jobs ``ids`` once every one of them has ended."""
+        from crossdock.queue.states import TERMINAL
+
+        deadline = time.monotonic() + timeout
+        while time.monotonic() < deadline:
+            jobs = self.rt.store.get_many(ids)
+            if all(j.state in TERMINAL for j in jobs):
+                return jobs
+            time.sleep(0.2)
+        raise AssertionError(f"not all terminal after {timeout}s: {[(j.id, j.state.value) for j in jobs]}")
+
     def close(self) -> None:
         self.stop_event.set()
         self.thread.join(10)

@@ -16,7 +16,7 @@ from crossdock import service
 from crossdock.backends.slurm.cli import parse_scontrol_job
 from crossdock.backends.slurm.request import parse_tag
 from crossdock.queue.models import ArraySpec, JobSpec
-from crossdock.queue.states import TERMINAL, JobState
+from crossdock.queue.states import JobState
 
 pytestmark = [pytest.mark.slurm, pytest.mark.redis, pytest.mark.celery]
 
@@ -70,16 +70,6 @@ def slurm_records(rt, array_job_id: int):
     return [j for j in backend("slurm", rt).driver.jobs() if (parse_tag(j.comment) or (None,))[0] == array_job_id]
 
 
-def wait_all(cluster, ids: list[int], timeout: float = 120):
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        jobs = cluster.rt.store.get_many(ids)
-        if all(j.state in TERMINAL for j in jobs):
-            return jobs
-        time.sleep(0.2)
-    raise AssertionError(f"not all terminal after {timeout}s: {[(j.id, j.state.value) for j in jobs]}")
-
-
 def stamps(tmp_path: Path, array_job_id: int, task: int) -> tuple[float, float]:
     start, end = (float(x) for x in (tmp_path / f"t{array_job_id}-{task}.times").read_text().split())
     return start, end
@@ -96,7 +86,7 @@ def test_array_becomes_one_slurm_array_with_its_throttle(queued, tmp_path):
                                         stdout=str(tmp_path / "arr-%A_%a.out"),
                                         array=ArraySpec(task_ids=list(range(6)), max_running=2))])
     array_id = tasks[0].array_job_id
-    done = {j.array_task_id: j for j in wait_all(queued, [t.id for t in tasks])}
+    done = {j.array_task_id: j for j in queued.wait_all([t.id for t in tasks])}
     # Every task reached its own end state with its own exit code.
     assert {t: (j.state, j.exit_code) for t, j in done.items()} == {
         **{t: (JobState.COMPLETED, 0) for t in range(5)}, 5: (JobState.FAILED, 5)}
@@ -132,7 +122,7 @@ def test_throttle_reaches_slurm_as_array_task_throttle(queued, tmp_path):
     assert mine and all("ArrayTaskThrottle=2" in ln for ln in mine)
     assert len({parse_scontrol_job(ln).array_job_id for ln in mine}) == 1
     service.cancel(rt, [str(array_id)], queued.send)
-    assert {j.state for j in wait_all(queued, [t.id for t in tasks])} == {JobState.CANCELLED}
+    assert {j.state for j in queued.wait_all([t.id for t in tasks])} == {JobState.CANCELLED}
 
 
 def test_replayed_grouped_dispatch_submits_nothing_new(fitting, tmp_path):
@@ -142,7 +132,7 @@ def test_replayed_grouped_dispatch_submits_nothing_new(fitting, tmp_path):
     tasks = service.submit(rt, [JobSpec(command=["true"], workdir=str(tmp_path), stdout="/dev/null",
                                         array=ArraySpec(task_ids=[0, 1, 2, 3]))])
     ids = [t.id for t in tasks]
-    done = wait_all(fitting, ids)
+    done = fitting.wait_all(ids)
     assert {j.state for j in done} == {JobState.COMPLETED}
     array_id = tasks[0].array_job_id
     before = slurm_records(rt, array_id)
@@ -173,7 +163,7 @@ def test_more_tasks_than_fit_go_to_slurm_in_one_submission(queued, tmp_path):
     rt = queued.rt
     tasks = service.submit(rt, [JobSpec(command=["sleep", "1"], workdir=str(tmp_path), stdout="/dev/null",
                                         array=ArraySpec(task_ids=list(range(40))))])
-    done = wait_all(queued, [t.id for t in tasks], timeout=180)
+    done = queued.wait_all([t.id for t in tasks], timeout=180)
     assert {j.state for j in done} == {JobState.COMPLETED}
     assert len({j.backend_ref.split("_")[0] for j in done}) == 1
     assert len({r.array_job_id for r in slurm_records(rt, tasks[0].array_job_id)}) == 1
@@ -183,7 +173,7 @@ def test_separate_jobs_of_one_cycle_are_submitted_by_one_batch_dispatch(fitting,
     rt = fitting.rt
     jobs = service.submit(rt, [JobSpec(command=["sh", "-c", f"exit {i}"], workdir=str(tmp_path), stdout="/dev/null")
                                for i in range(5)])
-    done = wait_all(fitting, [j.id for j in jobs])
+    done = fitting.wait_all([j.id for j in jobs])
     assert [(j.state, j.exit_code) for j in done] == [(JobState.COMPLETED, 0)] + [(JobState.FAILED, i)
                                                                                   for i in range(1, 5)]
     assert len({j.backend_ref for j in done}) == 5 and all("_" not in j.backend_ref for j in done)

@@ -16,7 +16,7 @@ from kubernetes import client
 from crossdock import service
 from crossdock.backends.kubernetes import manifests as m
 from crossdock.queue.models import ArraySpec, JobSpec
-from crossdock.queue.states import TERMINAL, JobState
+from crossdock.queue.states import JobState
 
 pytestmark = [pytest.mark.kubernetes, pytest.mark.redis, pytest.mark.celery]
 
@@ -47,16 +47,6 @@ def crossdock_on_k8s(tmp_path: Path, redis_url: str, monkeypatch, k8s_kubeconfig
     c.close()
 
 
-def wait_all(cluster, ids: list[int], timeout: float = 120):
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        jobs = cluster.rt.store.get_many(ids)
-        if all(j.state in TERMINAL for j in jobs):
-            return jobs
-        time.sleep(0.2)
-    raise AssertionError(f"not all terminal after {timeout}s: {[(j.id, j.state.value) for j in jobs]}")
-
-
 def array_jobs(k8s_client: client.ApiClient, namespace: str, array_job_id: int) -> list[client.V1Job]:
     return client.BatchV1Api(k8s_client).list_namespaced_job(
         namespace, label_selector=f"{m.LABEL_ARRAY_JOB}={array_job_id}").items
@@ -71,7 +61,7 @@ def submit_array(rt, n: int, max_running: int | None, exit_code: int = 0, run_se
 def test_array_becomes_one_indexed_job_with_its_throttle(crossdock_on_k8s, k8s_client, k8s_namespace):
     rt = crossdock_on_k8s.rt
     tasks = submit_array(rt, 6, max_running=2)
-    done = wait_all(crossdock_on_k8s, [t.id for t in tasks])
+    done = crossdock_on_k8s.wait_all([t.id for t in tasks])
     assert {(j.state, j.exit_code) for j in done} == {(JobState.COMPLETED, 0)}
     kjobs = array_jobs(k8s_client, k8s_namespace, tasks[0].array_job_id)
     assert [kj.metadata.name for kj in kjobs] == [m.array_name(tasks[0].array_job_id, 1)]
@@ -94,7 +84,7 @@ def test_array_becomes_one_indexed_job_with_its_throttle(crossdock_on_k8s, k8s_c
 def test_failed_tasks_keep_their_exit_code(crossdock_on_k8s, k8s_client, k8s_namespace):
     rt = crossdock_on_k8s.rt
     tasks = submit_array(rt, 3, max_running=None, exit_code=3, run_seconds=0.5)
-    done = wait_all(crossdock_on_k8s, [t.id for t in tasks])
+    done = crossdock_on_k8s.wait_all([t.id for t in tasks])
     assert {(j.state, j.exit_code) for j in done} == {(JobState.FAILED, 3)}
     assert len(array_jobs(k8s_client, k8s_namespace, tasks[0].array_job_id)) == 1
 
@@ -106,7 +96,7 @@ def test_replayed_grouped_dispatch_creates_nothing_new(crossdock_on_k8s, k8s_cli
     tasks = submit_array(rt, 4, max_running=None)
     ids = [t.id for t in tasks]
     array_id = tasks[0].array_job_id
-    done = wait_all(crossdock_on_k8s, ids)
+    done = crossdock_on_k8s.wait_all(ids)
     assert {j.state for j in done} == {JobState.COMPLETED}
     before = [(kj.metadata.name, kj.metadata.uid) for kj in array_jobs(k8s_client, k8s_namespace, array_id)]
     assert len(before) == 1
