@@ -274,9 +274,9 @@ def _register_plugin() -> None:
     scheduler's registry (``crossdock.queue.scheduler.registry``), when that registry exists.
 
     It reads the cycle's fragmentation cache (``state.extra["frag"]``, a ``FragCache`` built for
-    the cycle's typical pods, which keeps both measures per node) and places devices as the scheduler does (whole GPUs on idle devices, a share on its
-    best-fit device). It scores CPU-only jobs too: on GPU nodes their CPU decides whether GPUs
-    stay usable. Values run 0..1,002,003 (:func:`crossdock_score`); the ``binpack`` profile
+    the cycle's typical pods, which keeps both measures per node) and places devices as the
+    scheduler does (whole GPUs on idle devices, a share on its best-fit device). It scores
+    CPU-only jobs too: on GPU nodes their CPU decides whether GPUs stay usable. Values run 0..1,002,003 (:func:`crossdock_score`); the ``binpack`` profile
     weights it so that resource scores only break its ties.
     """
     try:
