@@ -35,6 +35,9 @@ class Node:
     taints: tuple[str, ...] = ()
     gpu_sharing: bool = False
     schedulable: bool = True
+    max_pods: int | None = None
+    """How many jobs' workers (crossdock's and foreign) the node takes, e.g. Kubernetes'
+    ``allocatable.pods``; None: no limit."""
 
 
 @dataclass(frozen=True, slots=True)

@@ -68,7 +68,8 @@ def node_of(raw: Mapping[str, Any], pool_name: str, config: ClusterConfig, kind:
                 memory_mib=_mib(alloc.get("memory", 0)), gpus=tuple(gpus), labels=MappingProxyType(labels),
                 taints=tuple(f"{t.get('key')}={t.get('value') or ''}:{t.get('effect')}" for t in taints),
                 gpu_sharing=pool.gpu.sharing,
-                schedulable=ready and not spec.get("unschedulable") and not blocking)
+                schedulable=ready and not spec.get("unschedulable") and not blocking,
+                max_pods=int(parse_quantity(alloc["pods"])) if "pods" in alloc else None)
 
 
 def pool_nodes(raw_nodes: Iterable[Mapping[str, Any]], config: ClusterConfig, kind: str = "k8s") -> tuple[Node, ...]:

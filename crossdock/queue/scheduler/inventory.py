@@ -44,6 +44,10 @@ class Assignment:
         return tuple([ids[c] for c, _ in self.devices] + [s for _, s in self.slices])
 
 
+NO_POD_LIMIT = 2**62
+"""``pods_alloc`` of a node without a pod limit."""
+
+
 class Inventory:
     def __init__(self, nodes: Sequence[Node]):
         self.nodes = sorted(nodes, key=lambda n: n.name)
@@ -54,6 +58,10 @@ class Inventory:
         self.mem_alloc = np.array([x.memory_mib for x in self.nodes], np.int64)
         self.cpu_used = np.zeros(n, np.int64)
         self.mem_used = np.zeros(n, np.int64)
+        self.pods_alloc = np.array([NO_POD_LIMIT if x.max_pods is None else x.max_pods for x in self.nodes], np.int64)
+        self.pods_used = np.zeros(n, np.int64)
+        """Workers (allocations) on each node, against ``pods_alloc`` (a Node's ``max_pods``)."""
+        self.pod_limited = bool((self.pods_alloc < NO_POD_LIMIT).any())
         self.cpu_free = self.cpu_alloc.copy()
         self.mem_free = self.mem_alloc.copy()
         self.res_used = np.zeros((3, n), np.int64)
@@ -120,7 +128,8 @@ class Inventory:
         self.version = 0
         """Bumped whenever capacity is given back (rollback, simulation); caches keyed on it."""
 
-    def _use(self, i: int, cpu: int, mem: int) -> None:
+    def _use(self, i: int, cpu: int, mem: int, pods: int) -> None:
+        self.pods_used[i] += pods
         self.cpu_used[i] += cpu
         self.mem_used[i] += mem
         self.cpu_free[i] -= cpu
@@ -148,9 +157,9 @@ class Inventory:
             arr[i] = len(self.slice_free[i].get(p, ()))
         if self.quiet:
             return
-        used = self.cpu_used[i] or self.mem_used[i] or idle < total
+        used = self.cpu_used[i] or self.mem_used[i] or self.pods_used[i] or idle < total
         self.sig[i] = hash((int(self.shape_id[i]), int(self.cpu_used[i]), int(self.mem_used[i]),
-                            self.dev_free[i].tobytes())) if used else self.shape_id[i]
+                            int(self.pods_used[i]), self.dev_free[i].tobytes())) if used else self.shape_id[i]
         self.changes.append(i)
         for listener in self.listeners:
             listener(i)
@@ -168,9 +177,10 @@ class Inventory:
         self.share_top[:] = np.where(ex, self.dev_free, -1).max(axis=1, initial=-1).clip(min=0)
         for p, arr in self.mig_free.items():
             arr[:] = [len(s.get(p, ())) for s in self.slice_free]
-        for i in np.flatnonzero((self.cpu_used != 0) | (self.mem_used != 0) | (ex & (self.dev_free != FULL)).any(axis=1)):
+        for i in np.flatnonzero((self.cpu_used != 0) | (self.mem_used != 0) | (self.pods_used != 0)
+                                | (ex & (self.dev_free != FULL)).any(axis=1)):
             self.sig[i] = hash((int(self.shape_id[i]), int(self.cpu_used[i]), int(self.mem_used[i]),
-                                self.dev_free[i].tobytes()))
+                                int(self.pods_used[i]), self.dev_free[i].tobytes()))
         self.changes.extend(range(self.n))
 
     # --- snapshot allocations ----------------------------------------------------------------
@@ -184,7 +194,7 @@ class Inventory:
         i = self.index.get(a.node)
         if i is None:
             return
-        self._use(i, a.cpu_milli, a.memory_mib)
+        self._use(i, a.cpu_milli, a.memory_mib, 1)
         cols = self.dev_col[i]
         for gid in a.gpu_ids:
             if gid in cols:
@@ -207,7 +217,7 @@ class Inventory:
         i = self.index.get(a.node)
         if i is None:
             return
-        self._use(i, -a.cpu_milli, -a.memory_mib)
+        self._use(i, -a.cpu_milli, -a.memory_mib, -1)
         cols = self.dev_col[i]
         for gid in a.gpu_ids:
             if gid in cols:
@@ -223,11 +233,11 @@ class Inventory:
 
     # --- saving and restoring one node (simulations) -----------------------------------------
     def save(self, i: int) -> tuple:
-        return (int(self.cpu_used[i]), int(self.mem_used[i]), self.dev_free[i].copy(),
+        return (int(self.cpu_used[i]), int(self.mem_used[i]), int(self.pods_used[i]), self.dev_free[i].copy(),
                 {p: list(s) for p, s in self.slice_free[i].items()})
 
     def restore(self, i: int, saved: tuple) -> None:
-        self.cpu_used[i], self.mem_used[i], row, slices = saved
+        self.cpu_used[i], self.mem_used[i], self.pods_used[i], row, slices = saved
         self.cpu_free[i] = self.cpu_alloc[i] - self.cpu_used[i]
         self.mem_free[i] = self.mem_alloc[i] - self.mem_used[i]
         self.res_used[0, i], self.res_used[1, i] = self.cpu_used[i], self.mem_used[i]
@@ -239,7 +249,7 @@ class Inventory:
     # --- taking capacity ---------------------------------------------------------------------
     def take(self, i: int, cpu: int, mem: int, devices: list[tuple[int, int]], slices: list[tuple[str, str]],
              group: int | None) -> Assignment:
-        self._use(i, cpu, mem)
+        self._use(i, cpu, mem, 1)
         for c, amount in devices:
             if self.dev_free[i, c] < amount:
                 raise AssertionError(f"device {self.dev_ids[i][c]} over-committed")
@@ -253,7 +263,7 @@ class Inventory:
 
     def undo(self, a: Assignment) -> None:
         i = a.node
-        self._use(i, -a.cpu_milli, -a.memory_mib)
+        self._use(i, -a.cpu_milli, -a.memory_mib, -1)
         for c, amount in a.devices:
             self.dev_free[i, c] += amount
         for profile, sid in a.slices:

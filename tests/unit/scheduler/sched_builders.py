@@ -35,12 +35,13 @@ def config(**overrides: Any) -> ClusterConfig:
 
 def node(name: str, pool: str = "gpu", cpus: int = 16, mem: int = 64000, gpus: int = 0, model: str = "A100",
          islands: int = 0, mig: tuple[str, ...] = (), labels: dict[str, str] | None = None,
-         taints: tuple[str, ...] = (), schedulable: bool = True, sharing: bool = False) -> Node:
+         taints: tuple[str, ...] = (), schedulable: bool = True, sharing: bool = False,
+         max_pods: int | None = None) -> Node:
     per = gpus // islands if islands else 0
     devs = tuple(GpuDevice(f"{name}-gpu{i}", i, model, island=(i // per if islands else None),
                            mig=mig if mig else ()) for i in range(gpus))
     return Node(name, pool, "slurm" if pool == "cpu" else "k8s", cpus * 1000, mem, devs, labels or {}, taints,
-                sharing, schedulable)
+                sharing, schedulable, max_pods)
 
 
 CLASS_OF = {"train": ("low", 100, True), "serve": ("high", 1000, False), "batch": ("mid", 500, False),

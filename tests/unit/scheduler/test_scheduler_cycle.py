@@ -32,6 +32,21 @@ def test_eight_gpu_worker_spans_islands():
     assert len(r.admitted[0].gpu_ids) == 8
 
 
+def test_a_node_takes_no_more_workers_than_its_pod_limit():
+    # a holds one foreign pod and takes 3: two more fit, the fourth job waits though CPU is free
+    allocs = [running(None, "a", cpus=1, queue="", preemptible=False)]
+    r = cycle([node("a", max_pods=3)], [job(i).cpus(1) for i in (1, 2, 3)], allocs)
+    assert [p.job_id for p in r.admitted] == [1, 2]
+    assert r.pending[3] == "Resources"
+    assert r.explanations[3].startswith("0/1 nodes are available: 1 Too many pods.")
+
+
+def test_preemption_frees_a_pod_slot():
+    allocs = [running(7, "a")]
+    r = cycle([node("a", max_pods=1)], [job(1).queue("serve").cpus(1)], allocs)
+    assert [(p.victim_id, p.preemptor_id) for p in r.preemptions] == [(7, 1)]
+
+
 def test_shares_fill_a_used_device_before_breaking_an_idle_one():
     allocs = [running(8, "a", gpu_share={"a-gpu1": 0.5})]
     r = cycle([node("a", pool="share", gpus=2)], [job(1).gpus(1, share=0.25), job(2).gpus(1, share=0.25)], allocs)

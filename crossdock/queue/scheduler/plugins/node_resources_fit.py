@@ -1,4 +1,5 @@
-"""NodeResourcesFit: free CPU, memory and GPUs (whole, a share of one device, or MIG slices).
+"""NodeResourcesFit: free CPU, memory, GPUs (whole, a share of one device, or MIG slices) and,
+on nodes that have a pod limit (Kubernetes' ``allocatable.pods``), room for one more worker.
 
 ``fits(inv, req, idx)`` is the pure predicate that preemption and tests reuse. An exclusive job
 needs an idle node. Messages are kube-scheduler's ("Insufficient nvidia.com/gpu"); a node short
@@ -22,6 +23,8 @@ def _checks(inv: Inventory, req: Request, idx: np.ndarray) -> list[tuple[str, np
     sel = slice(None) if len(idx) == inv.n else idx  # every node: skip the gather
     checks = [("Insufficient cpu", inv.cpu_free[sel] >= req.cpu_milli),
               ("Insufficient memory", inv.mem_free[sel] >= req.memory_mib)]
+    if inv.pod_limited:
+        checks.append(("Too many pods", inv.pods_used[sel] < inv.pods_alloc[sel]))
     if req.gpus:
         checks.append((f"Insufficient {GPU}", inv.gpu_free[sel] >= req.gpus))
     if req.gpu_share_milli:
