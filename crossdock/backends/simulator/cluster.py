@@ -69,9 +69,9 @@ class ClusterState:
         if typical is not None:
             self.access = gpu_frag.access_matrix(self.model, typical)
             self.total, self.cnt, self.below = gpu_frag.frag_parts(self.gpu_left, typical)
-            self.frag = gpu_frag.frag_from_parts(self.total, self.cnt, self.below, self.cpu_left, self.access, typical)
             self.sorted_left = gpu_frag.sorted_free(self.gpu_left)
-            self.cpu_frag = gpu_frag.cpu_aware_frag(self.sorted_left, self.cpu_left, self.access, typical, self.cnt)
+            self.frag, self.cpu_frag = gpu_frag.both_frags(self.total, self.cnt, self.below, self.sorted_left,
+                                                           self.cpu_left, self.access, typical)
             self.pressure = gpu_frag.model_pressure(self.access, typical)
 
     # --- queries ---------------------------------------------------------------------------
@@ -81,16 +81,17 @@ class ClusterState:
     def frag_milli(self) -> float:
         return float(self.frag.sum()) if self.typical is not None else 0.0
 
-    def model_ok(self, spec: int) -> np.ndarray:
-        return (self.model >= 0) & (((spec >> np.maximum(self.model, 0)) & 1) == 1)
+    def model_ok(self, spec: int, idx=slice(None)) -> np.ndarray:
+        """Whether each node (of ``idx``) has a GPU model the mask ``spec`` accepts."""
+        model = self.model[idx]
+        return (model >= 0) & (((spec >> np.maximum(model, 0)) & 1) == 1)
 
     def feasible(self, pod: PodReq, among: np.ndarray | None = None) -> np.ndarray:
         """Indices of the nodes ``pod`` fits on now (optionally only those in ``among``)."""
         idx = slice(None) if among is None else among
         ok = (self.cpu_left[idx] >= pod.cpu) & (self.mem_left[idx] >= pod.mem)
         if pod.num > 0:
-            model = self.model[idx]
-            ok &= (model >= 0) & (((pod.spec >> np.maximum(model, 0)) & 1) == 1)
+            ok &= self.model_ok(pod.spec, idx)
             ok &= np.count_nonzero(self.gpu_left[idx] >= pod.milli, axis=1) >= pod.num
         hits = np.flatnonzero(ok)
         return hits if among is None else np.asarray(among)[hits]
@@ -130,7 +131,6 @@ class ClusterState:
         sl = slice(node, node + 1)
         t, c, b = gpu_frag.frag_parts(self.gpu_left[sl], self.typical)
         self.total[node], self.cnt[node], self.below[node] = t[0], c[0], b[0]
-        self.frag[node] = gpu_frag.frag_from_parts(t, c, b, self.cpu_left[sl], self.access[sl], self.typical)[0]
-        self.sorted_left[sl] = gpu_frag.sorted_free(self.gpu_left[sl])
-        self.cpu_frag[node] = gpu_frag.cpu_aware_frag(self.sorted_left[sl], self.cpu_left[sl], self.access[sl],
-                                                      self.typical, c)[0]
+        self.sorted_left[sl] = ordered = gpu_frag.sorted_free(self.gpu_left[sl])
+        frag, cpu_frag = gpu_frag.both_frags(t, c, b, ordered, self.cpu_left[sl], self.access[sl], self.typical)
+        self.frag[node], self.cpu_frag[node] = frag[0], cpu_frag[0]

@@ -36,6 +36,7 @@ import numpy as np
 from crossdock.backends.simulator.cluster import ClusterState, PodReq
 from crossdock.backends.simulator.trace import MAX_GPUS_PER_NODE, MILLI
 from crossdock.queue.scheduler.plugins import gpu_frag
+from crossdock.queue.scheduler.registry import PLACEMENT_SCORES
 
 MAX_SPEC_CPU = 128_000
 MAX_SPEC_GPU = 8_000
@@ -182,32 +183,34 @@ def fgd_policy(state: ClusterState, pod: PodReq, cand: np.ndarray, rng: np.rando
     return node, _gpus_for(state, node, pod, int(node_gpu[k]) if pod.sharing else None)
 
 
-def cpu_aware_delta(state: ClusterState, pod: PodReq, nodes: np.ndarray, gpus: np.ndarray,
-                    cnt_after: np.ndarray) -> np.ndarray:
-    """Decrease of :func:`gpu_frag.cpu_aware_frag` for each placement option (node, GPU for a share)."""
+def _sorted_after(state: ClusterState, pod: PodReq, nodes: np.ndarray, gpus: np.ndarray) -> np.ndarray:
+    """Each option's free shares after placing, largest first (:func:`gpu_frag.sorted_free`)."""
     after = state.sorted_left[nodes]
     if pod.sharing:
         after = state.gpu_left[nodes].copy()
         after[np.arange(len(nodes)), gpus] -= pod.milli
-        after = gpu_frag.sorted_free(after)
-    elif pod.num:  # whole GPUs take fully free GPUs, the largest entries
-        after = np.concatenate([after[:, pod.num:], np.zeros((len(nodes), pod.num), np.int64)], axis=1)
-    frag_after = gpu_frag.cpu_aware_frag(after, state.cpu_left[nodes] - pod.score_cpu, state.access[nodes],
-                                         state.typical, cnt_after)
-    return state.cpu_frag[nodes] - frag_after
+        return gpu_frag.sorted_free(after)
+    if pod.num:  # whole GPUs take fully free GPUs, the largest entries
+        return np.concatenate([after[:, pod.num:], np.zeros((len(nodes), pod.num), np.int64)], axis=1)
+    return after
 
 
 def crossdock_scores(state: ClusterState, pod: PodReq, cand: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
     """:func:`gpu_frag.crossdock_score` per candidate node and the GPU a share would take."""
     rows, gpus, nodes, after = frag_options(state, pod, cand)
     cpu_after = state.cpu_left[nodes] - pod.score_cpu
-    delta = state.frag[nodes] - gpu_frag.frag_from_parts(*after, cpu_after, state.access[nodes], state.typical)
-    in_use = (state.gpu_left[nodes].sum(axis=1) < state.gpu_count[nodes] * MILLI) | (state.cpu_left[nodes] < state.cpu_cap[nodes])
-    shared = state.gpu_left[nodes, gpus] < MILLI if pod.sharing else None
+    access = state.access[nodes]
     cpu_aware = None
     if pod.num == 0 or not (state.pressure[state.model_ok(pod.spec)] > 0).any():
-        cpu_aware = cpu_aware_delta(state, pod, nodes, gpus, after[1])
-    score = gpu_frag.crossdock_score(delta, gpu_frag.packing_tier(in_use, shared), cpu_aware).astype(np.float64)
+        frag_after, aware_after = gpu_frag.both_frags(*after, _sorted_after(state, pod, nodes, gpus), cpu_after,
+                                                      access, state.typical)
+        cpu_aware = state.cpu_frag[nodes] - aware_after
+    else:
+        frag_after = gpu_frag.frag_from_parts(*after, cpu_after, access, state.typical)
+    in_use = (state.gpu_left[nodes].sum(axis=1) < state.gpu_count[nodes] * MILLI) | (state.cpu_left[nodes] < state.cpu_cap[nodes])
+    shared = state.gpu_left[nodes, gpus] < MILLI if pod.sharing else None
+    score = gpu_frag.crossdock_score(state.frag[nodes] - frag_after, gpu_frag.packing_tier(in_use, shared),
+                                     cpu_aware).astype(np.float64)
     return _best_option(len(cand), rows, gpus, score, pod.sharing)
 
 
@@ -242,9 +245,9 @@ def kube_scores(state: ClusterState, pod: PodReq, cand: np.ndarray, strategy: st
 BINPACK_SHAPE = [(0, 0), (100, 10)]
 
 
-CROSSDOCK_WEIGHT = 101
-"""The ``binpack`` profile's weight on the crossdock GPU score (``registry.PLACEMENT_SCORES``):
-one step of it outweighs any resource score (0–100), so those only break its ties."""
+CROSSDOCK_WEIGHT = PLACEMENT_SCORES["binpack"][gpu_frag.CROSSDOCK_PLUGIN]
+"""The live ``binpack`` profile's weight on the crossdock GPU score: one step of it outweighs
+any resource score (0–100), so those only break its ties."""
 
 
 def _kube_policy(strategy: str, with_crossdock: bool = False) -> Policy:

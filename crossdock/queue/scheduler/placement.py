@@ -23,7 +23,7 @@ import numpy as np
 from crossdock.queue.scheduler import gpus
 from crossdock.queue.scheduler.framework import CycleState
 from crossdock.queue.scheduler.inventory import FULL, Assignment, Inventory
-from crossdock.queue.scheduler.registry import Profile
+from crossdock.queue.scheduler.registry import Profile, passing
 from crossdock.queue.scheduler.request import Request
 
 MIN_NODES_TO_SCORE = 100
@@ -108,7 +108,7 @@ def _local_verdicts(state: CycleState, profile: Profile, req: Request) -> _Verdi
         allowed = np.zeros(inv.n, bool)
         allowed[static] = True
         ok = np.zeros(inv.n, bool)
-        ok[_passing(state, local, req, static)] = True
+        ok[passing(local, state, req, static)] = True
         hit = state.cache[key] = _Verdicts(ok, len(inv.changes), allowed, local, others)
     elif hit.seen < len(inv.changes):
         changed = inv.changes[hit.seen:]
@@ -120,18 +120,8 @@ def _local_verdicts(state: CycleState, profile: Profile, req: Request) -> _Verdi
             rows = rows[hit.allowed[rows]]
         if len(rows):
             hit.ok[rows] = False
-            hit.ok[_passing(state, hit.local, req, rows)] = True
+            hit.ok[passing(hit.local, state, req, rows)] = True
     return hit
-
-
-def _passing(state: CycleState, filters: list, req: Request, idx: np.ndarray) -> np.ndarray:
-    for f in filters:
-        if len(idx) == 0:
-            break
-        mask = f.filter(state, req, idx)
-        if mask is not None:
-            idx = idx[mask]
-    return idx
 
 
 def _wants_gpu(req: Request) -> bool:

@@ -51,6 +51,18 @@ PLACEMENT_SCORES: dict[str, dict[str, int]] = {
 }
 
 
+def passing(filters: list[Any], state: CycleState, req: Request, idx: np.ndarray) -> np.ndarray:
+    """The nodes among ``idx`` that pass every filter of ``filters``, in order (a filter that
+    does not apply returns None)."""
+    for f in filters:
+        if len(idx) == 0:
+            break
+        mask = f.filter(state, req, idx)
+        if mask is not None:
+            idx = idx[mask]
+    return idx
+
+
 class Profile:
     """The filters and weighted scores one placement strategy runs."""
 
@@ -68,24 +80,12 @@ class Profile:
         key = ("static", req.static_key())
         hit = state.cache.get(key)
         if hit is None:
-            idx = np.arange(state.inventory.n)
-            for f in self.static_filters:
-                mask = f.filter(state, req, idx)
-                if mask is not None:
-                    idx = idx[mask]
-            state.cache[key] = hit = idx
+            state.cache[key] = hit = passing(self.static_filters, state, req, np.arange(state.inventory.n))
         return hit
 
     def feasible(self, state: CycleState, req: Request, idx: np.ndarray | None = None) -> np.ndarray:
         """Indexes of the nodes (among ``idx``, default all) that may hold one worker now."""
-        out = self.static_nodes(state, req) if idx is None else idx
-        for f in self.dynamic_filters:
-            if len(out) == 0:
-                break
-            mask = f.filter(state, req, out)
-            if mask is not None:
-                out = out[mask]
-        return out
+        return passing(self.dynamic_filters, state, req, self.static_nodes(state, req) if idx is None else idx)
 
     def reasons(self, state: CycleState, req: Request) -> dict[str, int]:
         """``{message: nodes}``, each failing node counted under its first failing filter."""

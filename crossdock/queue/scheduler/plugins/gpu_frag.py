@@ -176,7 +176,7 @@ def sorted_free(gpu_left: np.ndarray) -> np.ndarray:
 
 
 def cpu_aware_frag(sorted_left: np.ndarray, cpu_left: np.ndarray, access: np.ndarray,
-                   typical: TypicalPods, cnt: np.ndarray | None = None) -> np.ndarray:
+                   typical: TypicalPods) -> np.ndarray:
     """Fragmentation (milli-GPU) that also counts the GPUs a node's free CPU cannot feed.
 
     FGD's measure calls every GPU with room for typical pod ``t`` usable as soon as one ``t``
@@ -186,13 +186,11 @@ def cpu_aware_frag(sorted_left: np.ndarray, cpu_left: np.ndarray, access: np.nda
     with room for it (none when ``t`` does not fit at all), and the rest of the free GPU
     capacity is ``t``'s fragment; weighted by frequency and summed as in FGD.
 
-    ``sorted_left`` is :func:`sorted_free` of the nodes (or candidate states); ``cnt``, when
-    given, is their ``cnt`` part (:func:`frag_parts`, :func:`parts_after`), which saves
-    recounting the GPUs with room for each typical pod.
+    ``sorted_left`` is :func:`sorted_free` of the nodes (or candidate states). Callers that
+    also need FGD's measure use :func:`both_frags`, which shares the fit test.
     """
     left = np.asarray(sorted_left, np.int64)
-    if cnt is None:
-        cnt = (left[:, :, None] >= np.maximum(typical.milli, 1)[None, None, :]).sum(axis=1)
+    _, cnt, _ = frag_parts(left, typical)
     return both_frags(left.sum(axis=1), cnt, None, left, cpu_left, access, typical)[1]
 
 
