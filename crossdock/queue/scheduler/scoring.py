@@ -24,6 +24,8 @@ Public API (also used by the simulator)::
         allocatable, requested (already on the node), request (this job): {resource: int}
         weights: {resource: int}, 1..100 (balanced: exactly 1); shape: [(utilization, score)]
         raises ValueError for an unknown strategy, bad weights or a bad shape.
+    pairs_score(strategy, pairs, scaled_shape=None) -> int
+        node_score from (requested incl. this job, allocatable, weight) per counted resource.
     validate_weights(weights, strategy) -> None
     validate_shape(shape) -> None
     broken_linear(shape_scaled, p) -> int          # kube's helper.BuildBrokenLinearFunction
@@ -146,10 +148,17 @@ def node_score(strategy: str, allocatable: Mapping[str, int], requested: Mapping
     if strategy == "requested_to_capacity_ratio":
         validate_shape(shape)
     pairs = _pairs(allocatable, requested, request, weights)
+    return pairs_score(strategy, pairs, scale_shape(shape or ()) if strategy == "requested_to_capacity_ratio" else None)
+
+
+def pairs_score(strategy: str, pairs: Sequence[tuple[int, int, int]],
+                scaled_shape: Sequence[tuple[int, int]] | None = None) -> int:
+    """:func:`node_score` from (requested incl. the job, allocatable, weight) of each resource that
+    counts (allocatable > 0; extended resources only when requested), unchecked; the shape scaled."""
     if strategy == "balanced_allocation":
         return _balanced([min(req / alloc, 1.0) for req, alloc, _ in pairs])
     if strategy == "requested_to_capacity_ratio":
-        scaled = scale_shape(shape or ())
+        scaled = scaled_shape or ()
         total = wsum = 0
         for req, alloc, w in pairs:
             p = MAX_UTILIZATION if req > alloc else req * MAX_UTILIZATION // alloc

@@ -4,10 +4,10 @@ from __future__ import annotations
 
 import numpy as np
 
-from crossdock.queue.scheduler.framework import CycleState
+from crossdock.queue.scheduler.framework import FEW_NODES, CycleState
 from crossdock.queue.scheduler.request import Request
-from crossdock.queue.scheduler.scoring import (matrix_scores, scale_shape, validate_shape, validate_weights,
-                                               weighted_scores)
+from crossdock.queue.scheduler.scoring import (matrix_scores, pairs_score, scale_shape, validate_shape,
+                                               validate_weights, weighted_scores)
 
 GPU = "nvidia.com/gpu"
 RESOURCES = ("cpu", "memory", GPU)
@@ -39,6 +39,13 @@ def resource_scores(state: CycleState, req: Request, idx: np.ndarray, strategy: 
     inv = state.inventory
     w = resource_weights(state, req, strategy, shape)
     rows = 3 if req.gpus else 2  # an extended resource the job does not request is skipped, as in kube
+    if len(idx) <= FEW_NODES and strategy != "balanced_allocation":  # same integers (balanced: floats)
+        weights = (w["cpu"], w["memory"], w[GPU])[:rows]
+        pod = (req.cpu_milli, req.memory_mib, req.gpus)[:rows]
+        scaled = scale_shape(shape) if shape else None
+        used, alloc = inv.res_used[:rows, idx].T.tolist(), inv.res_alloc[:rows, idx].T.tolist()
+        return np.array([pairs_score(strategy, [(u + p, a, wr) for u, a, p, wr in zip(us, al, pod, weights) if a > 0],
+                                     scaled) for us, al in zip(used, alloc)], np.int64)
     requested = inv.res_used[:rows, idx] + np.array([req.cpu_milli, req.memory_mib, req.gpus][:rows])[:, None]
     allocatable = inv.res_alloc[:rows, idx]
     if strategy == "balanced_allocation":

@@ -36,6 +36,9 @@ Public API::
     sorted_free(gpu_left) -> int (N, G)                      # free milli per GPU, largest first
     cpu_aware_frag(sorted_left, cpu_left, access, typical) -> float (N,)
     both_frags(total, cnt, below, sorted_left, cpu_left, access, typical) -> (FGD, CPU-aware)
+    node_parts(ordered, need) -> (prefix, cnt, below)             # one node, Python ints
+    node_parts_after(total, cnt, below, need, milli, num, left=0) -> (total', cnt', below')
+    node_fragments(total, cnt, below, prefix, cpu_left, access, pods) -> (FGD row, CPU-aware row)
     model_pressure(access, typical) -> float (N,)
     packing_tier(node_in_use, gpu_shared=None) -> int array
     crossdock_score(delta, tier, cpu_aware_delta=None) -> int array
@@ -43,7 +46,10 @@ Public API::
 
 from __future__ import annotations
 
+from bisect import bisect_right
 from dataclasses import dataclass
+from itertools import accumulate
+from typing import Sequence
 
 import numpy as np
 
@@ -208,6 +214,47 @@ def both_frags(total: np.ndarray, cnt: np.ndarray, below: np.ndarray | None, sor
     return fgd, (np.asarray(total)[:, None] - usable) @ typical.freq
 
 
+def node_parts(ordered: Sequence[int], need: Sequence[int]) -> tuple[list[int], list[int], list[int]]:
+    """One node's :func:`frag_parts` in Python ints, from its :func:`sorted_free` row: the row's
+    prefix sums (``prefix[-1]`` is ``total``), ``cnt`` and ``below``. ``need`` is
+    ``max(typical.milli, 1)``. For scoring one node, where numpy's per-call cost dominates."""
+    prefix = [0, *accumulate(ordered)]
+    descending = [-x for x in ordered]
+    cnt = [bisect_right(descending, -x) for x in need]  # the GPUs with x free lead the row
+    return prefix, cnt, [prefix[-1] - prefix[c] for c in cnt]
+
+
+def node_parts_after(total: int, cnt: list[int], below: list[int], need: Sequence[int], milli: int, num: int,
+                     left: int = 0) -> tuple[int, list[int], list[int]]:
+    """:func:`parts_after` for one node in Python ints (``left``: the chosen GPU's free share)."""
+    if num == 0:
+        return total, cnt, below
+    if milli >= MILLI:
+        return total - MILLI * num, [c - num for c in cnt], below
+    was = [left >= x for x in need]
+    now = [left - milli >= x for x in need]
+    return (total - milli, [c - (w and not n) for c, w, n in zip(cnt, was, now)],
+            [b - milli + w * left - n * (left - milli) for b, w, n in zip(below, was, now)])
+
+
+def node_fragments(total: int, cnt: Sequence[int], below: Sequence[int], prefix: Sequence[int], cpu_left: int,
+                   access: Sequence[bool], pods: Sequence[tuple[bool, int, int]]) -> tuple[list[int], list[int]]:
+    """One node's (or candidate state's) row of :func:`both_frags`, in Python ints: per typical
+    pod, the free milli-GPU FGD counts as fragment and the part the CPU-aware measure counts.
+    ``prefix`` holds the prefix sums of its :func:`sorted_free` row; ``pods`` is
+    ``(uses_gpu, num, cpu)`` per typical pod. Rows stacked into an array and multiplied by
+    ``typical.freq`` give ``both_frags``' floats bit for bit: the same matrix, the same product."""
+    fgd, aware = [], []
+    for c, b, ok, (gpu, num, cpu) in zip(cnt, below, access, pods):
+        if gpu and ok and c >= num and cpu_left >= cpu:
+            fgd.append(b)
+            aware.append(total - prefix[min(c, cpu_left // cpu * num)])
+        else:
+            fgd.append(total)
+            aware.append(total)
+    return fgd, aware
+
+
 def model_pressure(access: np.ndarray, typical: TypicalPods) -> np.ndarray:
     """Per node, the frequency of the typical pods that ask for a GPU model subset and may use
     the node's model: 0 where no model-constrained demand competes for the node."""
@@ -278,6 +325,7 @@ def _register_plugin() -> None:
     weights it so that resource scores only break its ties.
     """
     try:
+        from crossdock.queue.scheduler.framework import FEW_NODES
         from crossdock.queue.scheduler.registry import register
     except ImportError:  # the simulator works without the live scheduler
         return
@@ -290,7 +338,17 @@ def _register_plugin() -> None:
             if cache is None or len(idx) == 0:
                 return np.zeros(len(idx), np.int64)
             cache.settle()
+            after = self.after_ints if len(idx) <= FEW_NODES else self.after_arrays
+            fgd_after, aware_after, shared = after(state, req, cache, idx)
             inv = state.inventory
+            in_use = (inv.gpu_free[idx] < inv.gpu_total[idx]) | (inv.cpu_used[idx] > 0)
+            cpu_aware = cache.cpu_frag[idx] - aware_after if self.cpu_aware(state, req, cache) else None
+            return crossdock_score(cache.frag[idx] - fgd_after, packing_tier(in_use, shared), cpu_aware)
+
+        @staticmethod
+        def after_arrays(state, req, cache, idx: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray | None]:
+            """Both fragmentations of each node after the placement, and for a GPU share whether
+            it joins a GPU already shared."""
             typical = cache.typical
             total, cnt, below = cache.total[idx], cache.cnt[idx], cache.below[idx]
             sorted_after = cache.sorted_left[idx]
@@ -310,19 +368,45 @@ def _register_plugin() -> None:
                                               axis=1)
             else:
                 after = (total, cnt, below)
-            fgd_after, aware_after = both_frags(*after, sorted_after, inv.cpu_free[idx] - req.cpu_milli,
+            fgd_after, aware_after = both_frags(*after, sorted_after, state.inventory.cpu_free[idx] - req.cpu_milli,
                                                 cache.access[idx], typical)
-            in_use = (inv.gpu_free[idx] < inv.gpu_total[idx]) | (inv.cpu_used[idx] > 0)
-            cpu_aware = None
-            if req.gpus or req.gpu_share_milli:
-                competition = state.extra.get("model_competition")
-                if competition is None or competition.frag_cache is not cache:
-                    competition = state.extra["model_competition"] = ModelCompetition(cache)
-                if not competition.competed(inv, req.models):
-                    cpu_aware = cache.cpu_frag[idx] - aware_after
-            else:
-                cpu_aware = cache.cpu_frag[idx] - aware_after
-            return crossdock_score(cache.frag[idx] - fgd_after, packing_tier(in_use, shared), cpu_aware)
+            return fgd_after, aware_after, shared
+
+        @staticmethod
+        def after_ints(state, req, cache, idx: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray | None]:
+            """:meth:`after_arrays` node by node in Python ints: the same values, without numpy's
+            per-call cost (most calls score one to a few nodes)."""
+            cpu_free, share = state.inventory.cpu_free, req.gpu_share_milli
+            fgd, aware, shared = [], [], []
+            for i in idx.tolist():
+                total, cnt, below = int(cache.total[i]), cache.cnt[i].tolist(), cache.below[i].tolist()
+                ordered = cache.sorted_left[i].tolist()
+                if share:
+                    left = cache.left_of(i)
+                    pick = min(range(len(left)), key=lambda c: left[c] if left[c] >= share else MILLI + 1)
+                    total, cnt, below = node_parts_after(total, cnt, below, cache.need, share, 1, left[pick])
+                    shared.append(left[pick] < MILLI)
+                    left[pick] -= share
+                    ordered = sorted(left, reverse=True)
+                elif req.gpus:
+                    total, cnt, below = node_parts_after(total, cnt, below, cache.need, MILLI, req.gpus)
+                    ordered = ordered[req.gpus:] + [0] * req.gpus
+                f, a = node_fragments(total, cnt, below, [0, *accumulate(ordered)], int(cpu_free[i]) - req.cpu_milli,
+                                      cache.access[i].tolist(), cache.pods)
+                fgd.append(f)
+                aware.append(a)
+            return cache.weigh(fgd), cache.weigh(aware), np.array(shared) if share else None
+
+        @staticmethod
+        def cpu_aware(state, req, cache) -> bool:
+            """Whether the CPU-aware term counts: always for CPU-only jobs; for GPU jobs when no
+            model-constrained demand competes for the models they accept."""
+            if not (req.gpus or req.gpu_share_milli):
+                return True
+            competition = state.extra.get("model_competition")
+            if competition is None or competition.frag_cache is not cache:
+                competition = state.extra["model_competition"] = ModelCompetition(cache)
+            return not competition.competed(state.inventory, req.models)
 
     register(CrossdockGpu)
 

@@ -16,7 +16,7 @@ from typing import Sequence
 
 import numpy as np
 
-from crossdock.queue.scheduler.framework import CycleState
+from crossdock.queue.scheduler.framework import FEW_NODES, CycleState
 from crossdock.queue.scheduler.inventory import Inventory
 from crossdock.queue.scheduler.plugins import gpu_frag
 from crossdock.queue.scheduler.registry import register
@@ -55,6 +55,9 @@ class FragCache:
         self.sorted_left = gpu_frag.sorted_free(left)
         self.frag, self.cpu_frag = gpu_frag.both_frags(self.total, self.cnt, self.below, self.sorted_left,
                                                        inv.cpu_free, self.access, typical)
+        self.need = np.maximum(typical.milli, 1).tolist()
+        self.pods = list(zip(typical.uses_gpu.tolist(), typical.num.tolist(), typical.cpu.tolist()))
+        """Per typical pod ``(uses_gpu, num, cpu)``, for ``gpu_frag.node_fragments``."""
         self.dirty: set[int] = set()
         inv.listeners.append(self.dirty.add)
 
@@ -62,18 +65,46 @@ class FragCache:
         inv = self.inv
         return np.where(inv.dev_exists[rows], np.maximum(inv.dev_free[rows], 0), 0)
 
+    def left_of(self, i: int) -> list[int]:
+        """:meth:`_left` of one node, as a list."""
+        inv = self.inv
+        return [max(f, 0) if e else 0 for f, e in zip(inv.dev_free[i].tolist(), inv.dev_exists[i].tolist())]
+
+    def weigh(self, rows: list[list[int]]) -> np.ndarray:
+        """The frequency-weighted sums of ``gpu_frag.node_fragments`` rows (``both_frags``' product)."""
+        return np.array(rows, np.float64) @ self.typical.freq
+
     def settle(self) -> None:
         """Recompute the rows of the nodes that changed since the last score, in one batch."""
         if not self.dirty:
             return
-        rows = np.fromiter(self.dirty, np.int64, len(self.dirty))
+        rows = list(self.dirty)
         self.dirty.clear()
+        if len(rows) <= FEW_NODES:
+            self.settle_ints(rows)
+        else:
+            self.settle_arrays(np.array(rows, np.int64))
+
+    def settle_arrays(self, rows: np.ndarray) -> None:
         left = self._left(rows)
         t, c, b = gpu_frag.frag_parts(left, self.typical)
         self.total[rows], self.cnt[rows], self.below[rows] = t, c, b
         self.sorted_left[rows] = ordered = gpu_frag.sorted_free(left)
         self.frag[rows], self.cpu_frag[rows] = gpu_frag.both_frags(t, c, b, ordered, self.inv.cpu_free[rows],
                                                                    self.access[rows], self.typical)
+
+    def settle_ints(self, rows: list[int]) -> None:
+        """:meth:`settle_arrays` node by node in Python ints: the same values."""
+        fgd, aware = [], []
+        for i in rows:
+            self.sorted_left[i] = ordered = sorted(self.left_of(i), reverse=True)
+            prefix, cnt, below = gpu_frag.node_parts(ordered, self.need)
+            self.total[i], self.cnt[i], self.below[i] = prefix[-1], cnt, below
+            f, a = gpu_frag.node_fragments(prefix[-1], cnt, below, prefix, int(self.inv.cpu_free[i]),
+                                           self.access[i].tolist(), self.pods)
+            fgd.append(f)
+            aware.append(a)
+        self.frag[rows], self.cpu_frag[rows] = self.weigh(fgd), self.weigh(aware)
 
 
 @register
