@@ -153,9 +153,9 @@ class Preemptor:
         self._by_node = [x[self.node_order] for x in (self.unit_prio, self.unit_cpu, self.unit_mem, self.unit_gpu)]
         """Priority, CPU, memory and GPUs of the units in node order."""
         self._id, self._prio = self.unit_id.tolist(), self.unit_prio.tolist()
-        self._started = started[pref].tolist()
-        self._lender = (~borrow[pref]).astype(np.int64).tolist()
-        """1 for a victim whose queue is not borrowing (:func:`set_key` counts these)."""
+        lender = (~borrow[pref]).astype(np.int64).tolist()  # 1 for a victim whose queue is not borrowing
+        self._key_parts = list(zip(lender, self._prio, started[pref].tolist(), self._id))
+        """Per unit row, what :func:`set_key` reads of its victim (:meth:`_row_key`)."""
         self._cpu, self._mem, self._gpu = self.unit_cpu.tolist(), self.unit_mem.tolist(), self.unit_gpu.tolist()
         self._node = self.unit_node.tolist()
         order, lo = self.node_order.tolist(), self.group_start.tolist()
@@ -364,11 +364,14 @@ class Preemptor:
         n = len(units)
         for k in range(max(1, k_min), min(n, k_max) + 1):
             passing: Iterable = combinations(range(n), k)
-            for amounts, d, top in short:  # could_fit, keeping combinations' order
+            for s, (amounts, d, top) in enumerate(short):  # could_fit, keeping combinations' order
                 if sum(top[:k]) < d:
                     passing = ()  # not even the k largest cover it
                     break
-                passing = [c for c in passing if sum([amounts[j] for j in c]) >= d]
+                if s == 0:  # the combinations of the amounts run in step with those of the units
+                    passing = [c for c, given in zip(passing, combinations(amounts, k)) if sum(given) >= d]
+                else:
+                    passing = [c for c in passing if sum([amounts[j] for j in c]) >= d]
             passing = list(passing)
             if not passing:
                 continue
@@ -415,9 +418,8 @@ class Preemptor:
 
     def _row_key(self, rows: list[int]) -> tuple:
         """:func:`set_key` of the victims of unit ``rows``, from the per-row columns."""
-        prio, started, ids, lender = self._prio, self._started, self._id, self._lender
-        return (sum([lender[r] for r in rows]), max([prio[r] for r in rows]), sum([prio[r] for r in rows]),
-                -min([started[r] for r in rows]), tuple(sorted([ids[r] for r in rows])))
+        lender, prio, started, ids = zip(*[self._key_parts[r] for r in rows])
+        return sum(lender), max(prio), sum(prio), -min(started), tuple(sorted(ids))
 
     def find(self, state: CycleState, profile: Profile, req: Request, cap: int) -> tuple[list[int], list[Victim]] | None:
         """Nodes (one per missing worker) and the victims that make room on them, or None."""
