@@ -10,6 +10,12 @@ reasons and explanations as JSON, one entry per scenario.
 Run: ``python bench/scheduler_decisions.py dump out.json [--seeds 40] [--scale 1.0]``, then
 ``python bench/scheduler_decisions.py compare before.json after.json`` (exit status 1 on any
 difference, with the first differences printed).
+
+``dump`` runs with ``PYTHONHASHSEED=0`` (it restarts itself with it): the order in which a score
+call sees its nodes follows their state signatures (``Inventory.sig``, hashes of bytes, which
+Python salts per process), and that order can move the last bit of a fragmentation sum, which
+can flip FGD's truncated sigmoid at Δ = 0; with the salt fixed, two versions are compared on
+the same order.
 """
 
 from __future__ import annotations
@@ -17,6 +23,7 @@ from __future__ import annotations
 import argparse
 import hashlib
 import json
+import os
 import random
 import sys
 import time
@@ -369,6 +376,8 @@ def main() -> None:
     c.add_argument("b")
     args = ap.parse_args()
     if args.cmd == "dump":
+        if os.environ.get("PYTHONHASHSEED") != "0":
+            os.execve(sys.executable, [sys.executable, *sys.argv], {**os.environ, "PYTHONHASHSEED": "0"})
         dump(args.out, args.seeds, args.scale, args.big)
     else:
         sys.exit(compare(args.a, args.b))
