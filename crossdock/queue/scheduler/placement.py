@@ -27,6 +27,7 @@ from crossdock.queue.scheduler.registry import Profile, passing
 from crossdock.queue.scheduler.request import Request
 
 MIN_NODES_TO_SCORE = 100
+FEW_STATES = 16
 
 
 def nodes_to_score(total: int) -> int:
@@ -255,6 +256,15 @@ def _by_state(state: CycleState, profile: Profile, req: Request, cand: np.ndarra
         if v is None:
             v = known[k] = int(profile.score(state, req, cand)[0])
         return np.array([v], np.int64)
+    if len(cand) <= FEW_STATES:  # np.unique costs more than a few nodes in Python
+        sigs = sig.tolist()
+        firsts: dict[int, int] = {}
+        for k, s in enumerate(sigs):
+            firsts.setdefault(s, k)
+        missing = sorted(s for s in firsts if s not in known)  # np.unique's order
+        if missing:
+            known.update(zip(missing, profile.score(state, req, cand[[firsts[s] for s in missing]]).tolist()))
+        return np.array([known[s] for s in sigs], np.int64)
     uniq, first, inverse = np.unique(sig, return_index=True, return_inverse=True)
     if not known:  # the shape's first scoring: every state is new
         fresh = profile.score(state, req, cand[first])

@@ -39,15 +39,15 @@ def resource_scores(state: CycleState, req: Request, idx: np.ndarray, strategy: 
     inv = state.inventory
     w = resource_weights(state, req, strategy, shape)
     rows = 3 if req.gpus else 2  # an extended resource the job does not request is skipped, as in kube
+    # take(): numpy copies columns of a 2-D array several times faster than with a[:, idx]
+    used, allocatable = inv.res_used[:rows].take(idx, axis=1), inv.res_alloc[:rows].take(idx, axis=1)
+    pod = (req.cpu_milli, req.memory_mib, req.gpus)[:rows]
     if len(idx) <= FEW_NODES and strategy != "balanced_allocation":  # same integers (balanced: floats)
         weights = (w["cpu"], w["memory"], w[GPU])[:rows]
-        pod = (req.cpu_milli, req.memory_mib, req.gpus)[:rows]
         scaled = scale_shape(shape) if shape else None
-        used, alloc = inv.res_used[:rows, idx].T.tolist(), inv.res_alloc[:rows, idx].T.tolist()
         return np.array([pairs_score(strategy, [(u + p, a, wr) for u, a, p, wr in zip(us, al, pod, weights) if a > 0],
-                                     scaled) for us, al in zip(used, alloc)], np.int64)
-    requested = inv.res_used[:rows, idx] + np.array([req.cpu_milli, req.memory_mib, req.gpus][:rows])[:, None]
-    allocatable = inv.res_alloc[:rows, idx]
+                                     scaled) for us, al in zip(used.T.tolist(), allocatable.T.tolist())], np.int64)
+    requested = used + np.array(pod)[:, None]
     if strategy == "balanced_allocation":
         cols = [(requested[r], allocatable[r], 1) for r in range(rows)]
         return weighted_scores(strategy, cols, len(idx))

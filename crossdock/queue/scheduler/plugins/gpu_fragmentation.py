@@ -50,7 +50,7 @@ class FragCache:
     def __init__(self, inv: Inventory, typical: gpu_frag.TypicalPods, node_model: np.ndarray):
         self.inv, self.typical = inv, typical
         self.access = gpu_frag.access_matrix(node_model, typical)
-        left = self._left(slice(None))
+        left = self._left(np.arange(inv.n))
         self.total, self.cnt, self.below = gpu_frag.frag_parts(left, typical)
         self.sorted_left = gpu_frag.sorted_free(left)
         self.frag, self.cpu_frag = gpu_frag.both_frags(self.total, self.cnt, self.below, self.sorted_left,
@@ -61,9 +61,10 @@ class FragCache:
         self.dirty: set[int] = set()
         inv.listeners.append(self.dirty.add)
 
-    def _left(self, rows) -> np.ndarray:
+    def _left(self, rows: np.ndarray) -> np.ndarray:
         inv = self.inv
-        return np.where(inv.dev_exists[rows], np.maximum(inv.dev_free[rows], 0), 0)
+        # take(): numpy copies rows of a 2-D array several times faster than with a[rows]
+        return np.where(inv.dev_exists.take(rows, axis=0), np.maximum(inv.dev_free.take(rows, axis=0), 0), 0)
 
     def left_of(self, i: int) -> list[int]:
         """:meth:`_left` of one node, as a list."""
@@ -91,7 +92,7 @@ class FragCache:
         self.total[rows], self.cnt[rows], self.below[rows] = t, c, b
         self.sorted_left[rows] = ordered = gpu_frag.sorted_free(left)
         self.frag[rows], self.cpu_frag[rows] = gpu_frag.both_frags(t, c, b, ordered, self.inv.cpu_free[rows],
-                                                                   self.access[rows], self.typical)
+                                                                   self.access.take(rows, axis=0), self.typical)
 
     def settle_ints(self, rows: list[int]) -> None:
         """:meth:`settle_arrays` node by node in Python ints: the same values."""
@@ -117,7 +118,7 @@ class GpuFragmentation:
             return np.zeros(len(idx), np.int64)
         cache.settle()
         typical = cache.typical
-        total, cnt, below = cache.total[idx], cache.cnt[idx], cache.below[idx]
+        total, cnt, below = cache.total[idx], cache.cnt.take(idx, axis=0), cache.below.take(idx, axis=0)
         if req.gpu_share_milli:
             left = cache._left(idx)
             chosen = np.where(left >= req.gpu_share_milli, left, FULL + 1).min(axis=1)
@@ -125,5 +126,5 @@ class GpuFragmentation:
         else:
             after = gpu_frag.parts_after(total, cnt, below, typical, FULL, req.gpus)
         cpu_left = state.inventory.cpu_free[idx] - req.cpu_milli
-        frag_after = gpu_frag.frag_from_parts(*after, cpu_left, cache.access[idx], typical)
+        frag_after = gpu_frag.frag_from_parts(*after, cpu_left, cache.access.take(idx, axis=0), typical)
         return gpu_frag.fgd_score(cache.frag[idx] - frag_after)

@@ -14,8 +14,8 @@ NAME = "PoolMembership"
 
 def pool_mask(state: CycleState, pools: tuple[str, ...]) -> np.ndarray:
     inv = state.inventory
-    ids = [i for i, p in enumerate(inv.pool_names) if p in pools]
-    return np.isin(inv.pool_id, ids)
+    allowed = np.array([p in pools for p in inv.pool_names], bool)
+    return allowed[inv.pool_id]
 
 
 @register
