@@ -118,7 +118,7 @@ class ScorePlugin(Protocol):
     def score(self, state: CycleState, req: Request, idx: np.ndarray) -> np.ndarray: ...
 
 
-FEW_NODES = 4
+FEW_NODES = 3
 """Score plugins compute up to this many nodes in Python ints, more in numpy arrays, with the
 same integers: most score calls of a cycle cover a few nodes whose state changed, and numpy's
 per-call cost outweighs its speed on a few rows."""

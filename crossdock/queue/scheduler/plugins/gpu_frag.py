@@ -231,7 +231,7 @@ def node_parts_after(total: int, cnt: list[int], below: list[int], need: Sequenc
         return total, cnt, below
     if milli >= MILLI:
         return total - MILLI * num, [c - num for c in cnt], below
-    after = left - milli  # a typical pod that needs x fits that GPU still (x <= after), no longer, or never (x > left)
+    after = left - milli  # a typical pod needing x fits that GPU still (x <= after), no longer, or never (x > left)
     return (total - milli, [c - 1 if after < x <= left else c for c, x in zip(cnt, need)],
             [b if x <= after else b - milli + left if x <= left else b - milli for b, x in zip(below, need)])
 
