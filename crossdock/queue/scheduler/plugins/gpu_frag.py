@@ -17,7 +17,8 @@ The scores compare a node before and after a candidate placement (``Δ = frag_be
 frag_after``, higher is better):
 
 - :func:`fgd_score` is the FGD authors' integer score, ``int(100·sigmoid(Δ/1000))``.
-- :func:`crossdock_score` is crossdock's default GPU placement score: FGD combined with a
+- :func:`crossdock_score` is crossdock's default GPU placement score: for a GPU share first how
+  well its GPU's remnant can still be filled (:func:`fill_waste`), then FGD combined with a
   CPU-aware fragmentation (:func:`cpu_aware_frag`) where no model-constrained demand competes,
   then a packing tier among the ties (see its docstring).
 
@@ -38,12 +39,15 @@ Public API::
     both_frags(total, cnt, below, sorted_left, cpu_left, access, typical) -> (FGD, CPU-aware)
     model_pressure(access, typical) -> float (N,)
     packing_tier(node_in_use, gpu_shared=None) -> int array
-    crossdock_score(delta, tier, cpu_aware_delta=None) -> int array
+    fill_sizes(typical, min_share=FILL_SHARE) -> tuple of ints   # a whole GPU and the common shares
+    fill_waste(sizes) -> int (MILLI + 1,)                    # least remainder of each free share
+    crossdock_score(delta, tier, cpu_aware_delta=None, fill_increase=None) -> int array
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass
+from functools import cached_property
 
 import numpy as np
 
@@ -72,6 +76,11 @@ class TypicalPods:
     @property
     def uses_gpu(self) -> np.ndarray:
         return self.milli > 0
+
+    @cached_property
+    def fill_waste(self) -> np.ndarray:
+        """:func:`fill_waste` of this workload's :func:`fill_sizes`."""
+        return fill_waste(fill_sizes(self))
 
 
 def typical_pods(cpu: np.ndarray, gpu_milli: np.ndarray, num_gpu: np.ndarray, spec: np.ndarray,
@@ -170,6 +179,40 @@ def fgd_score(delta: np.ndarray) -> np.ndarray:
     return (1.0 / (1.0 + np.exp(-(np.asarray(delta, np.float64) / 1000.0))) * 100).astype(np.int64)
 
 
+FILL_SHARE = 0.03
+"""A GPU share size counts as a filler when it makes up at least this fraction of the typical
+pods' GPU shares (by frequency)."""
+
+
+def fill_sizes(typical: TypicalPods, min_share: float = FILL_SHARE) -> tuple[int, ...]:
+    """The per-GPU sizes that fill a GPU's free share: a whole GPU, and each GPU share size
+    (one-GPU typical pods asking less than a GPU) making up at least ``min_share`` of the typical
+    shares' frequency. Rare sizes are left out on purpose: the trace's 160-milli pods are too few
+    to fill the 190-milli remnants its 810-milli pods leave, and counting them would hide those
+    remnants."""
+    share = (typical.num == 1) & (typical.milli > 0) & (typical.milli < MILLI)
+    sizes = typical.milli[share]
+    freq = typical.freq[share]
+    total = freq.sum()
+    kept = {int(m) for m in np.unique(sizes) if freq[sizes == m].sum() >= min_share * total}
+    return tuple(sorted(kept | {MILLI}))
+
+
+def fill_waste(sizes: Sequence[int]) -> np.ndarray:
+    """(MILLI + 1,) ints: ``w[g]`` is the least a free share of ``g`` milli-GPU can be brought
+    down to by filling it with any number of pods of ``sizes`` (an unbounded knapsack's
+    remainder). ``w[g] = 0`` when sizes add up to exactly ``g``; ``w[g] = g`` when none fits."""
+    w = np.arange(MILLI + 1, dtype=np.int64)
+    steps = [s for s in sorted(set(sizes)) if 0 < s <= MILLI]
+    for g in range(1, MILLI + 1):
+        for s in steps:
+            if s > g:
+                break
+            if w[g - s] < w[g]:
+                w[g] = w[g - s]
+    return w
+
+
 def sorted_free(gpu_left: np.ndarray) -> np.ndarray:
     """Free milli-GPU of each node's GPUs, largest first (absent GPUs hold 0)."""
     return -np.sort(-np.asarray(gpu_left, np.int64), axis=1)
@@ -224,7 +267,8 @@ def packing_tier(node_in_use: np.ndarray, gpu_shared: np.ndarray | None = None) 
     return tier
 
 
-def crossdock_score(delta: np.ndarray, tier: np.ndarray, cpu_aware_delta: np.ndarray | None = None) -> np.ndarray:
+def crossdock_score(delta: np.ndarray, tier: np.ndarray, cpu_aware_delta: np.ndarray | None = None,
+                    fill_increase: np.ndarray | None = None) -> np.ndarray:
     """crossdock's default GPU placement score (higher is better).
 
     With ``cpu_aware_delta`` (the decrease of :func:`cpu_aware_frag`), both measures must
@@ -239,12 +283,23 @@ def crossdock_score(delta: np.ndarray, tier: np.ndarray, cpu_aware_delta: np.nda
     The :func:`packing_tier` orders what is left tied ("joins a shared GPU, then a node in
     use"), which packs on purpose and keeps idle nodes whole for multi-GPU jobs; ties left are
     the caller's (a fixed node order).
+
+    For a GPU share, ``fill_increase`` comes first: how much the :func:`fill_waste` of the GPU
+    it lands on grows (``w[free - share] - w[free]``, -1000..1000), least first, as
+    ``(1000 - fill_increase)·10⁷`` on top of the rest (which stays below 10⁷). FGD asks whether
+    the next typical pod fits a remnant; this asks whether the workload's common shares can
+    still fill it to the brim: a 320-milli share goes into a GPU with 350 free (30 left, as a
+    650-milli pod would leave) before one with 530 free (210 left, which no common share fits).
     """
     tier = np.asarray(tier, np.int64)
     if cpu_aware_delta is None:
-        return fgd_score(delta) * 10 + tier
-    f, c = fgd_score(np.stack([delta, cpu_aware_delta]))
-    return np.minimum(f, c) * 10_000 + (f + c) * 10 + tier
+        score = fgd_score(delta) * 10 + tier
+    else:
+        f, c = fgd_score(np.stack([delta, cpu_aware_delta]))
+        score = np.minimum(f, c) * 10_000 + (f + c) * 10 + tier
+    if fill_increase is not None:
+        score = score + (MILLI - np.asarray(fill_increase, np.int64)) * 10_000_000
+    return score
 
 
 CROSSDOCK_PLUGIN = "CrossdockGpu"
@@ -274,8 +329,9 @@ def _register_plugin() -> None:
     It reads the cycle's fragmentation cache (``state.extra["frag"]``, a ``FragCache`` built for
     the cycle's typical pods, which keeps both measures per node) and places devices as the
     scheduler does (whole GPUs on idle devices, a share on its best-fit device). It scores
-    CPU-only jobs too: on GPU nodes their CPU decides whether GPUs stay usable. Values run 0..1,002,003 (:func:`crossdock_score`); the ``binpack`` profile
-    weights it so that resource scores only break its ties.
+    CPU-only jobs too: on GPU nodes their CPU decides whether GPUs stay usable. Values run
+    0..1,002,003, and up to 2·10¹⁰ for a share (:func:`crossdock_score`); the ``binpack``
+    profile weights it so that resource scores only break its ties.
     """
     try:
         from crossdock.queue.scheduler.registry import register
@@ -294,7 +350,7 @@ def _register_plugin() -> None:
             typical = cache.typical
             total, cnt, below = cache.total[idx], cache.cnt[idx], cache.below[idx]
             sorted_after = cache.sorted_left[idx]
-            shared = None
+            shared = fill = None
             if req.gpu_share_milli:
                 left = cache._left(idx)
                 rows = np.arange(len(idx))
@@ -302,6 +358,7 @@ def _register_plugin() -> None:
                 chosen = left[rows, pick]
                 after = parts_after(total, cnt, below, typical, req.gpu_share_milli, 1, chosen)
                 shared = chosen < MILLI
+                fill = typical.fill_waste[chosen - req.gpu_share_milli] - typical.fill_waste[chosen]
                 left[rows, pick] -= req.gpu_share_milli
                 sorted_after = sorted_free(left)
             elif req.gpus:  # whole GPUs leave the idle devices, the largest entries
@@ -322,7 +379,7 @@ def _register_plugin() -> None:
                     cpu_aware = cache.cpu_frag[idx] - aware_after
             else:
                 cpu_aware = cache.cpu_frag[idx] - aware_after
-            return crossdock_score(cache.frag[idx] - fgd_after, packing_tier(in_use, shared), cpu_aware)
+            return crossdock_score(cache.frag[idx] - fgd_after, packing_tier(in_use, shared), cpu_aware, fill)
 
     register(CrossdockGpu)
 
