@@ -195,31 +195,37 @@ def _sorted_after(state: ClusterState, pod: PodReq, nodes: np.ndarray, gpus: np.
     return after
 
 
-def crossdock_scores(state: ClusterState, pod: PodReq, cand: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-    """:func:`gpu_frag.crossdock_score` per candidate node and the GPU a share would take."""
-    rows, gpus, nodes, after = frag_options(state, pod, cand)
-    cpu_after = state.cpu_left[nodes] - pod.score_cpu
-    access = state.access[nodes]
+def crossdock_scores(state: ClusterState, pod: PodReq, cand: np.ndarray) -> np.ndarray:
+    """:func:`gpu_frag.crossdock_score` per candidate node, a share scored on the GPU it takes
+    there: the best-fit one (:meth:`ClusterState.best_fit_gpu`), as the live scheduler places it
+    (``scheduler.gpus.choose_share``)."""
+    gpus = left = fill = None
+    if pod.sharing:
+        free = state.gpu_left[cand]
+        gpus = np.where(free >= pod.milli, free, MILLI + 1).argmin(axis=1)
+        left = free[np.arange(len(cand)), gpus]
+        waste = state.typical.fill_waste
+        fill = waste[left - pod.milli] - waste[left]
+    after = gpu_frag.parts_after(state.total[cand], state.cnt[cand], state.below[cand], state.typical,
+                                 pod.milli, pod.num, left)
+    cpu_after = state.cpu_left[cand] - pod.score_cpu
+    access = state.access[cand]
     cpu_aware = None
     if pod.num == 0 or not (state.pressure[state.model_ok(pod.spec)] > 0).any():
-        frag_after, aware_after = gpu_frag.both_frags(*after, _sorted_after(state, pod, nodes, gpus), cpu_after,
+        frag_after, aware_after = gpu_frag.both_frags(*after, _sorted_after(state, pod, cand, gpus), cpu_after,
                                                       access, state.typical)
-        cpu_aware = state.cpu_frag[nodes] - aware_after
+        cpu_aware = state.cpu_frag[cand] - aware_after
     else:
         frag_after = gpu_frag.frag_from_parts(*after, cpu_after, access, state.typical)
-    in_use = (state.gpu_left[nodes].sum(axis=1) < state.gpu_count[nodes] * MILLI) | (state.cpu_left[nodes] < state.cpu_cap[nodes])
-    shared = state.gpu_left[nodes, gpus] < MILLI if pod.sharing else None
-    score = gpu_frag.crossdock_score(state.frag[nodes] - frag_after, gpu_frag.packing_tier(in_use, shared),
-                                     cpu_aware).astype(np.float64)
-    return _best_option(len(cand), rows, gpus, score, pod.sharing)
+    in_use = (state.gpu_left[cand].sum(axis=1) < state.gpu_count[cand] * MILLI) | (state.cpu_left[cand] < state.cpu_cap[cand])
+    tier = gpu_frag.packing_tier(in_use, left < MILLI if pod.sharing else None)
+    return gpu_frag.crossdock_score(state.frag[cand] - frag_after, tier, cpu_aware, fill).astype(np.float64)
 
 
 def crossdock_policy(state: ClusterState, pod: PodReq, cand: np.ndarray, rng: np.random.Generator) -> Choice:
     """crossdock's default GPU placement (:func:`gpu_frag.crossdock_score`)."""
-    node_score, node_gpu = crossdock_scores(state, pod, cand)
-    k = pick_max(node_score, cand, state, rng)
-    node = int(cand[k])
-    return node, _gpus_for(state, node, pod, int(node_gpu[k]) if pod.sharing else None)
+    node = int(cand[pick_max(crossdock_scores(state, pod, cand), cand, state, rng)])
+    return node, _gpus_for(state, node, pod)
 
 
 # --- kube resource strategies (crossdock placements) ---------------------------------------
@@ -254,13 +260,10 @@ def _kube_policy(strategy: str, with_crossdock: bool = False) -> Policy:
     def policy(state: ClusterState, pod: PodReq, cand: np.ndarray, rng: np.random.Generator) -> Choice:
         shape = BINPACK_SHAPE if strategy == "requested_to_capacity_ratio" else None
         score = kube_scores(state, pod, cand, strategy, shape).astype(np.float64)
-        share_gpu = None
         if with_crossdock:
-            ours, share_gpu = crossdock_scores(state, pod, cand)
-            score = score + CROSSDOCK_WEIGHT * ours
-        k = pick_max(score, cand, state, rng)
-        node = int(cand[k])
-        return node, _gpus_for(state, node, pod, int(share_gpu[k]) if share_gpu is not None and pod.sharing else None)
+            score = score + CROSSDOCK_WEIGHT * crossdock_scores(state, pod, cand)
+        node = int(cand[pick_max(score, cand, state, rng)])
+        return node, _gpus_for(state, node, pod)
     return policy
 
 

@@ -168,3 +168,50 @@ def test_crossdock_score_with_cpu_aware_delta_needs_both_measures_to_agree():
     # node 1 strands GPUs without CPU (min 11) and loses whatever its FGD score and tier
     assert np.argsort(-score).tolist() == [2, 3, 0, 1]
     assert score.tolist() == [50 * 10_000 + 1000, 11 * 10_000 + 680 + 3, 57 * 10_000 + 1140, 50 * 10_000 + 1070 + 1]
+
+
+def test_fill_sizes_keep_a_whole_gpu_and_the_common_shares_only():
+    work = typical((4000, 810, 1, 0.40), (4000, 470, 1, 0.30), (2000, 160, 1, 0.01), (8000, 1000, 2, 0.19),
+                   (2000, 0, 0, 0.10))
+    # shares' frequency: 0.71; 160 is 0.01 / 0.71 = 1.4 % of it (< 3 %); the 2-GPU pod is no share
+    assert gpu_frag.fill_sizes(work) == (470, 810, 1000)
+    assert gpu_frag.fill_sizes(work, min_share=0.01) == (160, 470, 810, 1000)
+    assert gpu_frag.fill_sizes(typical((4000, 1000, 1, 1.0))) == (1000,)
+
+
+@pytest.mark.parametrize("gap,expected", [
+    (0, 0), (1000, 0),   # nothing free; a whole GPU fills an idle one
+    (190, 190),          # below every size: stays as it is
+    (350, 30),           # 320
+    (530, 60),           # 470
+    (680, 30),           # 650 (or 320 + 320 + 40 left)
+    (940, 0),            # 470 + 470
+    (210, 210),
+])
+def test_fill_waste_by_hand(gap, expected):
+    assert gpu_frag.fill_waste((320, 470, 650, 1000))[gap] == expected
+
+
+@settings(max_examples=60, deadline=None)
+@given(st.lists(st.integers(1, 100).map(lambda x: x * 10), min_size=1, max_size=5))
+def test_fill_waste_is_a_reachable_remainder_that_filling_never_raises(sizes):
+    w = gpu_frag.fill_waste(sizes)
+    steps = sorted(set(sizes))
+    for g in range(0, 1001, 10):
+        assert 0 <= w[g] <= g
+        assert all(w[g - s] >= w[g] for s in steps if s <= g)  # optimal: no single fill improves on it
+        assert w[g] == g or any(w[g - s] == w[g] for s in steps if s <= g)  # reached by some fill
+    for a in steps:
+        for b in steps:
+            if a + b <= 1000:
+                assert w[a + b] == 0
+
+
+def test_crossdock_score_puts_the_fill_increase_of_a_share_first():
+    delta = np.array([300.0, 0.0, 0.0])                  # FGD: 57, 50, 50
+    tier = np.array([0, 1, 3])
+    fill = np.array([150, 0, 0])
+    score = gpu_frag.crossdock_score(delta, tier, None, fill)
+    # node 0 has the best FGD score but its GPU's remnant could no longer be filled (+150)
+    assert np.argsort(-score).tolist() == [2, 1, 0]
+    assert score.tolist() == [850 * 10**7 + 570, 1000 * 10**7 + 501, 1000 * 10**7 + 503]

@@ -23,7 +23,7 @@ from crossdock.queue.scheduler.registry import create
 from crossdock.queue.scheduler.request import build_request
 from crossdock.queue.snapshot import Allocation, GpuDevice, Node
 
-CFG = parse_config({"priority_classes": {"p": {"value": 1}}, "pools": {"gpu": {"backend": "k8s"}},
+CFG = parse_config({"priority_classes": {"p": {"value": 1}}, "pools": {"gpu": {"backend": "k8s", "gpu": {"sharing": True}}},
                     "queues": {"q": {"priority_class": "p", "pools": ["gpu"]}},
                     "scheduler": {"default_mem_per_cpu_mib": 0}})
 
@@ -41,8 +41,9 @@ def live_state(nodes: list[Node], allocations: list[Allocation], typical: gpu_fr
     return state
 
 
-def request(cpus: int, gpus: int = 0):
-    spec = JobSpec(command=["true"], gpus=GpuRequest(count=gpus) if gpus else None, cpus_per_task=cpus)
+def request(cpus: int, gpus: int = 0, share: float | None = None):
+    gres = GpuRequest(count=1, share=share) if share else GpuRequest(count=gpus) if gpus else None
+    spec = JobSpec(command=["true"], gpus=gres, cpus_per_task=cpus)
     return build_request(Job(id=1, spec=spec, queue="q"), CFG)
 
 
@@ -73,8 +74,27 @@ def test_crossdock_gpu_plugin_scores_as_the_simulator_policy(cpus, gpus, best):
                                                    np.arange(3))
     sim = sim_state(sim_nodes((32_000, 64_000, 4, "T4"), (32_000, 64_000, 4, "T4"), (32_000, 64_000, 4, "T4")), work,
                     gpu_left=[[1000] * 4, [0, 1000, 1000, 1000], [1000] * 4], cpu_left=[32_000, 28_000, 6_000])
-    scores, _ = crossdock_scores(sim, sim_pod(cpu=cpus * 1000, milli=1000 if gpus else 0, num=gpus), np.arange(3))
+    scores = crossdock_scores(sim, sim_pod(cpu=cpus * 1000, milli=1000 if gpus else 0, num=gpus), np.arange(3))
     assert live.tolist() == scores.astype(np.int64).tolist()
     assert "abc"[int(np.argmax(live))] == best
 
 
+
+
+def test_a_share_goes_where_common_shares_can_still_fill_its_gpu():
+    """Free shares of 350 (a), 530 (b) and a whole GPU (c): a 320-milli share leaves 30 on a
+    (what 650 + 320 leaves anyway), 210 on b (no common share fits 210: +150 of fill waste)
+    and 680 on c (+30). Live plugin and simulator agree and both pick a."""
+    work = typical((4000, 320, 1, 0.3), (4000, 470, 1, 0.3), (4000, 650, 1, 0.2), (4000, 1000, 1, 0.2))
+    nodes = [gpu_node("a"), gpu_node("b"), gpu_node("c")]
+    allocations = [Allocation(7, "a", 4000, 1000, (), gpu_share={"a-g0": 0.65}),
+                   Allocation(8, "b", 4000, 1000, (), gpu_share={"b-g0": 0.47})]
+    live = create(gpu_frag.CROSSDOCK_PLUGIN).score(live_state(nodes, allocations, work), request(4, share=0.32),
+                                                   np.arange(3))
+    sim = sim_state(sim_nodes((32_000, 64_000, 4, "T4"), (32_000, 64_000, 4, "T4"), (32_000, 64_000, 4, "T4")), work,
+                    gpu_left=[[350, 1000, 1000, 1000], [530, 1000, 1000, 1000], [1000] * 4],
+                    cpu_left=[28_000, 28_000, 32_000])
+    scores = crossdock_scores(sim, sim_pod(cpu=4000, milli=320, num=1), np.arange(3))
+    assert live.tolist() == scores.astype(np.int64).tolist()
+    assert (live // 10_000_000).tolist() == [1000 - 0, 1000 - 150, 1000 - 30]
+    assert int(np.argmax(live)) == 0

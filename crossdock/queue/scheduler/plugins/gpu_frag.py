@@ -17,7 +17,8 @@ The scores compare a node before and after a candidate placement (``Δ = frag_be
 frag_after``, higher is better):
 
 - :func:`fgd_score` is the FGD authors' integer score, ``int(100·sigmoid(Δ/1000))``.
-- :func:`crossdock_score` is crossdock's default GPU placement score: FGD combined with a
+- :func:`crossdock_score` is crossdock's default GPU placement score: for a GPU share first how
+  well its GPU's remnant can still be filled (:func:`fill_waste`), then FGD combined with a
   CPU-aware fragmentation (:func:`cpu_aware_frag`) where no model-constrained demand competes,
   then a packing tier among the ties (see its docstring).
 
@@ -41,13 +42,16 @@ Public API::
     node_fragments(total, cnt, below, prefix, cpu_left, access, pods) -> (FGD row, CPU-aware row)
     model_pressure(access, typical) -> float (N,)
     packing_tier(node_in_use, gpu_shared=None) -> int array
-    crossdock_score(delta, tier, cpu_aware_delta=None) -> int array
+    fill_sizes(typical, min_share=FILL_SHARE) -> tuple of ints   # a whole GPU and the common shares
+    fill_waste(sizes) -> int (MILLI + 1,)                    # least remainder of each free share
+    crossdock_score(delta, tier, cpu_aware_delta=None, fill_increase=None) -> int array
 """
 
 from __future__ import annotations
 
 from bisect import bisect_right
 from dataclasses import dataclass
+from functools import cached_property
 from itertools import accumulate
 from typing import Sequence
 
@@ -78,6 +82,11 @@ class TypicalPods:
     @property
     def uses_gpu(self) -> np.ndarray:
         return self.milli > 0
+
+    @cached_property
+    def fill_waste(self) -> np.ndarray:
+        """:func:`fill_waste` of this workload's :func:`fill_sizes`."""
+        return fill_waste(fill_sizes(self))
 
 
 def typical_pods(cpu: np.ndarray, gpu_milli: np.ndarray, num_gpu: np.ndarray, spec: np.ndarray,
@@ -176,6 +185,40 @@ def fgd_score(delta: np.ndarray) -> np.ndarray:
     return (1.0 / (1.0 + np.exp(-(np.asarray(delta, np.float64) / 1000.0))) * 100).astype(np.int64)
 
 
+FILL_SHARE = 0.03
+"""A GPU share size counts as a filler when it makes up at least this fraction of the typical
+pods' GPU shares (by frequency)."""
+
+
+def fill_sizes(typical: TypicalPods, min_share: float = FILL_SHARE) -> tuple[int, ...]:
+    """The per-GPU sizes that fill a GPU's free share: a whole GPU, and each GPU share size
+    (one-GPU typical pods asking less than a GPU) making up at least ``min_share`` of the typical
+    shares' frequency. Rare sizes are left out on purpose: the trace's 160-milli pods are too few
+    to fill the 190-milli remnants its 810-milli pods leave, and counting them would hide those
+    remnants."""
+    share = (typical.num == 1) & (typical.milli > 0) & (typical.milli < MILLI)
+    sizes = typical.milli[share]
+    freq = typical.freq[share]
+    total = freq.sum()
+    kept = {int(m) for m in np.unique(sizes) if freq[sizes == m].sum() >= min_share * total}
+    return tuple(sorted(kept | {MILLI}))
+
+
+def fill_waste(sizes: Sequence[int]) -> np.ndarray:
+    """(MILLI + 1,) ints: ``w[g]`` is the least a free share of ``g`` milli-GPU can be brought
+    down to by filling it with any number of pods of ``sizes`` (an unbounded knapsack's
+    remainder). ``w[g] = 0`` when sizes add up to exactly ``g``; ``w[g] = g`` when none fits."""
+    w = np.arange(MILLI + 1, dtype=np.int64)
+    steps = [s for s in sorted(set(sizes)) if 0 < s <= MILLI]
+    for g in range(1, MILLI + 1):
+        for s in steps:
+            if s > g:
+                break
+            if w[g - s] < w[g]:
+                w[g] = w[g - s]
+    return w
+
+
 def sorted_free(gpu_left: np.ndarray) -> np.ndarray:
     """Free milli-GPU of each node's GPUs, largest first (absent GPUs hold 0)."""
     return -np.sort(-np.asarray(gpu_left, np.int64), axis=1)
@@ -270,7 +313,8 @@ def packing_tier(node_in_use: np.ndarray, gpu_shared: np.ndarray | None = None) 
     return tier
 
 
-def crossdock_score(delta: np.ndarray, tier: np.ndarray, cpu_aware_delta: np.ndarray | None = None) -> np.ndarray:
+def crossdock_score(delta: np.ndarray, tier: np.ndarray, cpu_aware_delta: np.ndarray | None = None,
+                    fill_increase: np.ndarray | None = None) -> np.ndarray:
     """crossdock's default GPU placement score (higher is better).
 
     With ``cpu_aware_delta`` (the decrease of :func:`cpu_aware_frag`), both measures must
@@ -285,12 +329,23 @@ def crossdock_score(delta: np.ndarray, tier: np.ndarray, cpu_aware_delta: np.nda
     The :func:`packing_tier` orders what is left tied ("joins a shared GPU, then a node in
     use"), which packs on purpose and keeps idle nodes whole for multi-GPU jobs; ties left are
     the caller's (a fixed node order).
+
+    For a GPU share, ``fill_increase`` comes first: how much the :func:`fill_waste` of the GPU
+    it lands on grows (``w[free - share] - w[free]``, -1000..1000), least first, as
+    ``(1000 - fill_increase)·10⁷`` on top of the rest (which stays below 10⁷). FGD asks whether
+    the next typical pod fits a remnant; this asks whether the workload's common shares can
+    still fill it to the brim: a 320-milli share goes into a GPU with 350 free (30 left, as a
+    650-milli pod would leave) before one with 530 free (210 left, which no common share fits).
     """
     tier = np.asarray(tier, np.int64)
     if cpu_aware_delta is None:
-        return fgd_score(delta) * 10 + tier
-    f, c = fgd_score(np.stack([delta, cpu_aware_delta]))
-    return np.minimum(f, c) * 10_000 + (f + c) * 10 + tier
+        score = fgd_score(delta) * 10 + tier
+    else:
+        f, c = fgd_score(np.stack([delta, cpu_aware_delta]))
+        score = np.minimum(f, c) * 10_000 + (f + c) * 10 + tier
+    if fill_increase is not None:
+        score = score + (MILLI - np.asarray(fill_increase, np.int64)) * 10_000_000
+    return score
 
 
 CROSSDOCK_PLUGIN = "CrossdockGpu"
@@ -322,8 +377,9 @@ def _register_plugin() -> None:
     It reads the cycle's fragmentation cache (``state.extra["frag"]``, a ``FragCache`` built for
     the cycle's typical pods, which keeps both measures per node) and places devices as the
     scheduler does (whole GPUs on idle devices, a share on its best-fit device). It scores
-    CPU-only jobs too: on GPU nodes their CPU decides whether GPUs stay usable. Values run 0..1,002,003 (:func:`crossdock_score`); the ``binpack`` profile
-    weights it so that resource scores only break its ties.
+    CPU-only jobs too: on GPU nodes their CPU decides whether GPUs stay usable. Values run
+    0..1,002,003, and up to 2·10¹⁰ for a share (:func:`crossdock_score`); the ``binpack``
+    profile weights it so that resource scores only break its ties.
     """
     try:
         from crossdock.queue.scheduler.framework import FEW_NODES
@@ -340,28 +396,31 @@ def _register_plugin() -> None:
                 return np.zeros(len(idx), np.int64)
             cache.settle()
             after = self.after_ints if len(idx) <= FEW_NODES else self.after_arrays
-            fgd_after, aware_after, shared = after(state, req, cache, idx)
+            fgd_after, aware_after, chosen = after(state, req, cache, idx)
             inv = state.inventory
             in_use = (inv.gpu_free[idx] < inv.gpu_total[idx]) | (inv.cpu_used[idx] > 0)
             cpu_aware = cache.cpu_frag[idx] - aware_after if self.cpu_aware(state, req, cache) else None
-            return crossdock_score(cache.frag[idx] - fgd_after, packing_tier(in_use, shared), cpu_aware)
+            shared = fill = None
+            if chosen is not None:
+                waste = cache.typical.fill_waste
+                shared, fill = chosen < MILLI, waste[chosen - req.gpu_share_milli] - waste[chosen]
+            return crossdock_score(cache.frag[idx] - fgd_after, packing_tier(in_use, shared), cpu_aware, fill)
 
         @staticmethod
         def after_arrays(state, req, cache, idx: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray | None]:
-            """Both fragmentations of each node after the placement, and for a GPU share whether
-            it joins a GPU already shared."""
+            """Both fragmentations of each node after the placement, and for a GPU share the free
+            share of the GPU it takes (its best-fit device) before it lands."""
             typical = cache.typical
             # take(): numpy copies rows of a 2-D array several times faster than with a[idx]
             total, cnt, below = cache.total[idx], cache.cnt.take(idx, axis=0), cache.below.take(idx, axis=0)
             sorted_after = cache.sorted_left.take(idx, axis=0)
-            shared = None
+            chosen = None
             if req.gpu_share_milli:
                 left = cache._left(idx)
                 rows = np.arange(len(idx))
                 pick = np.where(left >= req.gpu_share_milli, left, MILLI + 1).argmin(axis=1)
                 chosen = left[rows, pick]
                 after = parts_after(total, cnt, below, typical, req.gpu_share_milli, 1, chosen)
-                shared = chosen < MILLI
                 left[rows, pick] -= req.gpu_share_milli
                 sorted_after = sorted_free(left)
             elif req.gpus:  # whole GPUs leave the idle devices, the largest entries
@@ -372,14 +431,14 @@ def _register_plugin() -> None:
                 after = (total, cnt, below)
             fgd_after, aware_after = both_frags(*after, sorted_after, state.inventory.cpu_free[idx] - req.cpu_milli,
                                                 cache.access.take(idx, axis=0), typical)
-            return fgd_after, aware_after, shared
+            return fgd_after, aware_after, chosen
 
         @staticmethod
         def after_ints(state, req, cache, idx: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray | None]:
             """:meth:`after_arrays` node by node in Python ints: the same values, without numpy's
             per-call cost (most calls score one to a few nodes)."""
             cpu_free, share = state.inventory.cpu_free, req.gpu_share_milli
-            fgd, aware, shared = [], [], []
+            fgd, aware, chosen = [], [], []
             for i in idx.tolist():
                 total, cnt, below = int(cache.total[i]), cache.cnt[i].tolist(), cache.below[i].tolist()
                 ordered = cache.sorted_left[i].tolist()
@@ -387,7 +446,7 @@ def _register_plugin() -> None:
                     left = cache.left_of(i)
                     pick = min(range(len(left)), key=lambda c: left[c] if left[c] >= share else MILLI + 1)
                     total, cnt, below = node_parts_after(total, cnt, below, cache.need, share, 1, left[pick])
-                    shared.append(left[pick] < MILLI)
+                    chosen.append(left[pick])
                     left[pick] -= share
                     ordered = sorted(left, reverse=True)
                 elif req.gpus:
@@ -397,7 +456,7 @@ def _register_plugin() -> None:
                                       cache.access[i].tolist(), cache.pods)
                 fgd.append(f)
                 aware.append(a)
-            return cache.weigh(fgd), cache.weigh(aware), np.array(shared) if share else None
+            return cache.weigh(fgd), cache.weigh(aware), np.array(chosen, np.int64) if share else None
 
         @staticmethod
         def cpu_aware(state, req, cache) -> bool:
