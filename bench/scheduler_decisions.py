@@ -11,11 +11,8 @@ Run: ``python bench/scheduler_decisions.py dump out.json [--seeds 40] [--scale 1
 ``python bench/scheduler_decisions.py compare before.json after.json`` (exit status 1 on any
 difference, with the first differences printed).
 
-``dump`` runs with ``PYTHONHASHSEED=0`` (it restarts itself with it): the order in which a score
-call sees its nodes follows their state signatures (``Inventory.sig``, hashes of bytes, which
-Python salts per process), and that order can move the last bit of a fragmentation sum, which
-can flip FGD's truncated sigmoid at Δ = 0; with the salt fixed, two versions are compared on
-the same order.
+Decisions do not depend on the process: two dumps of one version under different
+``PYTHONHASHSEED`` values are identical (``tests/unit/scheduler/test_scheduler_determinism.py``).
 """
 
 from __future__ import annotations
@@ -23,7 +20,6 @@ from __future__ import annotations
 import argparse
 import hashlib
 import json
-import os
 import random
 import sys
 import time
@@ -376,8 +372,6 @@ def main() -> None:
     c.add_argument("b")
     args = ap.parse_args()
     if args.cmd == "dump":
-        if os.environ.get("PYTHONHASHSEED") != "0":
-            os.execve(sys.executable, [sys.executable, *sys.argv], {**os.environ, "PYTHONHASHSEED": "0"})
         dump(args.out, args.seeds, args.scale, args.big)
     else:
         sys.exit(compare(args.a, args.b))

@@ -158,8 +158,7 @@ class Inventory:
         if self.quiet:
             return
         used = self.cpu_used[i] or self.mem_used[i] or self.pods_used[i] or idle < total
-        self.sig[i] = hash((int(self.shape_id[i]), int(self.cpu_used[i]), int(self.mem_used[i]),
-                            int(self.pods_used[i]), self.dev_free[i].tobytes())) if used else self.shape_id[i]
+        self.sig[i] = self._state_sig(i) if used else self.shape_id[i]
         self.changes.append(i)
         for listener in self.listeners:
             listener(i)
@@ -179,9 +178,14 @@ class Inventory:
             arr[:] = [len(s.get(p, ())) for s in self.slice_free]
         for i in np.flatnonzero((self.cpu_used != 0) | (self.mem_used != 0) | (self.pods_used != 0)
                                 | (ex & (self.dev_free != FULL)).any(axis=1)):
-            self.sig[i] = hash((int(self.shape_id[i]), int(self.cpu_used[i]), int(self.mem_used[i]),
-                                int(self.pods_used[i]), self.dev_free[i].tobytes()))
+            self.sig[i] = self._state_sig(i)
         self.changes.extend(range(self.n))
+
+    def _state_sig(self, i: int) -> int:
+        """``sig`` of node ``i`` in use: a hash of ints only, which Python does not salt per process
+        (it salts bytes and strings), so the order of the states a score call sees is the input's."""
+        return hash((int(self.shape_id[i]), int(self.cpu_used[i]), int(self.mem_used[i]), int(self.pods_used[i]),
+                     *self.dev_free[i].tolist()))
 
     # --- snapshot allocations ----------------------------------------------------------------
     def load(self, allocations) -> None:
