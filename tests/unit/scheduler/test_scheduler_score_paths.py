@@ -2,7 +2,8 @@
 
 The score plugins take a Python path for calls of up to ``FEW_NODES`` nodes (most calls of a
 cycle). A float that differs in its last bit can flip FGD's truncated sigmoid at Δ = 0, so the
-fragmentations must be the very same floats, not merely close ones.
+fragment rows must be the very same ints, and a node's GPU score the same whichever other nodes
+share its call.
 """
 
 from __future__ import annotations
@@ -88,7 +89,7 @@ def test_settling_a_few_nodes_in_python_equals_numpy(data):
     assume(rows)
     ints.settle_ints(rows)
     arrays.settle_arrays(np.array(rows, np.int64))
-    for name in ("total", "cnt", "below", "sorted_left", "frag", "cpu_frag"):
+    for name in ("total", "cnt", "below", "sorted_left", "fragments", "cpu_fragments"):
         assert np.array_equal(getattr(ints, name), getattr(arrays, name)), name
 
 
@@ -108,6 +109,18 @@ def test_crossdock_score_of_a_few_nodes_in_python_equals_numpy(data):
             assert np.array_equal(fgd, want_fgd) and np.array_equal(aware, want_aware)
             assert (shared is None) == (want_shared is None)
             assert shared is None or np.array_equal(shared, want_shared)
+
+
+@SETTINGS
+@given(data=st.data(), plugin=st.sampled_from([gpu_frag.CROSSDOCK_PLUGIN, gpu_frag.NAME]))
+def test_a_nodes_gpu_score_does_not_depend_on_the_other_nodes_of_the_call(data, plugin):
+    state, reqs = cluster_state(data)
+    score = create(plugin).score
+    change_nodes(data, state.inventory, data.draw(st.integers(0, 6)))
+    every = np.arange(state.inventory.n)
+    for req in reqs:
+        alone = [int(score(state, req, np.array([i]))[0]) for i in every]
+        assert score(state, req, every).tolist() == alone
 
 
 @SETTINGS

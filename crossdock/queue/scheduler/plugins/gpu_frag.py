@@ -14,7 +14,9 @@ Fragmentation Gradient Descent" (USENIX ATC'23) and its simulator
   sum over nodes (in milli-GPU).
 
 The scores compare a node before and after a candidate placement (``Δ = frag_before -
-frag_after``, higher is better):
+frag_after``, higher is better; the live plugins weigh the difference of the two
+:func:`both_fragments` rows, so a node that a placement leaves as it was gets exactly 0 whatever
+other nodes share the call, on which the last bit of a float product can depend):
 
 - :func:`fgd_score` is the FGD authors' integer score, ``int(100·sigmoid(Δ/1000))``.
 - :func:`crossdock_score` is crossdock's default GPU placement score: for a GPU share first how
@@ -30,12 +32,14 @@ Public API::
     typical_pods(cpu, gpu_milli, num_gpu, spec, popularity=0.95) -> TypicalPods
     access_matrix(model, typical) -> bool (N, T)          # may node n run typical pod t's model?
     frag_parts(gpu_left, typical) -> (total, cnt, below)   # per-node caches, see FragParts
+    fragments_from_parts(total, cnt, below, cpu_left, access, typical) -> int (N, T)
     frag_from_parts(total, cnt, below, cpu_left, access, typical) -> float (N,)
     node_frag(gpu_left, cpu_left, model, typical) -> float (N,)
     parts_after(total, cnt, below, typical, milli, num, left=None) -> (total', cnt', below')
     fgd_score(delta) -> int array
     sorted_free(gpu_left) -> int (N, G)                      # free milli per GPU, largest first
     cpu_aware_frag(sorted_left, cpu_left, access, typical) -> float (N,)
+    both_fragments(total, cnt, below, sorted_left, cpu_left, access, typical) -> int (N, T) each
     both_frags(total, cnt, below, sorted_left, cpu_left, access, typical) -> (FGD, CPU-aware)
     node_parts(ordered, need) -> (prefix, cnt, below)             # one node, Python ints
     node_parts_after(total, cnt, below, need, milli, num, left=0) -> (total', cnt', below')
@@ -140,13 +144,19 @@ def frag_parts(gpu_left: np.ndarray, typical: TypicalPods) -> tuple[np.ndarray, 
     return total, cnt, below
 
 
+def fragments_from_parts(total: np.ndarray, cnt: np.ndarray, below: np.ndarray, cpu_left: np.ndarray,
+                         access: np.ndarray, typical: TypicalPods) -> np.ndarray:
+    """(N, T) ints: per node (or candidate state) and typical pod, the free milli-GPU counted as
+    fragment, from the node's caches (before the frequency weighting)."""
+    fits = (typical.uses_gpu[None, :] & access & (cnt >= typical.num[None, :])
+            & (np.asarray(cpu_left)[:, None] >= typical.cpu[None, :]))
+    return np.where(fits, below, np.asarray(total)[:, None])
+
+
 def frag_from_parts(total: np.ndarray, cnt: np.ndarray, below: np.ndarray, cpu_left: np.ndarray,
                     access: np.ndarray, typical: TypicalPods) -> np.ndarray:
     """Fragmentation (milli-GPU, float) of each node (or candidate state) from its caches."""
-    fits = (typical.uses_gpu[None, :] & access & (cnt >= typical.num[None, :])
-            & (np.asarray(cpu_left)[:, None] >= typical.cpu[None, :]))
-    per_pod = np.where(fits, below, np.asarray(total)[:, None])
-    return per_pod @ typical.freq
+    return fragments_from_parts(total, cnt, below, cpu_left, access, typical) @ typical.freq
 
 
 def node_frag(gpu_left: np.ndarray, cpu_left: np.ndarray, model: np.ndarray, typical: TypicalPods) -> np.ndarray:
@@ -243,18 +253,27 @@ def cpu_aware_frag(sorted_left: np.ndarray, cpu_left: np.ndarray, access: np.nda
     return both_frags(left.sum(axis=1), cnt, None, left, cpu_left, access, typical)[1]
 
 
-def both_frags(total: np.ndarray, cnt: np.ndarray, below: np.ndarray | None, sorted_left: np.ndarray,
-               cpu_left: np.ndarray, access: np.ndarray, typical: TypicalPods) -> tuple[np.ndarray | None, np.ndarray]:
-    """FGD's fragmentation (:func:`frag_from_parts`; None without ``below``) and
-    :func:`cpu_aware_frag` of the same nodes or candidate states, sharing their fit test."""
+def both_fragments(total: np.ndarray, cnt: np.ndarray, below: np.ndarray | None, sorted_left: np.ndarray,
+                   cpu_left: np.ndarray, access: np.ndarray, typical: TypicalPods
+                   ) -> tuple[np.ndarray | None, np.ndarray]:
+    """:func:`both_frags` before the frequency weighting: (N, T) ints per measure (FGD's None
+    without ``below``), the free milli-GPU each counts as fragment per typical pod."""
     cpu = np.asarray(cpu_left, np.int64)[:, None]
     fits = typical.uses_gpu[None, :] & access & (cnt >= typical.num[None, :]) & (cpu >= typical.cpu[None, :])
-    fgd = None if below is None else np.where(fits, below, total[:, None]) @ typical.freq
+    fgd = None if below is None else np.where(fits, below, total[:, None])
     prefix = np.zeros((len(sorted_left), sorted_left.shape[1] + 1), np.int64)
     np.cumsum(sorted_left, axis=1, out=prefix[:, 1:])
     usable_gpus = np.where(fits, np.minimum(cnt, (cpu // typical.cpu[None, :]) * typical.num[None, :]), 0)
     usable = prefix[np.arange(len(prefix))[:, None], usable_gpus]
-    return fgd, (np.asarray(total)[:, None] - usable) @ typical.freq
+    return fgd, np.asarray(total)[:, None] - usable
+
+
+def both_frags(total: np.ndarray, cnt: np.ndarray, below: np.ndarray | None, sorted_left: np.ndarray,
+               cpu_left: np.ndarray, access: np.ndarray, typical: TypicalPods) -> tuple[np.ndarray | None, np.ndarray]:
+    """FGD's fragmentation (:func:`frag_from_parts`; None without ``below``) and
+    :func:`cpu_aware_frag` of the same nodes or candidate states, sharing their fit test."""
+    fgd, aware = both_fragments(total, cnt, below, sorted_left, cpu_left, access, typical)
+    return None if fgd is None else fgd @ typical.freq, aware @ typical.freq
 
 
 def node_parts(ordered: Sequence[int], need: Sequence[int]) -> tuple[list[int], list[int], list[int]]:
@@ -281,11 +300,10 @@ def node_parts_after(total: int, cnt: list[int], below: list[int], need: Sequenc
 
 def node_fragments(total: int, cnt: Sequence[int], below: Sequence[int], prefix: Sequence[int], cpu_left: int,
                    access: Sequence[bool], pods: Sequence[tuple[bool, int, int]]) -> tuple[list[int], list[int]]:
-    """One node's (or candidate state's) row of :func:`both_frags`, in Python ints: per typical
-    pod, the free milli-GPU FGD counts as fragment and the part the CPU-aware measure counts.
-    ``prefix`` holds the prefix sums of its :func:`sorted_free` row; ``pods`` is
-    ``(uses_gpu, num, cpu)`` per typical pod. Rows stacked into an array and multiplied by
-    ``typical.freq`` give ``both_frags``' floats bit for bit: the same matrix, the same product."""
+    """One node's (or candidate state's) rows of :func:`both_fragments`, in Python ints: per
+    typical pod, the free milli-GPU FGD counts as fragment and the part the CPU-aware measure
+    counts. ``prefix`` holds the prefix sums of its :func:`sorted_free` row; ``pods`` is
+    ``(uses_gpu, num, cpu)`` per typical pod."""
     fgd, aware = [], []
     for c, b, ok, (gpu, num, cpu) in zip(cnt, below, access, pods):
         if gpu and ok and c >= num and cpu_left >= cpu:
@@ -399,17 +417,20 @@ def _register_plugin() -> None:
             fgd_after, aware_after, chosen = after(state, req, cache, idx)
             inv = state.inventory
             in_use = (inv.gpu_free[idx] < inv.gpu_total[idx]) | (inv.cpu_used[idx] > 0)
-            cpu_aware = cache.cpu_frag[idx] - aware_after if self.cpu_aware(state, req, cache) else None
+            delta = cache.weigh(cache.fragments.take(idx, axis=0) - fgd_after)
+            cpu_aware = (cache.weigh(cache.cpu_fragments.take(idx, axis=0) - aware_after)
+                         if self.cpu_aware(state, req, cache) else None)
             shared = fill = None
             if chosen is not None:
                 waste = cache.typical.fill_waste
                 shared, fill = chosen < MILLI, waste[chosen - req.gpu_share_milli] - waste[chosen]
-            return crossdock_score(cache.frag[idx] - fgd_after, packing_tier(in_use, shared), cpu_aware, fill)
+            return crossdock_score(delta, packing_tier(in_use, shared), cpu_aware, fill)
 
         @staticmethod
         def after_arrays(state, req, cache, idx: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray | None]:
-            """Both fragmentations of each node after the placement, and for a GPU share the free
-            share of the GPU it takes (its best-fit device) before it lands."""
+            """Both measures' fragment rows (:func:`both_fragments`) of each node after the
+            placement, and for a GPU share the free share of the GPU it takes (its best-fit device)
+            before it lands."""
             typical = cache.typical
             # take(): numpy copies rows of a 2-D array several times faster than with a[idx]
             total, cnt, below = cache.total[idx], cache.cnt.take(idx, axis=0), cache.below.take(idx, axis=0)
@@ -429,8 +450,8 @@ def _register_plugin() -> None:
                                               axis=1)
             else:
                 after = (total, cnt, below)
-            fgd_after, aware_after = both_frags(*after, sorted_after, state.inventory.cpu_free[idx] - req.cpu_milli,
-                                                cache.access.take(idx, axis=0), typical)
+            fgd_after, aware_after = both_fragments(*after, sorted_after, state.inventory.cpu_free[idx] - req.cpu_milli,
+                                                    cache.access.take(idx, axis=0), typical)
             return fgd_after, aware_after, chosen
 
         @staticmethod
@@ -456,7 +477,7 @@ def _register_plugin() -> None:
                                       cache.access[i].tolist(), cache.pods)
                 fgd.append(f)
                 aware.append(a)
-            return cache.weigh(fgd), cache.weigh(aware), np.array(chosen, np.int64) if share else None
+            return np.array(fgd, np.int64), np.array(aware, np.int64), np.array(chosen, np.int64) if share else None
 
         @staticmethod
         def cpu_aware(state, req, cache) -> bool:

@@ -2,7 +2,8 @@
 
 For each candidate node it compares the node's fragmentation for the cycle's typical pods
 before and after placing this worker (the device choice is the scheduler's: idle devices for
-whole GPUs, the best-fit device for a share) and returns ``gpu_frag.fgd_score(Δ)``.
+whole GPUs, the best-fit device for a share) and returns ``gpu_frag.fgd_score(Δ)``, Δ being the
+frequency-weighted sum of the fragment rows' difference (exactly 0 where they are equal).
 
 The typical pods are the cycle's pending demands (:func:`typical_of`). The per-node parts of the
 measure are kept in a :class:`FragCache` that the inventory refreshes for each node it changes,
@@ -43,9 +44,9 @@ def typical_of(requests: Sequence[Request], model_names: Sequence[str]) -> gpu_f
 
 
 class FragCache:
-    """Per-node fragmentation parts (``gpu_frag.frag_parts``), free shares largest first, FGD's
-    fragmentation (``frag``) and the CPU-aware one (``cpu_frag``, ``gpu_frag.cpu_aware_frag``),
-    kept current."""
+    """Per-node fragmentation parts (``gpu_frag.frag_parts``), free shares largest first, and the
+    rows of FGD's fragment per typical pod (``fragments``) and of the CPU-aware one
+    (``cpu_fragments``, ``gpu_frag.both_fragments``), kept current."""
 
     def __init__(self, inv: Inventory, typical: gpu_frag.TypicalPods, node_model: np.ndarray):
         self.inv, self.typical = inv, typical
@@ -53,8 +54,8 @@ class FragCache:
         left = self._left(np.arange(inv.n))
         self.total, self.cnt, self.below = gpu_frag.frag_parts(left, typical)
         self.sorted_left = gpu_frag.sorted_free(left)
-        self.frag, self.cpu_frag = gpu_frag.both_frags(self.total, self.cnt, self.below, self.sorted_left,
-                                                       inv.cpu_free, self.access, typical)
+        self.fragments, self.cpu_fragments = gpu_frag.both_fragments(
+            self.total, self.cnt, self.below, self.sorted_left, inv.cpu_free, self.access, typical)
         self.need = np.maximum(typical.milli, 1).tolist()
         self.pods = list(zip(typical.uses_gpu.tolist(), typical.num.tolist(), typical.cpu.tolist()))
         """Per typical pod ``(uses_gpu, num, cpu)``, for ``gpu_frag.node_fragments``."""
@@ -71,9 +72,9 @@ class FragCache:
         inv = self.inv
         return [max(f, 0) if e else 0 for f, e in zip(inv.dev_free[i].tolist(), inv.dev_exists[i].tolist())]
 
-    def weigh(self, rows: list[list[int]]) -> np.ndarray:
-        """The frequency-weighted sums of ``gpu_frag.node_fragments`` rows (``both_frags``' product)."""
-        return np.array(rows, np.float64) @ self.typical.freq
+    def weigh(self, rows: np.ndarray) -> np.ndarray:
+        """The frequency-weighted sums of fragment rows (or of their differences): fragmentations."""
+        return rows @ self.typical.freq
 
     def settle(self) -> None:
         """Recompute the rows of the nodes that changed since the last score, in one batch."""
@@ -91,21 +92,17 @@ class FragCache:
         t, c, b = gpu_frag.frag_parts(left, self.typical)
         self.total[rows], self.cnt[rows], self.below[rows] = t, c, b
         self.sorted_left[rows] = ordered = gpu_frag.sorted_free(left)
-        self.frag[rows], self.cpu_frag[rows] = gpu_frag.both_frags(t, c, b, ordered, self.inv.cpu_free[rows],
-                                                                   self.access.take(rows, axis=0), self.typical)
+        self.fragments[rows], self.cpu_fragments[rows] = gpu_frag.both_fragments(
+            t, c, b, ordered, self.inv.cpu_free[rows], self.access.take(rows, axis=0), self.typical)
 
     def settle_ints(self, rows: list[int]) -> None:
         """:meth:`settle_arrays` node by node in Python ints: the same values."""
-        fgd, aware = [], []
         for i in rows:
             self.sorted_left[i] = ordered = sorted(self.left_of(i), reverse=True)
             prefix, cnt, below = gpu_frag.node_parts(ordered, self.need)
             self.total[i], self.cnt[i], self.below[i] = prefix[-1], cnt, below
-            f, a = gpu_frag.node_fragments(prefix[-1], cnt, below, prefix, int(self.inv.cpu_free[i]),
-                                           self.access[i].tolist(), self.pods)
-            fgd.append(f)
-            aware.append(a)
-        self.frag[rows], self.cpu_frag[rows] = self.weigh(fgd), self.weigh(aware)
+            self.fragments[i], self.cpu_fragments[i] = gpu_frag.node_fragments(
+                prefix[-1], cnt, below, prefix, int(self.inv.cpu_free[i]), self.access[i].tolist(), self.pods)
 
 
 @register
@@ -126,5 +123,5 @@ class GpuFragmentation:
         else:
             after = gpu_frag.parts_after(total, cnt, below, typical, FULL, req.gpus)
         cpu_left = state.inventory.cpu_free[idx] - req.cpu_milli
-        frag_after = gpu_frag.frag_from_parts(*after, cpu_left, cache.access.take(idx, axis=0), typical)
-        return gpu_frag.fgd_score(cache.frag[idx] - frag_after)
+        after_rows = gpu_frag.fragments_from_parts(*after, cpu_left, cache.access.take(idx, axis=0), typical)
+        return gpu_frag.fgd_score(cache.weigh(cache.fragments.take(idx, axis=0) - after_rows))
