@@ -154,3 +154,19 @@ def test_one_node_parts_equal_the_array_functions(left, milli, num):
     after = gpu_frag.node_parts_after(prefix[-1], cnt, below, need, milli, num, chosen)
     want = gpu_frag.parts_after(total, want_cnt, want_below, work, milli, num, np.array([chosen]))
     assert after == (int(want[0][0]), want[1][0].tolist(), want[2][0].tolist())
+
+
+deltas = st.lists(st.one_of(st.just(0.0), st.floats(-9000, 9000), st.integers(-9000, 9000).map(float)),
+                  min_size=1, max_size=FEW_NODES)
+
+
+@SETTINGS
+@given(delta=deltas, data=st.data())
+def test_crossdock_scores_of_a_few_placements_equal_the_array_formula(delta, data):
+    n = len(delta)
+    tier = data.draw(st.lists(st.integers(0, 3), min_size=n, max_size=n))
+    aware = data.draw(st.none() | st.lists(st.floats(-9000, 9000), min_size=n, max_size=n))
+    fill = data.draw(st.none() | st.lists(st.integers(-FULL, FULL), min_size=n, max_size=n))
+    want = gpu_frag.crossdock_score(np.array(delta), np.array(tier), None if aware is None else np.array(aware),
+                                    None if fill is None else np.array(fill))
+    assert gpu_frag.crossdock_scores_of(delta, tier, aware, fill) == want.tolist()

@@ -43,19 +43,20 @@ Public API::
     both_frags(total, cnt, below, sorted_left, cpu_left, access, typical) -> (FGD, CPU-aware)
     node_parts(ordered, need) -> (prefix, cnt, below)             # one node, Python ints
     node_parts_after(total, cnt, below, need, milli, num, left=0) -> (total', cnt', below')
-    node_fragments(total, cnt, below, prefix, cpu_left, access, pods) -> (FGD row, CPU-aware row)
+    node_fragments(total, cnt, below, prefix, cpu_left, pods) -> (FGD row, CPU-aware row)
     model_pressure(access, typical) -> float (N,)
     packing_tier(node_in_use, gpu_shared=None) -> int array
     fill_sizes(typical, min_share=FILL_SHARE) -> tuple of ints   # a whole GPU and the common shares
     fill_waste(sizes) -> int (MILLI + 1,)                    # least remainder of each free share
     crossdock_score(delta, tier, cpu_aware_delta=None, fill_increase=None) -> int array
+    fgd_score_of(delta) -> int; crossdock_scores_of(...) -> list of ints   # the same, a few placements
 """
 
 from __future__ import annotations
 
 from bisect import bisect_right
 from dataclasses import dataclass
-from functools import cached_property
+from functools import cached_property, lru_cache
 from itertools import accumulate
 from typing import Sequence
 
@@ -195,6 +196,13 @@ def fgd_score(delta: np.ndarray) -> np.ndarray:
     return (1.0 / (1.0 + np.exp(-(np.asarray(delta, np.float64) / 1000.0))) * 100).astype(np.int64)
 
 
+@lru_cache(maxsize=1 << 14)
+def fgd_score_of(delta: float) -> int:
+    """:func:`fgd_score` of one Δ, remembered: numpy's own sigmoid (``math.exp`` may differ in the
+    last bit), computed once per value; a cycle's Δ values repeat."""
+    return int(fgd_score(np.array([delta]))[0])
+
+
 FILL_SHARE = 0.03
 """A GPU share size counts as a filler when it makes up at least this fraction of the typical
 pods' GPU shares (by frequency)."""
@@ -299,19 +307,19 @@ def node_parts_after(total: int, cnt: list[int], below: list[int], need: Sequenc
 
 
 def node_fragments(total: int, cnt: Sequence[int], below: Sequence[int], prefix: Sequence[int], cpu_left: int,
-                   access: Sequence[bool], pods: Sequence[tuple[bool, int, int]]) -> tuple[list[int], list[int]]:
+                   pods: Sequence[tuple[int, int, int]]) -> tuple[list[int], list[int]]:
     """One node's (or candidate state's) rows of :func:`both_fragments`, in Python ints: per
     typical pod, the free milli-GPU FGD counts as fragment and the part the CPU-aware measure
     counts. ``prefix`` holds the prefix sums of its :func:`sorted_free` row; ``pods`` is
-    ``(uses_gpu, num, cpu)`` per typical pod."""
-    fgd, aware = [], []
-    for c, b, ok, (gpu, num, cpu) in zip(cnt, below, access, pods):
-        if gpu and ok and c >= num and cpu_left >= cpu:
-            fgd.append(b)
-            aware.append(total - prefix[min(c, cpu_left // cpu * num)])
-        else:
-            fgd.append(total)
-            aware.append(total)
+    ``(t, num, cpu)`` for each typical pod ``t`` that asks for a GPU of a model the node has (for
+    the others, all the free capacity is fragment)."""
+    fgd = [total] * len(cnt)
+    aware = fgd.copy()
+    for t, num, cpu in pods:
+        c = cnt[t]
+        if c >= num and cpu_left >= cpu:
+            fgd[t] = below[t]
+            aware[t] = total - prefix[min(c, cpu_left // cpu * num)]
     return fgd, aware
 
 
@@ -366,6 +374,21 @@ def crossdock_score(delta: np.ndarray, tier: np.ndarray, cpu_aware_delta: np.nda
     return score
 
 
+def crossdock_scores_of(delta: Sequence[float], tier: Sequence[int], cpu_aware_delta: Sequence[float] | None = None,
+                        fill_increase: Sequence[int] | None = None) -> list[int]:
+    """:func:`crossdock_score` of a few placements in Python ints (the same values), without
+    numpy's per-call cost."""
+    f = [fgd_score_of(d) for d in delta]
+    if cpu_aware_delta is None:
+        score = [x * 10 + t for x, t in zip(f, tier)]
+    else:
+        c = [fgd_score_of(d) for d in cpu_aware_delta]
+        score = [min(x, y) * 10_000 + (x + y) * 10 + t for x, y, t in zip(f, c, tier)]
+    if fill_increase is not None:
+        score = [s + (MILLI - x) * 10_000_000 for s, x in zip(score, fill_increase)]
+    return score
+
+
 CROSSDOCK_PLUGIN = "CrossdockGpu"
 
 
@@ -413,8 +436,9 @@ def _register_plugin() -> None:
             if cache is None or len(idx) == 0:
                 return np.zeros(len(idx), np.int64)
             cache.settle()
-            after = self.after_ints if len(idx) <= FEW_NODES else self.after_arrays
-            fgd_after, aware_after, chosen = after(state, req, cache, idx)
+            if len(idx) <= FEW_NODES:
+                return np.array(self.score_ints(state, req, cache, idx), np.int64)
+            fgd_after, aware_after, chosen = self.after_arrays(state, req, cache, idx)
             inv = state.inventory
             in_use = (inv.gpu_free[idx] < inv.gpu_total[idx]) | (inv.cpu_used[idx] > 0)
             delta = cache.weigh(cache.fragments.take(idx, axis=0) - fgd_after)
@@ -425,6 +449,22 @@ def _register_plugin() -> None:
                 waste = cache.typical.fill_waste
                 shared, fill = chosen < MILLI, waste[chosen - req.gpu_share_milli] - waste[chosen]
             return crossdock_score(delta, packing_tier(in_use, shared), cpu_aware, fill)
+
+        def score_ints(self, state, req, cache, idx: np.ndarray) -> list[int]:
+            """:meth:`score` of a few nodes in Python ints, but for the weighing (numpy's dot
+            products, so that a node's Δ is the same float in either path)."""
+            fgd_after, aware_after, chosen = self.after_ints(state, req, cache, idx)
+            delta = cache.weigh(cache.fragments.take(idx, axis=0) - fgd_after).tolist()
+            cpu_aware = (cache.weigh(cache.cpu_fragments.take(idx, axis=0) - aware_after).tolist()
+                         if self.cpu_aware(state, req, cache) else None)
+            inv = state.inventory
+            tier = [int(inv.gpu_free[i] < inv.gpu_total[i] or inv.cpu_used[i] > 0) for i in idx.tolist()]
+            fill = None
+            if chosen is not None:
+                waste, share = cache.fill_waste, req.gpu_share_milli
+                tier = [t + 2 * (c < MILLI) for t, c in zip(tier, chosen)]
+                fill = [waste[c - share] - waste[c] for c in chosen]
+            return crossdock_scores_of(delta, tier, cpu_aware, fill)
 
         @staticmethod
         def after_arrays(state, req, cache, idx: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray | None]:
@@ -455,9 +495,9 @@ def _register_plugin() -> None:
             return fgd_after, aware_after, chosen
 
         @staticmethod
-        def after_ints(state, req, cache, idx: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray | None]:
-            """:meth:`after_arrays` node by node in Python ints: the same values, without numpy's
-            per-call cost (most calls score one to a few nodes)."""
+        def after_ints(state, req, cache, idx: np.ndarray) -> tuple[list[list[int]], list[list[int]], list[int] | None]:
+            """:meth:`after_arrays` node by node in Python ints (lists): the same values, without
+            numpy's per-call cost (most calls score one to a few nodes)."""
             cpu_free, share = state.inventory.cpu_free, req.gpu_share_milli
             fgd, aware, chosen = [], [], []
             for i in idx.tolist():
@@ -474,10 +514,10 @@ def _register_plugin() -> None:
                     total, cnt, below = node_parts_after(total, cnt, below, cache.need, MILLI, req.gpus)
                     ordered = ordered[req.gpus:] + [0] * req.gpus
                 f, a = node_fragments(total, cnt, below, [0, *accumulate(ordered)], int(cpu_free[i]) - req.cpu_milli,
-                                      cache.access[i].tolist(), cache.pods)
+                                      cache.pods_of(i))
                 fgd.append(f)
                 aware.append(a)
-            return np.array(fgd, np.int64), np.array(aware, np.int64), np.array(chosen, np.int64) if share else None
+            return fgd, aware, chosen if share else None
 
         @staticmethod
         def cpu_aware(state, req, cache) -> bool:

@@ -56,9 +56,14 @@ class FragCache:
         self.sorted_left = gpu_frag.sorted_free(left)
         self.fragments, self.cpu_fragments = gpu_frag.both_fragments(
             self.total, self.cnt, self.below, self.sorted_left, inv.cpu_free, self.access, typical)
+        self.fill_waste = typical.fill_waste.tolist()
+        """``typical.fill_waste`` as a list, for scoring a few nodes."""
         self.need = np.maximum(typical.milli, 1).tolist()
-        self.pods = list(zip(typical.uses_gpu.tolist(), typical.num.tolist(), typical.cpu.tolist()))
-        """Per typical pod ``(uses_gpu, num, cpu)``, for ``gpu_frag.node_fragments``."""
+        _, first, pod_set = np.unique(node_model, return_index=True, return_inverse=True)  # access goes by model
+        self._pod_sets = [[(t, int(typical.num[t]), int(typical.cpu[t])) for t in np.flatnonzero(row).tolist()]
+                          for row in self.access[first] & typical.uses_gpu]
+        self._pod_set = pod_set.ravel().tolist()
+        """Per node, its entry of ``_pod_sets`` (see :meth:`pods_of`)."""
         self.dirty: set[int] = set()
         inv.listeners.append(self.dirty.add)
 
@@ -71,6 +76,11 @@ class FragCache:
         """:meth:`_left` of one node, as a list."""
         inv = self.inv
         return [max(f, 0) if e else 0 for f, e in zip(inv.dev_free[i].tolist(), inv.dev_exists[i].tolist())]
+
+    def pods_of(self, i: int) -> list[tuple[int, int, int]]:
+        """``(t, num, cpu)`` per typical pod ``t`` asking for a GPU of node ``i``'s model, for
+        ``gpu_frag.node_fragments``."""
+        return self._pod_sets[self._pod_set[i]]
 
     def weigh(self, rows: np.ndarray) -> np.ndarray:
         """The frequency-weighted sums of fragment rows (or of their differences): fragmentations."""
@@ -102,7 +112,7 @@ class FragCache:
             prefix, cnt, below = gpu_frag.node_parts(ordered, self.need)
             self.total[i], self.cnt[i], self.below[i] = prefix[-1], cnt, below
             self.fragments[i], self.cpu_fragments[i] = gpu_frag.node_fragments(
-                prefix[-1], cnt, below, prefix, int(self.inv.cpu_free[i]), self.access[i].tolist(), self.pods)
+                prefix[-1], cnt, below, prefix, int(self.inv.cpu_free[i]), self.pods_of(i))
 
 
 @register
