@@ -199,14 +199,21 @@ def _best_of(state: CycleState, profile: Profile, req: Request, mask: np.ndarray
         stale = np.flatnonzero(mask & ~hit.valid)
         rows = None
     else:
-        rows = np.array(sorted(set(changes[hit.mseen:])), np.int64)
-        stale = rows[mask[rows] & ~hit.valid[rows]]
+        rows = sorted(set(changes[hit.mseen:]))
+        if len(rows) <= FEW_STATES:  # numpy's fancy indexing costs more than a few nodes in Python
+            stale = np.array([i for i in rows if mask[i] and not hit.valid[i]], np.int64)
+        else:
+            rows = np.array(rows, np.int64)
+            stale = rows[mask[rows] & ~hit.valid[rows]]
     if len(stale):
         hit.value[stale] = _by_state(state, profile, req, stale, hit.known)
         hit.valid[stale] = True
     if rows is None:
         hit.masked, hit.mask = np.where(mask, hit.value, _LOWEST), mask
-    elif len(rows):
+    elif isinstance(rows, list):
+        for i in rows:
+            hit.masked[i] = hit.value[i] if mask[i] else _LOWEST
+    else:
         hit.masked[rows] = np.where(mask[rows], hit.value[rows], _LOWEST)
     hit.mseen = len(changes)
     return np.array([np.argmax(hit.masked)], np.int64)

@@ -319,7 +319,8 @@ def node_fragments(total: int, cnt: Sequence[int], below: Sequence[int], prefix:
         c = cnt[t]
         if c >= num and cpu_left >= cpu:
             fgd[t] = below[t]
-            aware[t] = total - prefix[min(c, cpu_left // cpu * num)]
+            fed = cpu_left // cpu * num  # min() costs more than the test
+            aware[t] = total - prefix[c if c < fed else fed]
     return fgd, aware
 
 
