@@ -64,6 +64,9 @@ class FragCache:
                           for row in self.access[first] & typical.uses_gpu]
         self._pod_set = pod_set.ravel().tolist()
         """Per node, its entry of ``_pod_sets`` (see :meth:`pods_of`)."""
+        self._states: dict[tuple[int, ...], tuple[list[int], ...]] = {}
+        """Node states settled this cycle, ``(*free shares largest first, free CPU, pod set)`` ->
+        :meth:`_state_rows`: nodes of a kind pass through the same few states."""
         self.dirty: set[int] = set()
         inv.listeners.append(self.dirty.add)
 
@@ -81,6 +84,18 @@ class FragCache:
         """``(t, num, cpu)`` per typical pod ``t`` asking for a GPU of node ``i``'s model, for
         ``gpu_frag.node_fragments``."""
         return self._pod_sets[self._pod_set[i]]
+
+    def _state_rows(self, ordered: list[int], cpu_left: int, i: int) -> tuple[list[int], ...]:
+        """``(prefix, cnt, below, FGD row, CPU-aware row)`` of node ``i`` with free shares
+        ``ordered`` (largest first) and ``cpu_left`` free CPU, in Python ints
+        (``gpu_frag.node_parts``, ``gpu_frag.node_fragments``), remembered per state."""
+        key = (*ordered, cpu_left, self._pod_set[i])
+        hit = self._states.get(key)
+        if hit is None:
+            prefix, cnt, below = gpu_frag.node_parts(ordered, self.need)
+            hit = self._states[key] = (prefix, cnt, below, *gpu_frag.node_fragments(
+                prefix[-1], cnt, below, prefix, cpu_left, self.pods_of(i)))
+        return hit
 
     def weigh(self, rows: np.ndarray) -> np.ndarray:
         """The frequency-weighted sums of fragment rows (or of their differences): fragmentations."""
@@ -109,10 +124,9 @@ class FragCache:
         """:meth:`settle_arrays` node by node in Python ints: the same values."""
         for i in rows:
             self.sorted_left[i] = ordered = sorted(self.left_of(i), reverse=True)
-            prefix, cnt, below = gpu_frag.node_parts(ordered, self.need)
+            prefix, cnt, below, fgd, aware = self._state_rows(ordered, int(self.inv.cpu_free[i]), i)
             self.total[i], self.cnt[i], self.below[i] = prefix[-1], cnt, below
-            self.fragments[i], self.cpu_fragments[i] = gpu_frag.node_fragments(
-                prefix[-1], cnt, below, prefix, int(self.inv.cpu_free[i]), self.pods_of(i))
+            self.fragments[i], self.cpu_fragments[i] = fgd, aware
 
 
 @register
