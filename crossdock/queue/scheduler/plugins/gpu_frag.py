@@ -226,7 +226,7 @@ def fill_waste(sizes: Sequence[int]) -> np.ndarray:
     """(MILLI + 1,) ints: ``w[g]`` is the least a free share of ``g`` milli-GPU can be brought
     down to by filling it with any number of pods of ``sizes`` (an unbounded knapsack's
     remainder). ``w[g] = 0`` when sizes add up to exactly ``g``; ``w[g] = g`` when none fits."""
-    w = np.arange(MILLI + 1, dtype=np.int64)
+    w = list(range(MILLI + 1))  # Python ints: numpy's per-element access would cost more than the loop
     steps = [s for s in sorted(set(sizes)) if 0 < s <= MILLI]
     for g in range(1, MILLI + 1):
         for s in steps:
@@ -234,7 +234,7 @@ def fill_waste(sizes: Sequence[int]) -> np.ndarray:
                 break
             if w[g - s] < w[g]:
                 w[g] = w[g - s]
-    return w
+    return np.array(w, np.int64)
 
 
 def sorted_free(gpu_left: np.ndarray) -> np.ndarray:
