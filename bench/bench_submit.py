@@ -43,7 +43,7 @@ def main() -> None:
 
     from crossdock.client import Client
     from crossdock.queue.models import JobSpec
-    from crossdock.runtime import celery_url
+    from crossdock.workers.app import celery_url
 
     n = args.jobs
     bare = Celery("bare", broker=celery_url(url))

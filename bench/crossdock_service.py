@@ -26,8 +26,8 @@ class CrossdockService:
         from crossdock.cli.admin import start_worker
         from crossdock.client import Client
         from crossdock.runtime import Runtime
-        from crossdock.workers.app import make_app
-        from crossdock.workers.scheduler import Scheduler, celery_sender
+        from crossdock.workers.app import celery_sender, make_app
+        from crossdock.workers.leader import Scheduler
 
         self.rt = Runtime.from_env()
         self.client = Client(self.rt)

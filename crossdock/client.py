@@ -108,8 +108,7 @@ class Client:
     @property
     def send(self):
         if self._send is None:
-            from crossdock.workers.app import make_app
-            from crossdock.workers.scheduler import celery_sender
+            from crossdock.workers.app import celery_sender, make_app
 
             self._send = celery_sender(make_app(self.runtime.redis_url))
         return self._send

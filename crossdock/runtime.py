@@ -1,4 +1,5 @@
-"""Wiring for one process: settings, Redis (embedded or given), the job store and the config."""
+"""Wiring for one process: settings, Redis (embedded or given), the job store, the config and
+the backends."""
 
 from __future__ import annotations
 
@@ -8,15 +9,9 @@ from functools import cached_property
 
 from crossdock.backends.redis_store import embedded
 from crossdock.backends.redis_store.store import JobStore
+from crossdock.backends.registry import BackendContext, Backends
 from crossdock.queue.config import ClusterConfig, load_config
-from crossdock.settings import Settings
-
-
-def celery_url(redis_url: str) -> str:
-    """Celery (kombu) spells a unix-socket Redis ``redis+socket://``."""
-    if redis_url.startswith("unix://"):
-        return "redis+socket://" + redis_url.removeprefix("unix://")
-    return redis_url
+from crossdock.settings import Settings, current_user
 
 
 @dataclass
@@ -34,11 +29,17 @@ class Runtime:
 
     @cached_property
     def store(self) -> JobStore:
-        return JobStore.from_url(self.redis_url, self.settings.prefix)
+        return JobStore.from_url(self.redis_url, self.settings.prefix, actor=current_user())
 
     @cached_property
     def config(self) -> ClusterConfig:
         return load_config(self.settings.config_path)
+
+    @cached_property
+    def backends(self) -> Backends:
+        """This process's backends, built on first use from the config and the environment."""
+        return Backends(BackendContext(self.config, self.store, self.settings.state_dir, os.environ,
+                                       self.child_env()))
 
     def child_env(self) -> dict[str, str]:
         """Environment for processes this one starts, pinned to the same Redis, config and state."""

@@ -2,40 +2,21 @@
 
 from __future__ import annotations
 
-import json
-from dataclasses import asdict, fields
 from datetime import datetime, timezone
-from types import MappingProxyType
 from typing import Iterable, Sequence
 
 from crossdock.backends.local import gpus
 from crossdock.backends.local.backend import local_nodes
-from crossdock.backends.redis_store.store import JobStore
 from crossdock.queue.admission import admit
 from crossdock.queue.models import Job, JobSpec
-from crossdock.queue.snapshot import GpuDevice, Node
+from crossdock.queue.snapshot import Node
 from crossdock.runtime import Runtime
-
-
-def save_inventory(store: JobStore, nodes: Sequence[Node]) -> None:
-    data = [{f.name: getattr(n, f.name) for f in fields(Node)} | {"labels": dict(n.labels),
-                                                                  "gpus": [asdict(g) for g in n.gpus]}
-            for n in nodes]
-    store.r.set(store.k.inventory, json.dumps(data))
 
 
 def load_inventory(rt: Runtime) -> list[Node]:
     """Nodes as the scheduler last saw them; before it ran, the local pools from the config."""
-    raw = rt.store.r.get(rt.store.k.inventory)
-    if raw is None:
-        return list(local_nodes(rt.config, gpus.discover()))
-    nodes = []
-    for d in json.loads(raw):
-        d["gpus"] = tuple(GpuDevice(**{**g, "mig": tuple(g.get("mig", ()))}) for g in d["gpus"])
-        d["labels"] = MappingProxyType(d["labels"])
-        d["taints"] = tuple(d.get("taints", ()))
-        nodes.append(Node(**d))
-    return nodes
+    nodes = rt.store.inventory()
+    return list(local_nodes(rt.config, gpus.discover())) if nodes is None else nodes
 
 
 def submit(rt: Runtime, specs: Iterable[JobSpec], token: str | None = None,

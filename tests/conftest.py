@@ -71,8 +71,8 @@ class Cluster:
     """A running crossdock: one Celery worker process and the scheduler loop in a thread."""
 
     def __init__(self, rt, tmp_path: Path):
-        from crossdock.workers.app import make_app
-        from crossdock.workers.scheduler import Scheduler, celery_sender
+        from crossdock.workers.app import celery_sender, make_app
+        from crossdock.workers.leader import Scheduler
 
         self.rt, self.tmp = rt, tmp_path
         self.app = make_app(rt.redis_url)

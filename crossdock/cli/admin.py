@@ -64,7 +64,7 @@ def worker_queues(rt) -> str:
 
 def start_worker(rt, concurrency: int, logfile: Path | None = None, loglevel: str = "WARNING") -> subprocess.Popen:
     """A Celery worker process for every backend queue the config uses, in its own process group."""
-    argv = [sys.executable, "-m", "celery", "-A", "crossdock.workers.app", "worker", "-Q", worker_queues(rt),
+    argv = [sys.executable, "-m", "celery", "-A", "crossdock.workers.worker", "worker", "-Q", worker_queues(rt),
             "-c", str(concurrency), "-P", "prefork", "--without-gossip", "--without-mingle", "--loglevel", loglevel]
     out = open(logfile, "ab") if logfile else None
     return subprocess.Popen(argv, env=rt.child_env(), stdout=out, stderr=out, start_new_session=True)
@@ -85,8 +85,8 @@ class Service:
     """The scheduler loop in a thread plus a Celery worker process, stopped cleanly together."""
 
     def __init__(self, rt, workers: int = 2, scheduler: bool = True, logfile: Path | None = None):
-        from crossdock.workers.app import make_app
-        from crossdock.workers.scheduler import Scheduler, celery_sender
+        from crossdock.workers.app import celery_sender, make_app
+        from crossdock.workers.leader import Scheduler
 
         self.rt = rt
         self.stop_event = threading.Event()

@@ -25,8 +25,7 @@ def runtime() -> Runtime:
 
 
 def sender():
-    from crossdock.workers.app import make_app
-    from crossdock.workers.scheduler import celery_sender
+    from crossdock.workers.app import celery_sender, make_app
 
     return celery_sender(make_app(runtime().redis_url))
 

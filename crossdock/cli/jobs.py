@@ -131,7 +131,7 @@ def show(job: str = typer.Argument(..., help="job id"), as_json: bool = typer.Op
     rt = runtime()
     for j in _jobs([job]):
         row = {**job_row(j), "spec": j.spec.model_dump(exclude_defaults=True, exclude={"env", "python"}),
-               "explanation": rt.store.field(j.id, "explanation"),
+               "explanation": j.explanation,
                "events": rt.store.events(j.id)}
         if as_json:
             print_json(row)
@@ -189,8 +189,7 @@ def requeue(refs: List[str] = typer.Argument(...)) -> None:
 
     def act(j: Job) -> bool:
         if j.state.active:
-            rt.store.update_if(j.id, (JobState.SCHEDULED, JobState.RUNNING), {"preempt_requested": "1",
-                                                                              "preempt_grace": 0})
+            rt.store.request_preempt(j.id, 0)
             send("crossdock.preempt", [j.id, 0], j.backend or "local")
             return True
         return rt.store.requeue(j.id, reason="Requeued")
@@ -204,11 +203,9 @@ def logs(job: str = typer.Argument(...), follow: bool = typer.Option(False, "--f
     from crossdock.backends.local.environment import output_paths
 
     j = _jobs([job])[0]
-    if j.backend == "k8s":  # container output lives with the pod; read it through the API
-        from crossdock.workers.backends import backend
-
+    if j.backend and runtime().backends.capabilities(j.backend).logs:  # e.g. a pod's output, through the API
         try:
-            sys.stdout.write(backend("k8s", runtime()).logs(j))
+            sys.stdout.write(runtime().backends(j.backend).logs(j))  # type: ignore[attr-defined]
         except CrossdockError as exc:
             fail(f"logs of job {j.display_id}: {exc}", code=1)
         return

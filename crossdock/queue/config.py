@@ -142,6 +142,11 @@ class Scheduler(_Cfg):
     requeue_delay_seconds: float = Field(0, ge=0)
     kill_wait_seconds: float = Field(30, ge=0)
     """Between SIGTERM and SIGKILL when a job hits its time limit or is cancelled (Slurm's KillWait)."""
+    min_job_age_seconds: float = Field(300, ge=0, le=365 * 86400)
+    """How long a finished job stays in the hot keys (``crossdock queue``, ``show``) before it moves
+    to a compact history record (Slurm's MinJobAge)."""
+    history_days: float = Field(30, gt=0, le=3650)
+    """How long history records of finished jobs are kept."""
 
 
 class ClusterConfig(_Cfg):

@@ -17,6 +17,7 @@ from datetime import datetime
 from typing import Iterator
 from typing import Sequence
 
+from crossdock.queue.backend_queue import admit_to_backend_queues
 from crossdock.queue.config import ClusterConfig
 from crossdock.queue.dependencies import DepStatus, evaluate
 from crossdock.queue.models import Job
@@ -122,6 +123,10 @@ def _run_cycle(snapshot: Snapshot, pending: Sequence[Job], config: ClusterConfig
     for req in ordered:
         cycle.schedule(req)
     lap("schedule")
+    # 6. backend queues: jobs still waiting for room, to pools that queue inside their backend
+    if any(p.backend_queue for p in config.pools.values()):
+        admit_to_backend_queues(result, snapshot, pending, config, now)
+        lap("backend_queue")
     result.timings.update(cycle.phase_time)
     for phase, seconds in result.timings.items():
         log.debug("cycle phase %s: %.6f s", phase, seconds)

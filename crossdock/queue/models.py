@@ -245,6 +245,16 @@ class Job(_Model):
     gpu_ids: list[str] = Field(default_factory=list)
     preempt_requested: bool = False
     """Being stopped for a higher-priority job (its capacity is freed at the end of its grace period)."""
+    preempt_grace: float | None = None
+    """Seconds the preempted job has between SIGTERM and SIGKILL."""
+    cancel_requested: bool = False
+    """A user cancelled the placed job; its backend is stopping it."""
+    dispatched: datetime | None = None
+    """When a dispatch task claimed this attempt (a pending cancel then waits for the backend)."""
+    pid: int | None = None
+    """The local job's process group, while it runs."""
+    explanation: str = ""
+    """Why the job is not running, node by node, as kube-scheduler explains it."""
     alloc_cpu_milli: int = 0
     alloc_mem_mib: int = 0
     exit_code: int | None = None

@@ -89,3 +89,5 @@ class Snapshot:
     """Decayed fair-share usage per ``queue`` and per ``queue/user`` key."""
     nominations: Mapping[int, str] = field(default_factory=lambda: MappingProxyType({}))
     """Pending preemptor job id -> node whose capacity is being freed for it (from earlier cycles)."""
+    backend_queued: Mapping[str, int] = field(default_factory=lambda: MappingProxyType({}))
+    """Pool -> jobs handed to its backend's own queue that have no node yet (``backend_queue``)."""

@@ -1,21 +1,30 @@
-"""The Celery app. Dispatch, cancel and preempt are tasks routed to one queue per backend.
+"""The Celery app factory. Dispatch, cancel and preempt are tasks routed to one queue per backend.
 
 Tasks are acknowledged late (after they ran) and rejected when their worker dies, so a task
 can run twice after a crash or a visibility timeout; every task is idempotent for that reason.
 The job store, not Celery's result backend, is the source of truth: results are ignored.
+Nothing connects or starts when this module is imported; ``crossdock.workers.worker`` is what a
+Celery worker process loads.
 """
 
 from __future__ import annotations
 
-from celery import Celery
+from typing import Callable
 
-from crossdock.runtime import Runtime, celery_url
+from celery import Celery
 
 QUEUE_PREFIX = "crossdock"
 
 
 def queue_for(backend: str) -> str:
     return f"{QUEUE_PREFIX}.{backend}"
+
+
+def celery_url(redis_url: str) -> str:
+    """Celery (kombu) spells a unix-socket Redis ``redis+socket://``."""
+    if redis_url.startswith("unix://"):
+        return "redis+socket://" + redis_url.removeprefix("unix://")
+    return redis_url
 
 
 def make_app(redis_url: str) -> Celery:
@@ -36,4 +45,12 @@ def make_app(redis_url: str) -> Celery:
     return app
 
 
-app = make_app(Runtime.from_env().redis_url)
+SendTask = Callable[[str, list, str], None]
+"""Send a task by name with its arguments to the queue of a backend kind."""
+
+
+def celery_sender(app: Celery) -> SendTask:
+    def send(name: str, args: list, backend_kind: str) -> None:
+        app.send_task(name, args=args, queue=queue_for(backend_kind))
+
+    return send

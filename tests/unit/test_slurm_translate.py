@@ -8,6 +8,7 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
+from crossdock.backends.redis_store.store import StopRequest
 from crossdock.backends.slurm.backend import SlurmBackend
 from crossdock.backends.slurm.cli import export_value, parse_sacct, sbatch_options
 from crossdock.backends.slurm.driver import SlurmJob, SlurmUnavailable, SubmitRejected, parse_gpu_gres, parse_job, parse_node
@@ -376,7 +377,7 @@ def test_parse_scontrol_values_with_spaces_and_signals():
 
 
 def test_backend_status_by_job_follows_tags_and_array_tasks():
-    from crossdock.backends.base import Backend
+    from crossdock.queue.ports import Backend
 
     driver = MemoryDriver()
     backend = SlurmBackend(driver)
@@ -401,14 +402,19 @@ def test_backend_status_by_job_follows_tags_and_array_tasks():
 
 
 class FakeStore:
+    """The stop requests the backend records and reads (the rest of the store is not needed)."""
+
     def __init__(self):
-        self.fields: dict[tuple[int, str], str] = {}
+        self.preempted: dict[int, float] = {}
 
-    def update_if(self, job_id, states, values):
-        self.fields.update({(job_id, k): str(v) for k, v in values.items()})
+    def request_preempt(self, job_id, grace_seconds):
+        self.preempted[job_id] = grace_seconds
 
-    def field(self, job_id, name):
-        return self.fields.get((job_id, name))
+    def stop_requests(self, ids):
+        return {i: StopRequest(False, True, self.preempted[i]) for i in ids if i in self.preempted}
+
+    def stop_request(self, job_id):
+        return self.stop_requests([job_id]).get(job_id)
 
 
 def test_preempted_job_is_reported_preempted_not_cancelled():
@@ -420,7 +426,7 @@ def test_preempted_job_is_reported_preempted_not_cancelled():
     job = _job(job_id=8, attempt=0)
     ref = backend.submit(job)
     backend.preempt(job.model_copy(update={"backend_ref": ref}), 0)
-    assert cancelled == [ref] and store.field(8, "preempt_requested") == "1"
+    assert cancelled == [ref] and 8 in store.preempted
     driver.records = [SlurmJob(job_id=int(ref), state="CANCELLED", reason="None", exit_code=0, signal=15,
                                comment=job_tag(8, 0))]
     st = backend.status([job])[8]

@@ -1,5 +1,6 @@
-"""The workers' side of a cycle: which admitted jobs one dispatch task submits together
-(``dispatch_groups``), and which waiting jobs go to a pool's backend queue (``overflow``)."""
+"""The dispatch side of a cycle: which admitted jobs one dispatch task submits together
+(``dispatch_groups``), and which waiting jobs the cycle's last phase hands to a pool's backend
+queue (``admit_to_backend_queues``)."""
 
 from datetime import datetime, timezone
 
@@ -11,7 +12,9 @@ from crossdock.queue.errors import ConfigError
 from crossdock.queue.models import ArraySpec, Job, JobSpec
 from crossdock.queue.snapshot import Node, Snapshot
 from crossdock.queue.states import JobState, Reason
-from crossdock.workers.scheduler import DispatchGroup, dispatch_groups, overflow
+from crossdock.queue.assembly import Records, build_snapshot
+from crossdock.queue.dispatch import DispatchGroup, dispatch_groups
+from crossdock.queue.ports import Capabilities
 
 NOW = datetime(2026, 1, 1, tzinfo=timezone.utc)
 
@@ -37,11 +40,22 @@ def array(first_id: int, n: int, max_running: int | None = None, queue: str = "q
                 array_job_id=first_id, array_task_id=t) for t in range(n)]
 
 
+CAPABILITIES = {"slurm": Capabilities(arrays=True, batches=True, reowns_claims=True, backend_queue=True),
+                "local": Capabilities(heartbeat=True)}
+
+
+def dispatch_groups_of(placements, jobs, running_per_array):
+    return dispatch_groups(placements, jobs, running_per_array, CAPABILITIES.__getitem__)
+
+
 def cycle(pending: list[Job], cfg, active: tuple[Job, ...] = (), running_per_array=None):
-    snap = Snapshot(nodes=NODES, running_per_array=running_per_array or {})
+    """One cycle; returns its result and the placements its backend-queue phase added (no nodes)."""
+    snap = build_snapshot(Records(pending, active, NODES), cfg)
+    if running_per_array:
+        snap = Snapshot(nodes=snap.nodes, allocations=snap.allocations, running_per_array=running_per_array,
+                        backend_queued=snap.backend_queued)
     result = run_cycle(snap, pending, cfg, NOW)
-    added = overflow(result, snap, pending, list(active), cfg, NOW)
-    return result, added
+    return result, [p for p in result.admitted if not p.nodes]
 
 
 # --- grouping -------------------------------------------------------------------------------------
@@ -55,7 +69,7 @@ def test_tasks_of_one_array_in_one_slurm_pool_are_one_group_and_local_jobs_go_al
     placements = [Placement(t.id, "hpc", "slurm", ("cpu1",)) for t in reversed(tasks)]
     placements += [Placement(20, "hpc", "slurm", ("cpu2",))]
     placements += [Placement(t.id, "box", "local", ("localhost",)) for t in local]
-    groups = dispatch_groups(placements, jobs, {})
+    groups = dispatch_groups_of(placements, jobs, {})
     assert DispatchGroup("slurm", 1, (10, 11, 12), 10, None) in groups
     assert sorted(g.job_ids for g in groups if g.array_job_id is None) == [(20,), (30,), (31,)]
     assert len(groups) == 4
@@ -64,17 +78,17 @@ def test_tasks_of_one_array_in_one_slurm_pool_are_one_group_and_local_jobs_go_al
 @pytest.mark.parametrize("running, throttle", [(0, 4), (1, 3), (3, 1)], ids=["free", "one-running", "one-slot"])
 def test_group_throttle_is_the_array_free_slots_at_the_start_of_the_cycle(running, throttle):
     tasks = array(10, 6, max_running=4)
-    groups = dispatch_groups([Placement(t.id, "hpc", "slurm", ()) for t in tasks], {t.id: t for t in tasks},
+    groups = dispatch_groups_of([Placement(t.id, "hpc", "slurm", ()) for t in tasks], {t.id: t for t in tasks},
                              {10: running})
     assert [(g.job_ids, g.throttle) for g in groups] == [(tuple(range(10, 16)), throttle)]
 
 
 def test_separate_jobs_of_one_pool_are_batched_in_chunks():
     lone = {i: Job(id=i, spec=JobSpec(command=["true"]), attempts=i % 2) for i in range(1, 141)}
-    groups = dispatch_groups([Placement(i, "hpc", "slurm", ("cpu1",)) for i in lone], lone, {})
+    groups = dispatch_groups_of([Placement(i, "hpc", "slurm", ("cpu1",)) for i in lone], lone, {})
     assert [len(g.job_ids) for g in groups] == [64, 64, 12] and all(g.batch for g in groups)
     assert [a for g in groups for a in g.attempts] == [i % 2 + 1 for i in range(1, 141)]
-    other = dispatch_groups([Placement(1, "hpc", "slurm", ()), Placement(2, "small", "slurm", ())], lone, {})
+    other = dispatch_groups_of([Placement(1, "hpc", "slurm", ()), Placement(2, "small", "slurm", ())], lone, {})
     assert sorted((g.job_ids, g.batch) for g in other) == [((1,), False), ((2,), False)]
 
 
@@ -83,7 +97,7 @@ def test_pools_and_attempts_split_groups_and_a_group_of_one_is_a_single_dispatch
     tasks[3] = tasks[3].model_copy(update={"attempts": 1})  # a requeued task: its next attempt is 2
     placements = [Placement(10, "hpc", "slurm", ()), Placement(11, "hpc", "slurm", ()),
                   Placement(12, "small", "slurm", ()), Placement(13, "hpc", "slurm", ())]
-    groups = {(g.job_ids, g.attempt, g.array_job_id) for g in dispatch_groups(placements, {t.id: t for t in tasks}, {})}
+    groups = {(g.job_ids, g.attempt, g.array_job_id) for g in dispatch_groups_of(placements, {t.id: t for t in tasks}, {})}
     assert groups == {((10, 11), 1, 10), ((12,), 1, None), ((13,), 2, None)}
 
 
@@ -101,7 +115,7 @@ def test_backend_queue_takes_what_does_not_fit_up_to_its_size_without_nodes():
     assert len(result.admitted) == 9 and len(added) == 5
     assert all(p.nodes == () and p.pool == "hpc" and p.backend == "slurm" and p.cpu_milli == 1000 for p in added)
     assert [j for j in range(1, 11) if j in result.pending] == [10]
-    groups = dispatch_groups(result.admitted, {t.id: t for t in array(1, 10)}, {})
+    groups = dispatch_groups_of(result.admitted, {t.id: t for t in array(1, 10)}, {})
     assert [g.job_ids for g in groups] == [tuple(range(1, 10))]
 
 
@@ -127,7 +141,7 @@ def test_a_throttled_array_goes_whole_with_its_free_slots_as_throttle():
     tasks = array(1, 10, max_running=3)
     result, added = cycle(tasks, config(backend_queue=50))
     assert len(result.admitted) == 10
-    groups = dispatch_groups(result.admitted, {t.id: t for t in tasks}, {})
+    groups = dispatch_groups_of(result.admitted, {t.id: t for t in tasks}, {})
     assert [(len(g.job_ids), g.throttle) for g in groups] == [(10, 3)]
 
 

@@ -12,12 +12,15 @@ default 300: it also counts time spent Pending, so it is only a backstop for the
 from __future__ import annotations
 
 import os
-from typing import Any
+from typing import Any, ClassVar, Mapping
 
-from crossdock.backends.kubernetes.backend import KubernetesBackend, Orphan, api_error
+from pydantic import BaseModel, ConfigDict, Field, ValidationError
+
+from crossdock.backends.kubernetes.backend import KubernetesBackend, api_error
 from crossdock.backends.kubernetes.informer import Informer
 from crossdock.backends.kubernetes.states import K8S_STATES, translate_job, translate_pod
 from crossdock.queue.config import ClusterConfig
+from crossdock.queue.ports import Orphan, settings_error
 
 __all__ = ["K8S_STATES", "Informer", "KubernetesBackend", "Orphan", "api_client", "api_error", "from_config",
            "translate_job", "translate_pod"]
@@ -38,17 +41,51 @@ def api_client(kubeconfig: str | None = None) -> Any:
     return config.new_client_from_config()
 
 
-def from_config(config: ClusterConfig, store: Any = None, **overrides: Any) -> KubernetesBackend:
-    """The backend for ``config``'s k8s pools, with PriorityClasses synced from its classes."""
-    env = os.environ
-    kwargs: dict[str, Any] = {
-        "namespace": env.get("CROSSDOCK_K8S_NAMESPACE", "default"),
-        "image": env.get("CROSSDOCK_K8S_IMAGE", "python:3.11-slim"),
-        "ttl_seconds_after_finished": int(env.get("CROSSDOCK_K8S_TTL_SECONDS", "3600")),
-        "deadline_slack_seconds": int(env.get("CROSSDOCK_K8S_DEADLINE_SLACK_SECONDS", "300")),
+CAPABILITIES = KubernetesBackend.capabilities
+
+
+class KubernetesSettings(BaseModel):
+    """The Kubernetes backend's settings, from the environment (see the module docstring)."""
+
+    model_config = ConfigDict(extra="forbid")
+    kubeconfig: str | None = None
+    namespace: str = Field("default", min_length=1, max_length=63)
+    image: str = Field("python:3.11-slim", min_length=1)
+    ttl_seconds_after_finished: int | None = Field(3600, ge=0)
+    deadline_slack_seconds: int = Field(300, ge=0)
+    sync_priority_classes: bool = True
+
+    ENV: ClassVar[dict[str, str]] = {
+        "namespace": "CROSSDOCK_K8S_NAMESPACE", "image": "CROSSDOCK_K8S_IMAGE",
+        "ttl_seconds_after_finished": "CROSSDOCK_K8S_TTL_SECONDS",
+        "deadline_slack_seconds": "CROSSDOCK_K8S_DEADLINE_SLACK_SECONDS",
+        "sync_priority_classes": "CROSSDOCK_K8S_SYNC_PRIORITY_CLASSES",
     }
+
+    @classmethod
+    def from_env(cls, env: Mapping[str, str]) -> "KubernetesSettings":
+        values: dict[str, Any] = {f: env[var] for f, var in cls.ENV.items() if var in env}
+        kubeconfig = env.get("CROSSDOCK_KUBECONFIG") or env.get("KUBECONFIG")
+        if kubeconfig:
+            values["kubeconfig"] = kubeconfig
+        try:
+            return cls.model_validate(values)
+        except ValidationError as exc:
+            raise settings_error(exc, cls.ENV) from None
+
+
+def from_config(config: ClusterConfig, store: Any = None, environ: Mapping[str, str] | None = None,
+                **overrides: Any) -> KubernetesBackend:
+    """The backend for ``config``'s k8s pools, with PriorityClasses synced from its classes."""
+    settings = KubernetesSettings.from_env(os.environ if environ is None else environ)
+    kwargs: dict[str, Any] = settings.model_dump(exclude={"kubeconfig", "sync_priority_classes"})
     kwargs.update(overrides)
-    backend = KubernetesBackend(config, api_client(kwargs.pop("kubeconfig", None)), store=store, **kwargs)
-    if env.get("CROSSDOCK_K8S_SYNC_PRIORITY_CLASSES", "1") != "0":
+    backend = KubernetesBackend(config, api_client(kwargs.pop("kubeconfig", settings.kubeconfig)), store=store,
+                                **kwargs)
+    if settings.sync_priority_classes:
         backend.sync_priority_classes()
     return backend
+
+
+def create(ctx: Any) -> KubernetesBackend:
+    return from_config(ctx.config, ctx.store, ctx.environ)

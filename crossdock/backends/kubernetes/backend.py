@@ -21,13 +21,13 @@ import json
 import logging
 import threading
 from collections.abc import Iterable, Mapping, Sequence
-from dataclasses import dataclass
 from typing import Any
 
 from kubernetes import client
 from kubernetes.client.rest import ApiException
 
-from crossdock.backends.base import BackendError, BackendStatus, BackendUnavailable, Inventory, SubmitFailed
+from crossdock.queue.ports import (BackendError, BackendStatus, BackendUnavailable, Capabilities, Inventory, Orphan,
+                                   SubmitFailed)
 from crossdock.backends.kubernetes import gangs
 from crossdock.backends.kubernetes import manifests as m
 from crossdock.backends.kubernetes import nodes
@@ -89,16 +89,9 @@ def _array_tasks(kjobs: Mapping[str, tuple[dict[str, Any], bool]]) -> dict[tuple
     return out
 
 
-@dataclass(frozen=True)
-class Orphan:
-    ref: str
-    job_id: int
-    attempt: int
-    why: str
-
-
 class KubernetesBackend:
     kind = "k8s"
+    capabilities = Capabilities(arrays=True, batches=True, reowns_claims=True, backend_queue=True, logs=True)
 
     def __init__(self, config: ClusterConfig, api_client: client.ApiClient, *, namespace: str = "default",
                  store: Any = None, image: str = "python:3.11-slim", ttl_seconds_after_finished: int | None = 3600,
@@ -171,7 +164,8 @@ class KubernetesBackend:
         log.info("Job %s already exists: replayed dispatch", ref)
         return ref
 
-    def submit(self, job: Job) -> str:
+    def submit(self, job: Job, fresh: bool = False) -> str:
+        """Create the Job; a replayed dispatch gets 409 and the existing Job, so ``fresh`` saves nothing."""
         manifest = self.manifest(job)
         return self._create(manifest, {m.LABEL_JOB_ID: str(job.id), m.LABEL_ATTEMPT: str(job.attempts)})
 
@@ -248,8 +242,7 @@ class KubernetesBackend:
 
     def preempt(self, job: Job, grace_seconds: int) -> None:
         if self.store is not None:
-            self.store.update_if(job.id, (JobState.SCHEDULED, JobState.RUNNING),
-                                 {"preempt_requested": "1", "preempt_grace": grace_seconds})
+            self.store.request_preempt(job.id, grace_seconds)
         self._stop(job, "preempted", grace_seconds)
 
     # --- follow -----------------------------------------------------------------------------
@@ -438,9 +431,12 @@ class KubernetesBackend:
         """Nothing left in the cluster: a stop crossdock asked for explains it, else it is unknown."""
         if self.store is None:
             return None
-        if self.store.field(job.id, "cancel_requested") == "1":
+        stop = self.store.stop_request(job.id)
+        if stop is None:
+            return None
+        if stop.cancel:
             return BackendStatus(ref, JobState.CANCELLED, Reason.CANCELLED_BY_USER, native_state="job/cancelled")
-        if self.store.field(job.id, "preempt_requested") == "1":
+        if stop.preempt:
             return BackendStatus(ref, JobState.PREEMPTED, Reason.PREEMPTED, native_state="job/preempted")
         return None
 

@@ -11,7 +11,8 @@ from pathlib import Path
 from types import MappingProxyType
 from typing import Sequence
 
-from crossdock.backends.base import BackendStatus, Inventory
+from crossdock.backends.local import CAPABILITIES
+from crossdock.queue.ports import BackendStatus, Inventory
 from crossdock.backends.local import gpus as gpu_discovery
 from crossdock.backends.redis_store.store import JobStore
 from crossdock.queue.config import ClusterConfig
@@ -47,6 +48,7 @@ def local_nodes(cfg: ClusterConfig, discovered: list[gpu_discovery.DiscoveredGpu
 
 class LocalBackend:
     kind = "local"
+    capabilities = CAPABILITIES
 
     def __init__(self, store: JobStore, cfg: ClusterConfig, state_dir: Path, env: dict[str, str]):
         self.store, self.cfg, self.state_dir, self.env = store, cfg, state_dir, env
@@ -57,24 +59,23 @@ class LocalBackend:
             self._gpus = gpu_discovery.discover()
         return Inventory(local_nodes(self.cfg, self._gpus or None))
 
-    def submit(self, job: Job) -> str:
+    def submit(self, job: Job, fresh: bool = False) -> str:
         """Start a detached supervisor for this attempt. The caller has claimed the dispatch, so
         a redelivered task never gets here twice for one attempt."""
         logdir = self.state_dir / "log"
         logdir.mkdir(parents=True, exist_ok=True)
         with open(logdir / f"supervisor-{job.id}.log", "ab") as log:
             proc = subprocess.Popen([sys.executable, "-m", "crossdock.backends.local.supervisor", str(job.id),
-                                     str(job.attempts), "--daemonize"], env=self.env, stdin=subprocess.DEVNULL,
+                                     str(job.attempts), str(self.cfg.scheduler.kill_wait_seconds), "--daemonize"], env=self.env, stdin=subprocess.DEVNULL,
                                     stdout=log, stderr=log, close_fds=True)
             proc.wait()  # the daemonizing parent exits at once
         return f"local:{socket.gethostname()}"
 
     def cancel(self, job: Job) -> None:
-        """The supervisor sees ``cancel_requested`` within a heartbeat and stops the job."""
+        """The supervisor sees the cancel request within a heartbeat and stops the job."""
 
     def preempt(self, job: Job, grace_seconds: int) -> None:
-        self.store.update_if(job.id, (JobState.SCHEDULED, JobState.RUNNING),
-                             {"preempt_requested": "1", "preempt_grace": grace_seconds})
+        self.store.request_preempt(job.id, grace_seconds)
 
     def status(self, jobs: Sequence[Job]) -> dict[int, BackendStatus]:
         alive = self.store.alive([j.id for j in jobs])
@@ -82,9 +83,8 @@ class LocalBackend:
 
     def kill_orphan(self, job: Job) -> None:
         """Stop what is left of a job whose supervisor died (its process group)."""
-        pid = self.store.field(job.id, "pid")
-        if pid and pid.isdigit():
+        if job.pid:
             try:
-                os.killpg(int(pid), signal.SIGKILL)
+                os.killpg(job.pid, signal.SIGKILL)
             except (ProcessLookupError, PermissionError):
                 pass

@@ -1,6 +1,6 @@
 """Watches one local job from start to end, detached from the worker that started it.
 
-``python -m crossdock.backends.local.supervisor JOB ATTEMPT [--daemonize]``. It starts the job in
+``python -m crossdock.backends.local.supervisor JOB ATTEMPT KILL_WAIT [--daemonize]``. It starts the job in
 its own process group, marks it RUNNING, refreshes a heartbeat, enforces the time limit
 (SIGTERM, KillWait, SIGKILL -> TIMEOUT), obeys cancel and preempt requests, and records the
 end state and exit code. Because it is detached, a worker that dies or restarts loses nothing;
@@ -23,6 +23,7 @@ from crossdock.backends.local.environment import job_environment, output_paths
 from crossdock.backends.redis_store.store import JobStore
 from crossdock.queue.models import Job
 from crossdock.queue.states import JobState, Reason
+from crossdock.settings import Settings
 
 log = logging.getLogger("crossdock.supervisor")
 
@@ -121,12 +122,11 @@ class Supervisor:
                 self.store.heartbeat(job.id, HEARTBEAT_TTL)
                 next_beat = now + HEARTBEAT_SECONDS
                 if ending == "exit":
-                    flags = self.store.r.hmget(self.store.k.job(job.id), "cancel_requested", "preempt_requested",
-                                               "preempt_grace")
-                    if flags[0] == "1":
+                    stop = self.store.stop_request(job.id)
+                    if stop is not None and stop.cancel:
                         ending, kill_at = "cancel", now + self.kill_wait
-                    elif flags[1] == "1":
-                        ending, kill_at = "preempt", now + float(flags[2] or self.kill_wait)
+                    elif stop is not None and stop.preempt:
+                        ending, kill_at = "preempt", now + (stop.grace_seconds or self.kill_wait)
                     if kill_at is not None:
                         _killpg(proc.pid, signal.SIGTERM)
             if ending == "exit" and limit is not None and now - started >= limit:
@@ -147,8 +147,8 @@ class Supervisor:
         if job.spec.python is not None and result.exists():
             self.store.set_result(job.id, result.read_bytes())
         exit_code, sig = (rc, None) if rc >= 0 else (None, -rc)
-        fields = {"end_time": _now(), "exit_code": exit_code if exit_code is not None else "",
-                  "signal": sig if sig is not None else "", "pid": ""}
+        fields = {"end_time": _now(), "exit_code": exit_code,
+                  "signal": sig, "pid": None}
         if ending == "cancel":
             state, reason = JobState.CANCELLED, Reason.CANCELLED_BY_USER
         elif ending == "timeout":
@@ -172,19 +172,21 @@ def _now() -> datetime:
 
 
 def main(argv: list[str]) -> int:
-    from crossdock.runtime import Runtime
-
-    job_id, attempt = int(argv[1]), int(argv[2])
+    """``JOB ATTEMPT KILL_WAIT [--daemonize]``; the store, prefix and state directory come from
+    the environment the local backend starts it with (``CROSSDOCK_REDIS_URL`` …)."""
+    job_id, attempt, kill_wait = int(argv[1]), int(argv[2]), float(argv[3])
     if "--daemonize" in argv:
         if os.fork():
             os._exit(0)
         os.setsid()
         if os.fork():  # the session leader exits so the watcher can never regain a terminal
             os._exit(0)
-    rt = Runtime.from_env(start_redis=False)
+    settings = Settings.from_env()
+    if settings.redis_url is None:
+        raise SystemExit("crossdock supervisor: CROSSDOCK_REDIS_URL is not set (the local backend sets it)")
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(name)s %(message)s")
-    sup = Supervisor(rt.store, rt.settings.state_dir, rt.config.scheduler.kill_wait_seconds)
-    return sup.run(job_id, attempt)
+    store = JobStore.from_url(settings.redis_url, settings.prefix, actor="local")
+    return Supervisor(store, settings.state_dir, kill_wait).run(job_id, attempt)
 
 
 if __name__ == "__main__":

@@ -31,6 +31,21 @@ class Keys:
         return f"{self.prefix}:active"
 
     @property
+    def finished(self) -> str:
+        """ZSET of job ids in a terminal state (score = when they got there): retention's queue."""
+        return f"{self.prefix}:finished"
+
+    @property
+    def history(self) -> str:
+        """HASH job id -> compact JSON record of a job that expired from the hot keys."""
+        return f"{self.prefix}:history"
+
+    @property
+    def history_by_end(self) -> str:
+        """ZSET of history job ids (score = end time), for time windows and trimming."""
+        return f"{self.prefix}:history:by_end"
+
+    @property
     def events(self) -> str:
         """STREAM of every event (who did what, when)."""
         return f"{self.prefix}:events"

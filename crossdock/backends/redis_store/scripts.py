@@ -8,6 +8,7 @@ TRANSITION = """
 -- ARGV[4] JSON object of fields to set ("" deletes the field)   ARGV[5] JSON object of event fields
 -- ARGV[6] stream max length   ARGV[7] required attempts value ("" = any)
 -- ARGV[8] a field that must be unset ("" = none)   ARGV[9] "1" to increment attempts
+-- KEYS[6] finished zset   ARGV[10] "1" when the new state is terminal   ARGV[11] now (epoch seconds)
 -- returns {1, old state} when moved, {0, old state or "missing"} when refused
 local old = redis.call('HGET', KEYS[1], 'state')
 if not old then return {0, 'missing'} end
@@ -26,6 +27,7 @@ if new == 'SCHEDULED' or new == 'RUNNING' then
 else
   redis.call('ZREM', KEYS[3], ARGV[1])
 end
+if ARGV[10] == '1' then redis.call('ZADD', KEYS[6], ARGV[11], ARGV[1]) else redis.call('ZREM', KEYS[6], ARGV[1]) end
 local flat = {'from', old, 'to', new}
 for k, v in pairs(cjson.decode(ARGV[5])) do table.insert(flat, k); table.insert(flat, tostring(v)) end
 redis.call('XADD', KEYS[4], 'MAXLEN', '~', ARGV[6], '*', unpack(flat))
@@ -67,4 +69,23 @@ RELEASE = """
 -- KEYS[1] lease key   ARGV[1] holder id
 if redis.call('GET', KEYS[1]) == ARGV[1] then return redis.call('DEL', KEYS[1]) end
 return 0
+"""
+
+ARCHIVE = """
+-- archive: move one finished job out of the hot keys into a compact history record.
+-- KEYS[1] job hash   KEYS[2] job event stream   KEYS[3] all-jobs zset   KEYS[4] name index zset
+-- KEYS[5] array zset   KEYS[6] history hash   KEYS[7] history end-time zset   KEYS[8] finished zset
+-- ARGV[1] job id   ARGV[2] expected state   ARGV[3] expected attempts   ARGV[4] record (JSON)
+-- ARGV[5] end time (epoch seconds)
+-- returns 1 when moved, 0 when the job changed meanwhile (it stays)
+local st = redis.call('HGET', KEYS[1], 'state')
+if st ~= ARGV[2] or (redis.call('HGET', KEYS[1], 'attempts') or '0') ~= ARGV[3] then return 0 end
+redis.call('DEL', KEYS[1], KEYS[2])
+redis.call('ZREM', KEYS[3], ARGV[1])
+redis.call('ZREM', KEYS[4], ARGV[1])
+redis.call('ZREM', KEYS[5], ARGV[1])
+redis.call('ZREM', KEYS[8], ARGV[1])
+redis.call('HSET', KEYS[6], ARGV[1], ARGV[4])
+redis.call('ZADD', KEYS[7], ARGV[5], ARGV[1])
+return 1
 """

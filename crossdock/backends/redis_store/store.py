@@ -1,7 +1,8 @@
-"""JobStore: submit, read, transition and follow jobs in Redis.
+"""JobStore: submit, read, transition and follow jobs in Redis; nothing else touches Redis.
 
-Every mutating step is atomic (a Lua script or MULTI/EXEC) and can join a caller's pipeline so
-that one scheduling decision costs one round trip. The key layout lives in :mod:`keys`.
+Every mutating step is atomic (a Lua script or MULTI/EXEC) and can join a caller's pipeline
+(``pipe=``, from :meth:`JobStore.pipeline`) so that one scheduling decision costs one round
+trip. The key layout lives in :mod:`keys`, the record formats in :mod:`codec`.
 """
 
 from __future__ import annotations
@@ -9,30 +10,27 @@ from __future__ import annotations
 import json
 import logging
 import time
+from contextlib import contextmanager
 from dataclasses import dataclass
 from datetime import datetime, timezone
-from typing import Any, Iterable, Sequence
+from typing import Any, Iterable, Iterator, Sequence
 
 import redis
 
 from crossdock.backends.redis_store import scripts
+from crossdock.backends.redis_store.codec import (encode_fields, facts_from_record, hash_to_job, history_record,
+                                                  job_to_hash, nodes_from_json, nodes_to_json)
 from crossdock.backends.redis_store.keys import Keys
 from crossdock.queue.errors import NoSuchJob
-from crossdock.queue.models import Job, JobSpec
+from crossdock.queue.models import Job
+from crossdock.queue.snapshot import JobFacts, Node
 from crossdock.queue.states import TRANSITIONS, JobState, Reason
-from crossdock.settings import current_user
 
 log = logging.getLogger(__name__)
 
 STREAM_MAXLEN = 10_000
-_STATUS_FIELDS = ("state", "reason", "attempts", "queue", "priority_class", "priority", "preemptible", "pools",
-                  "array_job_id", "array_task_id", "backend", "pool", "backend_ref", "nodes", "gpu_ids",
-                  "preempt_requested", "alloc_cpu_milli", "alloc_mem_mib", "exit_code", "signal", "submit_time", "eligible_time",
-                  "scheduled_time", "start_time", "end_time")
-_JSON_FIELDS = ("pools", "nodes", "gpu_ids")
-_INT_FIELDS = ("attempts", "priority", "array_job_id", "array_task_id", "alloc_cpu_milli", "alloc_mem_mib",
-               "exit_code", "signal")
-_TIME_FIELDS = ("submit_time", "eligible_time", "scheduled_time", "start_time", "end_time")
+CLAIM_TTL_SECONDS = 7 * 86400
+_PLACED = (JobState.SCHEDULED, JobState.RUNNING)
 
 
 def utcnow() -> datetime:
@@ -41,46 +39,6 @@ def utcnow() -> datetime:
 
 def _allowed_from(new: JobState) -> str:
     return " ".join(old for old, targets in TRANSITIONS.items() if new in targets)
-
-
-def encode(value: Any) -> str:
-    if value is None:
-        return ""
-    if isinstance(value, bool):  # flags are present ("1") or absent: HEXISTS and truthiness agree
-        return "1" if value else ""
-    if isinstance(value, datetime):
-        return value.isoformat()
-    if isinstance(value, (list, tuple, dict)):
-        return json.dumps(value)
-    return str(value)
-
-
-def job_to_hash(job: Job) -> dict[str, str]:
-    h = {"spec": job.spec.model_dump_json(exclude_defaults=True)}
-    for f in _STATUS_FIELDS:
-        v = encode(getattr(job, f))
-        if v != "":
-            h[f] = v
-    return h
-
-
-def hash_to_job(job_id: int, h: dict[str, str]) -> Job:
-    data: dict[str, Any] = {"id": job_id, "spec": JobSpec.model_validate_json(h["spec"])}
-    for f in _STATUS_FIELDS:
-        v = h.get(f)
-        if v is None or v == "":
-            continue
-        if f in _JSON_FIELDS:
-            data[f] = json.loads(v)
-        elif f in _INT_FIELDS:
-            data[f] = int(v)
-        elif f in _TIME_FIELDS:
-            data[f] = datetime.fromisoformat(v)
-        elif f in ("preemptible", "preempt_requested"):
-            data[f] = v == "1"
-        else:
-            data[f] = v
-    return Job.model_validate(data)
 
 
 @dataclass(frozen=True)
@@ -92,18 +50,36 @@ class CancelOutcome:
     backend: str | None
 
 
+@dataclass(frozen=True)
+class StopRequest:
+    """Why a placed job is to stop: a user's cancel, or a preemption with its grace period."""
+
+    cancel: bool
+    preempt: bool
+    grace_seconds: float | None = None
+
+
 class JobStore:
-    def __init__(self, client: redis.Redis, prefix: str = "cd"):
+    def __init__(self, client: redis.Redis, prefix: str = "cd", actor: str = "crossdock"):
         self.r = client
         self.k = Keys(prefix)
+        self.actor = actor
+        """Who this process acts as in events when a call names nobody."""
         self._transition = self.r.register_script(scripts.TRANSITION)
         self._update_if = self.r.register_script(scripts.UPDATE_IF)
         self._lease = self.r.register_script(scripts.LEASE)
         self._release = self.r.register_script(scripts.RELEASE)
+        self._archive = self.r.register_script(scripts.ARCHIVE)
 
     @classmethod
-    def from_url(cls, url: str, prefix: str = "cd") -> "JobStore":
-        return cls(redis.Redis.from_url(url, decode_responses=True), prefix)
+    def from_url(cls, url: str, prefix: str = "cd", actor: str = "crossdock") -> "JobStore":
+        return cls(redis.Redis.from_url(url, decode_responses=True), prefix, actor)
+
+    @contextmanager
+    def pipeline(self, transaction: bool = False) -> Iterator[Any]:
+        """A pipeline for several store calls in one round trip (``transaction``: MULTI/EXEC)."""
+        with self.r.pipeline(transaction=transaction) as pipe:
+            yield pipe
 
     # --- submit ----------------------------------------------------------------------------
     def submit(self, jobs: Sequence[Job], token: str | None = None, actor: str | None = None) -> list[Job]:
@@ -112,7 +88,7 @@ class JobStore:
         An array is passed as its task jobs; they get consecutive ids and the first id is the
         array job id. With ``token``, a repeated submission returns the jobs first created.
         """
-        actor = actor or current_user()
+        actor = actor or self.actor
         idem = self.k.idempotency(token) if token else None
         while True:
             with self.r.pipeline() as pipe:
@@ -121,8 +97,7 @@ class JobStore:
                         pipe.watch(idem)
                         first = pipe.get(idem)
                         if first is not None:
-                            ids = json.loads(first)
-                            return self.get_many(ids)
+                            return self.get_many(json.loads(first))
                     last = self.r.incrby(self.k.job_counter, len(jobs))
                     stored = _assign_ids(jobs, last - len(jobs) + 1)
                     pipe.multi()
@@ -137,8 +112,7 @@ class JobStore:
     def _write_new(self, pipe: Any, jobs: Sequence[Job], actor: str) -> None:
         now = time.time()
         for job in jobs:
-            h = job_to_hash(job)
-            pipe.hset(self.k.job(job.id), mapping=h)
+            pipe.hset(self.k.job(job.id), mapping=job_to_hash(job))
             pipe.zadd(self.k.all_jobs, {job.id: job.id})
             pipe.zadd(self.k.pending, {job.id: job.id})
             pipe.zadd(self.k.by_name(job.spec.user, job.spec.display_name()), {job.id: job.id})
@@ -163,14 +137,40 @@ class JobStore:
             rows = pipe.execute()
         return [hash_to_job(i, h) for i, h in zip(ids, rows) if h]
 
-    def field(self, job_id: int, name: str) -> str | None:
-        return self.r.hget(self.k.job(job_id), name)
+    def array_tasks(self, ids: Sequence[int]) -> list[Job]:
+        """Tasks of one array: the first SCHEDULED one read whole, the others as copies of it
+        with their own id, task id, state and attempt (one group is one submission of one spec:
+        a Slurm array has one script). Avoids parsing one spec per task of a 1,000-task array."""
+        fields = ("state", "attempts", "array_job_id", "array_task_id")
+        with self.r.pipeline(transaction=False) as pipe:
+            for i in ids:
+                pipe.hmget(self.k.job(i), *fields)
+            rows = pipe.execute()
+        found = [(i, row) for i, row in zip(ids, rows) if row[0]]
+        lead_id = next((i for i, row in found if row[0] == JobState.SCHEDULED.value), None)
+        if lead_id is None:
+            return []
+        lead = self.get(lead_id)
+        return [lead.model_copy(update={"id": i, "state": JobState(st), "attempts": int(att or 0),
+                                        "array_job_id": int(arr) if arr else None,
+                                        "array_task_id": int(task) if task else None})
+                for i, (st, att, arr, task) in found]
 
     def pending_ids(self) -> list[int]:
         return [int(i) for i in self.r.zrange(self.k.pending, 0, -1)]
 
+    def pending_count(self) -> int:
+        return int(self.r.zcard(self.k.pending))
+
     def active_ids(self) -> list[int]:
         return [int(i) for i in self.r.zrange(self.k.active, 0, -1)]
+
+    def unfinished_count(self) -> int:
+        """Jobs pending, scheduled or running."""
+        with self.r.pipeline(transaction=False) as pipe:
+            pipe.zcard(self.k.pending)
+            pipe.zcard(self.k.active)
+            return sum(int(n) for n in pipe.execute())
 
     def all_ids(self, limit: int | None = None) -> list[int]:
         end = -1 if limit is None else limit - 1
@@ -210,13 +210,15 @@ class JobStore:
 
         Returns True/False (or queues the call on ``pipe``, whose result is ``[1|0, old]``).
         """
-        values = {k: encode(v) for k, v in (fields or {}).items()}
+        values = encode_fields(fields or {})
         if reason:
             values["reason"] = reason
-        event = {"actor": actor or current_user(), "reason": reason, "time": time.time()}
-        keys = [self.k.job(job_id), self.k.pending, self.k.active, self.k.job_events(job_id), self.k.events]
+        event = {"actor": actor or self.actor, "reason": reason, "time": time.time()}
+        keys = [self.k.job(job_id), self.k.pending, self.k.active, self.k.job_events(job_id), self.k.events,
+                self.k.finished]
         args = [job_id, new.value, _allowed_from(new), json.dumps(values), json.dumps(event), STREAM_MAXLEN,
-                "" if attempt is None else str(attempt), unless, "1" if bump_attempt else "0"]
+                "" if attempt is None else str(attempt), unless, "1" if bump_attempt else "0",
+                "1" if new.terminal else "0", event["time"]]
         if pipe is not None:
             return self._transition(keys=keys, args=args, client=pipe)
         moved, old = self._transition(keys=keys, args=args)
@@ -225,7 +227,8 @@ class JobStore:
         return bool(moved)
 
     def update_if(self, job_id: int, states: Iterable[JobState], fields: dict[str, Any], pipe: Any = None) -> Any:
-        args = [" ".join(s.value for s in states), json.dumps({k: encode(v) for k, v in fields.items()})]
+        """Set job fields only while the job is in one of ``states`` (True when it was)."""
+        args = [" ".join(s.value for s in states), json.dumps(encode_fields(fields))]
         return self._update_if(keys=[self.k.job(job_id)], args=args, client=pipe or self.r)
 
     def set_reasons(self, reasons: dict[int, str], explanations: dict[int, str] | None = None) -> None:
@@ -240,6 +243,13 @@ class JobStore:
                                {"reason": reason, "explanation": explanations.get(job_id, "")}, pipe=pipe)
             pipe.execute()
 
+    def set_backend_refs(self, refs: dict[int, str]) -> None:
+        """Record each submitted job's backend reference (one round trip)."""
+        with self.r.pipeline(transaction=False) as pipe:
+            for job_id, ref in refs.items():
+                self.update_if(job_id, _PLACED, {"backend_ref": ref}, pipe=pipe)
+            pipe.execute()
+
     def cancel(self, job_id: int, actor: str = "") -> CancelOutcome:
         """Cancel a pending job at once; mark a placed one for its backend to stop."""
         if self.transition(job_id, JobState.CANCELLED, actor=actor, reason=Reason.CANCELLED_BY_USER,
@@ -248,8 +258,28 @@ class JobStore:
         job = self.get(job_id)
         if job.state.terminal:
             return CancelOutcome(job_id, False, job.state, None)
-        self.update_if(job_id, (JobState.SCHEDULED, JobState.RUNNING, JobState.PREEMPTED), {"cancel_requested": "1"})
+        self.update_if(job_id, (*_PLACED, JobState.PREEMPTED), {"cancel_requested": True})
         return CancelOutcome(job_id, False, job.state, job.backend)
+
+    def request_preempt(self, job_id: int, grace_seconds: float, pipe: Any = None) -> Any:
+        """Mark a placed job as being preempted: its capacity counts as terminating from now on."""
+        return self.update_if(job_id, _PLACED, {"preempt_requested": True, "preempt_grace": grace_seconds}, pipe=pipe)
+
+    def stop_requests(self, ids: Sequence[int]) -> dict[int, StopRequest]:
+        """The cancel or preempt requests standing on these jobs (jobs with none are absent)."""
+        with self.r.pipeline(transaction=False) as pipe:
+            for i in ids:
+                pipe.hmget(self.k.job(i), "cancel_requested", "preempt_requested", "preempt_grace")
+            rows = pipe.execute()
+        return {i: StopRequest(cancel == "1", preempt == "1", float(grace) if grace else None)
+                for i, (cancel, preempt, grace) in zip(ids, rows) if cancel == "1" or preempt == "1"}
+
+    def stop_request(self, job_id: int) -> StopRequest | None:
+        return self.stop_requests([job_id]).get(job_id)
+
+    def retry_dispatch(self, job_id: int) -> bool:
+        """Restart the resend clock of a SCHEDULED job whose dispatch is being sent again."""
+        return bool(self.update_if(job_id, (JobState.SCHEDULED,), {"scheduled_time": utcnow()}))
 
     def hold(self, job_id: int, hold: bool, actor: str = "") -> bool:
         job = self.get(job_id)
@@ -259,21 +289,48 @@ class JobStore:
                                    {"spec": spec.model_dump_json(exclude_defaults=True), "reason": reason}))
 
     def requeue(self, job_id: int, actor: str = "", reason: str = "Requeued", delay_seconds: float = 0) -> bool:
-        """Back to PENDING for a new attempt (placement fields cleared)."""
-        eligible = utcnow().timestamp() + delay_seconds
-        fields = {"nodes": "", "gpu_ids": "", "backend_ref": "", "pool": "", "backend": "", "exit_code": "",
-                  "signal": "", "start_time": "", "end_time": "", "scheduled_time": "", "cancel_requested": "", "preempt_requested": "",
-                  "dispatched": "", "pid": "", "eligible_time": datetime.fromtimestamp(eligible, timezone.utc)
-                  if delay_seconds else ""}
-        return self.transition(job_id, JobState.PENDING, fields=fields, actor=actor, reason=reason)
+        """Back to PENDING for a new attempt (placement and stop fields cleared)."""
+        eligible = datetime.fromtimestamp(utcnow().timestamp() + delay_seconds, timezone.utc) if delay_seconds else None
+        cleared = ("nodes", "gpu_ids", "backend_ref", "pool", "backend", "exit_code", "signal", "start_time",
+                   "end_time", "scheduled_time", "cancel_requested", "preempt_requested", "preempt_grace",
+                   "dispatched", "pid")
+        return self.transition(job_id, JobState.PENDING, fields={**dict.fromkeys(cleared), "eligible_time": eligible},
+                               actor=actor, reason=reason)
 
     # --- dispatch bookkeeping --------------------------------------------------------------
-    def claim_dispatch(self, job_id: int, attempt: int, worker: str) -> bool:
-        """First delivery of a dispatch task wins; redeliveries see False and do nothing."""
-        ok = self.r.set(self.k.dispatch_claim(job_id, attempt), worker, nx=True, ex=7 * 86400)
-        if ok:
-            self.update_if(job_id, (JobState.SCHEDULED,), {"dispatched": str(time.time())})
-        return bool(ok)
+    def claim_dispatch(self, ids: Sequence[int], attempt: int, worker: str,
+                       reown: bool = False) -> tuple[list[int], bool]:
+        """The ids whose dispatch of ``attempt`` this worker owns, and whether every one was claimed
+        just now. The first delivery of a dispatch wins; a later one (a resend, a duplicate) gets
+        nothing — unless ``reown``: the very same task (same ``worker`` id) delivered again after
+        its worker died keeps its claims, for backends whose submit finds what it already started.
+        Three round trips for any number of jobs."""
+        keys = [self.k.dispatch_claim(i, attempt) for i in ids]
+        with self.r.pipeline(transaction=False) as pipe:
+            for key in keys:
+                pipe.set(key, worker, nx=True, ex=CLAIM_TTL_SECONDS)
+            got = pipe.execute()
+        with self.r.pipeline(transaction=False) as pipe:
+            for key in keys:
+                pipe.get(key)
+            holders = pipe.execute()
+        mine = [i for i, new, holder in zip(ids, got, holders) if new or (reown and holder == worker)]
+        now = utcnow()
+        with self.r.pipeline(transaction=False) as pipe:
+            for i in mine:
+                self.update_if(i, (JobState.SCHEDULED,), {"dispatched": now}, pipe=pipe)
+            pipe.execute()
+        return mine, all(got)
+
+    def release_claims(self, ids: Sequence[int], attempt: int) -> None:
+        """Free the claims so a retry may submit (the backend's own idempotency covers a
+        submission that did reach it before the error)."""
+        with self.r.pipeline(transaction=False) as pipe:
+            for i in ids:
+                pipe.delete(self.k.dispatch_claim(i, attempt))
+                self.update_if(i, (JobState.SCHEDULED,), {"reason": Reason.DISPATCH_RETRY, "dispatched": None},
+                               pipe=pipe)
+            pipe.execute()
 
     def dispatch_claimed(self, job_id: int, attempt: int) -> bool:
         return bool(self.r.exists(self.k.dispatch_claim(job_id, attempt)))
@@ -293,6 +350,87 @@ class JobStore:
     def result(self, job_id: int) -> bytes | None:
         v = self.r.get(self.k.result(job_id))
         return bytes.fromhex(v) if v else None
+
+    # --- the scheduler's own records -------------------------------------------------------
+    def nominations(self, among: Iterable[int]) -> dict[int, str]:
+        """Preemptor job id → the node being freed for it, for the jobs ``among``."""
+        wanted = set(among)
+        return {int(k): v for k, v in self.r.hgetall(self.k.nominations).items() if int(k) in wanted}
+
+    def update_nominations(self, done: Iterable[int], nominated: dict[int, str], pipe: Any = None) -> None:
+        done = list(done)
+        client = pipe or self.r
+        if done:
+            client.hdel(self.k.nominations, *done)
+        if nominated:
+            client.hset(self.k.nominations, mapping={str(k): v for k, v in nominated.items()})
+
+    def usage(self) -> tuple[dict[str, float], float | None]:
+        """Decayed fair-share usage per queue and queue/user, and when it was last accrued."""
+        raw = self.r.hgetall(self.k.usage)
+        at = raw.pop("_at", None)
+        return {k: float(v) for k, v in raw.items()}, float(at) if at is not None else None
+
+    def save_usage(self, usage: dict[str, float], at: float) -> None:
+        self.r.hset(self.k.usage, mapping={**usage, "_at": at})
+
+    def save_inventory(self, nodes: Sequence[Node]) -> None:
+        self.r.set(self.k.inventory, nodes_to_json(nodes))
+
+    def inventory(self) -> list[Node] | None:
+        """Nodes as the scheduler last saw them; None before it ever ran."""
+        raw = self.r.get(self.k.inventory)
+        return None if raw is None else nodes_from_json(raw)
+
+    # --- retention -------------------------------------------------------------------------
+    def expire_finished(self, min_age_seconds: float, history_seconds: float, batch: int = 500) -> int:
+        """Move jobs finished more than ``min_age_seconds`` ago (Slurm's MinJobAge) out of the hot
+        keys into compact history records, and drop history older than ``history_seconds``.
+        Returns how many jobs moved. Each move is atomic and re-checks that the job is still the
+        same finished attempt, so a job requeued meanwhile stays."""
+        now = time.time()
+        moved = 0
+        while True:
+            ids = [int(i) for i in self.r.zrangebyscore(self.k.finished, "-inf", now - min_age_seconds,
+                                                         start=0, num=batch)]
+            if not ids:
+                break
+            jobs = {j.id: j for j in self.get_many(ids)}
+            with self.r.pipeline(transaction=False) as pipe:
+                for i in ids:
+                    job = jobs.get(i)
+                    if job is None or not job.state.terminal:  # gone, or requeued since: not ours to move
+                        pipe.zrem(self.k.finished, i)
+                        continue
+                    array = self.k.array(job.array_job_id) if job.array_job_id is not None else self.k.array(-1)
+                    self._archive(keys=[self.k.job(i), self.k.job_events(i), self.k.all_jobs,
+                                        self.k.by_name(job.spec.user, job.spec.display_name()), array,
+                                        self.k.history, self.k.history_by_end, self.k.finished],
+                                  args=[i, job.state.value, job.attempts, json.dumps(history_record(job)),
+                                        (job.end_time.timestamp() if job.end_time else now)], client=pipe)
+                moved += sum(1 for r in pipe.execute() if r == 1)
+        old = self.r.zrangebyscore(self.k.history_by_end, "-inf", now - history_seconds)
+        for start in range(0, len(old), 1000):
+            with self.r.pipeline(transaction=True) as pipe:
+                pipe.hdel(self.k.history, *old[start:start + 1000])
+                pipe.zrem(self.k.history_by_end, *old[start:start + 1000])
+                pipe.execute()
+        return moved
+
+    def history(self, since: float | None = None, until: float | None = None,
+                limit: int | None = None) -> list[dict[str, Any]]:
+        """Expired jobs' records, by end time (epoch seconds, inclusive bounds)."""
+        ids = self.r.zrangebyscore(self.k.history_by_end, "-inf" if since is None else since,
+                                   "+inf" if until is None else until, start=0 if limit else None,
+                                   num=limit if limit else None)
+        return [json.loads(v) for v in self.r.hmget(self.k.history, ids) if v] if ids else []
+
+    def history_facts(self, ids: Iterable[int]) -> dict[int, JobFacts]:
+        """Dependency facts of jobs that expired from the hot keys."""
+        ids = list(ids)
+        if not ids:
+            return {}
+        return {i: facts_from_record(json.loads(v)) for i, v in zip(ids, self.r.hmget(self.k.history, ids)) if v}
 
     # --- leadership ------------------------------------------------------------------------
     def acquire_lease(self, holder: str, seconds: float) -> bool:
@@ -317,4 +455,3 @@ def _assign_ids(jobs: Sequence[Job], first: int) -> list[Job]:
             update["array_job_id"] = array_ids.setdefault(job.array_job_id, jid)
         out.append(job.model_copy(update=update))
     return out
-

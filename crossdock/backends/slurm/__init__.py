@@ -16,7 +16,9 @@ from __future__ import annotations
 
 import os
 from pathlib import Path
-from typing import Any
+from typing import Any, ClassVar, Literal, Mapping
+
+from pydantic import BaseModel, ConfigDict, ValidationError
 
 from crossdock.backends.slurm.backend import ClusterView, JobStatus, SlurmBackend
 from crossdock.backends.slurm.cli import CliDriver
@@ -31,6 +33,7 @@ from crossdock.backends.slurm.driver import (
 from crossdock.backends.slurm.rest import RestDriver
 from crossdock.backends.slurm.states import SLURM_STATES, decode_wait_status, translate
 from crossdock.queue.config import ClusterConfig
+from crossdock.queue.ports import settings_error
 
 __all__ = [
     "SLURM_STATES", "CliDriver", "ClusterView", "JobStatus", "RestDriver", "SlurmBackend", "SlurmDriver",
@@ -58,9 +61,34 @@ def slurm_env(environ: dict[str, str] | None = None) -> dict[str, str]:
     return env
 
 
-def from_config(config: ClusterConfig | None, store: Any = None, **overrides: Any) -> SlurmBackend:
-    env = slurm_env()
-    kwargs: dict[str, Any] = {"preempt_policy": env.get("CROSSDOCK_SLURM_PREEMPT", "cancel")}
+CAPABILITIES = SlurmBackend.capabilities
+
+
+class SlurmSettings(BaseModel):
+    """The Slurm backend's settings, from the environment (see the module docstring)."""
+
+    model_config = ConfigDict(extra="forbid")
+    driver: Literal["cli", "rest", "rest-unix"] = "cli"
+    preempt: Literal["cancel", "requeue"] = "cancel"
+
+    ENV: ClassVar[dict[str, str]] = {"driver": "CROSSDOCK_SLURM_DRIVER", "preempt": "CROSSDOCK_SLURM_PREEMPT"}
+
+    @classmethod
+    def from_env(cls, env: Mapping[str, str]) -> "SlurmSettings":
+        try:
+            return cls.model_validate({f: env[var] for f, var in cls.ENV.items() if var in env})
+        except ValidationError as exc:
+            raise settings_error(exc, cls.ENV) from None
+
+
+def from_config(config: ClusterConfig | None, store: Any = None, environ: Mapping[str, str] | None = None,
+                **overrides: Any) -> SlurmBackend:
+    env = slurm_env(None if environ is None else dict(environ))
+    settings = SlurmSettings.from_env(env)
+    kwargs: dict[str, Any] = {"preempt_policy": settings.preempt}
     kwargs.update(overrides)
-    return SlurmBackend.from_env(env, driver=env.get("CROSSDOCK_SLURM_DRIVER", "cli"), config=config, store=store,
-                                 **kwargs)
+    return SlurmBackend.from_env(env, driver=settings.driver, config=config, store=store, **kwargs)
+
+
+def create(ctx: Any) -> SlurmBackend:
+    return from_config(ctx.config, ctx.store, ctx.environ)

@@ -27,7 +27,7 @@ from dataclasses import dataclass, field, replace
 from types import MappingProxyType
 from typing import Any, Literal
 
-from crossdock.backends.base import BackendStatus, Inventory
+from crossdock.queue.ports import BackendStatus, Capabilities, Inventory
 from crossdock.backends.slurm.cli import CliDriver
 from crossdock.backends.slurm.driver import (
     SlurmDriver,
@@ -87,6 +87,7 @@ class ClusterView:
 
 class SlurmBackend:
     kind = "slurm"
+    capabilities = Capabilities(arrays=True, batches=True, reowns_claims=True, backend_queue=True)
 
     def __init__(
         self,
@@ -341,8 +342,7 @@ class SlurmBackend:
         if ref is None:
             return
         if self.store is not None and isinstance(job, Job):
-            self.store.update_if(job.id, (JobState.SCHEDULED, JobState.RUNNING),
-                                 {"preempt_requested": "1", "preempt_grace": grace_seconds})
+            self.store.request_preempt(job.id, grace_seconds)
         if grace_seconds > 0:
             self.driver.signal(ref, "TERM")
             deadline = self._clock() + grace_seconds
@@ -400,21 +400,22 @@ class SlurmBackend:
         cancelled leaves no record at all in Slurm 22.05 (a pending plain job leaves a CANCELLED one)."""
         if not jobs or self.store is None:
             return {}
-        with self.store.r.pipeline(transaction=False) as pipe:
-            for job in jobs:
-                pipe.hmget(self.store.k.job(job.id), "cancel_requested", "preempt_requested")
-            flags = pipe.execute()
+        stops = self.store.stop_requests([j.id for j in jobs])
         out: dict[int, BackendStatus] = {}
-        for job, (cancel, preempt) in zip(jobs, flags):
+        for job in jobs:
             ref = refs.get(job.id) or job.backend_ref or ""
-            if cancel == "1":
+            stop = stops.get(job.id)
+            if stop is None:
+                continue
+            if stop.cancel:
                 out[job.id] = BackendStatus(ref, JobState.CANCELLED, Reason.CANCELLED_BY_USER, native_state="gone")
-            elif preempt == "1":
+            elif stop.preempt:
                 out[job.id] = BackendStatus(ref, JobState.PREEMPTED, Reason.PREEMPTED, native_state="gone")
         return out
 
     def _preempt_requested(self, job: Job) -> bool:
-        return self.store is not None and self.store.field(job.id, "preempt_requested") == "1"
+        stop = self.store.stop_request(job.id) if self.store is not None else None
+        return stop is not None and stop.preempt
 
     def status_refs(self, refs: Iterable[str]) -> dict[str, JobStatus]:
         """Like :meth:`status` for Slurm references: a job id, an array task (``"12_3"``) or an

@@ -11,7 +11,7 @@ import re
 from dataclasses import dataclass, field
 from typing import Any, Protocol, runtime_checkable
 
-from crossdock.backends.base import BackendError, BackendUnavailable, SubmitFailed
+from crossdock.queue.ports import BackendError, BackendUnavailable, SubmitFailed
 from crossdock.backends.slurm.states import decode_wait_status, expand_array_tasks, expand_hostlist
 
 

@@ -21,7 +21,7 @@ from typing import Any, TypeVar
 import pytest
 from kubernetes import client
 
-from crossdock.backends.base import SubmitFailed
+from crossdock.queue.ports import SubmitFailed
 from crossdock.backends.kubernetes import KubernetesBackend
 from crossdock.backends.kubernetes import manifests as m
 from crossdock.backends.kubernetes.informer import Expired, Informer
@@ -303,14 +303,12 @@ def test_gang_larger_than_its_pool_never_starts_a_worker(backend: KubernetesBack
 
 @pytest.fixture
 def follow(runtime: Any, backend: KubernetesBackend) -> Iterator[Callable[[list[int]], None]]:
-    """The scheduler's reconcile step (``Scheduler._follow``) over this backend and a real store."""
-    from crossdock.workers import backends as factory
-    from crossdock.workers.scheduler import Scheduler
+    """The follower's status step over this backend and a real store."""
+    from crossdock.workers.leader import Scheduler
 
-    factory._cache[(id(runtime), "k8s")] = backend
+    runtime.backends.use("k8s", backend)
     sched = Scheduler(runtime, send=lambda *a: None, holder="test")
-    yield lambda ids: sched._follow("k8s", runtime.store.get_many(ids))
-    factory._cache.pop((id(runtime), "k8s"), None)
+    yield lambda ids: sched.follower._by_status("k8s", runtime.store.get_many(ids))
 
 
 def _stored(store: Any, job: Job) -> Job:
@@ -561,7 +559,7 @@ def test_priority_classes_are_synced(backend: KubernetesBackend, k8s_client: cli
 def test_logs_are_read_through_the_api(backend: KubernetesBackend) -> None:
     """kwok nodes run no containers, so the API server's proxy to the kubelet fails: the backend
     turns that into a retryable error naming the pod rather than a client traceback."""
-    from crossdock.backends.base import BackendUnavailable
+    from crossdock.queue.ports import BackendUnavailable
 
     job = make_job("preprocessing")
     backend.submit(job)

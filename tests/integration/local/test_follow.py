@@ -4,17 +4,17 @@ from __future__ import annotations
 
 import pytest
 
-from crossdock.backends.base import BackendStatus, Inventory
+from crossdock.queue.ports import BackendStatus, Capabilities, Inventory
 from crossdock.queue.models import Job, JobSpec
 from crossdock.queue.states import JobState
-from crossdock.workers import backends as backend_cache
-from crossdock.workers.scheduler import Scheduler
+from crossdock.workers.leader import Scheduler
 
 pytestmark = pytest.mark.redis
 
 
 class Scripted:
     kind = "slurm"
+    capabilities = Capabilities()
 
     def __init__(self):
         self.report: BackendStatus | None = None
@@ -29,14 +29,14 @@ class Scripted:
 @pytest.fixture
 def scripted(runtime, monkeypatch):
     fake = Scripted()
-    monkeypatch.setitem(backend_cache._cache, (id(runtime), "slurm"), fake)
+    runtime.backends.use("slurm", fake)
     return fake
 
 
 def placed(store, requeue=True) -> Job:
     job, = store.submit([Job(id=0, spec=JobSpec(command=["true"], requeue=requeue), queue="q")])
     store.transition(job.id, JobState.SCHEDULED, bump_attempt=True, fields={"backend": "slurm", "backend_ref": "77"})
-    store.claim_dispatch(job.id, 1, "w")
+    store.claim_dispatch([job.id], 1, "w")[0]
     return store.get(job.id)
 
 

@@ -8,7 +8,7 @@ import pytest
 from crossdock import service
 from crossdock.queue.models import JobSpec
 from crossdock.queue.states import JobState
-from crossdock.workers.scheduler import Scheduler
+from crossdock.workers.leader import Scheduler
 
 pytestmark = pytest.mark.redis
 

@@ -78,19 +78,19 @@ def test_cancel_pending_is_immediate_and_placed_is_flagged(store):
     assert store.cancel(a.id).cancelled_now
     assert store.get(a.id).state is JobState.CANCELLED
     store.transition(b.id, JobState.SCHEDULED, bump_attempt=True, fields={"backend": "local"})
-    store.claim_dispatch(b.id, 1, "w")
+    store.claim_dispatch([b.id], 1, "w")[0]
     out = store.cancel(b.id)
     assert not out.cancelled_now and out.backend == "local"
-    assert store.field(b.id, "cancel_requested") == "1"
+    assert store.get(b.id).cancel_requested
     # the watcher can no longer mark it RUNNING
     assert not store.transition(b.id, JobState.RUNNING, unless="cancel_requested")
 
 
 def test_dispatch_claim_is_taken_once(store):
     j, = store.submit([new()])
-    assert store.claim_dispatch(j.id, 1, "a")
-    assert not store.claim_dispatch(j.id, 1, "b")
-    assert store.claim_dispatch(j.id, 2, "b")
+    assert store.claim_dispatch([j.id], 1, "a")[0]
+    assert not store.claim_dispatch([j.id], 1, "b")[0]
+    assert store.claim_dispatch([j.id], 2, "b")[0]
 
 
 def test_lease_has_one_holder_and_expires(store):

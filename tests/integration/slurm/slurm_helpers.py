@@ -7,7 +7,7 @@ import time
 from collections.abc import Callable
 from pathlib import Path
 
-from crossdock.backends.base import BackendStatus
+from crossdock.queue.ports import BackendStatus
 from crossdock.backends.slurm import JobStatus, SlurmBackend
 from crossdock.queue.models import Job
 

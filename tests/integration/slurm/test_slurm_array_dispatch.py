@@ -65,9 +65,7 @@ def fitting(tmp_path, redis_url, monkeypatch):
 
 def slurm_records(rt, array_job_id: int):
     """Slurm's records (``scontrol show job -o``) of this crossdock array, any attempt or group."""
-    from crossdock.workers.backends import backend
-
-    return [j for j in backend("slurm", rt).driver.jobs() if (parse_tag(j.comment) or (None,))[0] == array_job_id]
+    return [j for j in rt.backends("slurm").driver.jobs() if (parse_tag(j.comment) or (None,))[0] == array_job_id]
 
 
 def stamps(tmp_path: Path, array_job_id: int, task: int) -> tuple[float, float]:
@@ -114,9 +112,7 @@ def test_throttle_reaches_slurm_as_array_task_throttle(queued, tmp_path):
     while not all(j.backend_ref for j in rt.store.get_many(t.id for t in tasks)):
         assert time.monotonic() < deadline, "tasks never dispatched"
         time.sleep(0.2)
-    from crossdock.workers.backends import backend
-
-    lines = backend("slurm", rt).driver._run(["scontrol", "show", "job", "-o"]).splitlines()
+    lines = rt.backends("slurm").driver._run(["scontrol", "show", "job", "-o"]).splitlines()
     mine = [ln for ln in lines if ln.startswith("JobId=") and (parse_tag(parse_scontrol_job(ln).comment) or (0,))[0]
             == array_id]
     assert mine and all("ArrayTaskThrottle=2" in ln for ln in mine)

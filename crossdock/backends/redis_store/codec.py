@@ -1,0 +1,128 @@
+"""How records look in Redis: a job as a hash of strings, the inventory as JSON, and the compact
+history record a finished job leaves behind when it expires from the hot keys."""
+
+from __future__ import annotations
+
+import json
+from dataclasses import asdict, fields
+from datetime import datetime
+from types import MappingProxyType
+from typing import Any, Sequence
+
+from crossdock.queue.models import Job, JobSpec
+from crossdock.queue.snapshot import GpuDevice, JobFacts, Node
+from crossdock.queue.states import JobState
+
+STATUS_FIELDS = ("state", "reason", "attempts", "queue", "priority_class", "priority", "preemptible", "pools",
+                 "array_job_id", "array_task_id", "backend", "pool", "backend_ref", "nodes", "gpu_ids",
+                 "preempt_requested", "preempt_grace", "cancel_requested", "dispatched", "pid", "explanation",
+                 "alloc_cpu_milli", "alloc_mem_mib", "exit_code", "signal", "submit_time", "eligible_time",
+                 "scheduled_time", "start_time", "end_time")
+"""Every field of a job hash besides ``spec``: exactly the status fields of :class:`Job`."""
+FIELDS = frozenset(("spec", *STATUS_FIELDS))
+_JSON = frozenset(("pools", "nodes", "gpu_ids"))
+_INT = frozenset(("attempts", "priority", "array_job_id", "array_task_id", "alloc_cpu_milli", "alloc_mem_mib",
+                  "exit_code", "signal", "pid"))
+_FLOAT = frozenset(("preempt_grace",))
+_BOOL = frozenset(("preemptible", "preempt_requested", "cancel_requested"))
+_TIME = frozenset(("submit_time", "eligible_time", "scheduled_time", "start_time", "end_time", "dispatched"))
+
+
+def encode(value: Any) -> str:
+    if value is None:
+        return ""
+    if isinstance(value, bool):  # flags are present ("1") or absent: HEXISTS and truthiness agree
+        return "1" if value else ""
+    if isinstance(value, datetime):
+        return value.isoformat()
+    if isinstance(value, (list, tuple, dict)):
+        return json.dumps(value)
+    return str(value)
+
+
+def encode_fields(values: dict[str, Any]) -> dict[str, str]:
+    """Status fields as stored ("" deletes); an unknown name is a programming error."""
+    unknown = set(values) - FIELDS
+    if unknown:
+        raise KeyError(f"not a job field: {', '.join(sorted(unknown))}")
+    return {k: encode(v) for k, v in values.items()}
+
+
+def _decode(name: str, v: str) -> Any:
+    if name in _JSON:
+        return json.loads(v)
+    if name in _INT:
+        return int(v)
+    if name in _FLOAT:
+        return float(v)
+    if name in _TIME:
+        try:
+            return datetime.fromisoformat(v)
+        except ValueError:  # written as epoch seconds by an earlier version
+            return datetime.fromtimestamp(float(v)).astimezone()
+    if name in _BOOL:
+        return v == "1"
+    return v
+
+
+def job_to_hash(job: Job) -> dict[str, str]:
+    h = {"spec": job.spec.model_dump_json(exclude_defaults=True)}
+    for f in STATUS_FIELDS:
+        v = encode(getattr(job, f))
+        if v != "":
+            h[f] = v
+    return h
+
+
+def hash_to_job(job_id: int, h: dict[str, str]) -> Job:
+    data: dict[str, Any] = {"id": job_id, "spec": JobSpec.model_validate_json(h["spec"])}
+    for f in STATUS_FIELDS:
+        v = h.get(f)
+        if v:
+            data[f] = _decode(f, v)
+    return Job.model_validate(data)
+
+
+# --- inventory --------------------------------------------------------------------------------
+
+def nodes_to_json(nodes: Sequence[Node]) -> str:
+    return json.dumps([{f.name: getattr(n, f.name) for f in fields(Node)}
+                       | {"labels": dict(n.labels), "gpus": [asdict(g) for g in n.gpus]} for n in nodes])
+
+
+def nodes_from_json(raw: str) -> list[Node]:
+    nodes = []
+    for d in json.loads(raw):
+        d["gpus"] = tuple(GpuDevice(**{**g, "mig": tuple(g.get("mig", ()))}) for g in d["gpus"])
+        d["labels"] = MappingProxyType(d["labels"])
+        d["taints"] = tuple(d.get("taints", ()))
+        nodes.append(Node(**d))
+    return nodes
+
+
+# --- history ----------------------------------------------------------------------------------
+
+def history_record(job: Job) -> dict[str, Any]:
+    """What stays of a finished job once it leaves the hot keys: who, what, where, how it ended
+    (sacct's view), in a few hundred bytes; the spec's command, script and environment are dropped."""
+    spec = job.spec
+    return {k: v for k, v in {
+        "id": job.id, "name": spec.display_name(), "user": spec.user, "queue": job.queue,
+        "priority_class": job.priority_class, "state": job.state.value, "reason": job.reason,
+        "exit_code": job.exit_code, "signal": job.signal, "attempts": job.attempts,
+        "array_job_id": job.array_job_id, "array_task_id": job.array_task_id,
+        "backend": job.backend, "pool": job.pool, "backend_ref": job.backend_ref, "nodes": job.nodes,
+        "gpu_ids": job.gpu_ids, "alloc_cpu_milli": job.alloc_cpu_milli, "alloc_mem_mib": job.alloc_mem_mib,
+        "submit_time": encode(job.submit_time), "start_time": encode(job.start_time),
+        "end_time": encode(job.end_time), "workdir": spec.workdir,
+    }.items() if v not in (None, "", [])}
+
+
+def facts_from_record(rec: dict[str, Any]) -> JobFacts:
+    """Dependency facts of an expired job, from its history record."""
+    def when(key: str) -> datetime | None:
+        return datetime.fromisoformat(rec[key]) if rec.get(key) else None
+
+    return JobFacts(id=rec["id"], state=JobState(rec["state"]), exit_code=rec.get("exit_code"),
+                    name=rec.get("name", ""), user=rec.get("user", ""), array_job_id=rec.get("array_job_id"),
+                    array_task_id=rec.get("array_task_id"), end_time=when("end_time"), start_time=when("start_time"))

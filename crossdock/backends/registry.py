@@ -1,0 +1,86 @@
+"""Backend kinds and their factories: adding a backend is one package plus one line here.
+
+Each backend package exposes ``CAPABILITIES`` (a :class:`~crossdock.queue.ports.Capabilities`)
+and ``create(ctx) -> Backend``; it reads its own typed settings from ``ctx.environ``. Packages
+are imported on first use, so a process pays only for the backends its config names.
+"""
+
+from __future__ import annotations
+
+import importlib
+from dataclasses import dataclass, field
+from pathlib import Path
+from types import ModuleType
+from typing import Any, Mapping
+
+from crossdock.queue.config import ClusterConfig
+from crossdock.queue.ports import Backend, BackendUnavailable, Capabilities
+
+BACKENDS: dict[str, str] = {
+    "local": "crossdock.backends.local",
+    "slurm": "crossdock.backends.slurm",
+    "k8s": "crossdock.backends.kubernetes",
+}
+"""Backend kind (as pools name it in the config) → the package that implements it."""
+
+
+@dataclass(frozen=True)
+class BackendContext:
+    """What a backend is built from: the admin config, the job store and the process's settings."""
+
+    config: ClusterConfig
+    store: Any
+    state_dir: Path
+    environ: Mapping[str, str] = field(default_factory=dict)
+    """The environment the backend reads its settings from."""
+    child_env: Mapping[str, str] = field(default_factory=dict)
+    """The environment for processes the backend starts (pinned to the same store and config)."""
+
+
+def kinds() -> tuple[str, ...]:
+    return tuple(BACKENDS)
+
+
+def _package(kind: str) -> ModuleType:
+    try:
+        name = BACKENDS[kind]
+    except KeyError:
+        raise BackendUnavailable(f"unknown backend {kind!r}; known: {', '.join(BACKENDS)}", retryable=False) from None
+    return importlib.import_module(name)
+
+
+def capabilities(kind: str) -> Capabilities:
+    return _package(kind).CAPABILITIES
+
+
+def create(kind: str, ctx: BackendContext) -> Backend:
+    return _package(kind).create(ctx)
+
+
+class Backends:
+    """The backends of one process, built on first use and kept (they hold connections, watches)."""
+
+    def __init__(self, ctx: BackendContext):
+        self.ctx = ctx
+        self._built: dict[str, Backend] = {}
+
+    def __call__(self, kind: str) -> Backend:
+        if kind not in self._built:
+            self._built[kind] = create(kind, self.ctx)
+        return self._built[kind]
+
+    def use(self, kind: str, backend: Backend) -> None:
+        """Serve ``kind`` with this instance (a test's fake, a backend built elsewhere)."""
+        self._built[kind] = backend
+
+    def capabilities(self, kind: str) -> Capabilities:
+        """What ``kind`` can do: the instance's own declaration once built, else its package's."""
+        built = self._built.get(kind)
+        return built.capabilities if built is not None else capabilities(kind)
+
+    def close(self) -> None:
+        for b in self._built.values():
+            close = getattr(b, "close", None)
+            if close is not None:
+                close()
+        self._built.clear()

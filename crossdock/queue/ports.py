@@ -1,0 +1,145 @@
+"""The seams the core is written against: what a place jobs run must offer, and what it may.
+
+Every backend implements :class:`Backend` and declares its :class:`Capabilities`, a plain value
+that shared code reads instead of asking a backend its name. Optional behaviour that needs a
+method is a small Protocol beside it (``SupportsArrays``, ``SweepsOrphans`` …), checked with
+``isinstance``. The registry that maps a backend kind to its factory lives in
+``crossdock.backends.registry``; nothing here imports a backend.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any, Iterable, Mapping, Protocol, Sequence, runtime_checkable
+
+from crossdock.queue.errors import CrossdockError
+from crossdock.queue.models import Job
+from crossdock.queue.snapshot import Allocation, Node
+from crossdock.queue.states import JobState
+
+
+class BackendError(CrossdockError):
+    """Root of backend failures."""
+
+
+class SubmitFailed(BackendError):
+    """The backend refused the job; retrying the same submission will not help."""
+
+
+class BackendUnavailable(BackendError):
+    """The backend could not be reached; ``retryable`` says whether to try again later."""
+
+    def __init__(self, message: str, retryable: bool = True):
+        super().__init__(message)
+        self.retryable = retryable
+
+
+def settings_error(exc: Any, variables: Mapping[str, str]) -> BackendUnavailable:
+    """A backend's settings that fail validation (a pydantic ``ValidationError``): every problem,
+    each with its environment variable (``variables``: field → variable), value and message."""
+    lines = [f"{variables.get(str(e['loc'][0]), e['loc'][0])}={e.get('input')!r}: {e['msg']}" for e in exc.errors()]
+    return BackendUnavailable("bad backend settings: " + "; ".join(lines), retryable=False)
+
+
+@dataclass(frozen=True)
+class Capabilities:
+    """What a backend can do, declared once per backend kind and read by shared code."""
+
+    arrays: bool = False
+    """Tasks of one array placed in one pool go out as one submission (``SupportsArrays``)."""
+    batches: bool = False
+    """Separate jobs for one pool go out several per dispatch task (cheap, parallel submits)."""
+    reowns_claims: bool = False
+    """``submit`` finds what an earlier delivery of the same attempt started (a tag, a name), so a
+    dispatch task delivered again after its worker died may re-own its claims and submit again."""
+    heartbeat: bool = False
+    """Followed by a heartbeat its own watcher writes to the store, not by ``status``: a job whose
+    heartbeat stops is lost."""
+    backend_queue: bool = False
+    """Jobs may wait inside the backend's own queue beyond what fits now (a pool's ``backend_queue``)."""
+    logs: bool = False
+    """Output is read through the backend (``ServesLogs``), not from the job's output file."""
+
+
+@dataclass(frozen=True)
+class Inventory:
+    nodes: tuple[Node, ...]
+    foreign: tuple[Allocation, ...] = ()
+    """Capacity used by work crossdock did not submit."""
+
+
+@dataclass(frozen=True)
+class BackendStatus:
+    """What a backend reports about one job it runs."""
+
+    ref: str
+    state: JobState
+    reason: str = ""
+    exit_code: int | None = None
+    signal: int | None = None
+    nodes: tuple[str, ...] = ()
+    native_state: str = ""
+    extra: dict[str, str] = field(default_factory=dict)
+
+
+@dataclass(frozen=True)
+class Orphan:
+    """A backend object that belongs to no active attempt (left by a crash or a requeue)."""
+
+    ref: str
+    job_id: int
+    attempt: int
+    why: str
+
+
+@runtime_checkable
+class Backend(Protocol):
+    kind: str
+    capabilities: Capabilities
+
+    def inventory(self) -> Inventory: ...
+
+    def submit(self, job: Job, fresh: bool = False) -> str:
+        """Start ``job`` (placed: ``job.nodes``, ``job.gpu_ids``); return the backend reference.
+
+        Idempotent per (job id, attempt): a second call finds what the first one started.
+        ``fresh`` says no earlier call can have started it, so a costly look may be skipped."""
+
+    def cancel(self, job: Job) -> None: ...
+
+    def preempt(self, job: Job, grace_seconds: int) -> None: ...
+
+    def status(self, jobs: Sequence[Job]) -> dict[int, BackendStatus]:
+        """One batched query for every given job; jobs the backend does not know are absent."""
+
+
+@runtime_checkable
+class SupportsArrays(Protocol):
+    """A backend that takes tasks of one array as one submission (a Slurm array, an Indexed Job)."""
+
+    def submit_array(self, tasks: Sequence[Job], throttle: int | None = None, fresh: bool = False) -> dict[int, str]:
+        """Submit ``tasks`` (one array, one attempt) together, at most ``throttle`` running at
+        once; return job id → backend reference of each task.
+
+        Idempotent per group: a second call with the same tasks finds what the first one started.
+        ``fresh`` says no earlier call can have started them, so a costly look may be skipped."""
+
+
+@runtime_checkable
+class SweepsOrphans(Protocol):
+    """A backend whose objects can outlive their attempt (a crash between create and record)."""
+
+    def delete_orphans(self, active: Iterable[Job]) -> list[Orphan]:
+        """Delete what belongs to no job of ``active``'s attempts; return what was deleted."""
+
+
+@runtime_checkable
+class StopsLost(Protocol):
+    """A backend that can stop what is left of a job whose watcher died (``heartbeat`` backends)."""
+
+    def kill_orphan(self, job: Job) -> None: ...
+
+
+@runtime_checkable
+class ServesLogs(Protocol):
+    def logs(self, job: Job, *, tail_lines: int | None = None, worker: int = 0) -> str: ...

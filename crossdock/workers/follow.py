@@ -1,0 +1,147 @@
+"""Follow placed jobs to their end and heal both ways (the leader runs this between cycles).
+
+Backends with a ``heartbeat`` are followed by their watcher's heartbeat: a SCHEDULED job whose
+dispatch nobody picked up is sent again, one whose watcher never started or stopped reporting is
+lost (NODE_FAIL, requeued when its spec allows). Other backends are asked for the ``status`` of
+every placed job in one call; state changes are recorded in one round trip; jobs the backend no
+longer knows are lost or resent. Backends that ``SweepsOrphans`` have their leftovers removed.
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+from typing import Callable
+
+from crossdock.backends.redis_store.store import utcnow
+from crossdock.backends.registry import Backends
+from crossdock.queue.models import Job
+from crossdock.queue.ports import BackendError, StopsLost, SweepsOrphans
+from crossdock.queue.states import JobState, Reason
+from crossdock.workers.app import SendTask
+
+log = logging.getLogger(__name__)
+
+RESEND_AFTER_SECONDS = 15.0
+LOST_AFTER_SECONDS = 60.0
+ORPHAN_SWEEP_SECONDS = 60.0
+UNAVAILABLE = (BackendError, ImportError, OSError)
+
+
+class Follower:
+    def __init__(self, store, backends: Backends, send: SendTask, holder: str, kinds: Callable[[], set[str]]):
+        self.store, self.backends, self.send, self.holder = store, backends, send, holder
+        self.kinds = kinds
+        """The backend kinds the config's pools name (orphans are swept there even with nothing active)."""
+        self._next_orphan_sweep = 0.0
+
+    def reconcile(self) -> None:
+        """Resend lost dispatches, mark jobs whose watcher vanished, follow every backend."""
+        active = self.store.get_many(self.store.active_ids())
+        now = time.time()
+        by_backend: dict[str, list[Job]] = {}
+        for job in active:
+            by_backend.setdefault(job.backend or "local", []).append(job)
+        for kind, jobs in by_backend.items():
+            try:
+                heartbeat = self.backends.capabilities(kind).heartbeat
+            except UNAVAILABLE as exc:
+                log.warning("backend %s unavailable: %s", kind, exc)
+                continue
+            if heartbeat:
+                self._by_heartbeat(kind, jobs, now)
+            else:
+                self._by_status(kind, jobs)
+        self._sweep_orphans(by_backend)
+
+    def _sweep_orphans(self, by_backend: dict[str, list[Job]]) -> None:
+        """Remove backend objects left by a crash or a requeue that belong to no active attempt."""
+        now = time.monotonic()
+        if now < self._next_orphan_sweep:
+            return
+        self._next_orphan_sweep = now + ORPHAN_SWEEP_SECONDS
+        for kind in sorted(set(by_backend) | self.kinds()):
+            try:
+                target = self.backends(kind)
+                if isinstance(target, SweepsOrphans):
+                    for orphan in target.delete_orphans(by_backend.get(kind, [])):
+                        log.warning("deleted orphaned %s object %s", kind, orphan.ref)
+            except UNAVAILABLE as exc:
+                log.warning("orphan sweep of %s failed: %s", kind, exc)
+
+    def _resend(self, job: Job, kind: str) -> None:
+        self.store.retry_dispatch(job.id)
+        self.send("crossdock.dispatch", [job.id, job.attempts], kind)
+
+    def _by_heartbeat(self, kind: str, jobs: list[Job], now: float) -> None:
+        alive = self.store.alive([j.id for j in jobs])
+        for job in jobs:
+            scheduled = job.scheduled_time.timestamp() if job.scheduled_time else now
+            if job.state is JobState.SCHEDULED:
+                claimed = self.store.dispatch_claimed(job.id, job.attempts)
+                if not claimed and now - scheduled > RESEND_AFTER_SECONDS:
+                    log.warning("job %s: dispatch not picked up in %.0fs; resending", job.id, now - scheduled)
+                    self._resend(job, kind)
+                elif claimed and not alive[job.id] and now - scheduled > LOST_AFTER_SECONDS:
+                    self.lost(job, "dispatched but never started")
+            elif job.state is JobState.RUNNING and not alive[job.id]:
+                self.lost(job, "its supervisor stopped reporting")
+
+    def lost(self, job: Job, why: str) -> None:
+        log.warning("job %s lost: %s", job.id, why)
+        try:
+            target = self.backends(job.backend or "local")
+            if isinstance(target, StopsLost):
+                target.kill_orphan(job)
+        except UNAVAILABLE as exc:
+            log.warning("job %s: could not stop what is left of it: %s", job.id, exc)
+        if self.store.transition(job.id, JobState.NODE_FAIL, attempt=job.attempts, reason=Reason.NODE_LOST,
+                                 fields={"end_time": utcnow()}, actor=self.holder) and job.spec.requeue:
+            self.store.requeue(job.id, actor=self.holder, reason=Reason.NODE_LOST)
+
+    def _by_status(self, kind: str, jobs: list[Job]) -> None:
+        store = self.store
+        try:
+            statuses = self.backends(kind).status(jobs)
+        except UNAVAILABLE as exc:
+            log.warning("status of %s unavailable: %s", kind, exc)
+            return
+        now = time.time()
+        changes: list[tuple[Job, JobState] | None] = []  # one entry per queued command
+        with store.pipeline() as pipe:
+            for job in jobs:
+                st = statuses.get(job.id)
+                if st is None:
+                    scheduled = job.scheduled_time.timestamp() if job.scheduled_time else now
+                    if job.state is JobState.RUNNING or (job.backend_ref and now - scheduled > LOST_AFTER_SECONDS):
+                        self.lost(job, f"{kind} no longer knows it")
+                    elif not store.dispatch_claimed(job.id, job.attempts) and now - scheduled > RESEND_AFTER_SECONDS:
+                        self._resend(job, kind)
+                    continue
+                # Waiting inside the backend (Slurm PENDING, or requeued there by the backend itself) is
+                # SCHEDULED for crossdock: the backend owns that attempt and will start it again.
+                state = JobState.SCHEDULED if st.state is JobState.PENDING else st.state
+                if state is job.state:
+                    if st.reason and job.state is JobState.SCHEDULED and st.reason != job.reason:
+                        store.update_if(job.id, (JobState.SCHEDULED,), {"reason": st.reason}, pipe=pipe)
+                        changes.append(None)
+                    continue
+                fields = {"exit_code": st.exit_code, "nodes": list(st.nodes) or job.nodes}
+                if st.signal is not None:
+                    fields["signal"] = st.signal
+                if state is JobState.RUNNING:
+                    fields["start_time"] = utcnow()
+                elif state.terminal or state is JobState.PREEMPTED:
+                    fields["end_time"] = utcnow()
+                # One round trip for every change of the pass (a 1,000-task array finishes together).
+                store.transition(job.id, state, fields=fields, reason=st.reason, actor=kind, pipe=pipe)
+                changes.append((job, state))
+            outcomes = pipe.execute()
+        for change, outcome in zip(changes, outcomes):
+            if change is None:
+                continue
+            (job, state), (ok, old) = change, outcome
+            if ok:
+                log.info("job %s: %s -> %s", job.id, old, state.value)
+                if state is JobState.PREEMPTED and job.spec.requeue:
+                    store.requeue(job.id, actor=kind, reason=Reason.PREEMPTED)

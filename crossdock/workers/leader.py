@@ -1,0 +1,188 @@
+"""The scheduling loop: one leader (a Redis lease) runs cycles, follows backends, expires records.
+
+Each cycle: read the store and the backends' inventories -> ``build_snapshot`` and
+``run_cycle`` (pure, in the core) -> commit every decision in one transaction -> send the
+dispatch tasks ``dispatch_groups`` forms. A crash between commit and send leaves jobs SCHEDULED
+without a dispatch claim; the follower resends them (one by one), and the dispatch claim makes
+a duplicate harmless. Standbys wait for the lease.
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+import time
+import uuid
+from dataclasses import dataclass
+
+from crossdock.backends.redis_store.store import utcnow
+from crossdock.queue.assembly import Records, accrue_usage, build_snapshot, dependency_targets
+from crossdock.queue.cycle import CycleResult, facts_of, run_cycle
+from crossdock.queue.dispatch import dispatch_groups
+from crossdock.queue.models import Job
+from crossdock.queue.ports import Inventory
+from crossdock.queue.snapshot import Snapshot
+from crossdock.queue.states import JobState, Reason
+from crossdock.runtime import Runtime
+from crossdock.workers.app import SendTask
+from crossdock.workers.follow import UNAVAILABLE, Follower
+
+log = logging.getLogger(__name__)
+
+INVENTORY_REFRESH_SECONDS = 10.0
+RETENTION_EVERY_SECONDS = 60.0
+
+
+@dataclass
+class CycleStats:
+    admitted: int = 0
+    cancelled: int = 0
+    pending: int = 0
+    seconds: float = 0.0
+
+
+class Scheduler:
+    def __init__(self, rt: Runtime, send: SendTask, holder: str | None = None):
+        self.rt, self.send = rt, send
+        self.holder = holder or f"scheduler-{uuid.uuid4().hex[:8]}"
+        self.follower = Follower(rt.store, rt.backends, send, self.holder,
+                                 lambda: {p.backend for p in rt.config.pools.values()})
+        self._inventory: dict[str, tuple[float, Inventory]] = {}
+
+    # --- reading ---------------------------------------------------------------------------
+    def inventory(self) -> Inventory:
+        """Every backend's nodes and foreign allocations, each refreshed at most every few seconds
+        (an unreachable backend keeps its last inventory)."""
+        nodes, foreign, refreshed = [], [], False
+        for kind in sorted({p.backend for p in self.rt.config.pools.values()}):
+            cached = self._inventory.get(kind)
+            if cached is None or time.monotonic() - cached[0] > INVENTORY_REFRESH_SECONDS:
+                try:
+                    cached = (time.monotonic(), self.rt.backends(kind).inventory())
+                except UNAVAILABLE as exc:
+                    log.warning("inventory of %s unavailable: %s", kind, exc)
+                    cached = (time.monotonic(), cached[1] if cached else Inventory(()))
+                self._inventory[kind] = cached
+                refreshed = True
+            nodes.extend(cached[1].nodes)
+            foreign.extend(cached[1].foreign)
+        if refreshed:
+            self.rt.store.save_inventory(nodes)
+        return Inventory(tuple(nodes), tuple(foreign))
+
+    def snapshot(self, pending: list[Job], active: list[Job]) -> Snapshot:
+        store, config = self.rt.store, self.rt.config
+        inv = self.inventory()
+        targets = dependency_targets(pending)
+        wanted: set[int] = set(targets.ids)
+        for job_id in targets.ids:
+            wanted.update(store.array_ids(job_id))
+        for user, name in targets.names:
+            wanted.update(store.ids_by_name(user, name))
+        known = {j.id for j in [*pending, *active]}
+        missing = [i for i in wanted if i not in known]
+        others = {j.id: facts_of(j) for j in store.get_many(missing)}
+        others.update(store.history_facts(i for i in missing if i not in others))
+        usage, last = store.usage()
+        now = time.time()
+        usage = accrue_usage(usage, last, now, inv.nodes, active, config)
+        store.save_usage(usage, now)
+        return build_snapshot(Records(pending, active, inv.nodes, inv.foreign, frozenset(wanted), others,
+                                      store.nominations(j.id for j in pending), usage), config)
+
+    # --- one cycle -------------------------------------------------------------------------
+    def cycle_once(self) -> CycleStats:
+        t0 = time.perf_counter()
+        store = self.rt.store
+        pending = store.get_many(store.pending_ids())
+        if not pending:
+            return CycleStats(seconds=time.perf_counter() - t0)
+        active = store.get_many(store.active_ids())
+        snap = self.snapshot(pending, active)
+        result = run_cycle(snap, pending, self.rt.config, utcnow())
+        self.commit(result, {j.id: j for j in [*pending, *active]}, dict(snap.running_per_array))
+        stats = CycleStats(len(result.admitted), len(result.cancelled), len(result.pending), time.perf_counter() - t0)
+        log.debug("cycle: %s admitted, %s pending, %.3fs (%s)", stats.admitted, stats.pending, stats.seconds,
+                  {k: round(v, 4) for k, v in result.timings.items()})
+        return stats
+
+    def commit(self, result: CycleResult, jobs: dict[int, Job], running_per_array: dict[int, int] | None = None) -> None:
+        store = self.rt.store
+        now = utcnow()
+        with store.pipeline(transaction=True) as pipe:
+            for p in result.admitted:
+                store.transition(p.job_id, JobState.SCHEDULED, pipe=pipe, actor=self.holder, bump_attempt=True,
+                                 fields={"nodes": list(p.nodes), "gpu_ids": list(p.gpu_ids), "pool": p.pool,
+                                         "backend": p.backend, "reason": Reason.NONE, "scheduled_time": now,
+                                         "alloc_cpu_milli": p.cpu_milli, "alloc_mem_mib": p.memory_mib})
+            for job_id, reason in result.cancelled.items():
+                store.transition(job_id, JobState.CANCELLED, pipe=pipe, actor=self.holder, reason=reason,
+                                 fields={"end_time": now})
+            outcomes = pipe.execute()
+        moved = [p for p, (ok, _old) in zip(result.admitted, outcomes) if ok]
+        for group in dispatch_groups(moved, jobs, running_per_array or {}, self.rt.backends.capabilities):
+            if group.batch:
+                self.send("crossdock.dispatch_batch", [[list(p) for p in zip(group.job_ids, group.attempts)]],
+                          group.backend)
+            elif group.array_job_id is None:
+                self.send("crossdock.dispatch", [group.job_ids[0], group.attempt], group.backend)
+            else:
+                self.send("crossdock.dispatch_array",
+                          [group.array_job_id, group.attempt, list(group.job_ids), group.throttle], group.backend)
+        for pre in result.preemptions:
+            victim = jobs.get(pre.victim_id)
+            if victim is not None and victim.backend:
+                # marked at once, so the next snapshot counts the victim as terminating
+                store.request_preempt(pre.victim_id, pre.grace_seconds)
+                self.send("crossdock.preempt", [pre.victim_id, pre.grace_seconds], victim.backend)
+        store.update_nominations([p.job_id for p in result.admitted] + list(result.cancelled), result.nominations)
+        store.set_reasons(result.pending, result.explanations)
+
+    def reconcile(self) -> None:
+        self.follower.reconcile()
+
+    def expire(self) -> int:
+        cfg = self.rt.config.scheduler
+        return self.rt.store.expire_finished(cfg.min_job_age_seconds, cfg.history_days * 86400)
+
+    # --- the loop --------------------------------------------------------------------------
+    def _wait_for_work(self, stop: threading.Event, interval: float, tick: float = 0.05) -> None:
+        """Sleep until the next cycle is due, or until new jobs arrive (the pending index grows):
+        a submission is scheduled within ``tick`` s rather than up to ``interval`` s later."""
+        store = self.rt.store
+        deadline = time.monotonic() + interval
+        seen = store.pending_count()
+        while not stop.wait(min(tick, max(deadline - time.monotonic(), 0))):
+            if time.monotonic() >= deadline or store.pending_count() > seen:
+                return
+
+    def run(self, stop: threading.Event, reconcile_every: float = 2.0) -> None:
+        cfg = self.rt.config.scheduler
+        next_reconcile = next_expiry = 0.0
+        leader = False
+        try:
+            while not stop.is_set():
+                was_leader, leader = leader, self.rt.store.acquire_lease(self.holder, cfg.lease_seconds)
+                if leader != was_leader:
+                    log.info("%s %s leadership", self.holder, "took" if leader else "lost")
+                if leader:
+                    wait = cfg.interval_seconds
+                    try:
+                        self.cycle_once()
+                        if time.monotonic() >= next_reconcile:
+                            next_reconcile = time.monotonic() + reconcile_every
+                            self.reconcile()
+                        if time.monotonic() >= next_expiry:
+                            next_expiry = time.monotonic() + RETENTION_EVERY_SECONDS
+                            self.expire()
+                        # the next cycle, or the next follow if it is due sooner
+                        wait = min(wait, max(next_reconcile - time.monotonic(), 0.05))
+                    except Exception:
+                        log.exception("scheduling cycle failed; retrying next interval")
+                    self._wait_for_work(stop, wait)
+                else:
+                    stop.wait(cfg.lease_seconds / 3)
+        finally:
+            if leader:
+                self.rt.store.release_lease(self.holder)
+
