@@ -92,7 +92,7 @@ LABEL_POOL = "crossdock.io/pool"
 LABEL_GPU_PRODUCT = "nvidia.com/gpu.product"
 GPU_RESOURCE = "nvidia.com/gpu"
 
-SCRIPTS_DIR = Path(__file__).resolve().parents[2] / "scripts" / "k8s"
+SCRIPTS_DIR = Path(__file__).resolve().parents[3] / "scripts" / "k8s"
 BUILD_SCRIPT = SCRIPTS_DIR / "build.sh"
 VERSIONS_FILE = SCRIPTS_DIR / "versions.env"
 

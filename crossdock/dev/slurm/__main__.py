@@ -1,0 +1,3 @@
+from crossdock.dev.slurm import main
+
+main()
