@@ -1,3 +1,3 @@
-from crossdock.dev.slurm import main
+from crossdock.dev.slurm.cli import main
 
 main()
