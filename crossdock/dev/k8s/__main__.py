@@ -1,3 +1,3 @@
-from crossdock.dev.k8s import main
+from crossdock.dev.k8s.cli import main
 
 main()
