@@ -2,7 +2,13 @@
 
 from __future__ import annotations
 
+import importlib
+from collections.abc import Iterator, MutableMapping
+
+import click
 import typer
+from typer.core import TyperGroup
+from typer.main import get_group
 
 from crossdock.cli import admin, jobs
 
@@ -31,16 +37,58 @@ def demo(jobs_scale: int = typer.Option(1, "--scale", help="multiply the batch s
     raise typer.Exit(run_demo(jobs_scale))
 
 
-dev_app = typer.Typer(help="Local clusters for development and CI.", no_args_is_help=True)
+class _LazyCommands(MutableMapping[str, click.Command]):
+    """A group's commands, where the named sub-apps (``"module:attribute"``) are imported the
+    first time one of them is looked up: to run it, or for help that lists them. Each is a
+    Typer app mounted as a group (``get_group``, as ``add_typer`` would)."""
+
+    def __init__(self, commands: MutableMapping[str, click.Command], lazy: dict[str, str]) -> None:
+        self._commands = dict(commands)
+        self._lazy = dict(lazy)
+
+    def __getitem__(self, name: str) -> click.Command:
+        if name not in self._commands and name in self._lazy:
+            module, _, attribute = self._lazy[name].partition(":")
+            command = get_group(getattr(importlib.import_module(module), attribute))
+            command.name = name
+            self._commands[name] = command
+        return self._commands[name]
+
+    def __setitem__(self, name: str, command: click.Command) -> None:
+        self._lazy.pop(name, None)
+        self._commands[name] = command
+
+    def __delitem__(self, name: str) -> None:
+        if self._lazy.pop(name, None) is None:
+            del self._commands[name]
+        else:
+            self._commands.pop(name, None)
+
+    def __iter__(self) -> Iterator[str]:
+        yield from (name for name in self._commands if name not in self._lazy)
+        yield from self._lazy
+
+    def __len__(self) -> int:
+        return len(set(self._commands) | set(self._lazy))
+
+
+class _DevGroup(TyperGroup):
+    """``crossdock dev``: crossdock.dev is imported only when a dev subcommand runs, never by
+    ``crossdock --help`` or ``crossdock submit``."""
+
+    LAZY = {"slurm": "crossdock.dev.slurm.cli:app", "k8s": "crossdock.dev.k8s.cli:app"}
+
+    def __init__(self, **kwargs) -> None:
+        super().__init__(**kwargs)
+        self.commands = _LazyCommands(self.commands, self.LAZY)
+
+
+dev_app = typer.Typer(cls=_DevGroup, help="Local clusters for development and CI.", no_args_is_help=True)
 app.add_typer(dev_app, name="dev")
 
 
 def _mount_optional() -> None:
     """Sub-apps whose modules pull optional dependencies are mounted when importable."""
-    from crossdock.dev import k8s, slurm
-
-    dev_app.add_typer(slurm.app, name="slurm")
-    dev_app.add_typer(k8s.app, name="k8s")
     try:
         from crossdock.cli import simulate
     except ImportError:

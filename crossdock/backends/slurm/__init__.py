@@ -30,6 +30,7 @@ from crossdock.backends.slurm.driver import (
     SubmitRequest,
     Unsupported,
 )
+from crossdock.backends.slurm.envfile import local_env_file, read_env_file
 from crossdock.backends.slurm.rest import RestDriver
 from crossdock.backends.slurm.states import SLURM_STATES, decode_wait_status, translate
 from crossdock.queue.config import ClusterConfig
@@ -42,22 +43,16 @@ __all__ = [
 ]
 
 
-def _read_env_file(path: Path) -> dict[str, str]:
-    return dict(line.split("=", 1) for line in path.read_text().splitlines() if "=" in line)
-
-
 def slurm_env(environ: dict[str, str] | None = None) -> dict[str, str]:
     """The environment the drivers need, with the env file (if any) underneath ``environ``."""
     env = dict(os.environ if environ is None else environ)
     path = env.get("CROSSDOCK_SLURM_ENV")
     if path:
-        return {**_read_env_file(Path(path)), **env}
+        return {**read_env_file(Path(path)), **env}
     if "SLURM_CONF" not in env:
-        from crossdock.dev.slurm import Layout
-
-        dev_file = Layout.of().env_file
-        if dev_file.exists():
-            return {**_read_env_file(dev_file), **env}
+        local_file = local_env_file()
+        if local_file.exists():
+            return {**read_env_file(local_file), **env}
     return env
 
 

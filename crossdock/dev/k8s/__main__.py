@@ -1,0 +1,3 @@
+from crossdock.dev.k8s.cli import main
+
+main()

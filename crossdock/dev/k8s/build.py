@@ -1,0 +1,73 @@
+"""The binaries: pinned releases, where they are cached, and building them with
+``scripts/k8s/build.sh``."""
+
+from __future__ import annotations
+
+import os
+import shutil
+import subprocess
+from pathlib import Path
+
+from crossdock.dev.k8s.errors import ControlPlaneError
+
+SCRIPTS_DIR = Path(__file__).resolve().parents[3] / "scripts" / "k8s"
+BUILD_SCRIPT = SCRIPTS_DIR / "build.sh"
+VERSIONS_FILE = SCRIPTS_DIR / "versions.env"
+
+# Start order; down() stops them in reverse.
+COMPONENTS = ("etcd", "kube-apiserver", "kube-controller-manager", "kube-scheduler", "kwok")
+BINARIES = COMPONENTS
+
+
+def versions() -> dict[str, str]:
+    """The pinned releases (``KUBERNETES_VERSION``, ``ETCD_VERSION``, ``KWOK_VERSION``)."""
+    out: dict[str, str] = {}
+    for line in VERSIONS_FILE.read_text().splitlines():
+        line = line.strip()
+        if line and not line.startswith("#"):
+            key, _, value = line.partition("=")
+            out[key.strip()] = value.strip()
+    return out
+
+
+def cache_root() -> Path:
+    base = os.environ.get("CROSSDOCK_CACHE") or str(Path.home() / ".cache" / "crossdock")
+    return Path(base) / "k8s"
+
+
+def bin_dir() -> Path:
+    """Where the binaries of the pinned release live (outside the repository)."""
+    return cache_root() / versions()["KUBERNETES_VERSION"] / "bin"
+
+
+def stages_dir() -> Path:
+    """The upstream kwok Stages of the pinned release, copied there by build.sh."""
+    return bin_dir().parent / "kwok-stages"
+
+
+def missing_binaries() -> list[str]:
+    bins = bin_dir()
+    missing = [b for b in BINARIES if not os.access(bins / b, os.X_OK)]
+    if not (stages_dir() / "pod-ready.yaml").is_file():
+        missing.append("kwok-stages")
+    return missing
+
+
+def build(*, force: bool = False) -> Path:
+    """Build and cache the binaries of the pinned release; skip what is present."""
+    if not force and not missing_binaries():
+        return bin_dir()
+    if not BUILD_SCRIPT.is_file():
+        raise ControlPlaneError(f"{BUILD_SCRIPT} not found: building needs a source checkout")
+    env = dict(os.environ)
+    if shutil.which("go") is None and Path("/usr/local/go/bin/go").exists():
+        env["PATH"] = env.get("PATH", "") + os.pathsep + "/usr/local/go/bin"
+    argv = ["bash", str(BUILD_SCRIPT)] + (["--force"] if force else [])
+    try:
+        subprocess.run(argv, check=True, env=env)
+    except (OSError, subprocess.CalledProcessError) as err:
+        raise ControlPlaneError(f"{BUILD_SCRIPT} failed: {err}") from err
+    missing = missing_binaries()
+    if missing:
+        raise ControlPlaneError(f"build finished but {missing} are missing in {bin_dir()}")
+    return bin_dir()

@@ -1,0 +1,3 @@
+from crossdock.dev.slurm.cli import main
+
+main()
