@@ -1,16 +1,15 @@
-"""Admin configuration: priority classes, pools and queues, loaded from one YAML file.
+"""Admin configuration: priority classes, pools and queues, validated from data it is handed.
 
-``load_config`` returns a validated :class:`ClusterConfig` or raises :class:`ConfigError`
-listing every problem with its path (``queues.training.per_job.gpu: must be ≥ 0``).
-``lint`` returns warnings about settings that are legal but risky.
+``parse_config(data, source)`` returns a validated :class:`ClusterConfig` or raises
+:class:`ConfigError` listing every problem with its path (``queues.training.per_job.gpu: must be
+≥ 0``). ``lint`` returns warnings about settings that are legal but risky. Reading the YAML file
+is :func:`crossdock.configfile.load_config`'s job (runtime, CLI, client); this module touches no file.
 """
 
 from __future__ import annotations
 
-from pathlib import Path
 from typing import Any, Literal
 
-import yaml
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
 
 from crossdock.queue.errors import ConfigError
@@ -243,19 +242,13 @@ def parse_config(data: Any, source: str = "<config>") -> ClusterConfig:
     return cfg
 
 
-def load_config(path: str | Path) -> ClusterConfig:
-    p = Path(path)
-    try:
-        text = p.read_text()
-    except OSError as exc:
-        raise ConfigError([f"{p}: cannot read: {exc.strerror}"]) from None
-    try:
-        data = yaml.safe_load(text)
-    except yaml.YAMLError as exc:
-        mark = getattr(exc, "problem_mark", None)
-        where = f" line {mark.line + 1}, column {mark.column + 1}" if mark else ""
-        raise ConfigError([f"{p}:{where}: not valid YAML: {getattr(exc, 'problem', exc)}"]) from None
-    return parse_config(data, str(p))
+def load_config(path: Any) -> ClusterConfig:
+    """Deprecated here: use :func:`crossdock.configfile.load_config`. Kept only until
+    ``crossdock/runtime.py`` imports it from there; it imports the file reader lazily so that
+    importing the core pulls in no YAML parser."""
+    from crossdock.configfile import load_config as load
+
+    return load(path)
 
 
 def lint(cfg: ClusterConfig) -> list[str]:

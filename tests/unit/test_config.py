@@ -2,7 +2,8 @@ from pathlib import Path
 
 import pytest
 
-from crossdock.queue.config import lint, load_config, parse_config
+from crossdock.configfile import load_config
+from crossdock.queue.config import lint, parse_config
 from crossdock.queue.errors import ConfigError
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -69,8 +70,9 @@ def test_lint_flags_inference_cpu_request_below_limit():
 def test_broken_yaml_names_the_line(tmp_path):
     p = tmp_path / "c.yaml"
     p.write_text("queues: {training: [\n")
-    with pytest.raises(ConfigError, match="line"):
+    with pytest.raises(ConfigError, match="line") as exc:
         load_config(p)
+    assert exc.value.errors[0].startswith(f"{p}: line 2, column 1: not valid YAML"), exc.value.errors
 
 
 @pytest.mark.parametrize("weights,message", [
