@@ -15,6 +15,11 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_valida
 from crossdock.queue.errors import ConfigError
 
 RESOURCE_WEIGHTS = ("cpu", "memory", "nvidia.com/gpu")
+SCORE_PLUGINS = ("BalancedAllocation", "CrossdockGpu", "GpuFragmentation", "LeastAllocated", "MostAllocated",
+                 "RequestedToCapacityRatio")
+"""The score plugins a queue's ``plugin_weights`` may name: the vocabulary of the config, kept here so
+that validating a config needs no plugin; the scheduler's registry holds exactly these scores
+(``tests/unit/scheduler/test_scheduler_framework.py`` checks both lists agree)."""
 Placement = Literal["binpack", "spread", "most-requested", "balanced"]
 BackendKind = Literal["local", "slurm", "k8s"]
 
@@ -114,10 +119,7 @@ class Queue(_Cfg):
     @field_validator("plugin_weights")
     @classmethod
     def _known_weights(cls, weights: dict[str, int]) -> dict[str, int]:
-        from crossdock.queue.scheduler.registry import REGISTRY, _load
-
-        _load()
-        scores = sorted(n for n, c in REGISTRY.items() if hasattr(c, "score"))
+        scores = sorted(SCORE_PLUGINS)
         for name, w in weights.items():
             if name in RESOURCE_WEIGHTS:
                 if not 1 <= w <= 100:
