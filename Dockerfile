@@ -6,7 +6,7 @@ RUN apt-get update \
 WORKDIR /opt/crossdock
 COPY pyproject.toml README.md ./
 COPY crossdock ./crossdock
-COPY configs ./configs
+COPY crossdock/configs ./configs
 RUN pip install --no-cache-dir '.[kubernetes]' flower
 RUN useradd --create-home --uid 1000 crossdock
 USER crossdock

@@ -36,6 +36,7 @@ from typing import Callable
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from crossdock.queue.config import parse_config  # noqa: E402
+from crossdock.gcpause import collection_paused  # noqa: E402
 from crossdock.queue.cycle import run_cycle  # noqa: E402
 from crossdock.queue.models import GpuRequest, Job, JobSpec  # noqa: E402
 from crossdock.queue.scheduler import pipeline  # noqa: E402
@@ -146,12 +147,18 @@ def timed_cycle(snapshot: Snapshot, jobs: list[Job]) -> tuple[object, list[float
     pipeline.Cycle.schedule = schedule
     try:
         c0, t0 = time.process_time(), time.perf_counter()
-        result = run_cycle(snapshot, jobs, CONFIG, NOW)
+        with collection_paused():  # as the scheduler loop runs it
+            result = run_cycle(snapshot, jobs, CONFIG, NOW)
         total, cpu = time.perf_counter() - t0, time.process_time() - c0
     finally:
         pipeline.Cycle.schedule = original
     result.timings["cpu"] = cpu
     return result, per_job, total
+
+
+def paused_cycle(snapshot: Snapshot, jobs: list[Job]) -> object:
+    with collection_paused():
+        return run_cycle(snapshot, jobs, CONFIG, NOW)
 
 
 def peak_memory(fn: Callable[[], object]) -> float:
@@ -295,7 +302,7 @@ def main() -> None:
 
     snap = Snapshot(nodes=tuple(nodes))
     result, per_job, total = best_cycle(snap, jobs, args.repeat)
-    peak = peak_memory(lambda: run_cycle(snap, jobs, CONFIG, NOW))
+    peak = peak_memory(lambda: paused_cycle(snap, jobs))
     reasons: dict[str, int] = {}
     for r in result.pending.values():
         reasons[r] = reasons.get(r, 0) + 1
@@ -317,7 +324,7 @@ def main() -> None:
     print(f"\n{len(running)} running low-priority jobs, {free_gpus} GPUs idle, {len(gpu_nodes)} 8-GPU nodes;"
           f" {len(stream)} high-priority jobs of 8/4/8/2 GPUs")
     result2, per_job2, total2 = best_cycle(snap2, stream, args.repeat)
-    peak2 = peak_memory(lambda: run_cycle(snap2, stream, CONFIG, NOW))
+    peak2 = peak_memory(lambda: paused_cycle(snap2, stream))
     decided = len(result2.admitted) + sum(1 for r in result2.pending.values() if r == "Preempting")
     naive_n2, naive_t2 = naive_preempt(nodes, running, stream[:min(args.naive_jobs, 50)])
     report("2. preempt: high-priority stream over 20,000 running jobs", decided, per_job2, total2,

@@ -29,6 +29,7 @@ from typing import Any
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
+from crossdock.gcpause import collection_paused  # noqa: E402
 from crossdock.queue.config import parse_config  # noqa: E402
 from crossdock.queue.cycle import run_cycle  # noqa: E402
 from crossdock.queue.models import GpuRequest, Job, JobSpec  # noqa: E402
@@ -313,19 +314,25 @@ def decisions(result: Any) -> dict[str, Any]:
     }
 
 
+def cycle(snap: Snapshot, pending: list[Job], cfg: Any) -> Any:
+    """run_cycle as the scheduler loop runs it (the collector paused; decisions do not depend on it)."""
+    with collection_paused():
+        return run_cycle(snap, pending, cfg, NOW)
+
+
 def dump(path: str, seeds: int, scale: float, big: bool) -> None:
     out: dict[str, Any] = {}
     t0 = time.process_time()
     for seed in range(seeds):
         snap, pending, cfg = random_scenario(seed, scale)
-        out[f"random-{seed}"] = decisions(run_cycle(snap, pending, cfg, NOW))
+        out[f"random-{seed}"] = decisions(cycle(snap, pending, cfg))
     for seed in range(seeds // 3):
         snap, pending, cfg = preemption_scenario(seed)
-        out[f"preempt-{seed}"] = decisions(run_cycle(snap, pending, cfg, NOW))
+        out[f"preempt-{seed}"] = decisions(cycle(snap, pending, cfg))
     sizes = [(1213, 3000, 4000, 60)] + ([(5000, 10000, 20000, 200)] if big else [])
     for size in sizes:
         for name, snap, pending in alibaba(*size):
-            out[name] = decisions(run_cycle(snap, pending, bench.CONFIG, NOW))
+            out[name] = decisions(cycle(snap, pending, bench.CONFIG))
     Path(path).write_text(json.dumps(out, sort_keys=True))
     digest = hashlib.sha256(Path(path).read_bytes()).hexdigest()[:16]
     admitted = sum(len(v["admitted"]) for v in out.values())

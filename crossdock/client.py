@@ -19,7 +19,7 @@ import uuid
 from typing import Any, Callable, Iterable, Sequence
 
 from crossdock import service
-from crossdock.backends.local.pyrun import decode_outcome, encode_call
+from crossdock.pycall import decode_outcome, encode_call
 from crossdock.queue.errors import CrossdockError
 from crossdock.queue.models import ArraySpec, GpuRequest, Job, JobSpec, PythonCall
 from crossdock.queue.states import JobState

@@ -7,7 +7,7 @@ import os
 from dataclasses import dataclass
 from pathlib import Path
 
-DEFAULT_CONFIG = Path(__file__).resolve().parent.parent / "configs" / "local.yaml"
+DEFAULT_CONFIG = Path(__file__).resolve().parent / "configs" / "local.yaml"  # shipped in the package
 
 
 @dataclass(frozen=True)

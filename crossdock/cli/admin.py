@@ -21,7 +21,8 @@ config_app = typer.Typer(help="Admin configuration files.", no_args_is_help=True
 @config_app.command("check")
 def config_check(path: Path = typer.Argument(..., help="a crossdock YAML config")) -> None:
     """Validate a config: every error with its path, then warnings about risky settings."""
-    from crossdock.queue.config import lint, load_config
+    from crossdock.configfile import load_config
+    from crossdock.queue.config import lint
     from crossdock.queue.errors import ConfigError
 
     try:

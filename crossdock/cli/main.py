@@ -13,7 +13,7 @@ from typer.main import get_group
 from crossdock.cli import admin, jobs
 
 app = typer.Typer(help="crossdock: one batch queue in front of Slurm, Kubernetes and this machine.",
-                  no_args_is_help=True, add_completion=False, pretty_exceptions_enable=False)
+                  no_args_is_help=True, pretty_exceptions_enable=False)
 
 app.command(context_settings=jobs.RAW, add_help_option=False)(jobs.submit)
 app.command("queue")(jobs.queue)

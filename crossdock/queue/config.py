@@ -1,21 +1,25 @@
-"""Admin configuration: priority classes, pools and queues, loaded from one YAML file.
+"""Admin configuration: priority classes, pools and queues, validated from data it is handed.
 
-``load_config`` returns a validated :class:`ClusterConfig` or raises :class:`ConfigError`
-listing every problem with its path (``queues.training.per_job.gpu: must be ≥ 0``).
-``lint`` returns warnings about settings that are legal but risky.
+``parse_config(data, source)`` returns a validated :class:`ClusterConfig` or raises
+:class:`ConfigError` listing every problem with its path (``queues.training.per_job.gpu: must be
+≥ 0``). ``lint`` returns warnings about settings that are legal but risky. Reading the YAML file
+is :func:`crossdock.configfile.load_config`'s job (runtime, CLI, client); this module touches no file.
 """
 
 from __future__ import annotations
 
-from pathlib import Path
 from typing import Any, Literal
 
-import yaml
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
 
 from crossdock.queue.errors import ConfigError
 
 RESOURCE_WEIGHTS = ("cpu", "memory", "nvidia.com/gpu")
+SCORE_PLUGINS = ("BalancedAllocation", "CrossdockGpu", "GpuFragmentation", "LeastAllocated", "MostAllocated",
+                 "RequestedToCapacityRatio")
+"""The score plugins a queue's ``plugin_weights`` may name: the vocabulary of the config, kept here so
+that validating a config needs no plugin; the scheduler's registry holds exactly these scores
+(``tests/unit/scheduler/test_scheduler_framework.py`` checks both lists agree)."""
 Placement = Literal["binpack", "spread", "most-requested", "balanced"]
 BackendKind = Literal["local", "slurm", "k8s"]
 
@@ -115,10 +119,7 @@ class Queue(_Cfg):
     @field_validator("plugin_weights")
     @classmethod
     def _known_weights(cls, weights: dict[str, int]) -> dict[str, int]:
-        from crossdock.queue.scheduler.registry import REGISTRY, _load
-
-        _load()
-        scores = sorted(n for n, c in REGISTRY.items() if hasattr(c, "score"))
+        scores = sorted(SCORE_PLUGINS)
         for name, w in weights.items():
             if name in RESOURCE_WEIGHTS:
                 if not 1 <= w <= 100:
@@ -248,19 +249,13 @@ def parse_config(data: Any, source: str = "<config>") -> ClusterConfig:
     return cfg
 
 
-def load_config(path: str | Path) -> ClusterConfig:
-    p = Path(path)
-    try:
-        text = p.read_text()
-    except OSError as exc:
-        raise ConfigError([f"{p}: cannot read: {exc.strerror}"]) from None
-    try:
-        data = yaml.safe_load(text)
-    except yaml.YAMLError as exc:
-        mark = getattr(exc, "problem_mark", None)
-        where = f" line {mark.line + 1}, column {mark.column + 1}" if mark else ""
-        raise ConfigError([f"{p}:{where}: not valid YAML: {getattr(exc, 'problem', exc)}"]) from None
-    return parse_config(data, str(p))
+def load_config(path: Any) -> ClusterConfig:
+    """Deprecated here: use :func:`crossdock.configfile.load_config`. Kept only until
+    ``crossdock/runtime.py`` imports it from there; it imports the file reader lazily so that
+    importing the core pulls in no YAML parser."""
+    from crossdock.configfile import load_config as load
+
+    return load(path)
 
 
 def lint(cfg: ClusterConfig) -> list[str]:

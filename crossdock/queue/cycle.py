@@ -3,18 +3,16 @@
 ``run_cycle(snapshot, pending, config, now)`` reads the snapshot, decides, and returns a
 :class:`CycleResult`; it performs no I/O. The caller commits the decisions atomically and
 dispatches them. The phases live in :mod:`crossdock.queue.scheduler` (framework, plugins,
-fair share, quota, preemption, backfill); ``run_cycle`` is their numbered pipeline. Python's
-cyclic garbage collector is paused while it runs (:func:`collection_paused`).
+fair share, quota, preemption, backfill); ``run_cycle`` is their numbered pipeline. It leaves
+process-wide state alone: a caller that wants Python's cyclic garbage collector paused during the
+cycle wraps the call (``crossdock.gcpause.collection_paused``).
 """
 
 from __future__ import annotations
 
-import gc
 import logging
 import time
-from contextlib import contextmanager
 from datetime import datetime
-from typing import Iterator
 from typing import Sequence
 
 from crossdock.queue.backend_queue import admit_to_backend_queues
@@ -62,32 +60,7 @@ def order(pending: Sequence[Job]) -> list[Job]:
     return sorted(pending, key=lambda j: (-j.priority, j.spec.nice, j.id))
 
 
-@contextmanager
-def collection_paused() -> Iterator[None]:
-    """Python's cyclic garbage collector paused for one cycle, resumed as it was afterwards.
-
-    A cycle allocates many small containers that die young (reference counting frees them) and
-    builds no garbage cycle that must be reclaimed before it returns. With tens of thousands of jobs
-    and allocations alive in the process, each automatic full collection inside the cycle walks all
-    of them (about 0.1 s at 10,000 pending jobs) and stalls whichever placement allocated last. The
-    collector catches up after the cycle, between cycles, where no decision waits on it.
-    """
-    paused = gc.isenabled()
-    if paused:
-        gc.disable()
-    try:
-        yield
-    finally:
-        if paused:
-            gc.enable()
-
-
 def run_cycle(snapshot: Snapshot, pending: Sequence[Job], config: ClusterConfig, now: datetime) -> CycleResult:
-    with collection_paused():
-        return _run_cycle(snapshot, pending, config, now)
-
-
-def _run_cycle(snapshot: Snapshot, pending: Sequence[Job], config: ClusterConfig, now: datetime) -> CycleResult:
     result = CycleResult()
     marks = [("start", time.perf_counter())]
 

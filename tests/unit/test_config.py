@@ -2,10 +2,13 @@ from pathlib import Path
 
 import pytest
 
-from crossdock.queue.config import lint, load_config, parse_config
+from crossdock.configfile import load_config
+from crossdock.queue.config import lint, parse_config
 from crossdock.queue.errors import ConfigError
+from crossdock.settings import DEFAULT_CONFIG
 
 ROOT = Path(__file__).resolve().parents[2]
+CONFIGS = DEFAULT_CONFIG.parent
 
 BASE = {
     "priority_classes": {"training": {"value": 100, "preemptible": True}, "inference": {"value": 1000}},
@@ -51,12 +54,22 @@ def test_every_error_is_reported_at_once():
 
 def test_shipped_configs_are_valid_and_clean():
     for name in ("crossdock.yaml", "local.yaml"):
-        cfg = load_config(ROOT / "configs" / name)
+        cfg = load_config(CONFIGS / name)
         assert lint(cfg) == []
-    ref = load_config(ROOT / "configs" / "crossdock.yaml")
+    ref = load_config(CONFIGS / "crossdock.yaml")
     assert ref.queues["training"].per_job.gpu == 8 and ref.queues["training"].per_job.cpu == 16
     assert ref.queues["inference"].placement == "spread"
     assert ref.priority_classes["training"].preemptible and not ref.priority_classes["inference"].preemptible
+
+
+def test_configs_ship_inside_the_package_and_the_top_level_folder_links_there():
+    import crossdock
+
+    assert CONFIGS == Path(crossdock.__file__).resolve().parent / "configs" and DEFAULT_CONFIG.is_file()
+    assert (CONFIGS / "scenarios" / "mixed-gpu-cluster.yaml").is_file()
+    top = ROOT / "configs"
+    if top.is_symlink():  # a checkout without symlinks has a plain file there
+        assert top.resolve() == CONFIGS
 
 
 def test_lint_flags_inference_cpu_request_below_limit():
@@ -69,8 +82,9 @@ def test_lint_flags_inference_cpu_request_below_limit():
 def test_broken_yaml_names_the_line(tmp_path):
     p = tmp_path / "c.yaml"
     p.write_text("queues: {training: [\n")
-    with pytest.raises(ConfigError, match="line"):
+    with pytest.raises(ConfigError, match="line") as exc:
         load_config(p)
+    assert exc.value.errors[0].startswith(f"{p}: line 2, column 1: not valid YAML"), exc.value.errors
 
 
 @pytest.mark.parametrize("weights,message", [

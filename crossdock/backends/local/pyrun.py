@@ -1,42 +1,30 @@
 """Run one cloudpickled Python call and write its outcome: ``python -m ... PAYLOAD RESULT``.
 
-The result file holds a cloudpickled ``("ok", value)`` or ``("error", exception, traceback)``;
-the exit status is 0 or 1 so the job's state tells success without reading it.
+The result file holds a cloudpickled ``("ok", value)`` or ``("error", exception, traceback)``
+(the format is :mod:`crossdock.pycall`'s); the exit status is 0 or 1 so the job's state tells
+success without reading it.
 """
 
 from __future__ import annotations
 
-import base64
 import sys
 import traceback
 from pathlib import Path
 
-import cloudpickle
-
-
-def encode_call(fn, args: tuple = (), kwargs: dict | None = None) -> str:
-    return base64.b64encode(cloudpickle.dumps((fn, tuple(args), dict(kwargs or {})))).decode()
-
-
-def decode_outcome(data: bytes):
-    return cloudpickle.loads(data)
+from crossdock.pycall import decode_call, encode_error, encode_value
 
 
 def main(argv: list[str]) -> int:
     payload, result = Path(argv[1]), Path(argv[2])
-    fn, args, kwargs = cloudpickle.loads(base64.b64decode(payload.read_text()))
+    fn, args, kwargs = decode_call(payload.read_text())
     try:
         value = fn(*args, **kwargs)
     except BaseException as exc:  # noqa: BLE001 - everything goes back to the caller
         tb = traceback.format_exc()
-        try:
-            data = cloudpickle.dumps(("error", exc, tb))
-        except Exception:
-            data = cloudpickle.dumps(("error", RuntimeError(repr(exc)), tb))
-        result.write_bytes(data)
+        result.write_bytes(encode_error(exc, tb))
         print(tb, file=sys.stderr)
         return 1
-    result.write_bytes(cloudpickle.dumps(("ok", value, "")))
+    result.write_bytes(encode_value(value))
     return 0
 
 

@@ -6,8 +6,11 @@
 - ``inventory``    the cycle's numpy picture of the nodes and every GPU device, MIG slice and share
 - ``gpus``         which devices one worker gets (NVLink island best fit, share best fit, MIG slices)
 - ``framework``    the Protocols per extension point, ``Status``/``Code``, ``CycleState``
-- ``registry``     plugins by name, the profile a queue's ``placement``/``plugin_weights`` select,
-                   kube-scheduler's "0/N nodes are available: …" text (``explain``)
+- ``registry``     plugins by name (each plugin module registers itself), the plugin names per
+                   extension point, ``Profile``, kube-scheduler's "0/N nodes are available: …"
+                   text (``explain``); it imports no plugin
+- ``profiles``     the profile a queue's ``placement``/``plugin_weights`` select (``profile_for``);
+                   importing it imports ``plugins`` and so registers every plugin
 - ``plugins/``     one module per plugin: filters (NodeUnschedulable, PoolMembership, NodeList,
                    NodeSelector, TaintToleration, GpuModel, GpuSharing, MigProfile, NodeResourcesFit,
                    GpuTopology, AntiAffinity, ReservedCapacity) and scores (MostAllocated,
@@ -22,7 +25,7 @@
 - ``decisions``    ``Placement``, ``Preemption``, ``Reservation``, ``CycleResult``
 
 For the simulator: build an ``Inventory(nodes)``, ``inventory.load(allocations)``, a
-``CycleState(inventory, config, now)``, take ``profile_for(placement)`` and call
+``CycleState(inventory, config, now)``, take ``profiles.profile_for(placement)`` and call
 ``profile.feasible(state, request)`` / ``placement.place(state, profile, request)``;
 ``scoring.node_score`` and ``plugins.gpu_frag`` are pure functions of plain numbers.
 """

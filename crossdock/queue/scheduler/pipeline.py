@@ -25,7 +25,8 @@ from crossdock.queue.scheduler.plugins.gpu_fragmentation import FragCache, typic
 from crossdock.queue.scheduler.plugins.reserved_capacity import NOMINATED, RESERVED
 from crossdock.queue.scheduler.preemption import Preemptor
 from crossdock.queue.scheduler.quota import QuotaLedger
-from crossdock.queue.scheduler.registry import Profile, explain, profile_for
+from crossdock.queue.scheduler.profiles import profile_for
+from crossdock.queue.scheduler.registry import Profile, explain
 from crossdock.queue.scheduler.request import Request
 from crossdock.queue.snapshot import Snapshot
 from crossdock.queue.states import Reason
@@ -46,7 +47,7 @@ class Cycle:
         model_of = {gid: inv.model[i] for i in range(inv.n) for gid in inv.dev_ids[i]}
         self.quota = QuotaLedger(self.config, snap.allocations, model_of)
         self._preemptor: Preemptor | None = None
-        self.state.extra.update(quota=self.quota, preemptor=self.preemptor,
+        self.state.extra.update(quota=self.quota, preemptor=self.preemptor, profile_of=self.profile_of,
                                 preemption_cap=self.config.scheduler.max_preemptions_per_cycle)
         self.nominated: dict[int, int] = {}
         self.nominated_by: dict[int, int] = {}
@@ -72,6 +73,15 @@ class Cycle:
         self.reserved = False
         self.profiles: dict[tuple[str, str], Profile] = {}
 
+    def profile_of(self, req: Request) -> Profile:
+        """The profile ``req`` is scheduled with: its queue's placement and plugin weights."""
+        profile = self.profiles.get((req.queue, req.placement))
+        if profile is None:
+            queue = self.config.queues.get(req.queue)
+            profile = profile_for(req.placement, queue.plugin_weights if queue else None)
+            self.profiles[(req.queue, req.placement)] = profile
+        return profile
+
     def preemptor(self) -> Preemptor:
         """Built on first use: most cycles preempt nothing and skip indexing the running jobs."""
         if self._preemptor is None:
@@ -96,11 +106,7 @@ class Cycle:
     def schedule(self, req: Request) -> Placement | None:
         """Admit ``req`` and return its placement, or record why it stays pending."""
         res = self.result
-        profile = self.profiles.get((req.queue, req.placement))
-        if profile is None:
-            queue = self.config.queues.get(req.queue)
-            profile = profile_for(req.placement, queue.plugin_weights if queue else None)
-            self.profiles[(req.queue, req.placement)] = profile
+        profile = self.profile_of(req)
         for plugin in profile.pre_filters:
             status = plugin.pre_filter(self.state, req)
             if not status.ok:

@@ -1,4 +1,9 @@
-"""Plugins registered by name, and the profile a queue's config selects.
+"""Plugins registered by name, the plugin names every profile runs, and :class:`Profile`.
+
+Plugin modules register themselves (``@register``) when :mod:`crossdock.queue.scheduler.plugins`
+imports them; this module imports no plugin, so that the plugins may import it.
+:mod:`crossdock.queue.scheduler.profiles` imports the plugins and builds the profile a queue's
+config selects (``profile_for``).
 
 A queue's ``placement`` picks the score plugins (``binpack``: the crossdock GPU score
 ``CrossdockGpu`` — FGD with a CPU-aware fragmentation term, see ``plugins.gpu_frag`` — weighted
@@ -30,7 +35,8 @@ def register(cls: type) -> type:
 
 
 def create(name: str) -> Any:
-    _load()
+    """A new instance of the plugin registered as ``name`` (its module must have been imported:
+    importing :mod:`crossdock.queue.scheduler.plugins` registers every plugin)."""
     try:
         return REGISTRY[name]()
     except KeyError:
@@ -108,33 +114,9 @@ class Profile:
         return total
 
 
-_PROFILES: dict[tuple, Profile] = {}
-
-
-def profile_for(placement: str, plugin_weights: Mapping[str, int] | None = None) -> Profile:
-    _load()
-    weights = dict(PLACEMENT_SCORES.get(placement) or PLACEMENT_SCORES["binpack"])
-    for name, w in (plugin_weights or {}).items():
-        if name in REGISTRY and hasattr(REGISTRY[name], "score"):
-            weights[name] = int(w)
-    key = (placement, tuple(sorted(weights.items())))
-    prof = _PROFILES.get(key)
-    if prof is None:
-        prof = Profile([create(n) for n in FILTERS], [(create(n), w) for n, w in weights.items() if w > 0],
-                       [create(n) for n in PRE_FILTERS], [create(n) for n in RESERVES],
-                       [create(n) for n in PERMITS], [create(n) for n in POST_FILTERS])
-        _PROFILES[key] = prof
-    return prof
-
-
 def explain(reasons: Mapping[str, int], total: int, tail: str = "") -> str:
     """kube-scheduler's FitError text: ``0/N nodes are available: <count> <reason>, ….``"""
     parts = sorted(f"{count} {message}" for message, count in reasons.items())
     text = f"0/{total} nodes are available"
     text += (": " + ", ".join(parts) + ".") if parts else "."
     return text + (f" {tail}" if tail else "")
-
-
-def _load() -> None:
-    if not REGISTRY:
-        import crossdock.queue.scheduler.plugins  # noqa: F401  (registers every plugin)

@@ -100,7 +100,7 @@ def test_config_check_reports_every_error_with_its_path(tmp_path):
     assert "queues.training.pools.1: unknown pool 'x'" in r.stderr
     assert "pools.p: a slurm pool needs partition" in r.stderr
     good = subprocess.run([sys.executable, "-m", "crossdock.cli.main", "config", "check",
-                           str(ROOT / "configs" / "crossdock.yaml")], capture_output=True, text=True)
+                           str(ROOT / "crossdock" / "configs" / "crossdock.yaml")], capture_output=True, text=True)
     assert good.returncode == 0 and "OK" in good.stdout
 
 

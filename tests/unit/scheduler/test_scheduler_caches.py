@@ -22,7 +22,7 @@ from crossdock.queue.scheduler import gpus, placement
 from crossdock.queue.scheduler.framework import CycleState
 from crossdock.queue.scheduler.inventory import FULL, Inventory
 from crossdock.queue.scheduler.preemption import Preemptor
-from crossdock.queue.scheduler.registry import profile_for
+from crossdock.queue.scheduler.profiles import profile_for
 from crossdock.queue.scheduler.request import build_request
 from crossdock.queue.snapshot import Allocation
 

@@ -95,7 +95,7 @@ def test_gang_topology_keeps_workers_in_one_domain():
     from crossdock.queue.scheduler.framework import CycleState
     from crossdock.queue.scheduler.inventory import Inventory
     from crossdock.queue.scheduler.placement import place
-    from crossdock.queue.scheduler.registry import profile_for
+    from crossdock.queue.scheduler.profiles import profile_for
 
     inv = Inventory(nodes)
     state = CycleState(inv, CFG, NOW)

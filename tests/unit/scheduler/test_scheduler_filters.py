@@ -9,7 +9,8 @@ from sched_builders import NOW, config, job, node, running
 from crossdock.queue.cycle import run_cycle
 from crossdock.queue.scheduler.framework import CycleState
 from crossdock.queue.scheduler.inventory import Inventory
-from crossdock.queue.scheduler.registry import explain, profile_for
+from crossdock.queue.scheduler.profiles import profile_for
+from crossdock.queue.scheduler.registry import explain
 from crossdock.queue.scheduler.request import build_request
 from crossdock.queue.snapshot import Snapshot
 

@@ -8,8 +8,10 @@ from sched_builders import NOW, config, job, node, running
 from crossdock.queue.cycle import run_cycle
 from crossdock.queue.scheduler.framework import (Code, FilterPlugin, PermitPlugin, PostFilterPlugin,
                                                  PreFilterPlugin, ReservePlugin, ScorePlugin, Status)
-from crossdock.queue.scheduler.registry import (FILTERS, PERMITS, POST_FILTERS, PRE_FILTERS, RESERVES, create,
-                                                profile_for)
+from crossdock.queue.config import SCORE_PLUGINS
+from crossdock.queue.scheduler.profiles import profile_for
+from crossdock.queue.scheduler.registry import (FILTERS, PERMITS, POST_FILTERS, PRE_FILTERS, REGISTRY, RESERVES,
+                                                create)
 from crossdock.queue.snapshot import Snapshot
 
 POINTS = [(FILTERS, FilterPlugin), (PRE_FILTERS, PreFilterPlugin), (RESERVES, ReservePlugin), (PERMITS, PermitPlugin),
@@ -24,6 +26,11 @@ def test_registered_plugins_implement_their_extension_point(names, protocol):
         plugin = create(name)
         assert isinstance(plugin, protocol), name
         assert plugin.name == name
+
+
+def test_config_names_exactly_the_registered_score_plugins():
+    # config validates plugin_weights against its own list, so that it imports no plugin
+    assert sorted(SCORE_PLUGINS) == sorted(n for n, cls in REGISTRY.items() if hasattr(cls, "score"))
 
 
 def test_unknown_plugin_is_a_value_error_naming_the_registered_ones():

@@ -92,7 +92,7 @@ def test_scores_per_distinct_state_equal_scores_per_node(data):
     from crossdock.queue.scheduler.framework import CycleState
     from crossdock.queue.scheduler.placement import place, score_distinct
     from crossdock.queue.scheduler.plugins.gpu_fragmentation import FragCache, typical_of
-    from crossdock.queue.scheduler.registry import profile_for
+    from crossdock.queue.scheduler.profiles import profile_for
     from crossdock.queue.scheduler.request import build_request
 
     cfg = config()

@@ -1,15 +1,17 @@
 """DefaultPreemption (post-filter): find the fewest lower-priority victims (``scheduler.preemption``).
 
 Reads ``state.extra["preemptor"]`` (a callable returning the cycle's
-:class:`~crossdock.queue.scheduler.preemption.Preemptor`, built on first use)
-and ``state.extra["preemption_cap"]`` (victims still allowed this cycle); it decides only, the
-cycle records the preemptions and nominations.
+:class:`~crossdock.queue.scheduler.preemption.Preemptor`, built on first use),
+``state.extra["profile_of"]`` (a callable returning the profile the cycle schedules a request
+with, so that victims are sought with the same filters) and ``state.extra["preemption_cap"]``
+(victims still allowed this cycle); it decides only, the cycle records the preemptions and
+nominations.
 """
 
 from __future__ import annotations
 
 from crossdock.queue.scheduler.framework import Code, CycleState, Status
-from crossdock.queue.scheduler.registry import profile_for, register
+from crossdock.queue.scheduler.registry import register
 from crossdock.queue.scheduler.request import Request
 from crossdock.queue.states import Reason
 
@@ -27,8 +29,7 @@ class DefaultPreemption:
         key = ("preempt-failed", req.shape_key(), req.priority)
         if state.cache.get(key) == state.inventory.version:
             return Status(Code.UNSCHEDULABLE, Reason.RESOURCES, "preemption: no victims", NAME)
-        queue = state.config.queues.get(req.queue)
-        profile = profile_for(req.placement, queue.plugin_weights if queue else None)
+        profile = state.extra["profile_of"](req)
         found = state.extra["preemptor"]().find(state, profile, req, cap)
         if found is None:
             state.cache[key] = state.inventory.version

@@ -1,0 +1,33 @@
+"""The admin config read from a YAML file: ``load_config(path)`` → a validated :class:`ClusterConfig`.
+
+The core (:mod:`crossdock.queue.config`) validates data it is handed; reading the file and
+parsing YAML happen here, for the faces and the process wiring (runtime, CLI, client). Errors are
+:class:`~crossdock.queue.errors.ConfigError` lines naming the file and, for broken YAML, the line
+and column.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import yaml
+
+from crossdock.queue.config import ClusterConfig, parse_config
+from crossdock.queue.errors import ConfigError
+
+__all__ = ["load_config"]
+
+
+def load_config(path: str | Path) -> ClusterConfig:
+    p = Path(path)
+    try:
+        text = p.read_text()
+    except OSError as exc:
+        raise ConfigError([f"{p}: cannot read: {exc.strerror}"]) from None
+    try:
+        data = yaml.safe_load(text)
+    except yaml.YAMLError as exc:
+        mark = getattr(exc, "problem_mark", None)
+        where = f" line {mark.line + 1}, column {mark.column + 1}" if mark else ""
+        raise ConfigError([f"{p}:{where}: not valid YAML: {getattr(exc, 'problem', exc)}"]) from None
+    return parse_config(data, str(p))
