@@ -10,7 +10,8 @@ from functools import cached_property
 from crossdock.backends.redis_store import embedded
 from crossdock.backends.redis_store.store import JobStore
 from crossdock.backends.registry import BackendContext, Backends
-from crossdock.queue.config import ClusterConfig, load_config
+from crossdock.configfile import load_config
+from crossdock.queue.config import ClusterConfig
 from crossdock.settings import Settings, current_user
 
 

@@ -249,15 +249,6 @@ def parse_config(data: Any, source: str = "<config>") -> ClusterConfig:
     return cfg
 
 
-def load_config(path: Any) -> ClusterConfig:
-    """Deprecated here: use :func:`crossdock.configfile.load_config`. Kept only until
-    ``crossdock/runtime.py`` imports it from there; it imports the file reader lazily so that
-    importing the core pulls in no YAML parser."""
-    from crossdock.configfile import load_config as load
-
-    return load(path)
-
-
 def lint(cfg: ClusterConfig) -> list[str]:
     """Warnings for legal but risky settings."""
     warnings: list[str] = []

@@ -16,6 +16,7 @@ import uuid
 from dataclasses import dataclass
 
 from crossdock.backends.redis_store.store import utcnow
+from crossdock.gcpause import collection_paused
 from crossdock.queue.assembly import Records, accrue_usage, build_snapshot, dependency_targets
 from crossdock.queue.cycle import CycleResult, facts_of, run_cycle
 from crossdock.queue.dispatch import dispatch_groups
@@ -99,7 +100,8 @@ class Scheduler:
             return CycleStats(seconds=time.perf_counter() - t0)
         active = store.get_many(store.active_ids())
         snap = self.snapshot(pending, active)
-        result = run_cycle(snap, pending, self.rt.config, utcnow())
+        with collection_paused():
+            result = run_cycle(snap, pending, self.rt.config, utcnow())
         self.commit(result, {j.id: j for j in [*pending, *active]}, dict(snap.running_per_array))
         stats = CycleStats(len(result.admitted), len(result.cancelled), len(result.pending), time.perf_counter() - t0)
         log.debug("cycle: %s admitted, %s pending, %.3fs (%s)", stats.admitted, stats.pending, stats.seconds,

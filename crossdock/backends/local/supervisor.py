@@ -23,7 +23,6 @@ from crossdock.backends.local.environment import job_environment, output_paths
 from crossdock.backends.redis_store.store import JobStore
 from crossdock.queue.models import Job
 from crossdock.queue.states import JobState, Reason
-from crossdock.settings import Settings
 
 log = logging.getLogger("crossdock.supervisor")
 
@@ -181,12 +180,12 @@ def main(argv: list[str]) -> int:
         os.setsid()
         if os.fork():  # the session leader exits so the watcher can never regain a terminal
             os._exit(0)
-    settings = Settings.from_env()
-    if settings.redis_url is None:
-        raise SystemExit("crossdock supervisor: CROSSDOCK_REDIS_URL is not set (the local backend sets it)")
+    missing = [v for v in ("CROSSDOCK_REDIS_URL", "CROSSDOCK_PREFIX", "CROSSDOCK_STATE_DIR") if not os.environ.get(v)]
+    if missing:
+        raise SystemExit(f"crossdock supervisor: {', '.join(missing)} not set (the local backend sets them)")
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(name)s %(message)s")
-    store = JobStore.from_url(settings.redis_url, settings.prefix, actor="local")
-    return Supervisor(store, settings.state_dir, kill_wait).run(job_id, attempt)
+    store = JobStore.from_url(os.environ["CROSSDOCK_REDIS_URL"], os.environ["CROSSDOCK_PREFIX"], actor="local")
+    return Supervisor(store, Path(os.environ["CROSSDOCK_STATE_DIR"]), kill_wait).run(job_id, attempt)
 
 
 if __name__ == "__main__":
