@@ -9,16 +9,19 @@ and column.
 from __future__ import annotations
 
 from pathlib import Path
+from typing import Mapping
 
 import yaml
 
 from crossdock.queue.config import ClusterConfig, parse_config
 from crossdock.queue.errors import ConfigError
+from crossdock.queue.ports import Capabilities
 
 __all__ = ["load_config"]
 
 
-def load_config(path: str | Path) -> ClusterConfig:
+def load_config(path: str | Path, backends: Mapping[str, Capabilities] | None = None) -> ClusterConfig:
+    """``backends``: the kinds pools may name, with what each can do (``crossdock.backends.registry.catalog()``)."""
     p = Path(path)
     try:
         text = p.read_text()
@@ -30,4 +33,4 @@ def load_config(path: str | Path) -> ClusterConfig:
         mark = getattr(exc, "problem_mark", None)
         where = f" line {mark.line + 1}, column {mark.column + 1}" if mark else ""
         raise ConfigError([f"{p}:{where}: not valid YAML: {getattr(exc, 'problem', exc)}"]) from None
-    return parse_config(data, str(p))
+    return parse_config(data, str(p), backends)

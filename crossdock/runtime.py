@@ -9,7 +9,7 @@ from functools import cached_property
 
 from crossdock.backends.redis_store import embedded
 from crossdock.backends.redis_store.store import JobStore
-from crossdock.backends.registry import BackendContext, Backends
+from crossdock.backends.registry import BackendContext, Backends, catalog
 from crossdock.configfile import load_config
 from crossdock.queue.config import ClusterConfig
 from crossdock.settings import Settings, current_user
@@ -34,7 +34,7 @@ class Runtime:
 
     @cached_property
     def config(self) -> ClusterConfig:
-        return load_config(self.settings.config_path)
+        return load_config(self.settings.config_path, catalog())
 
     @cached_property
     def backends(self) -> Backends:

@@ -11,7 +11,7 @@ import importlib
 from dataclasses import dataclass, field
 from pathlib import Path
 from types import ModuleType
-from typing import Any, Mapping
+from typing import Any, Iterator, Mapping
 
 from crossdock.queue.config import ClusterConfig
 from crossdock.queue.ports import Backend, BackendUnavailable, Capabilities
@@ -51,6 +51,29 @@ def _package(kind: str) -> ModuleType:
 
 def capabilities(kind: str) -> Capabilities:
     return _package(kind).CAPABILITIES
+
+
+class Catalog(Mapping[str, Capabilities]):
+    """Every known kind → its capabilities, a package imported only when its kind is looked up
+    (validating a config that names Kubernetes pools loads no Kubernetes client unless it must)."""
+
+    def __getitem__(self, kind: str) -> Capabilities:
+        if kind not in BACKENDS:
+            raise KeyError(kind)
+        return capabilities(kind)
+
+    def __contains__(self, kind: object) -> bool:
+        return kind in BACKENDS
+
+    def __iter__(self) -> Iterator[str]:
+        return iter(BACKENDS)
+
+    def __len__(self) -> int:
+        return len(BACKENDS)
+
+
+def catalog() -> Catalog:
+    return Catalog()
 
 
 def create(kind: str, ctx: BackendContext) -> Backend:

@@ -21,12 +21,13 @@ config_app = typer.Typer(help="Admin configuration files.", no_args_is_help=True
 @config_app.command("check")
 def config_check(path: Path = typer.Argument(..., help="a crossdock YAML config")) -> None:
     """Validate a config: every error with its path, then warnings about risky settings."""
+    from crossdock.backends.registry import catalog
     from crossdock.configfile import load_config
     from crossdock.queue.config import lint
     from crossdock.queue.errors import ConfigError
 
     try:
-        cfg = load_config(path)
+        cfg = load_config(path, catalog())
     except ConfigError as exc:
         for line in exc.errors:
             typer.echo(f"{path}: {line}", err=True)

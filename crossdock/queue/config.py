@@ -8,11 +8,12 @@ is :func:`crossdock.configfile.load_config`'s job (runtime, CLI, client); this m
 
 from __future__ import annotations
 
-from typing import Any, Literal
+from typing import Any, Literal, Mapping
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
 
 from crossdock.queue.errors import ConfigError
+from crossdock.queue.ports import Capabilities
 
 RESOURCE_WEIGHTS = ("cpu", "memory", "nvidia.com/gpu")
 SCORE_PLUGINS = ("BalancedAllocation", "CrossdockGpu", "GpuFragmentation", "LeastAllocated", "MostAllocated",
@@ -21,7 +22,6 @@ SCORE_PLUGINS = ("BalancedAllocation", "CrossdockGpu", "GpuFragmentation", "Leas
 that validating a config needs no plugin; the scheduler's registry holds exactly these scores
 (``tests/unit/scheduler/test_scheduler_framework.py`` checks both lists agree)."""
 Placement = Literal["binpack", "spread", "most-requested", "balanced"]
-BackendKind = Literal["local", "slurm", "k8s"]
 
 
 class _Cfg(BaseModel):
@@ -55,7 +55,9 @@ class NodeDecl(_Cfg):
 
 
 class Pool(_Cfg):
-    backend: BackendKind
+    backend: str = Field(min_length=1)
+    """A backend kind (``local``, ``slurm``, ``k8s``…): checked against the backends the process
+    knows, with what each can do, when the config is loaded (``parse_config(..., backends=)``)."""
     selector: dict[str, str] = Field(default_factory=dict)
     partition: str | None = None
     gpu: PoolGpu = Field(default_factory=PoolGpu)
@@ -71,9 +73,6 @@ class Pool(_Cfg):
     def _slurm_needs_partition(self) -> "Pool":
         if self.backend == "slurm" and not self.partition:
             raise ValueError("a slurm pool needs partition: <slurm partition name>")
-        if self.backend_queue and self.backend == "local":
-            raise ValueError(f"backend_queue: {self.backend_queue} needs a backend with a queue of its own;"
-                             " the local backend has none — remove backend_queue or use a slurm or k8s pool")
         return self
 
 
@@ -236,17 +235,33 @@ def _reference_errors(data: dict[str, Any]) -> list[str]:
     return errors
 
 
-def parse_config(data: Any, source: str = "<config>") -> ClusterConfig:
+def parse_config(data: Any, source: str = "<config>", backends: Mapping[str, Capabilities] | None = None) -> ClusterConfig:
+    """Validate admin config data; every problem at once, each with its path. With ``backends``
+    (kind → capabilities), pools must name one of them and use only what it can do."""
     if not isinstance(data, dict):
         raise ConfigError([f"{source}: top level must be a mapping with priority_classes, pools and queues"])
     errors = _reference_errors(data)
+    cfg = None
     try:
         cfg = ClusterConfig.model_validate(data)
     except ValidationError as exc:
         errors = _format_errors(exc) + errors
-    if errors:
+    if cfg is not None and backends is not None:
+        errors += _backend_errors(cfg, backends)
+    if errors or cfg is None:
         raise ConfigError(errors)
     return cfg
+
+
+def _backend_errors(cfg: ClusterConfig, backends: Mapping[str, Capabilities]) -> list[str]:
+    errors = []
+    for name, pool in cfg.pools.items():
+        if pool.backend not in backends:
+            errors.append(f"pools.{name}.backend: {pool.backend!r} is not a backend; known: {', '.join(backends)}")
+        elif pool.backend_queue and not backends[pool.backend].backend_queue:
+            errors.append(f"pools.{name}: backend_queue: {pool.backend_queue} needs a backend with a queue of its own;"
+                          f" {pool.backend} has none — remove backend_queue or use a pool of a backend that queues")
+    return errors
 
 
 def lint(cfg: ClusterConfig) -> list[str]:

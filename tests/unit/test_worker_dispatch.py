@@ -154,9 +154,10 @@ def test_a_throttled_array_with_no_free_slot_gets_nothing_more():
 
 @pytest.mark.parametrize("pool, message", [
     ({"backend": "local", "backend_queue": 3}, "pools.p: backend_queue: 3 needs a backend with a queue of its own"),
-    ({"backend": "k8s", "backend_queue": -1}, "pools.p.backend_queue: must be ≥ 0"),
-], ids=["local", "negative"])
+    ({"backend": "slurm", "partition": "cpu", "backend_queue": -1}, "pools.p.backend_queue: must be ≥ 0"),
+    ({"backend": "pbs"}, "pools.p.backend: 'pbs' is not a backend; known: slurm, local"),
+], ids=["local", "negative", "unknown"])
 def test_backend_queue_is_validated(pool, message):
     with pytest.raises(ConfigError, match=message):
         parse_config({"priority_classes": {"b": {"value": 1}}, "pools": {"p": pool},
-                      "queues": {"q": {"priority_class": "b", "pools": ["p"]}}})
+                      "queues": {"q": {"priority_class": "b", "pools": ["p"]}}}, backends=CAPABILITIES)
