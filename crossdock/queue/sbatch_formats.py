@@ -1,11 +1,12 @@
 """Value parsers for sbatch options, with Slurm's own formats and rounding.
 
-Each parser takes the option's text and returns crossdock's normalized value (minutes, MiB,
+Each parser takes the option's text and returns crossdock's normalized value (seconds, MiB,
 model objects), or raises :class:`InvalidOption` naming the option, the value and the forms
 it accepts. The rules follow Slurm's sources where its manual is silent:
 
 * ``--time``: ``time_str2mins`` (``src/common/parse_time.c``): seconds round up to whole
-  minutes; ``0``, ``-1``, ``INFINITE`` and ``UNLIMITED`` mean no limit.
+  minutes (returned as seconds, so always a multiple of 60); ``0``, ``-1``, ``INFINITE`` and
+  ``UNLIMITED`` mean no limit.
 * ``--mem``: ``str_to_mbytes`` (``src/common/proc_args.c``): MiB by default, ``K`` rounds up,
   an optional ``B`` after the unit (``4GB``); ``0`` is kept (all the memory of a node).
 * ``--gres``: ``name[:type][:count]``, count suffixes K/M/G/T/P multiply by powers of 1024.
@@ -69,7 +70,8 @@ _NO_LIMIT = {"-1", "INFINITE", "UNLIMITED"}
 
 
 def parse_time(value: str, option: str = "--time") -> int | None:
-    """Minutes of a Slurm time limit, rounded up; ``None`` when there is no limit."""
+    """Seconds of a Slurm time limit, rounded up to whole minutes as Slurm does (``1:30`` is
+    120); ``None`` when there is no limit."""
     text = value if isinstance(value, str) else ""
     if text.upper() in _NO_LIMIT:
         return None
@@ -87,7 +89,7 @@ def parse_time(value: str, option: str = "--time") -> int | None:
     total = ((days * 24 + hours) * 60 + minutes) * 60 + seconds
     if total == 0:
         return None  # sbatch: a time limit of zero means no limit
-    return -(-total // 60)
+    return -(-total // 60) * 60
 
 
 _MEM = re.compile(r"(\d+)(?:([KkMmGgTt])[Bb]?)?")

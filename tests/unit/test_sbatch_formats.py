@@ -54,7 +54,7 @@ from crossdock.queue.sbatch_formats import (
     ],
 )
 def test_parse_time_valid(text, minutes):
-    assert parse_time(text) == minutes
+    assert parse_time(text) == minutes * 60  # seconds, rounded up to whole minutes as Slurm does
 
 
 @pytest.mark.parametrize(
@@ -107,7 +107,7 @@ def test_parse_time_invalid(text):
 )
 def test_parse_time_matches_arithmetic(days, hours, minutes, seconds):
     total = days * 86400 + hours * 3600 + minutes * 60 + seconds
-    expected = None if total == 0 else -(-total // 60)
+    expected = None if total == 0 else -(-total // 60) * 60
     assert parse_time(f"{days}-{hours:02d}:{minutes:02d}:{seconds:02d}") == expected
     if days == 0:
         assert parse_time(f"{hours}:{minutes:02d}:{seconds:02d}") == expected

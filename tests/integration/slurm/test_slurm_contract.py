@@ -26,7 +26,7 @@ def timeout_jobs(slurm_cluster, jobs_dir):
     test does not wait alone; pinned to cpu2, away from the preemption tests on cpu1."""
     jobs = {}
     for driver in DRIVERS:
-        job = Job(id=next_job_id(), spec=JobSpec(command=["sleep", "600"], time_limit_minutes=1, nodelist=["cpu2"],
+        job = Job(id=next_job_id(), spec=JobSpec(command=["sleep", "600"], time_limit_seconds=60, nodelist=["cpu2"],
                                               workdir=str(jobs_dir), stdout="/dev/null"))
         SlurmBackend.from_env(slurm_cluster, driver=driver).submit(job)
         jobs[driver] = job
@@ -65,7 +65,7 @@ def test_inventory_counts_foreign_jobs(backend, slurm_cluster, jobs_dir):
 
 def test_submit_completes_with_output_and_exit_code(backend, make_job, jobs_dir):
     job = make_job(command=["bash", "-c", "echo hello from $SLURM_JOB_PARTITION job $CROSSDOCK_JOB_ID; echo err >&2"],
-                   partition="cpu", cpus_per_task=2, mem_per_node_mib=256, time_limit_minutes=5)
+                   partition="cpu", cpus_per_task=2, mem_per_node_mib=256, time_limit_seconds=300)
     ref = backend.submit(job)
     status = wait_job(backend, job, lambda s: s.state.terminal)
     assert (status.state, status.exit_code, status.signal, status.ref) == (JobState.COMPLETED, 0, None, ref)
