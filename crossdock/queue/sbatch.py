@@ -32,13 +32,13 @@ from crossdock.queue.errors import InvalidOption
 from crossdock.queue.models import JobSpec
 from crossdock.queue.sbatch_formats import (
     DEFAULT_MAX_ARRAY_SIZE,
-    expand_hostlist,
     parse_array,
     parse_count,
     parse_dependency,
     parse_export,
     parse_gpus,
     parse_gres,
+    parse_hostlist,
     parse_mem,
     parse_nice,
     parse_nodes,
@@ -285,8 +285,8 @@ OPTIONS: tuple[OptionDef, ...] = (
     OptionDef("requeue", None, "none", _const("requeue", True), "may be requeued", "SBATCH_REQUEUE"),
     OptionDef("no-requeue", None, "none", _const("requeue", False), "never requeue", "SBATCH_NO_REQUEUE"),
     OptionDef("exclusive", None, "optional", _exclusive, "whole nodes only", "SBATCH_EXCLUSIVE"),
-    OptionDef("nodelist", "w", "required", _store("nodelist", expand_hostlist), "hosts required: node[1-3]"),
-    OptionDef("exclude", "x", "required", _store("exclude", expand_hostlist), "hosts excluded"),
+    OptionDef("nodelist", "w", "required", _store("nodelist", parse_hostlist), "hosts required: node[1-3]"),
+    OptionDef("exclude", "x", "required", _store("exclude", parse_hostlist), "hosts excluded"),
     OptionDef("wrap", None, "required", _store("wrap"), "run this command line with /bin/sh", cli_only=True),
     OptionDef("parsable", None, "none", _const("parsable", True), "print only the job id"),
     # crossdock's own

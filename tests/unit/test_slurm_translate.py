@@ -18,11 +18,12 @@ from crossdock.backends.slurm.states import (
     UnknownSlurmState,
     decode_wait_status,
     expand_array_tasks,
-    expand_hostlist,
     format_array_tasks,
+    node_names,
     parse_exit_code,
     translate,
 )
+from crossdock.queue.hostlist import HostlistError
 from crossdock.queue.models import ArraySpec, Dependency, DependencySpec, GpuRequest, Gres, Job, JobSpec
 from crossdock.queue.states import JobState, Reason
 
@@ -141,11 +142,20 @@ def test_array_format_roundtrip(ids, throttle):
 
 @pytest.mark.parametrize(
     "text, hosts",
-    [("cpu[1-2],gpu-a100-1", ["cpu1", "cpu2", "gpu-a100-1"]), ("n[01-03,7]", ["n01", "n02", "n03", "n7"]),
-     ("gpu-l4-1", ["gpu-l4-1"]), ("", [])],
+    [pytest.param("cpu[1-2],gpu-a100-1", ["cpu1", "cpu2", "gpu-a100-1"], id="list"),
+     pytest.param("n[01-03,7]", ["n01", "n02", "n03", "n7"], id="padded-and-single"),
+     pytest.param("r[1-2]n[1-2]", ["r1n1", "r1n2", "r2n1", "r2n2"], id="two-groups"),
+     pytest.param("gpu-l4-1", ["gpu-l4-1"], id="plain"),
+     pytest.param("", [], id="empty"), pytest.param(None, [], id="absent"),
+     pytest.param("(null)", [], id="null"), pytest.param("None assigned", [], id="pending")],
 )
-def test_expand_hostlist(text, hosts):
-    assert expand_hostlist(text) == hosts
+def test_node_names(text, hosts):
+    assert node_names(text) == hosts
+
+
+def test_node_names_refuse_a_broken_list():
+    with pytest.raises(HostlistError, match="never closed"):
+        node_names("cpu[1-2")
 
 
 @pytest.mark.parametrize(
