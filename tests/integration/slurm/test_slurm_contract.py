@@ -244,6 +244,13 @@ def test_submission_survives_a_controller_outage(backend, slurm_cluster, make_jo
     layout = dev.Layout.of(slurm_cluster["CROSSDOCK_SLURM_DIR"])
     job = make_job(command=["echo", "after the outage"])
     result: dict[str, object] = {}
+    retries: list[float] = []  # when each wait before another try began
+
+    def retry_sleep(seconds: float) -> None:
+        retries.append(time.monotonic())
+        time.sleep(seconds)
+
+    backend = SlurmBackend.from_env(slurm_cluster, driver=backend.driver.name, sleep=retry_sleep)
 
     def submit() -> None:
         try:
@@ -256,7 +263,13 @@ def test_submission_survives_a_controller_outage(backend, slurm_cluster, make_jo
     try:
         thread = threading.Thread(target=submit)
         thread.start()
-        time.sleep(30)
+        # Still retrying 30 s into the outage: wait for a retry that begins that late, failing
+        # as soon as the submission ends (or gives up) before it.
+        while not (retries and retries[-1] - stopped_at >= 30):
+            assert thread.is_alive() and not result, \
+                f"submission ended {time.monotonic() - stopped_at:.0f}s into the outage: {result}"
+            assert time.monotonic() - stopped_at < 60, f"no retry 30 s into the outage (retries: {len(retries)})"
+            thread.join(0.2)
         assert thread.is_alive() and not result, "submission should still be retrying while slurmctld is down"
     finally:
         dev.start_controller(layout)
