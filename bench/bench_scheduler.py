@@ -88,7 +88,7 @@ def load_pods(path: Path) -> list[dict]:
 
 def job_of(job_id: int, pod: dict, queue: str = "batch", priority: int = 100) -> Job:
     spec: dict = {"command": ["true"], "cpus_per_task": max(1, math.ceil(int(pod["cpu_milli"]) / 1000)),
-                  "mem_per_node_mib": int(pod["memory_mib"]), "time_limit_minutes": 60}
+                  "mem_per_node_mib": int(pod["memory_mib"]), "time_limit_seconds": 3600}
     num, milli = int(pod["num_gpu"]), int(pod["gpu_milli"])
     models = [m for m in (pod.get("gpu_spec") or "").split("|") if m]
     if num:
@@ -118,7 +118,7 @@ def pack_running(nodes: list[Node], pods: list[dict], count: int) -> list[Alloca
                 f[1] -= mem
                 out.append(Allocation(jid, nodes[i].name, cpu, mem, gids, priority=100, preemptible=True,
                                       queue="batch", start_time=NOW - timedelta(minutes=1 + jid % 50),
-                                      time_limit_minutes=120, grace_seconds=30))
+                                      time_limit_seconds=7200, grace_seconds=30))
                 jid += 1
                 k = i + 1
                 break
@@ -316,7 +316,7 @@ def main() -> None:
     running = pack_running(nodes, pods, args.running)
     gpu_nodes = [n for n in nodes if len(n.gpus) == 8]
     stream = [Job(id=5_000_000 + k, spec=JobSpec(command=["true"], cpus_per_task=4, mem_per_node_mib=16384,
-                                                 gpus=GpuRequest(count=[8, 4, 8, 2][k % 4]), time_limit_minutes=60),
+                                                 gpus=GpuRequest(count=[8, 4, 8, 2][k % 4]), time_limit_seconds=3600),
                   queue="serve", priority_class="high", priority=1000, submit_time=NOW - timedelta(seconds=k))
               for k in range(args.stream)]
     snap2 = Snapshot(nodes=tuple(nodes), allocations=tuple(running))

@@ -141,7 +141,7 @@ def running_of(rng: random.Random, nodes: list[Node], count: int) -> list[Alloca
             f[1] -= mem
             made.append(Allocation(jid, x.name, cpu, mem, gids, shares, priority=prio, preemptible=preemptible,
                                    queue=queue, user=f"u{rng.randint(0, 3)}", start_time=start,
-                                   time_limit_minutes=limit, grace_seconds=rng.choice([0, 30, 60]),
+                                   time_limit_seconds=limit * 60 if limit else None, grace_seconds=rng.choice([0, 30, 60]),
                                    group=group, terminating=term))
         if not made:
             continue
@@ -188,7 +188,7 @@ def pending_of(rng: random.Random, count: int, first: int) -> list[Job]:
             if rng.random() < 0.5:
                 spec["topology"] = "rack"
         if rng.random() < 0.6:
-            spec["time_limit_minutes"] = rng.choice([5, 30, 60, 600])
+            spec["time_limit_seconds"] = 60 * rng.choice([5, 30, 60, 600])
         if rng.random() < 0.05:
             spec["exclusive"] = True
         if rng.random() < 0.05:
@@ -256,7 +256,7 @@ def preemption_scenario(seed: int) -> tuple[Snapshot, list[Job], Any]:
             allocs.append(Allocation(jid, x.name, c, rng.choice([0, 1000]), tuple(gids[:ng]), share, priority=prio,
                                      preemptible=preemptible or rng.random() < 0.2, queue=queue,
                                      start_time=NOW - timedelta(minutes=rng.randint(1, 500)),
-                                     time_limit_minutes=rng.choice([None, 600]), grace_seconds=30,
+                                     time_limit_seconds=rng.choice([None, 36000]), grace_seconds=30,
                                      terminating=rng.random() < 0.02))
             if rng.random() < 0.05:  # the same job on another node too: a gang victim
                 y = rng.choice(nodes)
@@ -270,7 +270,7 @@ def preemption_scenario(seed: int) -> tuple[Snapshot, list[Job], Any]:
         queue = rng.choice(["serve", "serve", "batch", "meek"])
         pc, prio, _ = CLASSES[queue]
         spec: dict[str, Any] = {"command": ["true"], "cpus_per_task": cpus, "mem_per_node_mib": 1000,
-                                "time_limit_minutes": 60}
+                                "time_limit_seconds": 3600}
         if gpus:
             spec["gpus"] = GpuRequest(count=gpus)
         elif share:
@@ -291,7 +291,7 @@ def alibaba(nodes: int, jobs: int, running: int, stream: int) -> list[tuple[str,
         allocs = bench.pack_running(ns, pods, running)
         high = [Job(id=5_000_000 + k, spec=JobSpec(command=["true"], cpus_per_task=4, mem_per_node_mib=16384,
                                                    gpus=GpuRequest(count=[8, 4, 8, 2, 1][k % 5]),
-                                                   time_limit_minutes=60),
+                                                   time_limit_seconds=3600),
                     queue="serve", priority_class="high", priority=1000, submit_time=NOW - timedelta(seconds=k))
                 for k in range(stream)]
         out.append((f"alibaba-preempt-{nodes}-{running}-{stream}", Snapshot(nodes=tuple(ns), allocations=tuple(allocs)),

@@ -4,6 +4,7 @@ worker plus the scheduling loop, all bound to a temporary state directory."""
 from __future__ import annotations
 
 import os
+import re
 import threading
 import time
 import uuid
@@ -78,6 +79,17 @@ class Cluster:
         self.app = make_app(rt.redis_url)
         self.send = celery_sender(self.app)
         self.scheduler = Scheduler(rt, self.send)
+        self.cycles = 0
+        """Scheduling cycles run so far: a test waits on it to know the loop had its chance."""
+        cycle_once = self.scheduler.cycle_once
+
+        def counted():
+            try:
+                return cycle_once()
+            finally:
+                self.cycles += 1
+
+        self.scheduler.cycle_once = counted
         self.stop_event = threading.Event()
         self.thread = threading.Thread(target=self.scheduler.run, args=(self.stop_event, 0.5), daemon=True)
         self.restart_worker()
@@ -104,6 +116,38 @@ class Cluster:
             time.sleep(0.1)
         log = (self.tmp / "worker.log").read_text(errors="replace")[-3000:]
         raise AssertionError(f"job {job_id} still {job.state} ({job.reason}) after {timeout}s\n{log}")
+
+    def wait_cycles(self, n: int = 2, timeout: float = 30) -> None:
+        """Return once ``n`` more scheduling cycles have run (from start to end)."""
+        target = self.cycles + n + 1  # the cycle under way now may have read its state already
+        deadline = time.monotonic() + timeout
+        while self.cycles < target:
+            if time.monotonic() > deadline:
+                raise AssertionError(f"only {self.cycles} scheduling cycles, wanted {target}, after {timeout}s")
+            time.sleep(0.05)
+
+    def send_tracked(self, name: str, args: list, backend_kind: str) -> str:
+        """Send one task as ``send`` does; its Celery task id, for :meth:`wait_task`."""
+        from crossdock.workers.app import queue_for
+
+        return self.app.send_task(name, args=args, queue=queue_for(backend_kind)).id
+
+    def wait_task(self, name: str, task_id: str, timeout: float = 30) -> str:
+        """What task ``task_id`` returned (or ``raised ...``/``retry: ...``) once a worker ran it.
+
+        crossdock ignores Celery results by design, so the worker's INFO line for the task is
+        where a test sees it finish."""
+        done = re.compile(rf"Task {re.escape(name)}\[{re.escape(task_id)}\] "
+                          rf"(?:succeeded in \S+: (.*)|((?:raised|retry:) .*))")
+        log_file = self.tmp / "worker.log"
+        deadline = time.monotonic() + timeout
+        while time.monotonic() < deadline:
+            m = done.search(log_file.read_text(errors="replace")) if log_file.exists() else None
+            if m:
+                return m.group(1) if m.group(1) is not None else m.group(2)
+            time.sleep(0.1)
+        tail = log_file.read_text(errors="replace")[-3000:] if log_file.exists() else "(no worker log)"
+        raise AssertionError(f"task {name}[{task_id}] not run by a worker after {timeout}s\n{tail}")
 
     def wait_all(self, ids: list[int], timeout: float = 120) -> list:
         """The jobs ``ids`` once every one of them has ended."""

@@ -28,7 +28,7 @@ def elapsed(job: Job) -> str:
 
 
 def time_limit(job: Job) -> str:
-    limit = job.spec.time_limit()
+    limit = job.spec.time_limit_seconds
     if limit is None:
         return "UNLIMITED"
     m, s = divmod(limit, 60)

@@ -29,7 +29,7 @@ def allocations_of(job: Job, config: ClusterConfig) -> list[Allocation]:
         by_node.setdefault(g.rsplit(":", 1)[0], []).append(g)
     return [Allocation(job.id, node, cpu, mem, tuple(by_node.get(node, ())), priority=job.priority,
                        preemptible=job.preemptible, queue=job.queue, user=job.spec.user, start_time=job.start_time,
-                       time_limit_minutes=job.spec.time_limit_minutes, grace_seconds=pc.grace_seconds if pc else 0,
+                       time_limit_seconds=job.spec.time_limit_seconds, grace_seconds=pc.grace_seconds if pc else 0,
                        group=job.array_job_id, terminating=job.preempt_requested)
             for node in job.nodes]
 

@@ -1,7 +1,7 @@
 """Job specifications and job records.
 
-``JobSpec`` is what a user asked for (from the sbatch-like CLI or the Python API), normalized
-to Slurm's units: minutes for time limits, MiB for memory. ``Job`` is a spec plus what happened
+``JobSpec`` is what a user asked for (from the sbatch-like CLI or the Python API), normalized:
+seconds for the time limit (Slurm's minutes are converted at the Slurm backend), MiB for memory. ``Job`` is a spec plus what happened
 to it. Both are pydantic models with ``extra="forbid"`` so a misspelt field is an error, not a
 silently ignored wish.
 """
@@ -123,9 +123,9 @@ class JobSpec(_Model):
     mem_per_cpu_mib: int | None = Field(None, ge=0)
     gres: list[Gres] = Field(default_factory=list)
     gpus: GpuRequest | None = None
-    time_limit_minutes: int | None = Field(None, ge=1)
     time_limit_seconds: int | None = Field(None, ge=1)
-    """Finer limit for the Python API; when set it wins over ``time_limit_minutes``."""
+    """Wall-clock limit of one attempt; None: no limit. The sbatch parser gives whole minutes
+    (Slurm rounds ``-t`` up to minutes); the Python API may give any number of seconds."""
     # Queueing.
     queue: str | None = None
     priority_class: str | None = None
@@ -148,6 +148,21 @@ class JobSpec(_Model):
     """A node label key; all workers of a gang land in one domain of it (e.g. an NVLink domain)."""
     node_selector: dict[str, str] = Field(default_factory=dict)
     tolerations: list[dict[str, str]] = Field(default_factory=list)
+
+    @model_validator(mode="before")
+    @classmethod
+    def _upgrade(cls, data: object) -> object:
+        """Specs stored before the limit moved to seconds carry ``time_limit_minutes`` (and
+        perhaps ``time_limit_seconds``, which then won); read them as they were meant."""
+        if isinstance(data, dict) and "time_limit_minutes" in data:
+            data = dict(data)
+            minutes = data.pop("time_limit_minutes")
+            if data.get("time_limit_seconds") is None and minutes is not None:
+                if not isinstance(minutes, int) or isinstance(minutes, bool) or minutes < 1:
+                    raise ValueError(f"time_limit_minutes: {minutes!r} is not a whole number >= 1; "
+                                     "give time_limit_seconds instead")
+                data["time_limit_seconds"] = minutes * 60
+        return data
 
     @model_validator(mode="after")
     def _check(self) -> "JobSpec":
@@ -205,12 +220,6 @@ class JobSpec(_Model):
         if req.share is not None:
             return req.share
         return self.gpus_per_node() * self.nodes
-
-    def time_limit(self) -> int | None:
-        """The time limit in seconds, or None for no limit."""
-        if self.time_limit_seconds is not None:
-            return self.time_limit_seconds
-        return None if self.time_limit_minutes is None else self.time_limit_minutes * 60
 
     def display_name(self) -> str:
         if self.name:

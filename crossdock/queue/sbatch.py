@@ -32,13 +32,13 @@ from crossdock.queue.errors import InvalidOption
 from crossdock.queue.models import JobSpec
 from crossdock.queue.sbatch_formats import (
     DEFAULT_MAX_ARRAY_SIZE,
-    expand_hostlist,
     parse_array,
     parse_count,
     parse_dependency,
     parse_export,
     parse_gpus,
     parse_gres,
+    parse_hostlist,
     parse_mem,
     parse_nice,
     parse_nodes,
@@ -257,7 +257,7 @@ OPTIONS: tuple[OptionDef, ...] = (
     OptionDef("job-name", "J", "required", _store("name"), "job name (default: the script's file name)", "SBATCH_JOB_NAME"),
     OptionDef("partition", "p", "required", _nonempty("partition"), "crossdock queue or pool", "SBATCH_PARTITION"),
     OptionDef("qos", "q", "required", _nonempty("priority_class"), "priority class", "SBATCH_QOS"),
-    OptionDef("time", "t", "required", _store("time_limit_minutes", parse_time), "time limit", "SBATCH_TIMELIMIT"),
+    OptionDef("time", "t", "required", _store("time_limit_seconds", parse_time), "time limit", "SBATCH_TIMELIMIT"),
     OptionDef("cpus-per-task", "c", "required", _store("cpus_per_task", parse_count), "CPUs per task"),
     OptionDef("ntasks", "n", "required", _store("ntasks", parse_count), "tasks (default: one per node)"),
     OptionDef("nodes", "N", "required", _nodes, "nodes: N or MIN-MAX"),
@@ -285,8 +285,8 @@ OPTIONS: tuple[OptionDef, ...] = (
     OptionDef("requeue", None, "none", _const("requeue", True), "may be requeued", "SBATCH_REQUEUE"),
     OptionDef("no-requeue", None, "none", _const("requeue", False), "never requeue", "SBATCH_NO_REQUEUE"),
     OptionDef("exclusive", None, "optional", _exclusive, "whole nodes only", "SBATCH_EXCLUSIVE"),
-    OptionDef("nodelist", "w", "required", _store("nodelist", expand_hostlist), "hosts required: node[1-3]"),
-    OptionDef("exclude", "x", "required", _store("exclude", expand_hostlist), "hosts excluded"),
+    OptionDef("nodelist", "w", "required", _store("nodelist", parse_hostlist), "hosts required: node[1-3]"),
+    OptionDef("exclude", "x", "required", _store("exclude", parse_hostlist), "hosts excluded"),
     OptionDef("wrap", None, "required", _store("wrap"), "run this command line with /bin/sh", cli_only=True),
     OptionDef("parsable", None, "none", _const("parsable", True), "print only the job id"),
     # crossdock's own
@@ -575,7 +575,7 @@ def build_spec(
     fields: dict[str, Any] = {
         key: s[key]
         for key in (
-            "cpus_per_task", "ntasks_per_node", "gres", "time_limit_minutes", "partition", "priority_class",
+            "cpus_per_task", "ntasks_per_node", "gres", "time_limit_seconds", "partition", "priority_class",
             "queue", "backend", "pool", "placement", "nice", "array", "dependency", "hold", "requeue",
             "exclusive", "nodelist", "exclude", "stdout", "stderr", "workdir", "export", "env",
         )
@@ -637,7 +637,7 @@ def dry_run_json(spec: JobSpec) -> dict[str, Any]:
     gpus = spec.gpus
     return {
         "name": spec.name or spec.display_name(),
-        "time_limit_minutes": spec.time_limit_minutes,
+        "time_limit_seconds": spec.time_limit_seconds,
         "cpus_per_task": spec.cpus_per_task,
         "ntasks": spec.ntasks,
         "nodes": spec.nodes,

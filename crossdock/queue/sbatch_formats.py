@@ -1,11 +1,12 @@
 """Value parsers for sbatch options, with Slurm's own formats and rounding.
 
-Each parser takes the option's text and returns crossdock's normalized value (minutes, MiB,
+Each parser takes the option's text and returns crossdock's normalized value (seconds, MiB,
 model objects), or raises :class:`InvalidOption` naming the option, the value and the forms
 it accepts. The rules follow Slurm's sources where its manual is silent:
 
 * ``--time``: ``time_str2mins`` (``src/common/parse_time.c``): seconds round up to whole
-  minutes; ``0``, ``-1``, ``INFINITE`` and ``UNLIMITED`` mean no limit.
+  minutes (returned as seconds, so always a multiple of 60); ``0``, ``-1``, ``INFINITE`` and
+  ``UNLIMITED`` mean no limit.
 * ``--mem``: ``str_to_mbytes`` (``src/common/proc_args.c``): MiB by default, ``K`` rounds up,
   an optional ``B`` after the unit (``4GB``); ``0`` is kept (all the memory of a node).
 * ``--gres``: ``name[:type][:count]``, count suffixes K/M/G/T/P multiply by powers of 1024.
@@ -22,6 +23,7 @@ from __future__ import annotations
 import re
 from collections.abc import Iterable
 
+from crossdock.queue import hostlist
 from crossdock.queue.errors import InvalidOption
 from crossdock.queue.models import (
     ArraySpec,
@@ -38,8 +40,7 @@ NICE_LIMIT = 2147483645
 NICE_DEFAULT = 100
 # Slurm's default MaxArraySize: task ids 0..1000.
 DEFAULT_MAX_ARRAY_SIZE = 1001
-# A hostlist that expands past this is almost surely a typo (``node[1-99999999]``).
-MAX_HOSTLIST_HOSTS = 1 << 16
+MAX_HOSTLIST_HOSTS = hostlist.MAX_HOSTS
 
 TIME_FORMS = (
     "minutes, MM:SS, HH:MM:SS, D-HH, D-HH:MM or D-HH:MM:SS; "
@@ -69,7 +70,8 @@ _NO_LIMIT = {"-1", "INFINITE", "UNLIMITED"}
 
 
 def parse_time(value: str, option: str = "--time") -> int | None:
-    """Minutes of a Slurm time limit, rounded up; ``None`` when there is no limit."""
+    """Seconds of a Slurm time limit, rounded up to whole minutes as Slurm does (``1:30`` is
+    120); ``None`` when there is no limit."""
     text = value if isinstance(value, str) else ""
     if text.upper() in _NO_LIMIT:
         return None
@@ -87,7 +89,7 @@ def parse_time(value: str, option: str = "--time") -> int | None:
     total = ((days * 24 + hours) * 60 + minutes) * 60 + seconds
     if total == 0:
         return None  # sbatch: a time limit of zero means no limit
-    return -(-total // 60)
+    return -(-total // 60) * 60
 
 
 _MEM = re.compile(r"(\d+)(?:([KkMmGgTt])[Bb]?)?")
@@ -350,87 +352,26 @@ def export_environment(mode: str, assigned: dict[str, str], submit_env: dict[str
     return env
 
 
-def _split_top(text: str) -> list[str]:
-    """Split on commas outside brackets."""
-    parts, depth, start = [], 0, 0
-    for i, ch in enumerate(text):
-        if ch == "[":
-            depth += 1
-            if depth > 1:
-                raise ValueError("nested brackets")
-        elif ch == "]":
-            depth -= 1
-            if depth < 0:
-                raise ValueError("unbalanced ]")
-        elif ch == "," and depth == 0:
-            parts.append(text[start:i])
-            start = i + 1
-    if depth:
-        raise ValueError("unbalanced [")
-    parts.append(text[start:])
-    return parts
-
-
-def _expand_ranges(body: str) -> list[str]:
-    out: list[str] = []
-    for item in body.split(","):
-        lo, sep, hi = item.partition("-")
-        if not lo.isdigit() or (sep and not hi.isdigit()):
-            raise ValueError(f"bad range {item!r}")
-        if not sep:
-            out.append(lo)
-            continue
-        if int(hi) < int(lo):
-            raise ValueError(f"range {item!r} goes down")
-        width = len(lo) if lo.startswith("0") and len(lo) > 1 else 0
-        if int(hi) - int(lo) >= MAX_HOSTLIST_HOSTS:
-            raise ValueError("too many hosts")
-        out.extend(str(n).zfill(width) for n in range(int(lo), int(hi) + 1))
-    return out
-
-
-def _expand_host(expr: str) -> list[str]:
-    hosts = [""]
-    rest = expr
-    while rest:
-        open_at = rest.find("[")
-        if open_at < 0:
-            hosts = [h + rest for h in hosts]
-            break
-        close_at = rest.index("]", open_at)
-        prefix, body, rest = rest[:open_at], rest[open_at + 1:close_at], rest[close_at + 1:]
-        numbers = _expand_ranges(body)
-        hosts = [h + prefix + n for h in hosts for n in numbers]
-        if len(hosts) > MAX_HOSTLIST_HOSTS:
-            raise ValueError("too many hosts")
-    return hosts
-
-
 _HOST_CHARS = re.compile(r"[A-Za-z0-9_.\-]+")
 
 
-def expand_hostlist(value: str, option: str = "--nodelist") -> list[str]:
-    """Slurm hostlist expressions: ``node[1-3,07-08],login`` -> node1, node2, node3, node07, node08, login.
+def parse_hostlist(value: str, option: str = "--nodelist") -> list[str]:
+    """``--nodelist``/``--exclude``: ``node[1-3,07-08],login`` -> node1, node2, node3, node07, node08, login.
 
-    Order is kept and duplicates dropped. A value containing ``/`` is a file name in Slurm;
+    The grammar is :mod:`crossdock.queue.hostlist`'s; here the hosts must also be plain names,
+    and duplicates are dropped (order kept). A value containing ``/`` is a file name in Slurm;
     crossdock does not read files while parsing, so that is refused.
     """
     if not isinstance(value, str) or not value or "/" in value:
         raise InvalidOption(option, value, HOSTLIST_FORMS + ("; node files are not supported" if "/" in str(value) else ""))
-    seen: dict[str, None] = {}
     try:
-        for expr in _split_top(value):
-            if not expr:
-                raise ValueError("empty host")
-            for host in _expand_host(expr):
-                if not _HOST_CHARS.fullmatch(host):
-                    raise ValueError(f"bad host {host!r}")
-                seen.setdefault(host)
-                if len(seen) > MAX_HOSTLIST_HOSTS:
-                    raise ValueError("too many hosts")
-    except ValueError as exc:
-        raise InvalidOption(option, value, f"{HOSTLIST_FORMS} ({exc})") from None
-    return list(seen)
+        hosts = hostlist.expand_hostlist(value, MAX_HOSTLIST_HOSTS)
+    except hostlist.HostlistError as exc:
+        raise InvalidOption(option, value, f"{HOSTLIST_FORMS} ({exc.problem})") from None
+    for host in hosts:
+        if not _HOST_CHARS.fullmatch(host):
+            raise InvalidOption(option, value, f"{HOSTLIST_FORMS} (bad host {host!r}: letters, digits, '_', '.', '-')")
+    return list(dict.fromkeys(hosts))
 
 
 def format_array(task_ids: Iterable[int], max_running: int | None = None) -> str:

@@ -55,7 +55,7 @@ class Allocation:
     queue: str = ""
     user: str = ""
     start_time: datetime | None = None
-    time_limit_minutes: int | None = None
+    time_limit_seconds: int | None = None
     grace_seconds: int = 0
     group: int | None = None
     """The array job id for array tasks (anti-affinity keeps one task of a group per node)."""

@@ -77,7 +77,8 @@ def ours(option, value):
         spec = build_spec([f"{option}={value}", "--wrap=true"]).spec
     except InvalidOption:
         return False, None
-    return True, {"--time": spec.time_limit_minutes, "--mem": spec.mem_per_node_mib,
+    minutes = None if spec.time_limit_seconds is None else spec.time_limit_seconds // 60  # Slurm's unit
+    return True, {"--time": minutes, "--mem": spec.mem_per_node_mib,
                   "--mem-per-cpu": spec.mem_per_cpu_mib, "--nodes": spec.nodes}.get(option)
 
 

@@ -216,11 +216,18 @@ def test_binpack_queue_prefers_its_group_when_unplaced() -> None:
 
 
 def test_time_limit_sets_pod_and_job_deadlines() -> None:
-    man = job().set(time_limit_minutes=10).manifest()
+    man = job().set(time_limit_seconds=10 * 60).manifest()
     assert pod_spec(man)["activeDeadlineSeconds"] == 600
     assert man["spec"]["activeDeadlineSeconds"] == 630
     none = job().manifest()
     assert "activeDeadlineSeconds" not in none["spec"] and "activeDeadlineSeconds" not in pod_spec(none)
+
+
+def test_time_limit_in_seconds_is_kept_exactly() -> None:
+    """Kubernetes takes seconds: a 90 s limit from the Python API is not rounded to minutes."""
+    man = job().set(time_limit_seconds=90).manifest()
+    assert pod_spec(man)["activeDeadlineSeconds"] == 90
+    assert man["spec"]["activeDeadlineSeconds"] == 90 + OPTS.deadline_slack_seconds
 
 
 def test_kubernetes_never_retries_and_finished_jobs_expire() -> None:
@@ -298,5 +305,5 @@ def test_gpu_model_from_product_label(product: str, model: str) -> None:
 
 
 def test_manifest_is_plain_json() -> None:
-    man = job().gpus(2, "A100").set(nodes=2, time_limit_minutes=5).on("a100-0", "a100-1").manifest()
+    man = job().gpus(2, "A100").set(nodes=2, time_limit_seconds=5 * 60).on("a100-0", "a100-1").manifest()
     assert json.loads(json.dumps(man)) == man

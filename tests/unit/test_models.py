@@ -1,7 +1,9 @@
+import json
+
 import pytest
 from pydantic import ValidationError
 
-from crossdock.queue.models import ArraySpec, Gres, GpuRequest, JobSpec
+from crossdock.queue.models import ArraySpec, Gres, GpuRequest, Job, JobSpec
 
 
 def test_extra_fields_are_refused():
@@ -10,7 +12,7 @@ def test_extra_fields_are_refused():
 
 
 @pytest.mark.parametrize("field,value", [("cpus_per_task", 0), ("ntasks", -1), ("nodes", 0),
-                                         ("time_limit_minutes", 0)])
+                                         ("time_limit_seconds", 0)])
 def test_zero_or_negative_counts_are_refused(field, value):
     with pytest.raises(ValidationError, match=field):
         JobSpec(command=["true"], **{field: value})
@@ -52,7 +54,31 @@ def test_array_ids_sorted_unique_and_non_negative():
         ArraySpec(task_ids=[-1])
 
 
-def test_time_limit_seconds_wins():
-    assert JobSpec(command=["true"], time_limit_minutes=2).time_limit() == 120
-    assert JobSpec(command=["true"], time_limit_minutes=2, time_limit_seconds=5).time_limit() == 5
-    assert JobSpec(command=["true"]).time_limit() is None
+@pytest.mark.parametrize("stored,seconds", [
+    pytest.param({"time_limit_minutes": 2}, 120, id="minutes-only"),
+    pytest.param({"time_limit_minutes": 2, "time_limit_seconds": 5}, 5, id="seconds-won"),
+    pytest.param({"time_limit_minutes": None, "time_limit_seconds": None}, None, id="both-unset"),
+    pytest.param({"time_limit_minutes": None, "time_limit_seconds": 90}, 90, id="seconds-only"),
+    pytest.param({}, None, id="no-limit"),
+])
+def test_stored_specs_with_minutes_still_load(stored, seconds):
+    """Specs stored before the limit moved to seconds (jobs already in Redis) keep their limit."""
+    text = json.dumps({"command": ["true"], **stored})
+    spec = JobSpec.model_validate_json(text)
+    assert spec.time_limit_seconds == seconds
+    assert "time_limit_minutes" not in spec.model_dump()
+    assert JobSpec.model_validate_json(spec.model_dump_json()) == spec
+
+
+def test_stored_job_with_minutes_still_loads():
+    job = Job(id=7, spec=JobSpec(command=["true"], time_limit_seconds=60))
+    old = json.loads(job.model_dump_json())
+    del old["spec"]["time_limit_seconds"]
+    old["spec"]["time_limit_minutes"] = 3
+    assert Job.model_validate_json(json.dumps(old)).spec.time_limit_seconds == 180
+
+
+@pytest.mark.parametrize("minutes", [0, -1, "x"])
+def test_stored_minutes_must_be_whole_and_positive(minutes):
+    with pytest.raises(ValidationError, match="time_limit_minutes"):
+        JobSpec.model_validate({"command": ["true"], "time_limit_minutes": minutes})

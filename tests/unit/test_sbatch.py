@@ -164,7 +164,7 @@ def test_clustered_short_flags():
 
 
 def test_required_value_may_start_with_a_dash():
-    assert wrap("-t", "-1").spec.time_limit_minutes is None
+    assert wrap("-t", "-1").spec.time_limit_seconds is None
     assert wrap("-J", "--x").spec.name == "--x"
 
 
@@ -248,7 +248,7 @@ def test_build_spec_refuses_positional_words_in_options():
 def test_command_line_overrides_directives_option_by_option():
     script = SH + "#SBATCH -t 10 -c 2 -J from-script\n#SBATCH --mem=4G --gpus-per-node=2\n"
     spec = spec_of(["-t", "20", "--mem=1G", "--gpus-per-node=a100:4"], script=script)
-    assert spec.time_limit_minutes == 20  # overridden
+    assert spec.time_limit_seconds == 20 * 60  # overridden
     assert spec.cpus_per_task == 2  # kept from the script
     assert spec.name == "from-script"
     assert spec.mem_per_node_mib == 1024
@@ -401,7 +401,7 @@ def test_any_job_name_is_carried_verbatim(name):
 # --- dry-run JSON ---------------------------------------------------------------------------
 
 REQUIRED = {
-    "name", "time_limit_minutes", "cpus_per_task", "ntasks", "nodes", "mem_per_node_mib", "mem_per_cpu_mib",
+    "name", "time_limit_seconds", "cpus_per_task", "ntasks", "nodes", "mem_per_node_mib", "mem_per_cpu_mib",
     "gres", "gpus", "array", "dependency", "nice", "hold",
 }
 
@@ -419,7 +419,7 @@ def test_dry_run_json_full_example():
     assert REQUIRED <= set(out)
     assert json.loads(json.dumps(out)) == out
     assert out["name"] == "train"
-    assert out["time_limit_minutes"] == 2880
+    assert out["time_limit_seconds"] == 2880 * 60
     assert (out["cpus_per_task"], out["ntasks"], out["nodes"]) == (4, 2, 2)
     assert (out["mem_per_node_mib"], out["mem_per_cpu_mib"]) == (1, None)
     assert out["gres"] == [{"name": "gpu", "type": "a100", "count": 2}]
@@ -443,9 +443,9 @@ def test_dry_run_json_full_example():
 @pytest.mark.parametrize(
     "argv,key,value",
     [
-        pytest.param(["-t", "1:30"], "time_limit_minutes", 2, id="mm:ss"),
-        pytest.param(["-t", "2-0"], "time_limit_minutes", 2880, id="d-hh"),
-        pytest.param(["-t", "0"], "time_limit_minutes", None, id="no-limit"),
+        pytest.param(["-t", "1:30"], "time_limit_seconds", 120, id="mm:ss"),
+        pytest.param(["-t", "2-0"], "time_limit_seconds", 2880 * 60, id="d-hh"),
+        pytest.param(["-t", "0"], "time_limit_seconds", None, id="no-limit"),
         pytest.param(["--mem", "1K"], "mem_per_node_mib", 1, id="mem-k"),
         pytest.param(["--mem", "0"], "mem_per_node_mib", 0, id="mem-whole-node"),
         pytest.param(["--mem-per-cpu", "2G"], "mem_per_cpu_mib", 2048, id="mem-per-cpu"),
@@ -486,7 +486,7 @@ def test_environment_sits_between_script_and_command_line():
     script = SH + "#SBATCH -t 10 -p from-script -J s\n"
     env = {"SBATCH_TIMELIMIT": "20", "SBATCH_PARTITION": "from-env", "HOME": "/h"}
     spec = build_spec(["-t", "30"], script_text=script, script_path="x.sh", environ=env).spec
-    assert spec.time_limit_minutes == 30  # command line beats the environment
+    assert spec.time_limit_seconds == 30 * 60  # command line beats the environment
     assert spec.partition == "from-env"  # the environment beats the script
     assert spec.name == "s"
 

@@ -16,7 +16,6 @@ from crossdock.queue.models import DependencyType
 from crossdock.queue.sbatch_formats import (
     MAX_HOSTLIST_HOSTS,
     NICE_DEFAULT,
-    expand_hostlist,
     export_environment,
     format_array,
     parse_array,
@@ -25,6 +24,7 @@ from crossdock.queue.sbatch_formats import (
     parse_export,
     parse_gpus,
     parse_gres,
+    parse_hostlist,
     parse_mem,
     parse_nice,
     parse_nodes,
@@ -54,7 +54,7 @@ from crossdock.queue.sbatch_formats import (
     ],
 )
 def test_parse_time_valid(text, minutes):
-    assert parse_time(text) == minutes
+    assert parse_time(text) == minutes * 60  # seconds, rounded up to whole minutes as Slurm does
 
 
 @pytest.mark.parametrize(
@@ -107,7 +107,7 @@ def test_parse_time_invalid(text):
 )
 def test_parse_time_matches_arithmetic(days, hours, minutes, seconds):
     total = days * 86400 + hours * 3600 + minutes * 60 + seconds
-    expected = None if total == 0 else -(-total // 60)
+    expected = None if total == 0 else -(-total // 60) * 60
     assert parse_time(f"{days}-{hours:02d}:{minutes:02d}:{seconds:02d}") == expected
     if days == 0:
         assert parse_time(f"{hours}:{minutes:02d}:{seconds:02d}") == expected
@@ -473,7 +473,7 @@ def test_export_environment_follows_slurm():
     assert export_environment("FOO,PATH", {"FOO": "9"}, env) == {"FOO": "9", "PATH": "/bin", "SLURM_CONF": "/etc/s"}
 
 
-# --- hostlists ------------------------------------------------------------------------------
+# --- --nodelist, --exclude (the grammar itself: test_hostlist.py) ---------------------------
 
 
 @pytest.mark.parametrize(
@@ -489,8 +489,8 @@ def test_export_environment_follows_slurm():
         pytest.param("gpu-a100-1", ["gpu-a100-1"], id="dashes-in-name"),
     ],
 )
-def test_expand_hostlist(text, hosts):
-    assert expand_hostlist(text) == hosts
+def test_parse_hostlist(text, hosts):
+    assert parse_hostlist(text) == hosts
 
 
 @pytest.mark.parametrize(
@@ -508,15 +508,15 @@ def test_expand_hostlist(text, hosts):
         pytest.param("bad host", id="space"),
     ],
 )
-def test_expand_hostlist_invalid(text):
+def test_parse_hostlist_invalid(text):
     with pytest.raises(InvalidOption) as err:
-        expand_hostlist(text, "-x")
+        parse_hostlist(text, "-x")
     assert err.value.option == "-x"
 
 
 @given(st.integers(0, 500), st.integers(0, 50), st.integers(1, 4))
-def test_expand_hostlist_range_matches_arithmetic(lo, span, width):
+def test_parse_hostlist_range_matches_arithmetic(lo, span, width):
     text = f"n[{lo:0{width}d}-{lo + span:0{width}d}]"
     pad = width if width > 1 and len(str(lo)) < width else 0
     expected = [f"n{i:0{pad}d}" if pad else f"n{i}" for i in range(lo, lo + span + 1)]
-    assert expand_hostlist(text) == expected
+    assert parse_hostlist(text) == expected

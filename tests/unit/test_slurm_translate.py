@@ -19,11 +19,12 @@ from crossdock.backends.slurm.states import (
     UnknownSlurmState,
     decode_wait_status,
     expand_array_tasks,
-    expand_hostlist,
     format_array_tasks,
+    node_names,
     parse_exit_code,
     translate,
 )
+from crossdock.queue.hostlist import HostlistError
 from crossdock.queue.models import ArraySpec, Dependency, DependencySpec, GpuRequest, Gres, Job, JobSpec
 from crossdock.queue.states import JobState, Reason
 
@@ -142,11 +143,20 @@ def test_array_format_roundtrip(ids, throttle):
 
 @pytest.mark.parametrize(
     "text, hosts",
-    [("cpu[1-2],gpu-a100-1", ["cpu1", "cpu2", "gpu-a100-1"]), ("n[01-03,7]", ["n01", "n02", "n03", "n7"]),
-     ("gpu-l4-1", ["gpu-l4-1"]), ("", [])],
+    [pytest.param("cpu[1-2],gpu-a100-1", ["cpu1", "cpu2", "gpu-a100-1"], id="list"),
+     pytest.param("n[01-03,7]", ["n01", "n02", "n03", "n7"], id="padded-and-single"),
+     pytest.param("r[1-2]n[1-2]", ["r1n1", "r1n2", "r2n1", "r2n2"], id="two-groups"),
+     pytest.param("gpu-l4-1", ["gpu-l4-1"], id="plain"),
+     pytest.param("", [], id="empty"), pytest.param(None, [], id="absent"),
+     pytest.param("(null)", [], id="null"), pytest.param("None assigned", [], id="pending")],
 )
-def test_expand_hostlist(text, hosts):
-    assert expand_hostlist(text) == hosts
+def test_node_names(text, hosts):
+    assert node_names(text) == hosts
+
+
+def test_node_names_refuse_a_broken_list():
+    with pytest.raises(HostlistError, match="never closed"):
+        node_names("cpu[1-2")
 
 
 @pytest.mark.parametrize(
@@ -207,7 +217,7 @@ def test_tag_roundtrip_and_foreign_comments():
 
 
 def test_sbatch_options_carry_every_resource():
-    job = _job(cpus_per_task=4, mem_per_node_mib=2048, time_limit_minutes=30, gres=[Gres(name="gpu", type="a100", count=2)],
+    job = _job(cpus_per_task=4, mem_per_node_mib=2048, time_limit_seconds=30 * 60, gres=[Gres(name="gpu", type="a100", count=2)],
                array=ArraySpec(task_ids=[0, 1, 2, 3, 7], max_running=2), stdout="/tmp/%A_%a.out", name="train")
     opts = sbatch_options(build_request(job, partition="gpu-a100", nodelist=["gpu-a100-1"]))
     for expected in ["--job-name=train", "--comment=crossdock:42:1", "--chdir=/tmp", "--partition=gpu-a100",
@@ -215,6 +225,21 @@ def test_sbatch_options_carry_every_resource():
                      "--array=0-3,7%2", "--output=/tmp/%A_%a.out", "--requeue", "--export=ALL"]:
         assert expected in opts
     assert not any(o.startswith("--gpus=") for o in opts)
+
+
+@pytest.mark.parametrize(
+    "seconds, minutes",
+    [pytest.param(90, 2, id="90s-rounds-up"), pytest.param(60, 1, id="one-minute"),
+     pytest.param(1, 1, id="one-second"), pytest.param(3601, 61, id="just-past-an-hour"),
+     pytest.param(None, None, id="no-limit")],
+)
+def test_time_limit_in_seconds_becomes_slurm_minutes_rounded_up(seconds, minutes):
+    """A Python-API limit in seconds reaches Slurm as whole minutes, never less than asked."""
+    req = build_request(_job(time_limit_seconds=seconds))
+    assert req.time_limit_minutes == minutes
+    opts = [o for o in sbatch_options(req) if o.startswith("--time")]
+    assert opts == ([] if minutes is None else [f"--time={minutes}"])
+    assert job_properties(req, {}).get("time_limit") == minutes
 
 
 @pytest.mark.parametrize(
@@ -257,7 +282,7 @@ def test_export_keeps_values_with_commas_out_of_the_option():
 
 
 def test_rest_job_properties():
-    job = _job(env={"FOO": "a,b"}, mem_per_node_mib=512, nodelist=["cpu2"], time_limit_minutes=5, export="NONE")
+    job = _job(env={"FOO": "a,b"}, mem_per_node_mib=512, nodelist=["cpu2"], time_limit_seconds=5 * 60, export="NONE")
     props = job_properties(build_request(job, partition="cpu"), {"HOME": "/root"})
     assert props["environment"]["FOO"] == "a,b" and "HOME" not in props["environment"]
     assert (props["nodes"], props["nodelist"], props["memory_per_node"], props["time_limit"], props["comment"]) == (

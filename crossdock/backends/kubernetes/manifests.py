@@ -332,7 +332,7 @@ def build(job: Job, cfg: ClusterConfig, opts: Options = Options(), *,
         pod_spec["topologySpreadConstraints"] = spread
     if opts.service_account:
         pod_spec["serviceAccountName"] = opts.service_account
-    limit = spec.time_limit()
+    limit = spec.time_limit_seconds
     if limit:
         pod_spec["activeDeadlineSeconds"] = limit
     if not pod_spec["nodeSelector"]:

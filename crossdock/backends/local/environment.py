@@ -63,8 +63,8 @@ def job_environment(job: Job, node: str | None = None, base: dict[str, str] | No
         slurm["SLURM_MEM_PER_NODE"] = spec.mem_per_node_mib
     if spec.mem_per_cpu_mib is not None:
         slurm["SLURM_MEM_PER_CPU"] = spec.mem_per_cpu_mib
-    if spec.time_limit_minutes is not None:
-        slurm["SLURM_TIME_LIMIT"] = spec.time_limit_minutes
+    if spec.time_limit_seconds is not None:
+        slurm["SLURM_TIME_LIMIT"] = -(-spec.time_limit_seconds // 60)  # Slurm's minutes, rounded up
     if job.array_job_id is not None and job.array_task_id is not None and spec.array is not None:
         ids = spec.array.task_ids
         slurm.update({"SLURM_ARRAY_JOB_ID": job.array_job_id, "SLURM_ARRAY_TASK_ID": job.array_task_id,

@@ -110,7 +110,7 @@ class Supervisor:
 
     def _watch(self, job: Job, proc: subprocess.Popen) -> str:
         """Wait for the job to end; return why it ended: exit, timeout, cancel or preempt."""
-        limit = job.spec.time_limit()
+        limit = job.spec.time_limit_seconds
         started = time.monotonic()
         next_beat = 0.0
         ending = "exit"

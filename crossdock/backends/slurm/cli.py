@@ -27,7 +27,7 @@ from crossdock.backends.slurm.driver import (
     parse_node,
     tres_memory_mib,
 )
-from crossdock.backends.slurm.states import expand_array_tasks, expand_hostlist, parse_exit_code
+from crossdock.backends.slurm.states import expand_array_tasks, node_names, parse_exit_code
 
 DEFAULT_TIMEOUT_S = 30.0
 
@@ -160,7 +160,7 @@ class CliDriver:
             parts.append(
                 SlurmPartition(
                     name=fields["PartitionName"],
-                    nodes=tuple(expand_hostlist(fields.get("Nodes", ""))),
+                    nodes=tuple(node_names(fields.get("Nodes"))),
                     priority_tier=int(fields.get("PriorityTier", "1")),
                     default=fields.get("Default") == "YES",
                     state=fields.get("State", "UP"),
@@ -226,7 +226,7 @@ def parse_sacct(text: str) -> list[SlurmJob]:
                 name=name,
                 user=user,
                 partition=partition,
-                nodes=tuple(expand_hostlist(nodelist)) if nodelist not in ("", "None assigned") else (),
+                nodes=tuple(node_names(nodelist)),
                 array_job_id=int(base) if task.isdigit() else None,
                 array_task_id=int(task) if task.isdigit() else None,
             )
@@ -260,7 +260,7 @@ def parse_scontrol_job(line: str) -> SlurmJob:
     task_text = f.get("ArrayTaskId", "")
     task_id = int(task_text) if task_text.isdigit() else None
     pending = tuple(expand_array_tasks(task_text)) if array_job_id is not None and task_id is None else ()
-    nodes = expand_hostlist(_null(f.get("NodeList")))
+    nodes = node_names(f.get("NodeList"))
     gpus: dict[str, int] = {}
     # Requested GPUs: what a running job holds (per node × nodes, plus per job).
     for key, times in (("TresPerNode", max(len(nodes), 1)), ("TresPerJob", 1)):

@@ -11,8 +11,8 @@ import re
 from dataclasses import dataclass, field
 from typing import Any, Protocol, runtime_checkable
 
+from crossdock.backends.slurm.states import decode_wait_status, expand_array_tasks, node_names
 from crossdock.queue.ports import BackendError, BackendUnavailable, SubmitFailed
-from crossdock.backends.slurm.states import decode_wait_status, expand_array_tasks, expand_hostlist
 
 
 class SlurmError(BackendError):
@@ -231,7 +231,7 @@ def parse_job(obj: dict[str, Any]) -> SlurmJob:
         comment=obj.get("comment") or "",
         user=obj.get("user_name") or "",
         partition=obj.get("partition") or "",
-        nodes=tuple(expand_hostlist(obj.get("nodes") or "")),
+        nodes=tuple(node_names(obj.get("nodes"))),
         cpus=_int(obj.get("cpus")),
         memory_mib=tres_memory_mib(obj.get("tres_alloc_str") or ""),
         gpus=gpus,

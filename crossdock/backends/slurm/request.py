@@ -27,6 +27,12 @@ def _tag_prefix() -> str:
     return TAG_PREFIX if prefix == "cd" else f"{TAG_PREFIX}/{prefix}"
 
 
+def time_limit_minutes(seconds: int | None) -> int | None:
+    """Slurm's ``--time`` (and REST ``time_limit``) in whole minutes, rounded up so that a job
+    never gets less time than asked: 90 s is 2 minutes."""
+    return None if seconds is None else -(-seconds // 60)
+
+
 def job_tag(job_id: int, attempt: int) -> str:
     return f"{_tag_prefix()}:{job_id}:{attempt}"
 
@@ -183,7 +189,7 @@ def build_request(
         gres=tuple(gres),
         gpus=gpus,
         gpus_per_task=gpus_per_task,
-        time_limit_minutes=spec.time_limit_minutes,
+        time_limit_minutes=time_limit_minutes(spec.time_limit_seconds),
         array=array,
         dependency=dependency,
         stdout=stdout,

@@ -35,7 +35,7 @@ from crossdock.backends.slurm.driver import (
     parse_job,
     parse_node,
 )
-from crossdock.backends.slurm.states import expand_hostlist
+from crossdock.backends.slurm.states import node_names
 
 API = "/slurm/v0.0.38"
 DEFAULT_PATH = "/usr/local/bin:/usr/bin:/bin"
@@ -205,7 +205,7 @@ class RestDriver:
         return [
             SlurmPartition(
                 name=p["name"],
-                nodes=tuple(expand_hostlist(p.get("nodes") or "")),
+                nodes=tuple(node_names(p.get("nodes"))),
                 priority_tier=int(p.get("priority_tier") or 1),
                 default="default" in (p.get("flags") or ()),
                 state=p.get("state") or "UP",

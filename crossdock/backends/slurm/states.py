@@ -1,4 +1,4 @@
-"""Slurm job states → crossdock job states, exit-status decoding, array index strings.
+"""Slurm job states → crossdock job states, exit-status decoding, array index strings, node lists.
 
 The table is the whole translation; everything else in this module only decodes numbers
 and strings. A Slurm state missing from the table is reported as-is in ``reason`` and
@@ -10,6 +10,7 @@ from __future__ import annotations
 import re
 from dataclasses import dataclass
 
+from crossdock.queue.hostlist import expand_hostlist
 from crossdock.queue.states import JobState, Reason
 
 # Slurm base state (as squeue --json / slurmrestd v0.0.38 / sacct print it) → crossdock state,
@@ -149,22 +150,14 @@ def format_array_tasks(task_ids: list[int], max_running: int | None = None) -> s
     return ",".join(parts) + (f"%{max_running}" if max_running else "")
 
 
-_HOSTLIST = re.compile(r"([^,\[]+)(?:\[([^\]]+)\])?(?:,|$)")
+NO_NODES = frozenset({"", "(null)", "None assigned", "None"})
+"""What Slurm prints in a node list field that holds no node."""
 
 
-def expand_hostlist(text: str) -> list[str]:
-    """``"cpu[1-2],gpu-a100-1"`` → ["cpu1", "cpu2", "gpu-a100-1"] (one bracket group per name)."""
-    hosts: list[str] = []
-    for m in _HOSTLIST.finditer(text.strip()):
-        prefix, ranges = m[1], m[2]
-        if not prefix and not ranges:
-            continue
-        if ranges is None:
-            hosts.append(prefix)
-            continue
-        for part in ranges.split(","):
-            lo, _, hi = part.partition("-")
-            width = len(lo)
-            for n in range(int(lo), int(hi or lo) + 1):
-                hosts.append(f"{prefix}{n:0{width}d}")
-    return hosts
+def node_names(text: str | None) -> list[str]:
+    """The hosts of a node list field (``cpu[1-2],gpu-a100-1``), none for Slurm's empty markers.
+
+    The grammar is crossdock's one hostlist expander's (:mod:`crossdock.queue.hostlist`); a
+    malformed list raises its ``HostlistError`` rather than yielding made-up names."""
+    text = (text or "").strip()
+    return [] if text in NO_NODES else expand_hostlist(text)

@@ -31,9 +31,9 @@ def ending_events(state: CycleState, allocations: list[Allocation],
     inv = state.inventory
     events: list[Event] = []
     for k, a in enumerate(allocations):
-        if a.start_time is None or a.time_limit_minutes is None or a.node not in inv.index:
+        if a.start_time is None or a.time_limit_seconds is None or a.node not in inv.index:
             continue
-        end = max(a.start_time + timedelta(minutes=a.time_limit_minutes), state.now)
+        end = max(a.start_time + timedelta(seconds=a.time_limit_seconds), state.now)
         events.append((end, inv.index[a.node], (lambda a=a: inv.release(a))))
     for end, asg in admitted:
         quiet = Assignment(asg.node, asg.cpu_milli, asg.memory_mib, asg.devices, asg.slices, None)

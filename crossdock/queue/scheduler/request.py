@@ -109,7 +109,9 @@ def build_request(job: Job, config: ClusterConfig) -> Request:
     fields = spec.__dict__  # optional JobSpec fields, read without pydantic's slow missing-attribute path
     tolerations = tuple(_toleration(t) for t in (fields.get("tolerations") or ()))
     selector = fields.get("node_selector") or {}
-    limit = spec.time_limit_minutes or (queue.default_time_minutes if queue else None)
+    limit = spec.time_limit_seconds
+    if limit is None and queue is not None and queue.default_time_minutes:
+        limit = queue.default_time_minutes * 60
     return Request(
         job_id=job.id, queue=job.queue, user=spec.user, priority=job.priority, preemptible=job.preemptible,
         can_preempt=pc is not None and pc.preemption_policy != "Never", pools=pools, nodes=spec.nodes,
@@ -118,7 +120,7 @@ def build_request(job: Job, config: ClusterConfig) -> Request:
         node_selector=tuple(sorted(selector.items())), tolerations=tolerations, anti_affinity=spec.anti_affinity,
         group=job.array_job_id if job.array_job_id is not None else job.id,
         topology_key=fields.get("topology"), exclusive=spec.exclusive,
-        time_limit_s=limit * 60.0 if limit else None, submit_time=job.submit_time,
+        time_limit_s=float(limit) if limit else None, submit_time=job.submit_time,
         placement=spec.placement or (queue.placement if queue else "binpack"), limit_error=limit_error,
         grace_seconds=pc.grace_seconds if pc else 30, nice=spec.nice)
 

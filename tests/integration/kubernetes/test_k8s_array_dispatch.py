@@ -103,7 +103,7 @@ def test_replayed_grouped_dispatch_creates_nothing_new(crossdock_on_k8s, k8s_cli
     refs = {j.id: j.backend_ref for j in done}
     # A duplicate message finds every claim taken; a redelivery of the same task (same Celery id,
     # its worker died before it saved the references) submits again and finds the Job by its name.
-    crossdock_on_k8s.send("crossdock.dispatch_array", [array_id, 1, ids, None], "k8s")
+    resent = crossdock_on_k8s.send_tracked("crossdock.dispatch_array", [array_id, 1, ids, None], "k8s")
     task_id = rt.store.r.get(rt.store.k.dispatch_claim(ids[0], 1)).split(":", 1)[1]
     for job_id in ids:
         rt.store.r.hset(rt.store.k.job(job_id), mapping={"state": JobState.SCHEDULED.value, "backend_ref": ""})
@@ -115,6 +115,7 @@ def test_replayed_grouped_dispatch_creates_nothing_new(crossdock_on_k8s, k8s_cli
             rt.store.r.hset(rt.store.k.job(job_id), mapping={"state": JobState.COMPLETED.value})
     assert out.startswith("4 tasks")
     assert {j.id: j.backend_ref for j in rt.store.get_many(ids)} == refs
-    time.sleep(1.5)
+    # The duplicate message has run too: every claim taken, or its tasks moved on.
+    assert crossdock_on_k8s.wait_task("crossdock.dispatch_array", resent) in ("'duplicate'", "'stale'")
     after = [(kj.metadata.name, kj.metadata.uid) for kj in array_jobs(k8s_client, k8s_namespace, array_id)]
     assert after == before

@@ -55,8 +55,8 @@ def test_submit_script_with_directives_then_queue_show_hold_release(crossdock_en
     assert r.returncode == 0, r.stderr
     job_id = int(r.stdout.strip())
     job = store.get(job_id)
-    assert (job.spec.name, job.spec.cpus_per_task, job.spec.time_limit_minutes, job.spec.args) == \
-        ("from-script", 3, 10, ["arg1"])
+    assert (job.spec.name, job.spec.cpus_per_task, job.spec.time_limit_seconds, job.spec.args) == \
+        ("from-script", 3, 10 * 60, ["arg1"])
     rows = json.loads(cli(crossdock_env, "queue", "--json").stdout)
     assert [(r["id"], r["state"], r["reason"]) for r in rows] == [(job_id, "PENDING", "JobHeldUser")]
     assert cli(crossdock_env, "release", str(job_id)).returncode == 0

@@ -120,8 +120,12 @@ def test_a_worker_killed_mid_job_loses_nothing(cluster, tmp_path):
     queued, = submit(rt, command=["sh", "-c", "echo later"], workdir=str(tmp_path), stdout="q.out")
     done = cluster.wait(running.id, timeout=30)
     assert done.state is JobState.COMPLETED and (tmp_path / "r.out").read_text() == "survived\n"
-    time.sleep(1)
-    assert rt.store.get(queued.id).state in (JobState.PENDING, JobState.SCHEDULED)
+    # The scheduler placed the queued job and sent its dispatch, and went on cycling: with no
+    # worker to take that message, the job must still wait, its dispatch neither run nor lost.
+    cluster.wait(queued.id, {JobState.SCHEDULED}, timeout=30)
+    cluster.wait_cycles(2)
+    waiting = rt.store.get(queued.id)
+    assert waiting.state in (JobState.PENDING, JobState.SCHEDULED) and not waiting.backend_ref, waiting
     cluster.restart_worker()
     assert cluster.wait(queued.id, timeout=60).state is JobState.COMPLETED
     assert (tmp_path / "q.out").read_text() == "later\n"
@@ -131,10 +135,11 @@ def test_a_dispatch_delivered_twice_starts_one_process(cluster, tmp_path):
     rt = cluster.rt
     job, = submit(rt, command=["sh", "-c", "echo started >> starts.txt; sleep 1"], workdir=str(tmp_path))
     cluster.wait(job.id, {JobState.RUNNING})
-    for _ in range(3):  # the same (job, attempt) again, as a redelivery after a visibility timeout would
-        cluster.send("crossdock.dispatch", [job.id, 1], "local")
+    # the same (job, attempt) again, as a redelivery after a visibility timeout would
+    resent = [cluster.send_tracked("crossdock.dispatch", [job.id, 1], "local") for _ in range(3)]
     assert cluster.wait(job.id).state is JobState.COMPLETED
-    time.sleep(1)
+    outcomes = [cluster.wait_task("crossdock.dispatch", task_id) for task_id in resent]  # each one ran
+    assert all(o == "'duplicate'" or o.startswith("'stale") for o in outcomes), outcomes
     assert (tmp_path / "starts.txt").read_text() == "started\n"
     assert [e["to"] for e in rt.store.events(job.id)].count("RUNNING") == 1
 

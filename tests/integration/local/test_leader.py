@@ -13,20 +13,47 @@ from crossdock.workers.leader import Scheduler
 pytestmark = pytest.mark.redis
 
 
-def test_standby_takes_over_within_seconds_when_the_leader_dies(runtime, tmp_path):
+def lease_attempts(store, monkeypatch, before=lambda: None) -> list[tuple]:
+    """Record every ``acquire_lease`` call: (holder, got it, what ``before()`` said just before)."""
+    calls: list[tuple] = []
+    acquire = store.acquire_lease
+
+    def recorded(holder, seconds):
+        seen = before()
+        got = acquire(holder, seconds)
+        calls.append((holder, got, seen))
+        return got
+
+    monkeypatch.setattr(store, "acquire_lease", recorded)
+    return calls
+
+
+def wait_until(what, condition, timeout=10.0):
+    deadline = time.monotonic() + timeout
+    while not condition():
+        assert time.monotonic() < deadline, f"timed out after {timeout}s waiting for {what}"
+        time.sleep(0.02)
+
+
+def test_standby_takes_over_within_seconds_when_the_leader_dies(runtime, tmp_path, monkeypatch):
     store = runtime.store
     lease = runtime.config.scheduler.lease_seconds
     assert store.acquire_lease("leader-a", lease)  # leader a holds the lease, then dies without releasing
     sent = []
     standby = Scheduler(runtime, lambda name, args, kind: sent.append((name, args[0])), holder="standby-b")
     job, = service.submit(runtime, [JobSpec(command=["true"], workdir=str(tmp_path))])
+    attempts = lease_attempts(store, monkeypatch, lambda: (len(sent), store.get(job.id).state))
     stop = threading.Event()
     t = threading.Thread(target=standby.run, args=(stop,), daemon=True)
     started = time.monotonic()
     t.start()
     try:
-        time.sleep(lease / 2)
-        assert sent == [] and store.get(job.id).state is JobState.PENDING  # a standby does not schedule
+        # A standby does not schedule: its first try finds the lease taken, and by its next try
+        # (a whole turn of its loop later) it has sent nothing and the job still waits.
+        wait_until("two tries at the lease", lambda: len(attempts) >= 2, timeout=lease + 5)
+        (_, got_first, _), (_, _, (sent_by_then, state_then)) = attempts[:2]
+        assert not got_first
+        assert (sent_by_then, state_then) == (0, JobState.PENDING)
         while not sent and time.monotonic() - started < lease + 5:
             time.sleep(0.05)
         took = time.monotonic() - started
@@ -40,16 +67,21 @@ def test_standby_takes_over_within_seconds_when_the_leader_dies(runtime, tmp_pat
     assert store.lease_holder() is None  # released on a clean stop
 
 
-def test_only_the_leader_schedules(runtime, tmp_path):
+def test_only_the_leader_schedules(runtime, tmp_path, monkeypatch):
     sent_a, sent_b = [], []
     a = Scheduler(runtime, lambda *x: sent_a.append(x), holder="a")
     b = Scheduler(runtime, lambda *x: sent_b.append(x), holder="b")
-    service.submit(runtime, [JobSpec(command=["true"], workdir=str(tmp_path)) for _ in range(3)])
+    attempts = lease_attempts(runtime.store, monkeypatch, lambda: len(sent_a) + len(sent_b))
     stop = threading.Event()
     threads = [threading.Thread(target=s.run, args=(stop,), daemon=True) for s in (a, b)]
     for th in threads:
         th.start()
-    time.sleep(2)
+    # Both loops are running (each tried the lease) before there is work, and each goes round
+    # once more after the last send: the one without the lease had every chance to send too.
+    wait_until("a try at the lease by each", lambda: {h for h, _, _ in attempts} == {"a", "b"})
+    service.submit(runtime, [JobSpec(command=["true"], workdir=str(tmp_path)) for _ in range(3)])
+    wait_until("all three sent and a turn of each loop after",
+               lambda: {h for h, _, sent in attempts if sent >= 3} == {"a", "b"}, timeout=30)
     stop.set()
     for th in threads:
         th.join(5)

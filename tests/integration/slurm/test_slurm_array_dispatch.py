@@ -135,7 +135,7 @@ def test_replayed_grouped_dispatch_submits_nothing_new(fitting, tmp_path):
     assert len({r.array_job_id for r in before}) == 1  # all four fit: one cycle, one group, one array
     refs = {j.id: j.backend_ref for j in done}
     # 1. The same dispatch sent again (a resend, a duplicate message): every claim is taken.
-    fitting.send("crossdock.dispatch_array", [array_id, 1, ids, None], "slurm")
+    resent = fitting.send_tracked("crossdock.dispatch_array", [array_id, 1, ids, None], "slurm")
     # 2. The same task delivered again after its worker died (same Celery id): it owns the claims and
     #    submits again, which finds the array by its tag.
     holder = rt.store.r.get(rt.store.k.dispatch_claim(ids[0], 1))
@@ -146,7 +146,8 @@ def test_replayed_grouped_dispatch_submits_nothing_new(fitting, tmp_path):
     out = worker_tasks.dispatch_array.apply(args=[array_id, 1, ids, None], task_id=task_id).get()
     assert out.startswith("4 tasks")
     assert {j.id: j.backend_ref for j in rt.store.get_many(ids)} == refs
-    time.sleep(1.5)  # let the duplicate message of step 1 run too
+    # The duplicate message of step 1 has run too: every claim taken, or its tasks moved on.
+    assert fitting.wait_task("crossdock.dispatch_array", resent) in ("'duplicate'", "'stale'")
     after = slurm_records(rt, array_id)
     assert sorted((r.array_job_id, r.array_task_id) for r in after) == sorted(
         (r.array_job_id, r.array_task_id) for r in before)

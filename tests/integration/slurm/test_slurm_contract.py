@@ -26,7 +26,7 @@ def timeout_jobs(slurm_cluster, jobs_dir):
     test does not wait alone; pinned to cpu2, away from the preemption tests on cpu1."""
     jobs = {}
     for driver in DRIVERS:
-        job = Job(id=next_job_id(), spec=JobSpec(command=["sleep", "600"], time_limit_minutes=1, nodelist=["cpu2"],
+        job = Job(id=next_job_id(), spec=JobSpec(command=["sleep", "600"], time_limit_seconds=60, nodelist=["cpu2"],
                                               workdir=str(jobs_dir), stdout="/dev/null"))
         SlurmBackend.from_env(slurm_cluster, driver=driver).submit(job)
         jobs[driver] = job
@@ -65,7 +65,7 @@ def test_inventory_counts_foreign_jobs(backend, slurm_cluster, jobs_dir):
 
 def test_submit_completes_with_output_and_exit_code(backend, make_job, jobs_dir):
     job = make_job(command=["bash", "-c", "echo hello from $SLURM_JOB_PARTITION job $CROSSDOCK_JOB_ID; echo err >&2"],
-                   partition="cpu", cpus_per_task=2, mem_per_node_mib=256, time_limit_minutes=5)
+                   partition="cpu", cpus_per_task=2, mem_per_node_mib=256, time_limit_seconds=300)
     ref = backend.submit(job)
     status = wait_job(backend, job, lambda s: s.state.terminal)
     assert (status.state, status.exit_code, status.signal, status.ref) == (JobState.COMPLETED, 0, None, ref)
@@ -244,6 +244,13 @@ def test_submission_survives_a_controller_outage(backend, slurm_cluster, make_jo
     layout = dev.Layout.of(slurm_cluster["CROSSDOCK_SLURM_DIR"])
     job = make_job(command=["echo", "after the outage"])
     result: dict[str, object] = {}
+    retries: list[float] = []  # when each wait before another try began
+
+    def retry_sleep(seconds: float) -> None:
+        retries.append(time.monotonic())
+        time.sleep(seconds)
+
+    backend = SlurmBackend.from_env(slurm_cluster, driver=backend.driver.name, sleep=retry_sleep)
 
     def submit() -> None:
         try:
@@ -256,7 +263,13 @@ def test_submission_survives_a_controller_outage(backend, slurm_cluster, make_jo
     try:
         thread = threading.Thread(target=submit)
         thread.start()
-        time.sleep(30)
+        # Still retrying 30 s into the outage: wait for a retry that begins that late, failing
+        # as soon as the submission ends (or gives up) before it.
+        while not (retries and retries[-1] - stopped_at >= 30):
+            assert thread.is_alive() and not result, \
+                f"submission ended {time.monotonic() - stopped_at:.0f}s into the outage: {result}"
+            assert time.monotonic() - stopped_at < 60, f"no retry 30 s into the outage (retries: {len(retries)})"
+            thread.join(0.2)
         assert thread.is_alive() and not result, "submission should still be retrying while slurmctld is down"
     finally:
         dev.start_controller(layout)

@@ -77,8 +77,8 @@ class JobBuilder:
         self.spec["ntasks"] = n
         return self
 
-    def limit(self, minutes: int) -> "JobBuilder":
-        self.spec["time_limit_minutes"] = minutes
+    def limit(self, minutes: int = 0, seconds: int = 0) -> "JobBuilder":
+        self.spec["time_limit_seconds"] = minutes * 60 + seconds
         return self
 
     def user(self, name: str) -> "JobBuilder":
@@ -109,7 +109,9 @@ def job(job_id: int) -> JobBuilder:
 
 def running(job_id: int, node_name: str, cpus: int = 1, gpus: tuple[str, ...] = (), queue: str = "train",
             priority: int = 100, preemptible: bool = True, started_min_ago: int = 10, limit: int | None = 60,
-            mem: int = 0, **kw: Any) -> Allocation:
+            mem: int = 0, limit_s: int | None = None, **kw: Any) -> Allocation:
+    """A running job; ``limit`` in minutes, or ``limit_s`` in seconds (which wins)."""
+    seconds = limit_s if limit_s is not None else (limit * 60 if limit else None)
     return Allocation(job_id, node_name, cpus * 1000, mem, gpus, priority=priority, preemptible=preemptible,
-                      queue=queue, start_time=NOW - timedelta(minutes=started_min_ago), time_limit_minutes=limit,
+                      queue=queue, start_time=NOW - timedelta(minutes=started_min_ago), time_limit_seconds=seconds,
                       grace_seconds=45, **kw)

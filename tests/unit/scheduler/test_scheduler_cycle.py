@@ -248,6 +248,39 @@ def test_backfill_lets_short_jobs_run_before_the_reservation_and_holds_long_ones
     assert r.pending[2] == "Priority" and "reserved" in r.explanations[2]
 
 
+def test_a_time_limit_in_seconds_reaches_backfill():
+    """Limits from the Python API are seconds: 90 s fits before a reservation 30 min away, and a
+    limit one second past the reservation is held (whole minutes would have hidden both)."""
+    allocs = [running(50, "a", gpus=("a-gpu0", "a-gpu1", "a-gpu2"), started_min_ago=10, limit=40)]
+    jobs = [job(1).gpus(4).limit(60), job(2).gpus(1).limit(minutes=30, seconds=1), job(3).gpus(1).limit(seconds=90)]
+    r = cycle([node("a", gpus=4)], jobs, allocs)
+    assert [(res.job_id, res.start) for res in r.reservations] == [(1, NOW + timedelta(minutes=30))]
+    assert [p.job_id for p in r.admitted] == [3]
+    assert r.pending[2] == "Priority" and "reserved" in r.explanations[2]
+
+
+def test_a_running_limit_in_seconds_sets_the_reservation_to_the_second():
+    allocs = [running(50, "a", gpus=("a-gpu0",), started_min_ago=0, limit_s=90)]
+    r = cycle([node("a", gpus=1)], [job(1).gpus(1).limit(60)], allocs)
+    assert [(res.job_id, res.start) for res in r.reservations] == [(1, NOW + timedelta(seconds=90))]
+
+
+@pytest.mark.parametrize("spec_seconds, queue_default_minutes, expected", [
+    pytest.param(90, None, 90.0, id="python-api-seconds"),
+    pytest.param(120, 5, 120.0, id="job-limit-beats-queue-default"),
+    pytest.param(None, 5, 300.0, id="queue-default-in-minutes"),
+    pytest.param(None, None, None, id="no-limit"),
+])
+def test_request_time_limit_is_in_seconds(spec_seconds, queue_default_minutes, expected):
+    from crossdock.queue.scheduler.request import build_request
+
+    cfg = config(queues={"train": {"priority_class": "low", "pools": ["gpu"], "default_time_minutes": queue_default_minutes}})
+    b = job(1)
+    if spec_seconds is not None:
+        b.limit(seconds=spec_seconds)
+    assert build_request(b.build(), cfg).time_limit_s == expected
+
+
 def test_backfill_off_the_reserved_nodes_is_free():
     allocs = [running(50, "a", gpus=("a-gpu0",), limit=40)]
     r = cycle([node("a", gpus=2), node("b", gpus=1)], [job(1).gpus(2).limit(60), job(2).gpus(1)], allocs)

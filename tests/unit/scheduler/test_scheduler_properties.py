@@ -58,7 +58,7 @@ def allocations(draw, nodes, max_jobs=6, first_id=500):
         out.append(Allocation(first_id + k, x.name, cpu, mem, gids, priority=prio,
                               preemptible=draw(st.booleans()), queue="train",
                               start_time=NOW - timedelta(minutes=draw(st.integers(1, 100))),
-                              time_limit_minutes=draw(st.integers(101, 300)), grace_seconds=30))
+                              time_limit_seconds=60 * draw(st.integers(101, 300)), grace_seconds=30))
     return out
 
 
@@ -75,7 +75,7 @@ def packed(draw, nodes, first_id=500):
             out.append(Allocation(k, x.name, c * 1000, 0, tuple(gids[:ng]), priority=draw(st.sampled_from([100, 500])),
                                   preemptible=draw(st.booleans()) or draw(st.booleans()), queue="train",
                                   start_time=NOW - timedelta(minutes=draw(st.integers(1, 100))),
-                                  time_limit_minutes=300, grace_seconds=30))
+                                  time_limit_seconds=300 * 60, grace_seconds=30))
             cpus, gids, k = cpus - c, gids[ng:], k + 1
     return out
 
@@ -198,9 +198,9 @@ def test_reservation_is_not_delayed_by_backfilled_jobs(data):
     event(f"reservations: {len(r.reservations)}, backfilled: {len(r.admitted)}")
     for res in r.reservations:
         t = res.start
-        still = [a for a in allocs if a.start_time + timedelta(minutes=a.time_limit_minutes) > t]
+        still = [a for a in allocs if a.start_time + timedelta(seconds=a.time_limit_seconds) > t]
         for p in r.admitted:
-            end = NOW + timedelta(minutes=by_id[p.job_id].spec.time_limit_minutes)
+            end = NOW + timedelta(seconds=by_id[p.job_id].spec.time_limit_seconds)
             if end > t:
                 for name, ids in zip(p.nodes, p.gpus_per_node):
                     share = {ids[0]: p.gpu_share} if p.gpu_share else {}
