@@ -20,8 +20,8 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from crossdock.backends.simulator.static import parse_seeds, run_static  # noqa: E402
-from crossdock.backends.simulator.trace import load_nodes, load_pods  # noqa: E402
+from crossdock.sim.static import parse_seeds, run_static  # noqa: E402
+from crossdock.sim.trace import load_nodes, load_pods  # noqa: E402
 from crossdock.cli.simulate import DEFAULT_NODES, DEFAULT_PODS  # noqa: E402
 
 

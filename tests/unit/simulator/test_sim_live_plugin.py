@@ -12,7 +12,7 @@ from sim_builders import pod as sim_pod
 from sim_builders import state as sim_state
 from sim_builders import typical
 
-from crossdock.backends.simulator.policies import crossdock_scores
+from crossdock.sim.policies import crossdock_scores
 from crossdock.queue.config import parse_config
 from crossdock.queue.models import GpuRequest, Job, JobSpec
 from crossdock.queue.scheduler.framework import CycleState

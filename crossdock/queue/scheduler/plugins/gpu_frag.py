@@ -390,6 +390,48 @@ def crossdock_scores_of(delta: Sequence[float], tier: Sequence[int], cpu_aware_d
     return score
 
 
+def fragments_after(total: np.ndarray, cnt: np.ndarray, below: np.ndarray, sorted_left: np.ndarray,
+                    cpu_left: np.ndarray, access: np.ndarray, typical: TypicalPods, gpus: int = 0, share: int = 0,
+                    left: np.ndarray | None = None) -> tuple[np.ndarray, np.ndarray, np.ndarray | None]:
+    """Both measures' fragment rows (:func:`both_fragments`) of each node after one worker lands
+    where the scheduler puts it: ``gpus`` whole GPUs on idle devices, or a GPU ``share`` on the
+    best-fit device of ``left`` ((N, G) free milli-GPU per device; lowest index on ties).
+    ``cpu_left`` is the nodes' free CPU after placing. Returns (FGD rows, CPU-aware rows, for a
+    share the chosen device's free share before it lands, else None)."""
+    chosen = None
+    if share:
+        rows = np.arange(len(total))
+        pick = np.where(left >= share, left, MILLI + 1).argmin(axis=1)
+        chosen = left[rows, pick]
+        total, cnt, below = parts_after(total, cnt, below, typical, share, 1, chosen)
+        left = left.copy()
+        left[rows, pick] -= share
+        sorted_left = sorted_free(left)
+    elif gpus:  # whole GPUs leave the idle devices, the largest entries
+        total, cnt, below = parts_after(total, cnt, below, typical, MILLI, gpus)
+        sorted_left = np.concatenate([sorted_left[:, gpus:], np.zeros((len(total), gpus), np.int64)], axis=1)
+    fgd, aware = both_fragments(total, cnt, below, sorted_left, cpu_left, access, typical)
+    return fgd, aware, chosen
+
+
+def crossdock_node_scores(fragments: np.ndarray, cpu_fragments: np.ndarray,
+                          after: tuple[np.ndarray, np.ndarray, np.ndarray | None], in_use: np.ndarray,
+                          typical: TypicalPods, share: int = 0, cpu_aware: bool = True) -> np.ndarray:
+    """:func:`crossdock_score` of placing one worker on each node: ``fragments`` and
+    ``cpu_fragments`` are the nodes' :func:`both_fragments` rows now, ``after`` is
+    :func:`fragments_after`, ``in_use`` whether each node runs something. Δ weighs the rows'
+    difference, so a node the placement leaves as it was scores exactly Δ = 0. ``cpu_aware``:
+    whether the CPU-aware term counts (see :func:`crossdock_score`)."""
+    fgd_after, aware_after, chosen = after
+    delta = (fragments - fgd_after) @ typical.freq
+    aware = (cpu_fragments - aware_after) @ typical.freq if cpu_aware else None
+    shared = fill = None
+    if chosen is not None:
+        waste = typical.fill_waste
+        shared, fill = chosen < MILLI, waste[chosen - share] - waste[chosen]
+    return crossdock_score(delta, packing_tier(in_use, shared), aware, fill)
+
+
 CROSSDOCK_PLUGIN = "CrossdockGpu"
 
 
@@ -439,17 +481,11 @@ def _register_plugin() -> None:
             cache.settle()
             if len(idx) <= FEW_NODES:
                 return np.array(self.score_ints(state, req, cache, idx), np.int64)
-            fgd_after, aware_after, chosen = self.after_arrays(state, req, cache, idx)
             inv = state.inventory
             in_use = (inv.gpu_free[idx] < inv.gpu_total[idx]) | (inv.cpu_used[idx] > 0)
-            delta = cache.weigh(cache.fragments.take(idx, axis=0) - fgd_after)
-            cpu_aware = (cache.weigh(cache.cpu_fragments.take(idx, axis=0) - aware_after)
-                         if self.cpu_aware(state, req, cache) else None)
-            shared = fill = None
-            if chosen is not None:
-                waste = cache.typical.fill_waste
-                shared, fill = chosen < MILLI, waste[chosen - req.gpu_share_milli] - waste[chosen]
-            return crossdock_score(delta, packing_tier(in_use, shared), cpu_aware, fill)
+            return crossdock_node_scores(cache.fragments.take(idx, axis=0), cache.cpu_fragments.take(idx, axis=0),
+                                         self.after_arrays(state, req, cache, idx), in_use, cache.typical,
+                                         req.gpu_share_milli, self.cpu_aware(state, req, cache))
 
         def score_ints(self, state, req, cache, idx: np.ndarray) -> list[int]:
             """:meth:`score` of a few nodes in Python ints, but for the weighing (numpy's dot
@@ -469,31 +505,12 @@ def _register_plugin() -> None:
 
         @staticmethod
         def after_arrays(state, req, cache, idx: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray | None]:
-            """Both measures' fragment rows (:func:`both_fragments`) of each node after the
-            placement, and for a GPU share the free share of the GPU it takes (its best-fit device)
-            before it lands."""
-            typical = cache.typical
+            """:func:`fragments_after` of the nodes ``idx`` from the cycle's cache."""
             # take(): numpy copies rows of a 2-D array several times faster than with a[idx]
-            total, cnt, below = cache.total[idx], cache.cnt.take(idx, axis=0), cache.below.take(idx, axis=0)
-            sorted_after = cache.sorted_left.take(idx, axis=0)
-            chosen = None
-            if req.gpu_share_milli:
-                left = cache._left(idx)
-                rows = np.arange(len(idx))
-                pick = np.where(left >= req.gpu_share_milli, left, MILLI + 1).argmin(axis=1)
-                chosen = left[rows, pick]
-                after = parts_after(total, cnt, below, typical, req.gpu_share_milli, 1, chosen)
-                left[rows, pick] -= req.gpu_share_milli
-                sorted_after = sorted_free(left)
-            elif req.gpus:  # whole GPUs leave the idle devices, the largest entries
-                after = parts_after(total, cnt, below, typical, MILLI, req.gpus)
-                sorted_after = np.concatenate([sorted_after[:, req.gpus:], np.zeros((len(idx), req.gpus), np.int64)],
-                                              axis=1)
-            else:
-                after = (total, cnt, below)
-            fgd_after, aware_after = both_fragments(*after, sorted_after, state.inventory.cpu_free[idx] - req.cpu_milli,
-                                                    cache.access.take(idx, axis=0), typical)
-            return fgd_after, aware_after, chosen
+            return fragments_after(cache.total[idx], cache.cnt.take(idx, axis=0), cache.below.take(idx, axis=0),
+                                   cache.sorted_left.take(idx, axis=0), state.inventory.cpu_free[idx] - req.cpu_milli,
+                                   cache.access.take(idx, axis=0), cache.typical, req.gpus,
+                                   req.gpu_share_milli, cache._left(idx) if req.gpu_share_milli else None)
 
         @staticmethod
         def after_ints(state, req, cache, idx: np.ndarray) -> tuple[list[list[int]], list[list[int]], list[int] | None]:
