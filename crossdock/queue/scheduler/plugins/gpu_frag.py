@@ -40,7 +40,6 @@ Public API::
     sorted_free(gpu_left) -> int (N, G)                      # free milli per GPU, largest first
     cpu_aware_frag(sorted_left, cpu_left, access, typical) -> float (N,)
     both_fragments(total, cnt, below, sorted_left, cpu_left, access, typical) -> int (N, T) each
-    both_frags(total, cnt, below, sorted_left, cpu_left, access, typical) -> (FGD, CPU-aware)
     node_parts(ordered, need) -> (prefix, cnt, below)             # one node, Python ints
     node_parts_after(total, cnt, below, need, milli, num, left=0) -> (total', cnt', below')
     node_fragments(total, cnt, below, prefix, cpu_left, pods) -> (FGD row, CPU-aware row)
@@ -49,6 +48,10 @@ Public API::
     fill_sizes(typical, min_share=FILL_SHARE) -> tuple of ints   # a whole GPU and the common shares
     fill_waste(sizes) -> int (MILLI + 1,)                    # least remainder of each free share
     crossdock_score(delta, tier, cpu_aware_delta=None, fill_increase=None) -> int array
+    fragments_after(total, cnt, below, sorted_left, cpu_left, access, typical, gpus=0, share=0, left=None)
+        -> (FGD rows, CPU-aware rows, chosen share or None)   # after one worker lands
+    crossdock_node_scores(fragments, cpu_fragments, after, in_use, typical, share=0, cpu_aware=True)
+        -> int array   # the CrossdockGpu plugin's score (crossdock.sim calls it too)
     fgd_score_of(delta) -> int; crossdock_scores_of(...) -> list of ints   # the same, a few placements
 """
 
@@ -254,18 +257,19 @@ def cpu_aware_frag(sorted_left: np.ndarray, cpu_left: np.ndarray, access: np.nda
     capacity is ``t``'s fragment; weighted by frequency and summed as in FGD.
 
     ``sorted_left`` is :func:`sorted_free` of the nodes (or candidate states). Callers that
-    also need FGD's measure use :func:`both_frags`, which shares the fit test.
+    also need FGD's measure use :func:`both_fragments`, which shares the fit test.
     """
     left = np.asarray(sorted_left, np.int64)
     _, cnt, _ = frag_parts(left, typical)
-    return both_frags(left.sum(axis=1), cnt, None, left, cpu_left, access, typical)[1]
+    return both_fragments(left.sum(axis=1), cnt, None, left, cpu_left, access, typical)[1] @ typical.freq
 
 
 def both_fragments(total: np.ndarray, cnt: np.ndarray, below: np.ndarray | None, sorted_left: np.ndarray,
                    cpu_left: np.ndarray, access: np.ndarray, typical: TypicalPods
                    ) -> tuple[np.ndarray | None, np.ndarray]:
-    """:func:`both_frags` before the frequency weighting: (N, T) ints per measure (FGD's None
-    without ``below``), the free milli-GPU each counts as fragment per typical pod."""
+    """FGD's fragment rows (:func:`fragments_from_parts`; None without ``below``) and
+    :func:`cpu_aware_frag`'s, before the frequency weighting, sharing their fit test: (N, T)
+    ints per measure, the free milli-GPU each counts as fragment per typical pod."""
     cpu = np.asarray(cpu_left, np.int64)[:, None]
     fits = typical.uses_gpu[None, :] & access & (cnt >= typical.num[None, :]) & (cpu >= typical.cpu[None, :])
     fgd = None if below is None else np.where(fits, below, total[:, None])
@@ -274,14 +278,6 @@ def both_fragments(total: np.ndarray, cnt: np.ndarray, below: np.ndarray | None,
     usable_gpus = np.where(fits, np.minimum(cnt, (cpu // typical.cpu[None, :]) * typical.num[None, :]), 0)
     usable = prefix[np.arange(len(prefix))[:, None], usable_gpus]
     return fgd, np.asarray(total)[:, None] - usable
-
-
-def both_frags(total: np.ndarray, cnt: np.ndarray, below: np.ndarray | None, sorted_left: np.ndarray,
-               cpu_left: np.ndarray, access: np.ndarray, typical: TypicalPods) -> tuple[np.ndarray | None, np.ndarray]:
-    """FGD's fragmentation (:func:`frag_from_parts`; None without ``below``) and
-    :func:`cpu_aware_frag` of the same nodes or candidate states, sharing their fit test."""
-    fgd, aware = both_fragments(total, cnt, below, sorted_left, cpu_left, access, typical)
-    return None if fgd is None else fgd @ typical.freq, aware @ typical.freq
 
 
 def node_parts(ordered: Sequence[int], need: Sequence[int]) -> tuple[list[int], list[int], list[int]]:
@@ -456,7 +452,7 @@ class ModelCompetition:
 
 def _register_plugin() -> None:
     """Register :func:`crossdock_score` as the score plugin ``CrossdockGpu`` in the live
-    scheduler's registry (``crossdock.queue.scheduler.registry``), when that registry exists.
+    scheduler's registry (``crossdock.queue.scheduler.registry``).
 
     It reads the cycle's fragmentation cache (``state.extra["frag"]``, a ``FragCache`` built for
     the cycle's typical pods, which keeps both measures per node) and places devices as the
@@ -465,11 +461,8 @@ def _register_plugin() -> None:
     0..1,002,003, and up to 2·10¹⁰ for a share (:func:`crossdock_score`); the ``binpack``
     profile weights it so that resource scores only break its ties.
     """
-    try:
-        from crossdock.queue.scheduler.framework import FEW_NODES
-        from crossdock.queue.scheduler.registry import register
-    except ImportError:  # the simulator works without the live scheduler
-        return
+    from crossdock.queue.scheduler.framework import FEW_NODES
+    from crossdock.queue.scheduler.registry import register
 
     class CrossdockGpu:
         name = CROSSDOCK_PLUGIN
