@@ -8,7 +8,6 @@ Static packing by default (the FGD paper's experiment), ``compare`` for a policy
 from __future__ import annotations
 
 import json
-import os
 import sys
 from pathlib import Path
 from typing import Any, Optional
@@ -22,13 +21,10 @@ app = typer.Typer(help="Simulate placement policies on a real cluster trace (no 
 console = Console(width=None if sys.stdout.isatty() else 160)
 err = Console(stderr=True)
 
-TRACE_DIR = Path(os.environ.get("CROSSDOCK_TRACE_DIR", Path(__file__).resolve().parents[2].parent
-                                / "shared" / "traces" / "alibaba-gpu-v2023-openb"))
-DEFAULT_NODES = TRACE_DIR / "openb_node_list_gpu_node.csv"
-DEFAULT_PODS = TRACE_DIR / "openb_pod_list_default.csv"
-
-NODES_OPT = typer.Option(None, "--nodes", help="node list CSV (default: the openb GPU node list)")
-PODS_OPT = typer.Option(None, "--pods", help="pod list CSV (default: openb_pod_list_default.csv)")
+NODES_OPT = typer.Option(None, "--nodes", help="node list CSV (default: the openb GPU node list, shipped in "
+                         "crossdock/sim/data)")
+PODS_OPT = typer.Option(None, "--pods", help="pod list CSV (default: openb_pod_list_default.csv, shipped in "
+                        "crossdock/sim/data)")
 TUNE_OPT = typer.Option(1.3, "--tune", help="workload size as a multiple of the cluster's GPUs")
 SAMPLING_OPT = typer.Option("trace", "--sampling", help="trace (FGD artifact: whole list shuffled, then topped up) "
                             "or uniform (draws with replacement)")
@@ -42,7 +38,7 @@ def _fail(message: str, code: int = 2) -> None:
 
 
 def _load(nodes: Optional[Path], pods: Optional[Path]):
-    from crossdock.sim.trace import TraceError, load_nodes, load_pods
+    from crossdock.sim.trace import DEFAULT_NODES, DEFAULT_PODS, TraceError, load_nodes, load_pods
 
     try:
         node_table = load_nodes(nodes or DEFAULT_NODES)
