@@ -15,6 +15,8 @@ Figures: placements (decisions) per second, p50/p99 time per placement, peak Pyt
 (tracemalloc, in a separate pass), and the naive reference — a plain Python loop over every
 node per job (fit check and MostAllocated score) — on a prefix of the same jobs, with the ratio.
 
+Both CSVs are the ones shipped in ``crossdock/sim/data`` unless ``--node-list``/``--pods`` name others.
+
 Run: ``python bench/bench_scheduler.py`` (``--nodes 5000 --jobs 10000 --running 20000 --stream 200``;
 ``--repeat 3`` reports the least-CPU of three runs of each cycle, for a machine shared with others;
 ``--profile fgd`` scores GPUs with FGD alone instead of the default crossdock score).
@@ -41,8 +43,8 @@ from crossdock.queue.cycle import run_cycle  # noqa: E402
 from crossdock.queue.models import GpuRequest, Job, JobSpec  # noqa: E402
 from crossdock.queue.scheduler import pipeline  # noqa: E402
 from crossdock.queue.snapshot import Allocation, GpuDevice, Node, Snapshot  # noqa: E402
+from crossdock.sim.trace import DEFAULT_NODES, DEFAULT_PODS  # noqa: E402  (the trace shipped with the package)
 
-TRACES = Path(__file__).resolve().parents[2] / "shared" / "traces" / "alibaba-gpu-v2023-openb"
 NOW = datetime(2026, 1, 1, tzinfo=timezone.utc)
 CLOCK = time.thread_time
 """Per-job times are this thread's CPU time, so other processes on a shared machine do not inflate them."""
@@ -288,13 +290,14 @@ def main() -> None:
     ap.add_argument("--running", type=int, default=20000)
     ap.add_argument("--stream", type=int, default=200)
     ap.add_argument("--naive-jobs", type=int, default=300)
-    ap.add_argument("--pods", default=str(TRACES / "openb_pod_list_default.csv"))
+    ap.add_argument("--pods", default=str(DEFAULT_PODS))
+    ap.add_argument("--node-list", default=str(DEFAULT_NODES), help="node list CSV, repeated to --nodes nodes")
     ap.add_argument("--repeat", type=int, default=1, help="run each cycle this many times, report the least CPU")
     ap.add_argument("--profile", choices=sorted(PROFILES), default="binpack", help="the queues' GPU scoring")
     args = ap.parse_args()
     global CONFIG
     CONFIG = make_config(PROFILES[args.profile])
-    nodes = load_nodes(TRACES / "openb_node_list_gpu_node.csv", args.nodes)
+    nodes = load_nodes(Path(args.node_list), args.nodes)
     pods = load_pods(Path(args.pods))
     jobs = [job_of(i + 1, pods[i % len(pods)]) for i in range(args.jobs)]
     print(f"{len(nodes)} nodes ({sum(len(n.gpus) for n in nodes)} GPUs), {len(jobs)} pending jobs,"

@@ -1,10 +1,10 @@
 """Static packing speed: one FGD-paper run per policy on the openb trace, wall time per run.
 
-    python bench/bench_simulator.py [--pods FILE] [--policies random,dotprod,packing,bestfit,fgd,crossdock]
-                                    [--seeds 42] [--tune 1.3] [--json]
+    python bench/bench_simulator.py [--nodes FILE] [--pods FILE] [--seeds 42] [--tune 1.3] [--json]
+                                    [--policies random,dotprod,packing,bestfit,fgd,crossdock]
 
 Cluster: ``openb_node_list_gpu_node.csv`` (1,213 nodes, 6,212 GPUs); workload: the pod list
-(default ``openb_pod_list_default.csv``) tuned to 130 % of the cluster's GPUs (~10,900 pods).
+(default ``openb_pod_list_default.csv``; both shipped in ``crossdock/sim/data``) tuned to 130 % of the cluster's GPUs (~10,900 pods).
 Each run loads nothing (the CSVs are read once before the clock starts), samples, places every
 pod and records allocation and fragmentation after each one. Prints, per policy, the median wall
 time over the seeds, pods placed per second, and the allocation at 100 % arrived.
@@ -20,9 +20,8 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from crossdock.backends.simulator.static import parse_seeds, run_static  # noqa: E402
-from crossdock.backends.simulator.trace import load_nodes, load_pods  # noqa: E402
-from crossdock.cli.simulate import DEFAULT_NODES, DEFAULT_PODS  # noqa: E402
+from crossdock.sim.static import parse_seeds, run_static  # noqa: E402
+from crossdock.sim.trace import DEFAULT_NODES, DEFAULT_PODS, load_nodes, load_pods  # noqa: E402
 
 
 def main(argv: list[str] | None = None) -> int:

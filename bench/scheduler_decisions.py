@@ -283,8 +283,8 @@ def preemption_scenario(seed: int) -> tuple[Snapshot, list[Job], Any]:
 
 
 def alibaba(nodes: int, jobs: int, running: int, stream: int) -> list[tuple[str, Snapshot, list[Job]]]:
-    ns = bench.load_nodes(bench.TRACES / "openb_node_list_gpu_node.csv", nodes)
-    pods = bench.load_pods(bench.TRACES / "openb_pod_list_default.csv")
+    ns = bench.load_nodes(bench.DEFAULT_NODES, nodes)
+    pods = bench.load_pods(bench.DEFAULT_PODS)
     pending = [bench.job_of(i + 1, pods[i % len(pods)]) for i in range(jobs)]
     out = [(f"alibaba-place-{nodes}-{jobs}", Snapshot(nodes=tuple(ns)), pending)]
     if running:

@@ -2,13 +2,12 @@
 
 Static packing by default (the FGD paper's experiment), ``compare`` for a policy × seed grid,
 ``replay`` for the dynamic mode with arrivals, departures, queueing and preemption, and
-``scenario`` for the reference what-if. Thin: parse, call ``crossdock.backends.simulator``, print.
+``scenario`` for the reference what-if. Thin: parse, call ``crossdock.sim``, print.
 """
 
 from __future__ import annotations
 
 import json
-import os
 import sys
 from pathlib import Path
 from typing import Any, Optional
@@ -22,13 +21,10 @@ app = typer.Typer(help="Simulate placement policies on a real cluster trace (no 
 console = Console(width=None if sys.stdout.isatty() else 160)
 err = Console(stderr=True)
 
-TRACE_DIR = Path(os.environ.get("CROSSDOCK_TRACE_DIR", Path(__file__).resolve().parents[2].parent
-                                / "shared" / "traces" / "alibaba-gpu-v2023-openb"))
-DEFAULT_NODES = TRACE_DIR / "openb_node_list_gpu_node.csv"
-DEFAULT_PODS = TRACE_DIR / "openb_pod_list_default.csv"
-
-NODES_OPT = typer.Option(None, "--nodes", help="node list CSV (default: the openb GPU node list)")
-PODS_OPT = typer.Option(None, "--pods", help="pod list CSV (default: openb_pod_list_default.csv)")
+NODES_OPT = typer.Option(None, "--nodes", help="node list CSV (default: the openb GPU node list, shipped in "
+                         "crossdock/sim/data)")
+PODS_OPT = typer.Option(None, "--pods", help="pod list CSV (default: openb_pod_list_default.csv, shipped in "
+                        "crossdock/sim/data)")
 TUNE_OPT = typer.Option(1.3, "--tune", help="workload size as a multiple of the cluster's GPUs")
 SAMPLING_OPT = typer.Option("trace", "--sampling", help="trace (FGD artifact: whole list shuffled, then topped up) "
                             "or uniform (draws with replacement)")
@@ -42,7 +38,7 @@ def _fail(message: str, code: int = 2) -> None:
 
 
 def _load(nodes: Optional[Path], pods: Optional[Path]):
-    from crossdock.backends.simulator.trace import TraceError, load_nodes, load_pods
+    from crossdock.sim.trace import DEFAULT_NODES, DEFAULT_PODS, TraceError, load_nodes, load_pods
 
     try:
         node_table = load_nodes(nodes or DEFAULT_NODES)
@@ -68,7 +64,7 @@ def static(ctx: typer.Context,
     """Static packing (FGD paper): place a tuned pod sample one by one, no departures."""
     if ctx.invoked_subcommand is not None:
         return
-    from crossdock.backends.simulator.static import run_static
+    from crossdock.sim.static import run_static
 
     node_table, pod_table = _load(nodes, pods)
     try:
@@ -76,7 +72,7 @@ def static(ctx: typer.Context,
     except ValueError as exc:
         _fail(str(exc))
     if plot is not None:
-        from crossdock.backends.simulator.plot import plot_static
+        from crossdock.sim.plot import plot_static
 
         plot_static({policy: [result.curve()]}, plot, title=Path(result.pod_list).name)
     if as_json:
@@ -100,7 +96,7 @@ def compare(nodes: Optional[Path] = NODES_OPT, pods: Optional[Path] = PODS_OPT,
             as_json: bool = typer.Option(False, "--json"),
             plot: Optional[Path] = typer.Option(None, "--plot", help="write median curves to this PNG")) -> None:
     """Run policies × seeds and print medians over seeds at 100 % arrived."""
-    from crossdock.backends.simulator.static import parse_seeds, run_grid, summarize
+    from crossdock.sim.static import parse_seeds, run_grid, summarize
 
     node_table, pod_table = _load(nodes, pods)
     try:
@@ -112,7 +108,7 @@ def compare(nodes: Optional[Path] = NODES_OPT, pods: Optional[Path] = PODS_OPT,
     rows = summarize(grid)
     default_trace = Path(pod_table.source).name == "openb_pod_list_default.csv" and tune == 1.3
     if plot is not None:
-        from crossdock.backends.simulator.plot import plot_static
+        from crossdock.sim.plot import plot_static
 
         plot_static({p: [r.curve() for r in runs] for p, runs in grid.items()}, plot,
                     title=f"{Path(pod_table.source).name}, median of seeds {seeds}")
@@ -147,7 +143,7 @@ def replay(nodes: Optional[Path] = NODES_OPT, pods: Optional[Path] = PODS_OPT,
            plot: Optional[Path] = typer.Option(None, "--plot", help="write utilization over time to this PNG")) -> None:
     """Dynamic replay: arrivals and departures from creation/deletion times, with a queue,
     priorities (from qos) and preemption."""
-    from crossdock.backends.simulator.dynamic import replay_trace
+    from crossdock.sim.dynamic import replay_trace
 
     node_table, pod_table = _load(nodes, pods)
     if not pod_table.has_times:
@@ -158,7 +154,7 @@ def replay(nodes: Optional[Path] = NODES_OPT, pods: Optional[Path] = PODS_OPT,
     except ValueError as exc:
         _fail(str(exc))
     if plot is not None:
-        from crossdock.backends.simulator.plot import plot_timeseries
+        from crossdock.sim.plot import plot_timeseries
 
         plot_timeseries({policy: (result.times_h, result.gpu_util_pct)}, plot, "GPUs allocated (%)",
                         title=f"replay · {Path(pod_table.source).name}")
@@ -175,7 +171,7 @@ def scenario(path: Path = typer.Argument(Path("configs/scenarios/mixed-gpu-clust
              as_json: bool = typer.Option(False, "--json"),
              plot: Optional[Path] = typer.Option(None, "--plot", help="write the comparison chart to this PNG")) -> None:
     """The reference what-if: each setup of a scenario file on the same arrivals."""
-    from crossdock.backends.simulator.scenario import ScenarioError, load_scenario, run_scenario
+    from crossdock.sim.scenario import ScenarioError, load_scenario, run_scenario
 
     try:
         sc = load_scenario(path)
@@ -183,7 +179,7 @@ def scenario(path: Path = typer.Argument(Path("configs/scenarios/mixed-gpu-clust
         _fail(str(exc))
     results = run_scenario(sc, seed=seed)
     if plot is not None:
-        from crossdock.backends.simulator.scenario import plot_scenario
+        from crossdock.sim.scenario import plot_scenario
 
         plot_scenario(sc, results, plot)
     if as_json:

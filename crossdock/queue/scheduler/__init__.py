@@ -24,8 +24,9 @@
 - ``pipeline``     the per-job steps of the cycle and its per-phase timings
 - ``decisions``    ``Placement``, ``Preemption``, ``Reservation``, ``CycleResult``
 
-For the simulator: build an ``Inventory(nodes)``, ``inventory.load(allocations)``, a
+Outside a cycle (tests, offline tools): build an ``Inventory(nodes)``, ``inventory.load(allocations)``, a
 ``CycleState(inventory, config, now)``, take ``profiles.profile_for(placement)`` and call
 ``profile.feasible(state, request)`` / ``placement.place(state, profile, request)``;
-``scoring.node_score`` and ``plugins.gpu_frag`` are pure functions of plain numbers.
+``scoring.node_score`` and ``plugins.gpu_frag`` are pure functions of plain numbers (the offline
+simulator, ``crossdock.sim``, scores with them; nothing here imports it).
 """

@@ -23,8 +23,8 @@ Extension points, in the order a cycle calls them (kube-scheduler's names):
 - ``PostFilterPlugin.post_filter(state, req) -> Status`` — runs when no node fits (preemption);
   a ``SUCCESS`` carries the nominated nodes and the victims.
 
-The simulator (``crossdock/backends/simulator``) can build an :class:`~.inventory.Inventory`,
-a :class:`CycleState` and call ``Profile.feasible`` / ``Profile.scores`` directly.
+Outside a cycle (tests, offline tools) one can build an :class:`~.inventory.Inventory`, a
+:class:`CycleState` and call ``Profile.feasible`` / ``Profile.scores`` directly.
 """
 
 from __future__ import annotations

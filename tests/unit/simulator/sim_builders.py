@@ -6,8 +6,8 @@ from pathlib import Path
 
 import numpy as np
 
-from crossdock.backends.simulator.cluster import ClusterState, PodReq
-from crossdock.backends.simulator.trace import NodeTable, PodTable
+from crossdock.sim.cluster import ClusterState, PodReq
+from crossdock.sim.trace import NodeTable, PodTable
 from crossdock.queue.scheduler.plugins.gpu_frag import ANY_MODEL, TypicalPods
 
 MODELS = ("A10", "T4")

@@ -7,11 +7,11 @@ import numpy as np
 import pytest
 from sim_builders import nodes, write
 
-from crossdock.backends.simulator.cluster import PodReq
-from crossdock.backends.simulator.dynamic import SimJob, replay_trace, simulate
-from crossdock.backends.simulator.scenario import (ScenarioError, build_nodes, generate_jobs, load_scenario,
+from crossdock.sim.cluster import PodReq
+from crossdock.sim.dynamic import SimJob, replay_trace, simulate
+from crossdock.sim.scenario import (ScenarioError, build_nodes, generate_jobs, load_scenario,
                                                     run_scenario)
-from crossdock.backends.simulator.trace import PodTable, load_nodes, load_pods
+from crossdock.sim.trace import PodTable, load_nodes, load_pods
 
 ONE_GPU = nodes((16000, 65536, 1, "T4"))
 GPU = PodReq(1000, 1024, 1, 1000, PodTable.ANY)

@@ -132,7 +132,7 @@ CPU_AWARE_CASES = [
 @pytest.mark.parametrize("left,cpu,expected", [c[1:] for c in CPU_AWARE_CASES], ids=[c[0] for c in CPU_AWARE_CASES])
 def test_cpu_aware_frag_by_hand(left, cpu, expected):
     st_ = state(nodes((16000, 1, 2, "T4")), WORKLOAD, gpu_left=[left], cpu_left=[cpu])
-    assert st_.cpu_frag[0] == pytest.approx(expected)
+    assert (st_.cpu_fragments @ WORKLOAD.freq)[0] == pytest.approx(expected)
     direct = gpu_frag.cpu_aware_frag(gpu_frag.sorted_free(np.array([left])), np.array([cpu]),
                                      np.array([[True, True, True]]), WORKLOAD)
     assert direct[0] == pytest.approx(expected)

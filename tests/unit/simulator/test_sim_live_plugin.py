@@ -1,18 +1,20 @@
-"""The crossdock GPU score as a live-scheduler plugin, against the simulator's policy."""
+"""The crossdock GPU score as a live-scheduler plugin, against the simulator's policy (which calls
+the plugin's functions on its own arrays: both must read their state alike)."""
 
 from __future__ import annotations
 
 from datetime import datetime
 
 import numpy as np
-
 import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
 from sim_builders import nodes as sim_nodes
 from sim_builders import pod as sim_pod
 from sim_builders import state as sim_state
 from sim_builders import typical
 
-from crossdock.backends.simulator.policies import crossdock_scores
+from crossdock.sim.policies import crossdock_scores
 from crossdock.queue.config import parse_config
 from crossdock.queue.models import GpuRequest, Job, JobSpec
 from crossdock.queue.scheduler.framework import CycleState
@@ -79,8 +81,6 @@ def test_crossdock_gpu_plugin_scores_as_the_simulator_policy(cpus, gpus, best):
     assert "abc"[int(np.argmax(live))] == best
 
 
-
-
 def test_a_share_goes_where_common_shares_can_still_fill_its_gpu():
     """Free shares of 350 (a), 530 (b) and a whole GPU (c): a 320-milli share leaves 30 on a
     (what 650 + 320 leaves anyway), 210 on b (no common share fits 210: +150 of fill waste)
@@ -98,3 +98,54 @@ def test_a_share_goes_where_common_shares_can_still_fill_its_gpu():
     assert live.tolist() == scores.astype(np.int64).tolist()
     assert (live // 10_000_000).tolist() == [1000 - 0, 1000 - 150, 1000 - 30]
     assert int(np.argmax(live)) == 0
+
+
+SHAPES = [(4000, 1000, 1), (12000, 1000, 1), (2000, 0, 0), (8000, 1000, 2), (4000, 470, 1), (6000, 250, 1),
+          (16000, 1000, 4)]
+USED = [0, 250, 470, 500, 650, 1000]  # milli-GPU taken on one GPU
+
+
+@st.composite
+def clusters(draw):
+    """Up to 8 four-GPU nodes, each GPU partly or wholly used, some CPU used; typical pods drawn
+    from a few shapes, one of them sometimes limited to the cluster's model."""
+    n = draw(st.integers(1, 8))
+    used = [[draw(st.sampled_from(USED)) for _ in range(4)] for _ in range(n)]
+    cpu_used = [draw(st.integers(0, 30)) * 1000 for _ in range(n)]
+    rows = draw(st.lists(st.sampled_from(SHAPES), min_size=1, max_size=len(SHAPES), unique=True))
+    freq = draw(st.lists(st.integers(1, 9), min_size=len(rows), max_size=len(rows)))
+    spec = [gpu_frag.ANY_MODEL] * len(rows)
+    if draw(st.booleans()):
+        spec[0] = 0b1  # model-constrained demand: the CPU-aware term is off for GPU jobs
+    work = typical(*[(*r, f / sum(freq)) for r, f in zip(rows, freq)], spec=spec)
+    return used, cpu_used, work
+
+
+@settings(max_examples=150, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(cluster=clusters(), shape=st.sampled_from([(4, 0, None), (8, 1, None), (2, 2, None), (1, 4, None),
+                                                   (4, 0, 0.47), (2, 0, 0.25), (6, 0, 0.5)]), data=st.data())
+def test_live_plugin_and_simulator_score_random_nodes_alike(cluster, shape, data):
+    """Any nodes, allocations, typical pods and job: the plugin's numpy path (more than
+    ``FEW_NODES`` nodes) and its Python-int path (a few) equal the simulator's scores."""
+    used, cpu_used, work = cluster
+    n = len(used)
+    names = [f"n{i}" for i in range(n)]
+    allocations = []
+    for i, name in enumerate(names):
+        whole = tuple(f"{name}-g{g}" for g, u in enumerate(used[i]) if u == 1000)
+        shares = {f"{name}-g{g}": u / 1000 for g, u in enumerate(used[i]) if 0 < u < 1000}
+        if cpu_used[i] or whole or shares:
+            allocations.append(Allocation(i, name, cpu_used[i], 0, whole, gpu_share=shares))
+    sim = sim_state(sim_nodes(*[(32_000, 64_000, 4, "A10")] * n), work,
+                    gpu_left=[[1000 - u for u in row] for row in used], cpu_left=[32_000 - c for c in cpu_used])
+    cpus, gpus, share = shape
+    pod = sim_pod(cpu=cpus * 1000, milli=1000 if gpus else round((share or 0) * 1000), num=gpus or (1 if share else 0))
+    cand = sim.feasible(pod)
+    if len(cand) == 0:
+        return
+    want = crossdock_scores(sim, pod, cand).astype(np.int64).tolist()
+    plugin = create(gpu_frag.CROSSDOCK_PLUGIN)
+    state = live_state([gpu_node(name) for name in names], allocations, work)
+    assert plugin.score(state, request(cpus, gpus, share), cand).tolist() == want
+    few = np.array(data.draw(st.lists(st.sampled_from(range(len(cand))), min_size=1, max_size=3, unique=True)))
+    assert plugin.score(state, request(cpus, gpus, share), cand[few]).tolist() == [want[k] for k in few]

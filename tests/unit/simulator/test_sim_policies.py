@@ -6,7 +6,7 @@ import numpy as np
 import pytest
 from sim_builders import nodes, pod, state, typical
 
-from crossdock.backends.simulator.policies import POLICIES, get_policy, packing_scores
+from crossdock.sim.policies import POLICIES, get_policy, packing_scores
 
 WORK = typical((4000, 500, 1, 0.5), (8000, 1000, 1, 0.3), (2000, 0, 0, 0.2))
 TWO_T4 = nodes((64000, 1 << 20, 2, "T4"), (64000, 1 << 20, 2, "T4"))

@@ -6,7 +6,7 @@ import numpy as np
 import pytest
 from sim_builders import pods
 
-from crossdock.backends.simulator.sampling import sample_workload
+from crossdock.sim.sampling import sample_workload
 
 WORKLOAD = pods([(1000, 1, 500), (2000, 1, 1000), (500, 0, 0), (4000, 2, 1000), (1000, 1, 250)])
 CLUSTER = 10_000  # 10 GPUs

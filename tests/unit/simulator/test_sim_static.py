@@ -10,9 +10,9 @@ import pytest
 from sim_builders import write
 from typer.testing import CliRunner
 
-from crossdock.backends.simulator.policies import POLICIES
-from crossdock.backends.simulator.static import discrete_curve, parse_seeds, run_grid, run_static, summarize
-from crossdock.backends.simulator.trace import load_nodes, load_pods
+from crossdock.sim.policies import POLICIES
+from crossdock.sim.static import discrete_curve, parse_seeds, run_grid, run_static, summarize
+from crossdock.sim.trace import load_nodes, load_pods
 from crossdock.cli.simulate import app
 
 NODES = "sn,cpu_milli,memory_mib,gpu,model\n" + "".join(

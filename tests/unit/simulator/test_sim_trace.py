@@ -6,7 +6,7 @@ import numpy as np
 import pytest
 from sim_builders import NODE_CSV, POD_CSV, write
 
-from crossdock.backends.simulator.trace import PodTable, TraceError, load_nodes, load_pods
+from crossdock.sim.trace import PodTable, TraceError, load_nodes, load_pods
 
 
 def test_nodes_load_with_models_and_capacity(tmp_path):

@@ -40,7 +40,6 @@ Public API::
     sorted_free(gpu_left) -> int (N, G)                      # free milli per GPU, largest first
     cpu_aware_frag(sorted_left, cpu_left, access, typical) -> float (N,)
     both_fragments(total, cnt, below, sorted_left, cpu_left, access, typical) -> int (N, T) each
-    both_frags(total, cnt, below, sorted_left, cpu_left, access, typical) -> (FGD, CPU-aware)
     node_parts(ordered, need) -> (prefix, cnt, below)             # one node, Python ints
     node_parts_after(total, cnt, below, need, milli, num, left=0) -> (total', cnt', below')
     node_fragments(total, cnt, below, prefix, cpu_left, pods) -> (FGD row, CPU-aware row)
@@ -49,6 +48,10 @@ Public API::
     fill_sizes(typical, min_share=FILL_SHARE) -> tuple of ints   # a whole GPU and the common shares
     fill_waste(sizes) -> int (MILLI + 1,)                    # least remainder of each free share
     crossdock_score(delta, tier, cpu_aware_delta=None, fill_increase=None) -> int array
+    fragments_after(total, cnt, below, sorted_left, cpu_left, access, typical, gpus=0, share=0, left=None)
+        -> (FGD rows, CPU-aware rows, chosen share or None)   # after one worker lands
+    crossdock_node_scores(fragments, cpu_fragments, after, in_use, typical, share=0, cpu_aware=True)
+        -> int array   # the CrossdockGpu plugin's score (crossdock.sim calls it too)
     fgd_score_of(delta) -> int; crossdock_scores_of(...) -> list of ints   # the same, a few placements
 """
 
@@ -254,18 +257,19 @@ def cpu_aware_frag(sorted_left: np.ndarray, cpu_left: np.ndarray, access: np.nda
     capacity is ``t``'s fragment; weighted by frequency and summed as in FGD.
 
     ``sorted_left`` is :func:`sorted_free` of the nodes (or candidate states). Callers that
-    also need FGD's measure use :func:`both_frags`, which shares the fit test.
+    also need FGD's measure use :func:`both_fragments`, which shares the fit test.
     """
     left = np.asarray(sorted_left, np.int64)
     _, cnt, _ = frag_parts(left, typical)
-    return both_frags(left.sum(axis=1), cnt, None, left, cpu_left, access, typical)[1]
+    return both_fragments(left.sum(axis=1), cnt, None, left, cpu_left, access, typical)[1] @ typical.freq
 
 
 def both_fragments(total: np.ndarray, cnt: np.ndarray, below: np.ndarray | None, sorted_left: np.ndarray,
                    cpu_left: np.ndarray, access: np.ndarray, typical: TypicalPods
                    ) -> tuple[np.ndarray | None, np.ndarray]:
-    """:func:`both_frags` before the frequency weighting: (N, T) ints per measure (FGD's None
-    without ``below``), the free milli-GPU each counts as fragment per typical pod."""
+    """FGD's fragment rows (:func:`fragments_from_parts`; None without ``below``) and
+    :func:`cpu_aware_frag`'s, before the frequency weighting, sharing their fit test: (N, T)
+    ints per measure, the free milli-GPU each counts as fragment per typical pod."""
     cpu = np.asarray(cpu_left, np.int64)[:, None]
     fits = typical.uses_gpu[None, :] & access & (cnt >= typical.num[None, :]) & (cpu >= typical.cpu[None, :])
     fgd = None if below is None else np.where(fits, below, total[:, None])
@@ -274,14 +278,6 @@ def both_fragments(total: np.ndarray, cnt: np.ndarray, below: np.ndarray | None,
     usable_gpus = np.where(fits, np.minimum(cnt, (cpu // typical.cpu[None, :]) * typical.num[None, :]), 0)
     usable = prefix[np.arange(len(prefix))[:, None], usable_gpus]
     return fgd, np.asarray(total)[:, None] - usable
-
-
-def both_frags(total: np.ndarray, cnt: np.ndarray, below: np.ndarray | None, sorted_left: np.ndarray,
-               cpu_left: np.ndarray, access: np.ndarray, typical: TypicalPods) -> tuple[np.ndarray | None, np.ndarray]:
-    """FGD's fragmentation (:func:`frag_from_parts`; None without ``below``) and
-    :func:`cpu_aware_frag` of the same nodes or candidate states, sharing their fit test."""
-    fgd, aware = both_fragments(total, cnt, below, sorted_left, cpu_left, access, typical)
-    return None if fgd is None else fgd @ typical.freq, aware @ typical.freq
 
 
 def node_parts(ordered: Sequence[int], need: Sequence[int]) -> tuple[list[int], list[int], list[int]]:
@@ -390,6 +386,48 @@ def crossdock_scores_of(delta: Sequence[float], tier: Sequence[int], cpu_aware_d
     return score
 
 
+def fragments_after(total: np.ndarray, cnt: np.ndarray, below: np.ndarray, sorted_left: np.ndarray,
+                    cpu_left: np.ndarray, access: np.ndarray, typical: TypicalPods, gpus: int = 0, share: int = 0,
+                    left: np.ndarray | None = None) -> tuple[np.ndarray, np.ndarray, np.ndarray | None]:
+    """Both measures' fragment rows (:func:`both_fragments`) of each node after one worker lands
+    where the scheduler puts it: ``gpus`` whole GPUs on idle devices, or a GPU ``share`` on the
+    best-fit device of ``left`` ((N, G) free milli-GPU per device; lowest index on ties).
+    ``cpu_left`` is the nodes' free CPU after placing. Returns (FGD rows, CPU-aware rows, for a
+    share the chosen device's free share before it lands, else None)."""
+    chosen = None
+    if share:
+        rows = np.arange(len(total))
+        pick = np.where(left >= share, left, MILLI + 1).argmin(axis=1)
+        chosen = left[rows, pick]
+        total, cnt, below = parts_after(total, cnt, below, typical, share, 1, chosen)
+        left = left.copy()
+        left[rows, pick] -= share
+        sorted_left = sorted_free(left)
+    elif gpus:  # whole GPUs leave the idle devices, the largest entries
+        total, cnt, below = parts_after(total, cnt, below, typical, MILLI, gpus)
+        sorted_left = np.concatenate([sorted_left[:, gpus:], np.zeros((len(total), gpus), np.int64)], axis=1)
+    fgd, aware = both_fragments(total, cnt, below, sorted_left, cpu_left, access, typical)
+    return fgd, aware, chosen
+
+
+def crossdock_node_scores(fragments: np.ndarray, cpu_fragments: np.ndarray,
+                          after: tuple[np.ndarray, np.ndarray, np.ndarray | None], in_use: np.ndarray,
+                          typical: TypicalPods, share: int = 0, cpu_aware: bool = True) -> np.ndarray:
+    """:func:`crossdock_score` of placing one worker on each node: ``fragments`` and
+    ``cpu_fragments`` are the nodes' :func:`both_fragments` rows now, ``after`` is
+    :func:`fragments_after`, ``in_use`` whether each node runs something. Δ weighs the rows'
+    difference, so a node the placement leaves as it was scores exactly Δ = 0. ``cpu_aware``:
+    whether the CPU-aware term counts (see :func:`crossdock_score`)."""
+    fgd_after, aware_after, chosen = after
+    delta = (fragments - fgd_after) @ typical.freq
+    aware = (cpu_fragments - aware_after) @ typical.freq if cpu_aware else None
+    shared = fill = None
+    if chosen is not None:
+        waste = typical.fill_waste
+        shared, fill = chosen < MILLI, waste[chosen - share] - waste[chosen]
+    return crossdock_score(delta, packing_tier(in_use, shared), aware, fill)
+
+
 CROSSDOCK_PLUGIN = "CrossdockGpu"
 
 
@@ -414,7 +452,7 @@ class ModelCompetition:
 
 def _register_plugin() -> None:
     """Register :func:`crossdock_score` as the score plugin ``CrossdockGpu`` in the live
-    scheduler's registry (``crossdock.queue.scheduler.registry``), when that registry exists.
+    scheduler's registry (``crossdock.queue.scheduler.registry``).
 
     It reads the cycle's fragmentation cache (``state.extra["frag"]``, a ``FragCache`` built for
     the cycle's typical pods, which keeps both measures per node) and places devices as the
@@ -423,11 +461,8 @@ def _register_plugin() -> None:
     0..1,002,003, and up to 2·10¹⁰ for a share (:func:`crossdock_score`); the ``binpack``
     profile weights it so that resource scores only break its ties.
     """
-    try:
-        from crossdock.queue.scheduler.framework import FEW_NODES
-        from crossdock.queue.scheduler.registry import register
-    except ImportError:  # the simulator works without the live scheduler
-        return
+    from crossdock.queue.scheduler.framework import FEW_NODES
+    from crossdock.queue.scheduler.registry import register
 
     class CrossdockGpu:
         name = CROSSDOCK_PLUGIN
@@ -439,17 +474,11 @@ def _register_plugin() -> None:
             cache.settle()
             if len(idx) <= FEW_NODES:
                 return np.array(self.score_ints(state, req, cache, idx), np.int64)
-            fgd_after, aware_after, chosen = self.after_arrays(state, req, cache, idx)
             inv = state.inventory
             in_use = (inv.gpu_free[idx] < inv.gpu_total[idx]) | (inv.cpu_used[idx] > 0)
-            delta = cache.weigh(cache.fragments.take(idx, axis=0) - fgd_after)
-            cpu_aware = (cache.weigh(cache.cpu_fragments.take(idx, axis=0) - aware_after)
-                         if self.cpu_aware(state, req, cache) else None)
-            shared = fill = None
-            if chosen is not None:
-                waste = cache.typical.fill_waste
-                shared, fill = chosen < MILLI, waste[chosen - req.gpu_share_milli] - waste[chosen]
-            return crossdock_score(delta, packing_tier(in_use, shared), cpu_aware, fill)
+            return crossdock_node_scores(cache.fragments.take(idx, axis=0), cache.cpu_fragments.take(idx, axis=0),
+                                         self.after_arrays(state, req, cache, idx), in_use, cache.typical,
+                                         req.gpu_share_milli, self.cpu_aware(state, req, cache))
 
         def score_ints(self, state, req, cache, idx: np.ndarray) -> list[int]:
             """:meth:`score` of a few nodes in Python ints, but for the weighing (numpy's dot
@@ -469,31 +498,12 @@ def _register_plugin() -> None:
 
         @staticmethod
         def after_arrays(state, req, cache, idx: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray | None]:
-            """Both measures' fragment rows (:func:`both_fragments`) of each node after the
-            placement, and for a GPU share the free share of the GPU it takes (its best-fit device)
-            before it lands."""
-            typical = cache.typical
+            """:func:`fragments_after` of the nodes ``idx`` from the cycle's cache."""
             # take(): numpy copies rows of a 2-D array several times faster than with a[idx]
-            total, cnt, below = cache.total[idx], cache.cnt.take(idx, axis=0), cache.below.take(idx, axis=0)
-            sorted_after = cache.sorted_left.take(idx, axis=0)
-            chosen = None
-            if req.gpu_share_milli:
-                left = cache._left(idx)
-                rows = np.arange(len(idx))
-                pick = np.where(left >= req.gpu_share_milli, left, MILLI + 1).argmin(axis=1)
-                chosen = left[rows, pick]
-                after = parts_after(total, cnt, below, typical, req.gpu_share_milli, 1, chosen)
-                left[rows, pick] -= req.gpu_share_milli
-                sorted_after = sorted_free(left)
-            elif req.gpus:  # whole GPUs leave the idle devices, the largest entries
-                after = parts_after(total, cnt, below, typical, MILLI, req.gpus)
-                sorted_after = np.concatenate([sorted_after[:, req.gpus:], np.zeros((len(idx), req.gpus), np.int64)],
-                                              axis=1)
-            else:
-                after = (total, cnt, below)
-            fgd_after, aware_after = both_fragments(*after, sorted_after, state.inventory.cpu_free[idx] - req.cpu_milli,
-                                                    cache.access.take(idx, axis=0), typical)
-            return fgd_after, aware_after, chosen
+            return fragments_after(cache.total[idx], cache.cnt.take(idx, axis=0), cache.below.take(idx, axis=0),
+                                   cache.sorted_left.take(idx, axis=0), state.inventory.cpu_free[idx] - req.cpu_milli,
+                                   cache.access.take(idx, axis=0), cache.typical, req.gpus,
+                                   req.gpu_share_milli, cache._left(idx) if req.gpu_share_milli else None)
 
         @staticmethod
         def after_ints(state, req, cache, idx: np.ndarray) -> tuple[list[list[int]], list[list[int]], list[int] | None]:

@@ -12,7 +12,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from crossdock.backends.simulator.trace import MAX_GPUS_PER_NODE, MILLI, NodeTable, PodTable
+from crossdock.sim.trace import MAX_GPUS_PER_NODE, MILLI, NodeTable, PodTable
 from crossdock.queue.scheduler.plugins import gpu_frag
 from crossdock.queue.scheduler.plugins.gpu_frag import TypicalPods
 
@@ -70,8 +70,11 @@ class ClusterState:
             self.access = gpu_frag.access_matrix(self.model, typical)
             self.total, self.cnt, self.below = gpu_frag.frag_parts(self.gpu_left, typical)
             self.sorted_left = gpu_frag.sorted_free(self.gpu_left)
-            self.frag, self.cpu_frag = gpu_frag.both_frags(self.total, self.cnt, self.below, self.sorted_left,
-                                                           self.cpu_left, self.access, typical)
+            self.fragments, self.cpu_fragments = gpu_frag.both_fragments(
+                self.total, self.cnt, self.below, self.sorted_left, self.cpu_left, self.access, typical)
+            """(N, T) rows of both measures per node (``gpu_frag.both_fragments``), as the live
+            scheduler's ``FragCache`` keeps them."""
+            self.frag = self.fragments @ typical.freq
             self.pressure = gpu_frag.model_pressure(self.access, typical)
 
     # --- queries ---------------------------------------------------------------------------
@@ -132,5 +135,6 @@ class ClusterState:
         t, c, b = gpu_frag.frag_parts(self.gpu_left[sl], self.typical)
         self.total[node], self.cnt[node], self.below[node] = t[0], c[0], b[0]
         self.sorted_left[sl] = ordered = gpu_frag.sorted_free(self.gpu_left[sl])
-        frag, cpu_frag = gpu_frag.both_frags(t, c, b, ordered, self.cpu_left[sl], self.access[sl], self.typical)
-        self.frag[node], self.cpu_frag[node] = frag[0], cpu_frag[0]
+        fgd, aware = gpu_frag.both_fragments(t, c, b, ordered, self.cpu_left[sl], self.access[sl], self.typical)
+        self.fragments[node], self.cpu_fragments[node] = fgd[0], aware[0]
+        self.frag[node] = (fgd @ self.typical.freq)[0]

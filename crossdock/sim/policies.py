@@ -33,8 +33,8 @@ from typing import Callable
 
 import numpy as np
 
-from crossdock.backends.simulator.cluster import ClusterState, PodReq
-from crossdock.backends.simulator.trace import MAX_GPUS_PER_NODE, MILLI
+from crossdock.sim.cluster import ClusterState, PodReq
+from crossdock.sim.trace import MAX_GPUS_PER_NODE, MILLI
 from crossdock.queue.scheduler.plugins import gpu_frag
 from crossdock.queue.scheduler.registry import PLACEMENT_SCORES
 
@@ -183,43 +183,18 @@ def fgd_policy(state: ClusterState, pod: PodReq, cand: np.ndarray, rng: np.rando
     return node, _gpus_for(state, node, pod, int(node_gpu[k]) if pod.sharing else None)
 
 
-def _sorted_after(state: ClusterState, pod: PodReq, nodes: np.ndarray, gpus: np.ndarray) -> np.ndarray:
-    """Each option's free shares after placing, largest first (:func:`gpu_frag.sorted_free`)."""
-    after = state.sorted_left[nodes]
-    if pod.sharing:
-        after = state.gpu_left[nodes].copy()
-        after[np.arange(len(nodes)), gpus] -= pod.milli
-        return gpu_frag.sorted_free(after)
-    if pod.num:  # whole GPUs take fully free GPUs, the largest entries
-        return np.concatenate([after[:, pod.num:], np.zeros((len(nodes), pod.num), np.int64)], axis=1)
-    return after
-
-
 def crossdock_scores(state: ClusterState, pod: PodReq, cand: np.ndarray) -> np.ndarray:
-    """:func:`gpu_frag.crossdock_score` per candidate node, a share scored on the GPU it takes
-    there: the best-fit one (:meth:`ClusterState.best_fit_gpu`), as the live scheduler places it
-    (``scheduler.gpus.choose_share``)."""
-    gpus = left = fill = None
-    if pod.sharing:
-        free = state.gpu_left[cand]
-        gpus = np.where(free >= pod.milli, free, MILLI + 1).argmin(axis=1)
-        left = free[np.arange(len(cand)), gpus]
-        waste = state.typical.fill_waste
-        fill = waste[left - pod.milli] - waste[left]
-    after = gpu_frag.parts_after(state.total[cand], state.cnt[cand], state.below[cand], state.typical,
-                                 pod.milli, pod.num, left)
-    cpu_after = state.cpu_left[cand] - pod.score_cpu
-    access = state.access[cand]
-    cpu_aware = None
-    if pod.num == 0 or not (state.pressure[state.model_ok(pod.spec)] > 0).any():
-        frag_after, aware_after = gpu_frag.both_frags(*after, _sorted_after(state, pod, cand, gpus), cpu_after,
-                                                      access, state.typical)
-        cpu_aware = state.cpu_frag[cand] - aware_after
-    else:
-        frag_after = gpu_frag.frag_from_parts(*after, cpu_after, access, state.typical)
+    """The live ``CrossdockGpu`` plugin's score per candidate node, with its functions
+    (:func:`gpu_frag.fragments_after`, :func:`gpu_frag.crossdock_node_scores`): a share is
+    scored on the GPU it takes there, the best-fit one (:meth:`ClusterState.best_fit_gpu`)."""
+    share = pod.milli if pod.sharing else 0
+    after = gpu_frag.fragments_after(state.total[cand], state.cnt[cand], state.below[cand], state.sorted_left[cand],
+                                     state.cpu_left[cand] - pod.score_cpu, state.access[cand], state.typical,
+                                     0 if share else pod.num, share, state.gpu_left[cand] if share else None)
     in_use = (state.gpu_left[cand].sum(axis=1) < state.gpu_count[cand] * MILLI) | (state.cpu_left[cand] < state.cpu_cap[cand])
-    tier = gpu_frag.packing_tier(in_use, left < MILLI if pod.sharing else None)
-    return gpu_frag.crossdock_score(state.frag[cand] - frag_after, tier, cpu_aware, fill).astype(np.float64)
+    cpu_aware = pod.num == 0 or not (state.pressure[state.model_ok(pod.spec)] > 0).any()
+    return gpu_frag.crossdock_node_scores(state.fragments[cand], state.cpu_fragments[cand], after, in_use,
+                                          state.typical, share, cpu_aware).astype(np.float64)
 
 
 def crossdock_policy(state: ClusterState, pod: PodReq, cand: np.ndarray, rng: np.random.Generator) -> Choice:

@@ -24,9 +24,9 @@ from typing import Any, Sequence
 
 import numpy as np
 
-from crossdock.backends.simulator.cluster import ClusterState, PodReq, pod_req
-from crossdock.backends.simulator.policies import get_policy
-from crossdock.backends.simulator.trace import MILLI, NodeTable, PodTable
+from crossdock.sim.cluster import ClusterState, PodReq, pod_req
+from crossdock.sim.policies import get_policy
+from crossdock.sim.trace import MILLI, NodeTable, PodTable
 from crossdock.queue.scheduler.plugins import gpu_frag
 from crossdock.queue.scheduler.plugins.gpu_frag import TypicalPods
 
@@ -374,7 +374,7 @@ def replay_trace(nodes: NodeTable, pods: PodTable, policy: str = "crossdock", se
     Guaranteed 900, Burstable 500, BE 100 and preemptible). Arrival times are divided by
     ``time_scale`` (the trace spreads 8 k pods over 149 days; compress it to load the
     cluster); the run ends at the last arrival, and averages are over that window."""
-    from crossdock.backends.simulator.static import workload_typical
+    from crossdock.sim.static import workload_typical
 
     if time_scale <= 0:
         raise ValueError(f"time_scale must be > 0, got {time_scale}")

@@ -15,10 +15,10 @@ from typing import Any
 
 import numpy as np
 
-from crossdock.backends.simulator.cluster import ClusterState, pod_req
-from crossdock.backends.simulator.policies import get_policy
-from crossdock.backends.simulator.sampling import sample_workload
-from crossdock.backends.simulator.trace import NodeTable, PodTable
+from crossdock.sim.cluster import ClusterState, pod_req
+from crossdock.sim.policies import get_policy
+from crossdock.sim.sampling import sample_workload
+from crossdock.sim.trace import NodeTable, PodTable
 from crossdock.queue.scheduler.plugins import gpu_frag
 from crossdock.queue.scheduler.plugins.gpu_frag import TypicalPods
 

@@ -5,7 +5,7 @@ A scenario names node pools, workload classes (Poisson arrivals with optional pe
 log-normal durations, GPU count or GPU share, CPU and memory) and setups. A setup gives each
 class its pools (tried in order), placement policy, priority and preemptibility, and switches
 preemption and defragmentation on or off. :func:`run_scenario` draws the arrivals once per seed
-and replays them under every setup with :func:`crossdock.backends.simulator.dynamic.simulate`.
+and replays them under every setup with :func:`crossdock.sim.dynamic.simulate`.
 """
 
 from __future__ import annotations
@@ -17,10 +17,10 @@ import numpy as np
 import yaml
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
 
-from crossdock.backends.simulator.cluster import PodReq
-from crossdock.backends.simulator.dynamic import DynamicResult, SimJob, simulate
-from crossdock.backends.simulator.policies import POLICIES
-from crossdock.backends.simulator.trace import MILLI, NodeTable, PodTable
+from crossdock.sim.cluster import PodReq
+from crossdock.sim.dynamic import DynamicResult, SimJob, simulate
+from crossdock.sim.policies import POLICIES
+from crossdock.sim.trace import MILLI, NodeTable, PodTable
 from crossdock.queue.errors import CrossdockError
 from crossdock.queue.scheduler.plugins import gpu_frag
 
@@ -248,7 +248,7 @@ def headline(result: DynamicResult, inference: str = "inference", training: str 
 
 
 def plot_scenario(sc: Scenario, results: dict[str, DynamicResult], path: str | Path) -> Path:
-    from crossdock.backends.simulator.plot import plot_bars
+    from crossdock.sim.plot import plot_bars
 
     rows = [(results[name].extra.get("label") or name, headline(r)) for name, r in results.items()]
     metrics = [("gpu_util", "GPU utilization (%)"), ("inference_p99_min", "inference queueing p99 (min)"),

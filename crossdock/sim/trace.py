@@ -24,6 +24,11 @@ MAX_GPUS_PER_NODE = 8
 NODE_COLUMNS = ("sn", "cpu_milli", "memory_mib", "gpu", "model")
 POD_COLUMNS = ("name", "cpu_milli", "memory_mib", "num_gpu", "gpu_milli")
 POD_OPTIONAL = ("gpu_spec", "qos", "pod_phase", "creation_time", "deletion_time", "scheduled_time")
+DATA = Path(__file__).resolve().parent / "data"
+DEFAULT_NODES = DATA / "openb_node_list_gpu_node.csv"
+"""The openb GPU node list (1,213 nodes), shipped with the package (``data/README.md``)."""
+DEFAULT_PODS = DATA / "openb_pod_list_default.csv"
+"""The openb default pod list (8,152 pods), shipped with the package."""
 
 
 class TraceError(CrossdockError):

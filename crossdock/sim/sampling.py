@@ -16,7 +16,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from crossdock.backends.simulator.trace import PodTable
+from crossdock.sim.trace import PodTable
 
 SAMPLING_MODES = ("trace", "uniform")
 
