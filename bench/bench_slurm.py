@@ -112,8 +112,7 @@ class CrossdockRun(CrossdockService):
 
     def left(self) -> int:
         """Jobs not yet in an end state (pending or active) in crossdock's store."""
-        store = self.rt.store
-        return int(store.r.zcard(store.k.pending)) + int(store.r.zcard(store.k.active))
+        return self.rt.store.unfinished_count()
 
     def run(self, specs: list, poll: float, timeout: float = 900) -> dict[str, float]:
         from crossdock.queue.states import JobState

@@ -100,10 +100,3 @@ class Backends:
         """What ``kind`` can do: the instance's own declaration once built, else its package's."""
         built = self._built.get(kind)
         return built.capabilities if built is not None else capabilities(kind)
-
-    def close(self) -> None:
-        for b in self._built.values():
-            close = getattr(b, "close", None)
-            if close is not None:
-                close()
-        self._built.clear()
