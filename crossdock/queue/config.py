@@ -17,7 +17,7 @@ from crossdock.queue.errors import ConfigError
 
 RESOURCE_WEIGHTS = ("cpu", "memory", "nvidia.com/gpu")
 Placement = Literal["binpack", "spread", "most-requested", "balanced"]
-BackendKind = Literal["local", "slurm", "k8s"]
+BackendKind = Literal["local", "slurm", "k8s", "fake"]
 
 
 class _Cfg(BaseModel):
