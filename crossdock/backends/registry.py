@@ -20,6 +20,7 @@ BACKENDS: dict[str, str] = {
     "local": "crossdock.backends.local",
     "slurm": "crossdock.backends.slurm",
     "k8s": "crossdock.backends.kubernetes",
+    "fake": "crossdock.backends.fake",
 }
 """Backend kind (as pools name it in the config) → the package that implements it."""
 

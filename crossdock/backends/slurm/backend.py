@@ -192,11 +192,11 @@ class SlurmBackend:
     def submit(
         self,
         job: Job,
+        fresh: bool = False,
         *,
         partition: str | None = None,
         nodelist: list[str] | None = None,
         slurm_ids: Mapping[int, str] | None = None,
-        fresh: bool = False,
     ) -> str:
         """Submit ``job`` (idempotent per job id and attempt); returns its Slurm job id.
 
