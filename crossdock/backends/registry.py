@@ -101,3 +101,11 @@ class Backends:
         """What ``kind`` can do: the instance's own declaration once built, else its package's."""
         built = self._built.get(kind)
         return built.capabilities if built is not None else capabilities(kind)
+
+    def close(self) -> None:
+        """Stop what the built backends hold open (watches, connections)."""
+        for b in self._built.values():
+            close = getattr(b, "close", None)
+            if close is not None:
+                close()
+        self._built.clear()
