@@ -24,15 +24,29 @@ that validating a config needs no plugin; the scheduler's registry holds exactly
 Placement = Literal["binpack", "spread", "most-requested", "balanced"]
 
 
+# Bounds of what one scheduling cycle can hold (its arrays are int64, its clock a datetime):
+# values beyond them are refused here, with the range, rather than overflowing in the service.
+INT32 = 2**31 - 1
+MAX_NODE_CPUS = 1 << 20
+MAX_NODE_MEMORY_MIB = 1 << 40
+"""1 EiB: int64 sums over a million nodes stay exact."""
+MAX_NODE_GPUS = 4096
+MAX_COUNT = 1_000_000
+"""Node counts, queue lengths and replicas: far above any cluster, far below an overflow."""
+YEAR_SECONDS = 365 * 86400
+
+
 class _Cfg(BaseModel):
-    model_config = ConfigDict(extra="forbid")
+    # inf and nan are refused everywhere: a lease of .inf never expires, a nan compares false.
+    model_config = ConfigDict(extra="forbid", allow_inf_nan=False)
 
 
 class PriorityClass(_Cfg):
-    value: int
+    value: int = Field(ge=-INT32, le=INT32)
     preemptible: bool = False
     preemption_policy: Literal["PreemptLowerPriority", "Never"] = "PreemptLowerPriority"
-    grace_seconds: int = Field(30, ge=0)
+    grace_seconds: int = Field(30, ge=0, le=65533)
+    """Slurm's GraceTime is 16 bits."""
     description: str = ""
 
 
@@ -46,10 +60,10 @@ class PoolGpu(_Cfg):
 class NodeDecl(_Cfg):
     """A node declared in config, for backends that cannot discover their nodes (local, simulator)."""
 
-    name: str
-    cpus: int = Field(ge=1)
-    memory_mib: int = Field(ge=1)
-    gpus: int = Field(0, ge=0)
+    name: str = Field(min_length=1, max_length=255)
+    cpus: int = Field(ge=1, le=MAX_NODE_CPUS)
+    memory_mib: int = Field(ge=1, le=MAX_NODE_MEMORY_MIB)
+    gpus: int = Field(0, ge=0, le=MAX_NODE_GPUS)
     gpu_model: str | None = None
     labels: dict[str, str] = Field(default_factory=dict)
 
@@ -63,9 +77,9 @@ class Pool(_Cfg):
     gpu: PoolGpu = Field(default_factory=PoolGpu)
     tolerations: list[dict[str, str]] = Field(default_factory=list)
     nodes: list[NodeDecl] = Field(default_factory=list)
-    min_nodes: int = Field(0, ge=0)
-    max_nodes: int | None = Field(None, ge=0)
-    backend_queue: int = Field(0, ge=0)
+    min_nodes: int = Field(0, ge=0, le=MAX_COUNT)
+    max_nodes: int | None = Field(None, ge=0, le=MAX_COUNT)
+    backend_queue: int = Field(0, ge=0, le=MAX_COUNT)
     """How many jobs crossdock may hand to this pool's backend beyond what fits now, for the
     backend to queue (Slurm PENDING, Kubernetes Pending pods); 0 admits only what fits."""
 
@@ -77,28 +91,36 @@ class Pool(_Cfg):
 
 
 class PerJob(_Cfg):
-    cpu: float | None = Field(None, ge=0)
-    gpu: float | None = Field(None, ge=0)
-    mem_mib: int | None = Field(None, ge=0)
-    nodes: int | None = Field(None, ge=1)
+    cpu: float | None = Field(None, ge=0, le=MAX_COUNT * MAX_NODE_CPUS)
+    gpu: float | None = Field(None, ge=0, le=MAX_COUNT * MAX_NODE_GPUS)
+    mem_mib: int | None = Field(None, ge=0, le=MAX_COUNT * MAX_NODE_MEMORY_MIB)
+    nodes: int | None = Field(None, ge=1, le=MAX_COUNT)
 
 
 class Quota(_Cfg):
-    cpu: float | None = Field(None, ge=0)
-    gpu: float | None = Field(None, ge=0)
-    mem_mib: int | None = Field(None, ge=0)
+    cpu: float | None = Field(None, ge=0, le=MAX_COUNT * MAX_NODE_CPUS)
+    gpu: float | None = Field(None, ge=0, le=MAX_COUNT * MAX_NODE_GPUS)
+    mem_mib: int | None = Field(None, ge=0, le=MAX_COUNT * MAX_NODE_MEMORY_MIB)
     gpu_models: dict[str, float] = Field(default_factory=dict)
     cohort: str | None = None
     borrowing: bool = False
-    max_running_per_user: int | None = Field(None, ge=1)
+    max_running_per_user: int | None = Field(None, ge=1, le=INT32)
+
+    @field_validator("gpu_models")
+    @classmethod
+    def _model_counts(cls, v: dict[str, float]) -> dict[str, float]:
+        for model, n in v.items():
+            if not 0 <= n <= MAX_COUNT * MAX_NODE_GPUS:
+                raise ValueError(f"{model}: {n} GPUs must be within 0–{MAX_COUNT * MAX_NODE_GPUS}")
+        return v
 
 
 class Elastic(_Cfg):
     metric: Literal["qps", "queue_length"]
-    target: float | None = Field(None, gt=0)
-    per_replica: float | None = Field(None, gt=0)
-    min: int = Field(0, ge=0)
-    max: int | None = Field(None, ge=1)
+    target: float | None = Field(None, gt=0, le=1e12)
+    per_replica: float | None = Field(None, gt=0, le=1e12)
+    min: int = Field(0, ge=0, le=MAX_COUNT)
+    max: int | None = Field(None, ge=1, le=MAX_COUNT)
 
 
 class Queue(_Cfg):
@@ -108,11 +130,11 @@ class Queue(_Cfg):
     plugin_weights: dict[str, int] = Field(default_factory=dict)
     per_job: PerJob = Field(default_factory=PerJob)
     quota: Quota = Field(default_factory=Quota)
-    weight: float = Field(1.0, gt=0)
+    weight: float = Field(1.0, gt=0, le=1e6)
     """Fair-share weight of this queue."""
     cpu_request_ratio: float = Field(1.0, gt=0, le=1)
     """CPU request as a fraction of the CPU limit (CPU is compressible; placement uses the request)."""
-    default_time_minutes: int | None = Field(None, ge=1)
+    default_time_minutes: int | None = Field(None, ge=1, le=YEAR_SECONDS // 60)
     elastic: Elastic | Literal["none"] = "none"
 
     @field_validator("plugin_weights")
@@ -124,8 +146,8 @@ class Queue(_Cfg):
                 if not 1 <= w <= 100:
                     raise ValueError(f"{name}: resource weight {w} must be within 1–100, as in kube-scheduler")
             elif name in scores:
-                if w < 0:
-                    raise ValueError(f"{name}: plugin weight must be ≥ 0 (0 turns the plugin off)")
+                if not 0 <= w <= MAX_COUNT:
+                    raise ValueError(f"{name}: plugin weight {w} must be within 0–{MAX_COUNT} (0 turns the plugin off)")
             else:
                 raise ValueError(f"{name}: unknown; use a resource ({', '.join(RESOURCE_WEIGHTS)})"
                                  f" or a score plugin ({', '.join(scores)})")
@@ -133,14 +155,16 @@ class Queue(_Cfg):
 
 
 class Scheduler(_Cfg):
-    interval_seconds: float = Field(1.0, gt=0)
-    max_array_size: int = Field(1001, ge=1)
-    default_mem_per_cpu_mib: int = Field(100, ge=0)
-    fairshare_half_life_minutes: float = Field(7 * 24 * 60, gt=0)
-    max_preemptions_per_cycle: int = Field(16, ge=0)
-    lease_seconds: float = Field(5.0, gt=0)
-    requeue_delay_seconds: float = Field(0, ge=0)
-    kill_wait_seconds: float = Field(30, ge=0)
+    interval_seconds: float = Field(1.0, ge=0.01, le=3600)
+    max_array_size: int = Field(1001, ge=1, le=4_000_001)
+    """Slurm's MaxArraySize, whose own ceiling is 4000001."""
+    default_mem_per_cpu_mib: int = Field(100, ge=0, le=MAX_NODE_MEMORY_MIB)
+    fairshare_half_life_minutes: float = Field(7 * 24 * 60, ge=1, le=10 * YEAR_SECONDS / 60)
+    max_preemptions_per_cycle: int = Field(16, ge=0, le=MAX_COUNT)
+    lease_seconds: float = Field(5.0, ge=0.5, le=3600)
+    """A leader renews its lease once per cycle; below half a second, a busy cycle loses it."""
+    requeue_delay_seconds: float = Field(0, ge=0, le=YEAR_SECONDS)
+    kill_wait_seconds: float = Field(30, ge=0, le=65533)
     """Between SIGTERM and SIGKILL when a job hits its time limit or is cancelled (Slurm's KillWait)."""
     min_job_age_seconds: float = Field(300, ge=0, le=365 * 86400)
     """How long a finished job stays in the hot keys (``crossdock queue``, ``show``) before it moves
@@ -148,13 +172,35 @@ class Scheduler(_Cfg):
     history_days: float = Field(30, gt=0, le=3650)
     """How long history records of finished jobs are kept."""
 
+    @model_validator(mode="after")
+    def _interval_within_lease(self) -> "Scheduler":
+        # The leader renews its lease once per interval: an interval over half the lease lets
+        # it lapse between cycles, and leadership would flap between standbys.
+        if self.interval_seconds > self.lease_seconds / 2:
+            raise ValueError(f"interval_seconds: {self.interval_seconds:g} must be ≤ half of lease_seconds"
+                             f" ({self.lease_seconds:g}); raise lease_seconds to ≥ {2 * self.interval_seconds:g}"
+                             " or lower interval_seconds")
+        return self
+
 
 class ClusterConfig(_Cfg):
-    priority_classes: dict[str, PriorityClass]
-    pools: dict[str, Pool]
-    queues: dict[str, Queue]
+    priority_classes: dict[str, PriorityClass] = Field(min_length=1)
+    pools: dict[str, Pool] = Field(min_length=1)
+    queues: dict[str, Queue] = Field(min_length=1)
     default_queue: str | None = None
     scheduler: Scheduler = Field(default_factory=Scheduler)
+
+    @model_validator(mode="after")
+    def _unique_nodes(self) -> "ClusterConfig":
+        # the inventory indexes nodes by name: a second node of the same name would shadow the first
+        seen: dict[str, str] = {}
+        for pname, pool in self.pools.items():
+            for node in pool.nodes:
+                if node.name in seen:
+                    raise ValueError(f"pools.{pname}.nodes: node {node.name!r} is also declared in pool"
+                                     f" {seen[node.name]!r}; give every node its own name")
+                seen[node.name] = pname
+        return self
 
     # --- lookups -------------------------------------------------------------------------
     def queue_name(self, requested: str | None) -> str:
@@ -181,6 +227,10 @@ def _message(err: dict[str, Any]) -> str:
         return f"must be > {ctx['gt']}"
     if kind == "less_than_equal":
         return f"must be ≤ {ctx['le']}"
+    if kind == "too_short" and err.get("input") == {}:
+        return "must not be empty; define at least one"
+    if kind == "finite_number":
+        return "must be a finite number (not .inf or .nan)"
     if kind == "extra_forbidden":
         return "unknown field; remove it or check its spelling"
     if kind == "missing":

@@ -90,7 +90,7 @@ def test_broken_yaml_names_the_line(tmp_path):
 @pytest.mark.parametrize("weights,message", [
     ({"cpu": 0}, "resource weight 0 must be within 1–100"),
     ({"nvidia.com/gpu": 101}, "resource weight 101"),
-    ({"MostAllocated": -1}, "plugin weight must be ≥ 0"),
+    ({"MostAllocated": -1}, "plugin weight -1 must be within 0–1000000"),
     ({"Bogus": 1}, "Bogus: unknown"),
 ], ids=["cpu-zero", "gpu-101", "negative-plugin", "unknown"])
 def test_plugin_weights_are_checked_at_load(weights, message):
