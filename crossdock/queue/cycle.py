@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import logging
 import time
-from datetime import datetime
+from datetime import datetime, timedelta
 from typing import Sequence
 
 from crossdock.queue.backend_queue import admit_to_backend_queues
@@ -21,11 +21,12 @@ from crossdock.queue.dependencies import DepStatus, evaluate
 from crossdock.queue.models import Job
 from crossdock.queue.scheduler.decisions import CycleResult, Placement, Preemption, Reservation
 from crossdock.queue.scheduler.pipeline import Cycle
-from crossdock.queue.scheduler.request import build_request
+from crossdock.queue.scheduler.request import Request, build_request
 from crossdock.queue.snapshot import JobFacts, Snapshot
 from crossdock.queue.states import Reason
 
-__all__ = ["CycleResult", "Placement", "Preemption", "Reservation", "eligibility", "facts_of", "order", "run_cycle"]
+__all__ = ["CycleResult", "Placement", "Preemption", "Reservation", "check_request", "eligibility", "facts_of", "order",
+           "run_cycle"]
 
 log = logging.getLogger(__name__)
 
@@ -55,6 +56,30 @@ def eligibility(job: Job, snapshot: Snapshot, now: datetime, running_per_array: 
     return None
 
 
+_EXACT = 2**53
+"""Amounts at or above this lose precision in the float and int64 arithmetic of a cycle."""
+
+
+def check_request(req: Request, now: datetime) -> None:
+    """Raise ValueError when the cycle could not compute with ``req``: amounts its arrays cannot
+    hold, a time limit whose end no datetime can hold. Admission keeps such values out; jobs
+    stored before it did, or by a client that went around it, are caught here."""
+    for name in ("nodes", "cpu_milli", "memory_mib", "gpus", "gpu_share_milli", "mig_count", "priority", "nice"):
+        value = getattr(req, name)
+        if not isinstance(value, int) or not -_EXACT < value < _EXACT:
+            raise ValueError(f"{name} {value!r} is out of range")
+    if req.time_limit_s is not None:
+        now + timedelta(seconds=req.time_limit_s)  # OverflowError past year 9999
+
+
+def _set_aside(result: CycleResult, job_id: int, exc: Exception) -> None:
+    """One job the cycle cannot evaluate waits with InvalidSpec; the cycle goes on for the others."""
+    log.warning("job %s set aside: %s: %s", job_id, type(exc).__name__, exc)
+    result.pending[job_id] = Reason.INVALID_SPEC
+    result.explanations[job_id] = (f"the scheduler cannot evaluate this job ({type(exc).__name__}: {exc});"
+                                   " cancel it and submit it again with values crossdock accepts")
+
+
 def order(pending: Sequence[Job]) -> list[Job]:
     """Priority class value first, then nice (lower first), then submit order."""
     return sorted(pending, key=lambda j: (-j.priority, j.spec.nice, j.id))
@@ -72,7 +97,11 @@ def run_cycle(snapshot: Snapshot, pending: Sequence[Job], config: ClusterConfig,
     running_per_array = dict(snapshot.running_per_array)
     eligible: list[Job] = []
     for job in order(pending):
-        reason = eligibility(job, snapshot, now, running_per_array)
+        try:
+            reason = eligibility(job, snapshot, now, running_per_array)
+        except Exception as exc:  # one job's spec must not stop everyone's cycle
+            _set_aside(result, job.id, exc)
+            continue
         if reason == Reason.DEPENDENCY_NEVER_SATISFIED:
             result.cancelled[job.id] = reason
         elif reason is not None:
@@ -83,7 +112,15 @@ def run_cycle(snapshot: Snapshot, pending: Sequence[Job], config: ClusterConfig,
                 running_per_array[job.array_job_id] = running_per_array.get(job.array_job_id, 0) + 1
     lap("eligibility")
     # 2. requests: what each job needs per node, its constraints and limits
-    requests = [build_request(job, config) for job in eligible]
+    requests = []
+    for job in eligible:
+        try:
+            req = build_request(job, config)
+            check_request(req, now)
+        except Exception as exc:
+            _set_aside(result, job.id, exc)
+            continue
+        requests.append(req)
     lap("requests")
     # 3. snapshot: inventory arrays, quota ledger, nominated capacity, typical pods
     cycle = Cycle(snapshot, config, now, result)
@@ -94,7 +131,10 @@ def run_cycle(snapshot: Snapshot, pending: Sequence[Job], config: ClusterConfig,
     lap("order")
     # 5. schedule: pre-filter, filter, score, reserve, admit; else preempt or reserve (backfill)
     for req in ordered:
-        cycle.schedule(req)
+        try:
+            cycle.schedule(req)
+        except Exception as exc:
+            _set_aside(result, req.job_id, exc)
     lap("schedule")
     # 6. backend queues: jobs still waiting for room, to pools that queue inside their backend
     if any(p.backend_queue for p in config.pools.values()):

@@ -19,9 +19,30 @@ from crossdock.queue.states import JobState, Reason
 
 JobId = int
 
+# Admission bounds, Slurm's where it has them; what they keep out is arithmetic the cycle cannot do
+# (int64 arrays, datetimes) on values no cluster can honour.
+INT32 = 2**31 - 1
+MAX_TIME_LIMIT_SECONDS = 365 * 86400
+"""A year; longer limits are INFINITE (no limit) in crossdock, as a year is as good as forever."""
+MAX_CPUS_PER_TASK = 65535
+"""Slurm's cpus_per_task is 16 bits."""
+MAX_TASKS = 1 << 20
+MAX_NODES = 1 << 20
+MAX_GPUS = 65535
+MAX_MEM_MIB = 1 << 40
+"""1 EiB per node."""
+MAX_NAME_BYTES = 1024
+MAX_PATH_BYTES = 4096
+"""PATH_MAX."""
+MAX_ARG_BYTES = 128 * 1024
+"""Linux's MAX_ARG_STRLEN: the longest single argument execve takes."""
+MAX_ARGV_BYTES = 1024 * 1024
+MAX_SCRIPT_BYTES = 4 * 1024 * 1024
+"""Slurm's default max_script_size."""
+
 
 class _Model(BaseModel):
-    model_config = ConfigDict(extra="forbid", frozen=False, validate_assignment=False)
+    model_config = ConfigDict(extra="forbid", frozen=False, validate_assignment=False, allow_inf_nan=False)
 
 
 class Gres(_Model):
@@ -29,7 +50,7 @@ class Gres(_Model):
 
     name: str
     type: str | None = None
-    count: int = Field(1, ge=1)
+    count: int = Field(1, ge=1, le=INT32)
 
 
 class GpuRequest(_Model):
@@ -40,7 +61,7 @@ class GpuRequest(_Model):
     names a MIG profile such as ``1g.10gb``.
     """
 
-    count: int = Field(ge=1)
+    count: int = Field(ge=1, le=MAX_GPUS)
     type: str | None = None
     per: Literal["job", "node", "task"] = "node"
     models: list[str] = Field(default_factory=list)
@@ -56,13 +77,13 @@ class GpuRequest(_Model):
 
 class ArraySpec(_Model):
     task_ids: list[int] = Field(min_length=1)
-    max_running: int | None = Field(None, ge=1)
+    max_running: int | None = Field(None, ge=1, le=INT32)
 
     @field_validator("task_ids")
     @classmethod
     def _sorted_unique(cls, v: list[int]) -> list[int]:
-        if any(t < 0 for t in v):
-            raise ValueError("array task ids must be >= 0")
+        if any(t < 0 or t > INT32 for t in v):
+            raise ValueError(f"array task ids must be within 0–{INT32}")
         return sorted(set(v))
 
 
@@ -78,9 +99,9 @@ class DependencyType(StrEnum):
 
 class Dependency(_Model):
     type: DependencyType
-    job_id: int | None = None
-    array_task: int | None = None
-    delay_minutes: int | None = None
+    job_id: int | None = Field(None, ge=1, le=2**53)
+    array_task: int | None = Field(None, ge=0, le=INT32)
+    delay_minutes: int | None = Field(None, ge=1, le=INT32)
 
 
 class DependencySpec(_Model):
@@ -114,16 +135,16 @@ class JobSpec(_Model):
     stdout: str | None = None
     stderr: str | None = None
     # Resources, Slurm's model.
-    cpus_per_task: int = Field(1, ge=1)
-    ntasks: int = Field(1, ge=1)
-    nodes: int = Field(1, ge=1)
-    nodes_max: int | None = Field(None, ge=1)
-    ntasks_per_node: int | None = Field(None, ge=1)
-    mem_per_node_mib: int | None = Field(None, ge=0)
-    mem_per_cpu_mib: int | None = Field(None, ge=0)
+    cpus_per_task: int = Field(1, ge=1, le=MAX_CPUS_PER_TASK)
+    ntasks: int = Field(1, ge=1, le=MAX_TASKS)
+    nodes: int = Field(1, ge=1, le=MAX_NODES)
+    nodes_max: int | None = Field(None, ge=1, le=MAX_NODES)
+    ntasks_per_node: int | None = Field(None, ge=1, le=MAX_TASKS)
+    mem_per_node_mib: int | None = Field(None, ge=0, le=MAX_MEM_MIB)
+    mem_per_cpu_mib: int | None = Field(None, ge=0, le=MAX_MEM_MIB)
     gres: list[Gres] = Field(default_factory=list)
     gpus: GpuRequest | None = None
-    time_limit_seconds: int | None = Field(None, ge=1)
+    time_limit_seconds: int | None = Field(None, ge=1, le=MAX_TIME_LIMIT_SECONDS)
     """Wall-clock limit of one attempt; None: no limit. The sbatch parser gives whole minutes
     (Slurm rounds ``-t`` up to minutes); the Python API may give any number of seconds."""
     # Queueing.
@@ -175,6 +196,15 @@ class JobSpec(_Model):
             raise ValueError(f"nodes: maximum {self.nodes_max} is below minimum {self.nodes}")
         if self.ntasks_per_node is not None and self.ntasks < self.ntasks_per_node * self.nodes:
             self.ntasks = self.ntasks_per_node * self.nodes
+        if self.cpus_per_node() > MAX_CPUS_PER_TASK:
+            raise ValueError(f"cpus_per_task x tasks per node: {self.cpus_per_node()} CPUs per node is above"
+                             f" {MAX_CPUS_PER_TASK}; ask for fewer CPUs or tasks per node")
+        if self.mem_per_node() > MAX_MEM_MIB:
+            raise ValueError(f"mem_per_cpu_mib x CPUs per node: {self.mem_per_node()} MiB per node is above"
+                             f" {MAX_MEM_MIB}; ask for less memory")
+        if self.gpus_per_node() * self.nodes > MAX_GPUS * MAX_NODES:
+            raise ValueError(f"gpus: {self.gpus_per_node()} GPUs per node on {self.nodes} nodes is too many")
+        _check_text(self)
         return self
 
     # --- derived per-node requests (what one node must hold) -------------------------------
@@ -229,6 +259,46 @@ class JobSpec(_Model):
         if self.python is not None:
             return self.python.qualname or "python"
         return "wrap" if self.command else "job"
+
+
+_TEXT_LIMITS = {"name": MAX_NAME_BYTES, "user": MAX_NAME_BYTES, "queue": MAX_NAME_BYTES, "priority_class": MAX_NAME_BYTES,
+                "backend": MAX_NAME_BYTES, "pool": MAX_NAME_BYTES, "partition": MAX_NAME_BYTES,
+                "placement": MAX_NAME_BYTES, "topology": MAX_NAME_BYTES, "image": MAX_PATH_BYTES,
+                "workdir": MAX_PATH_BYTES, "stdout": MAX_PATH_BYTES, "stderr": MAX_PATH_BYTES,
+                "script_path": MAX_PATH_BYTES, "script": MAX_SCRIPT_BYTES, "export": MAX_ARGV_BYTES}
+
+
+def _utf8_bytes(where: str, text: str) -> int:
+    """Its length in UTF-8; text that is not UTF-8 (a surrogate-escaped byte from argv or a file
+    name) is refused, since it can be neither stored as JSON nor passed on intact."""
+    try:
+        return len(text.encode("utf-8"))
+    except UnicodeEncodeError as exc:
+        raise ValueError(f"{where}: not valid UTF-8 text (byte {ascii(text[exc.start])[1:-1]} at character"
+                         f" {exc.start}); use UTF-8 names, paths and commands") from None
+
+
+def _check_text(spec: "JobSpec") -> None:
+    for field, limit in _TEXT_LIMITS.items():
+        value = getattr(spec, field)
+        if value is not None and _utf8_bytes(field, value) > limit:
+            raise ValueError(f"{field}: {len(value.encode())} bytes is longer than {limit}; shorten it")
+    total = 0
+    for field in ("command", "args"):
+        for i, arg in enumerate(getattr(spec, field) or []):
+            n = _utf8_bytes(f"{field}[{i}]", arg)
+            if n > MAX_ARG_BYTES:
+                raise ValueError(f"{field}[{i}]: {n} bytes is longer than {MAX_ARG_BYTES}, the longest argument"
+                                 " a process can take; pass large data in a file")
+            total += n
+    if total > MAX_ARGV_BYTES:
+        raise ValueError(f"command and args: {total} bytes in all is more than {MAX_ARGV_BYTES}; pass large data in a file")
+    for mapping in ("env", "node_selector"):
+        for key, value in getattr(spec, mapping).items():
+            _utf8_bytes(f"{mapping}.{ascii(key)[1:-1]}", key + value)
+    for i, name in enumerate([*spec.nodelist, *spec.exclude]):
+        if _utf8_bytes("nodelist/exclude", name) > MAX_NAME_BYTES:
+            raise ValueError(f"nodelist/exclude: host name {i} is longer than {MAX_NAME_BYTES} bytes")
 
 
 class Job(_Model):

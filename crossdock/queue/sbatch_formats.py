@@ -26,6 +26,7 @@ from collections.abc import Iterable
 from crossdock.queue import hostlist
 from crossdock.queue.errors import InvalidOption
 from crossdock.queue.models import (
+    MAX_TIME_LIMIT_SECONDS,
     ArraySpec,
     Dependency,
     DependencySpec,
@@ -44,7 +45,7 @@ MAX_HOSTLIST_HOSTS = hostlist.MAX_HOSTS
 
 TIME_FORMS = (
     "minutes, MM:SS, HH:MM:SS, D-HH, D-HH:MM or D-HH:MM:SS; "
-    "0, -1, UNLIMITED or INFINITE for no limit"
+    "0, -1, UNLIMITED or INFINITE for no limit; at most 365 days (365-00:00:00)"
 )
 MEM_FORMS = "a whole number of MiB, or with a K, M, G or T suffix (e.g. 500, 4G, 1024K); 0 = all of a node's memory"
 GRES_FORMS = "name[:type][:count] in a comma list, e.g. gpu:2, gpu:a100:2, gpu:a100; or none"
@@ -64,15 +65,23 @@ NICE_FORMS = f"a whole number from -{NICE_LIMIT} to {NICE_LIMIT}; no value means
 EXPORT_FORMS = "ALL, NONE, or [ALL,|NONE,]VAR[=value][,VAR[=value]...]"
 HOSTLIST_FORMS = "host names or ranges in a comma list, e.g. node1,node[3-5,07-09]"
 
-_TIME_DAYS = re.compile(r"(\d+)-(?:(\d+)(?::(\d+)(?::(\d+))?)?)?")
-_TIME_PLAIN = re.compile(r"(\d+)(?::(\d+)(?::(\d+))?)?")
+# re.ASCII throughout: \d and str.isdigit() also take '١٢' and '²', which int() reads or refuses;
+# at most 18 digits, so that every number fits an int64 (and int() never meets 4,300 digits).
+_TIME_DAYS = re.compile(r"(\d{1,18})-(?:(\d{1,18})(?::(\d{1,18})(?::(\d{1,18}))?)?)?", re.ASCII)
+_TIME_PLAIN = re.compile(r"(\d{1,18})(?::(\d{1,18})(?::(\d{1,18}))?)?", re.ASCII)
 _NO_LIMIT = {"-1", "INFINITE", "UNLIMITED"}
+
+
+def is_ascii_number(text: str) -> bool:
+    """``0``-``9`` only: ``str.isdigit()`` also accepts ``'١٢'`` (which ``int`` reads as 12) and ``'²'``
+    (which it refuses)."""
+    return text.isascii() and text.isdigit() and len(text) <= 18
 
 
 def parse_time(value: str, option: str = "--time") -> int | None:
     """Seconds of a Slurm time limit, rounded up to whole minutes as Slurm does (``1:30`` is
     120); ``None`` when there is no limit."""
-    text = value if isinstance(value, str) else ""
+    text = value if isinstance(value, str) and value.isascii() else ""
     if text.upper() in _NO_LIMIT:
         return None
     if m := _TIME_DAYS.fullmatch(text):
@@ -89,10 +98,13 @@ def parse_time(value: str, option: str = "--time") -> int | None:
     total = ((days * 24 + hours) * 60 + minutes) * 60 + seconds
     if total == 0:
         return None  # sbatch: a time limit of zero means no limit
-    return -(-total // 60) * 60
+    limit = -(-total // 60) * 60
+    if limit > MAX_TIME_LIMIT_SECONDS:
+        raise InvalidOption(option, value, TIME_FORMS)
+    return limit
 
 
-_MEM = re.compile(r"(\d+)(?:([KkMmGgTt])[Bb]?)?")
+_MEM = re.compile(r"(\d{1,18})(?:([KkMmGgTt])[Bb]?)?", re.ASCII)
 _MEM_FACTORS = {"m": 1, "g": 1024, "t": 1024 * 1024}
 
 
@@ -108,7 +120,7 @@ def parse_mem(value: str, option: str = "--mem") -> int:
 
 
 _COUNT_SUFFIX = {"": 1, "k": 1 << 10, "m": 1 << 20, "g": 1 << 30, "t": 1 << 40, "p": 1 << 50}
-_GRES_COUNT = re.compile(r"(\d+)([KkMmGgTtPp]?)")
+_GRES_COUNT = re.compile(r"(\d{1,18})([KkMmGgTtPp]?)", re.ASCII)
 _GRES_NAME = re.compile(r"[A-Za-z][A-Za-z0-9_]*")
 _GRES_TYPE = re.compile(r"[A-Za-z0-9_][A-Za-z0-9_.\-]*")
 
@@ -170,7 +182,7 @@ def parse_gpus(value: str, per: str = "job", option: str | None = None) -> GpuRe
     parts = value.split(":")
     if len(parts) == 1:
         gtype, count = None, _gres_count(parts[0])
-        if count is None and _GRES_TYPE.fullmatch(value) and not value.isdigit():
+        if count is None and _GRES_TYPE.fullmatch(value) and not is_ascii_number(value):
             gtype, count = value, 1  # "-G a100": one GPU of that type, as Slurm reads it
     elif len(parts) == 2:
         gtype, count = parts[0], _gres_count(parts[1])
@@ -183,7 +195,7 @@ def parse_gpus(value: str, per: str = "job", option: str | None = None) -> GpuRe
     return GpuRequest(count=count, type=gtype, per=per)
 
 
-_ARRAY_ITEM = re.compile(r"(\d+)(?:-(\d+)(?::(\d+))?)?")
+_ARRAY_ITEM = re.compile(r"(\d{1,18})(?:-(\d{1,18})(?::(\d{1,18}))?)?", re.ASCII)
 
 
 def parse_array(value: str, max_array_size: int = DEFAULT_MAX_ARRAY_SIZE, option: str = "--array") -> ArraySpec:
@@ -194,7 +206,7 @@ def parse_array(value: str, max_array_size: int = DEFAULT_MAX_ARRAY_SIZE, option
     body, sep, throttle = value.partition("%")
     max_running = None
     if sep:
-        if not throttle.isdigit():
+        if not is_ascii_number(throttle):
             raise InvalidOption(option, value, accepted + " (%max_running is a whole number)")
         # %0 is Slurm's "no throttle" (ArrayTaskThrottle=0).
         max_running = int(throttle) or None
@@ -218,7 +230,7 @@ def parse_array(value: str, max_array_size: int = DEFAULT_MAX_ARRAY_SIZE, option
     return ArraySpec(task_ids=sorted(ids), max_running=max_running)
 
 
-_DEP_JOB = re.compile(r"(\d+)(?:_(\d+|\*))?(?:\+(\d+))?")
+_DEP_JOB = re.compile(r"(\d{1,18})(?:_(\d{1,18}|\*))?(?:\+(\d{1,18}))?", re.ASCII)
 _DEP_TYPES = {t.value: t for t in DependencyType}
 
 
@@ -257,7 +269,7 @@ def parse_dependency(value: str, option: str = "--dependency") -> DependencySpec
             if not rest:
                 raise InvalidOption(option, value, DEPENDENCY_FORMS + f" ({dtype.value} needs a job id)")
             deps.extend(_dep_job(dtype, job, value, option) for job in rest.split(":"))
-        elif item[:1].isdigit() and ":" not in item and combine == "AND":
+        elif is_ascii_number(item[:1]) and ":" not in item and combine == "AND":
             # Slurm's oldest form: a bare job id (comma-separated only) means afterany.
             deps.append(_dep_job(DependencyType.AFTERANY, item, value, option))
         else:
@@ -267,12 +279,12 @@ def parse_dependency(value: str, option: str = "--dependency") -> DependencySpec
 
 def parse_count(value: str, option: str) -> int:
     """A positive whole number (``-c``, ``-n``, ``--ntasks-per-node``); zero and negatives are errors."""
-    if not isinstance(value, str) or not value.isdigit() or int(value) < 1:
+    if not isinstance(value, str) or not is_ascii_number(value) or int(value) < 1:
         raise InvalidOption(option, value, COUNT_FORMS)
     return int(value)
 
 
-_NODE_COUNT = re.compile(r"(\d+)([KkMm]?)")
+_NODE_COUNT = re.compile(r"(\d{1,18})([KkMm]?)", re.ASCII)
 
 
 def _node_count(text: str) -> int | None:
@@ -299,7 +311,7 @@ def parse_nodes(value: str, option: str = "--nodes") -> tuple[int, int | None]:
 def parse_nice(value: str | None, option: str = "--nice") -> int:
     if value is None:
         return NICE_DEFAULT
-    if not re.fullmatch(r"[+-]?\d+", value or "") or abs(int(value)) > NICE_LIMIT:
+    if not re.fullmatch(r"[+-]?\d{1,18}", value or "", re.ASCII) or abs(int(value)) > NICE_LIMIT:
         raise InvalidOption(option, value, NICE_FORMS)
     return int(value)
 

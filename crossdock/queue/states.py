@@ -102,6 +102,9 @@ class Reason(StrEnum):
     """No node can ever satisfy the request."""
     PREEMPTING = "Preempting"
     """Capacity is being freed for it by preemption."""
+    INVALID_SPEC = "InvalidSpec"
+    """The scheduler cannot evaluate its spec (stored by an older version, or beyond what a cycle
+    can compute); set aside, with the error in its explanation, so that the others still run."""
     DISPATCH_RETRY = "DispatchRetry"
     """Its backend was unreachable; the dispatch will be retried."""
     NON_ZERO_EXIT = "NonZeroExitCode"

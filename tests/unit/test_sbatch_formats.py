@@ -49,7 +49,7 @@ from crossdock.queue.sbatch_formats import (
         pytest.param("1-2:3", 1563, id="d-hh:mm"),
         pytest.param("1-2:3:4", 1564, id="d-hh:mm:ss-rounds-up"),
         pytest.param("1-", 1440, id="d-dash-alone"),
-        pytest.param("10000000", 10000000, id="large"),
+        pytest.param("525600", 525600, id="a-year"),
         pytest.param("0:90", 2, id="fields-not-range-checked"),
     ],
 )
@@ -99,8 +99,16 @@ def test_parse_time_invalid(text):
     assert "D-HH:MM:SS" in err.value.accepted
 
 
+@pytest.mark.parametrize("text", ["10000000", "365-00:01", "1000000000-0", "9" * 19, "9" * 5000, "١٢", "²"])
+def test_parse_time_refuses_limits_beyond_a_year_and_non_ascii_digits(text):
+    # crossdock's bound (Slurm takes any count of minutes): a limit past a year is INFINITE
+    with pytest.raises(InvalidOption) as err:
+        parse_time(text)
+    assert "at most 365 days" in err.value.accepted
+
+
 @given(
-    days=st.integers(0, 400),
+    days=st.integers(0, 364),
     hours=st.integers(0, 23),
     minutes=st.integers(0, 59),
     seconds=st.integers(0, 59),

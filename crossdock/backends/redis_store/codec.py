@@ -9,6 +9,8 @@ from datetime import datetime
 from types import MappingProxyType
 from typing import Any, Sequence
 
+from pydantic import ValidationError
+
 from crossdock.queue.models import Job, JobSpec
 from crossdock.queue.snapshot import GpuDevice, JobFacts, Node
 from crossdock.queue.states import JobState
@@ -75,12 +77,21 @@ def job_to_hash(job: Job) -> dict[str, str]:
 
 
 def hash_to_job(job_id: int, h: dict[str, str]) -> Job:
-    data: dict[str, Any] = {"id": job_id, "spec": JobSpec.model_validate_json(h["spec"])}
+    try:
+        spec = JobSpec.model_validate_json(h["spec"])
+    except ValidationError:
+        # Stored before today's bounds (or around admission): kept as stored, so that it can be
+        # listed and cancelled, and the scheduler sets it aside (InvalidSpec) instead of failing.
+        spec = JobSpec.model_construct(**json.loads(h["spec"]))
+    data: dict[str, Any] = {"id": job_id, "spec": spec}
     for f in STATUS_FIELDS:
         v = h.get(f)
         if v:
             data[f] = _decode(f, v)
-    return Job.model_validate(data)
+    try:
+        return Job.model_validate(data)
+    except ValidationError:
+        return Job.model_construct(**{**data, "state": JobState(data.get("state", JobState.PENDING))})
 
 
 # --- inventory --------------------------------------------------------------------------------
