@@ -21,15 +21,23 @@ config_app = typer.Typer(help="Admin configuration files.", no_args_is_help=True
 @config_app.command("check")
 def config_check(path: Path = typer.Argument(..., help="a crossdock YAML config")) -> None:
     """Validate a config: every error with its path, then warnings about risky settings."""
+    from datetime import datetime, timezone
+
+    from crossdock.backends.local import gpus
+    from crossdock.backends.local.backend import local_nodes
     from crossdock.backends.registry import catalog
     from crossdock.configfile import load_config
     from crossdock.queue.config import lint
     from crossdock.queue.errors import ConfigError
+    from crossdock.queue.probe import dry_cycle
 
     try:
-        cfg = load_config(path, catalog())
+        cfg = load_config(path, catalog())  # what `up` loads, with the same backend catalog
+        errors = dry_cycle(cfg, local_nodes(cfg, gpus.discover()), datetime.now(timezone.utc))
     except ConfigError as exc:
-        for line in exc.errors:
+        errors = exc.errors
+    if errors:
+        for line in errors:
             typer.echo(f"{path}: {line}", err=True)
         raise typer.Exit(2)
     warnings = lint(cfg)

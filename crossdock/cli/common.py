@@ -10,6 +10,7 @@ from typing import Any, NoReturn
 import typer
 from rich.console import Console
 
+from crossdock.queue.errors import ConfigError
 from crossdock.runtime import Runtime
 
 # Pipes and CI logs get a wide console instead of rich's 80-column default.
@@ -19,9 +20,17 @@ err_console = Console(stderr=True)
 EXIT_USAGE = 2
 
 
-@lru_cache(maxsize=1)
-def runtime() -> Runtime:
-    return Runtime.from_env()
+@lru_cache(maxsize=2)
+def runtime(start_redis: bool = True) -> Runtime:
+    """This process's runtime, its config loaded: a broken config is one line here, for every
+    command, rather than a traceback wherever it is first read. ``start_redis=False`` leaves the
+    embedded Redis alone (``submit --dry-run`` stores nothing)."""
+    rt = Runtime.from_env(start_redis=start_redis)
+    try:
+        rt.config
+    except ConfigError as exc:
+        fail(f"config {rt.settings.config_path} (CROSSDOCK_CONFIG): {'; '.join(exc.errors)}")
+    return rt
 
 
 def sender():
@@ -32,6 +41,9 @@ def sender():
 
 def fail(message: str, code: int = EXIT_USAGE) -> NoReturn:
     """One line on stderr naming what is wrong and what is accepted; exit 2 for bad input."""
+    # a user's value may hold line breaks, control characters or undecodable bytes: escaped, so
+    # that the error stays one line a terminal shows as it is
+    message = "".join(c if c.isprintable() else ascii(c)[1:-1] for c in message)
     err_console.print(f"crossdock: error: {message}", markup=False, highlight=False, soft_wrap=True)
     raise typer.Exit(code)
 

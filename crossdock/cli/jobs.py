@@ -35,13 +35,13 @@ def submit(ctx: typer.Context) -> None:
     if argv[:1] in (["--help"], ["-h"]):
         console.print(submit.__doc__)
         raise typer.Exit(0)
-    rt = runtime()
+    rt = runtime(start_redis=False)  # parsing and --dry-run need no store
     try:
         options, script_path, script_args = split_argv(argv)
         script_text = None
         if script_path is not None:
             try:
-                script_text = Path(script_path).read_text()
+                script_text = _script_text(Path(script_path).read_bytes(), script_path)
             except OSError as exc:
                 fail(f"SCRIPT: cannot read {script_path!r}: {exc.strerror}")
         build = functools.partial(build_spec, options, script_path=script_path, script_args=script_args,
@@ -52,7 +52,7 @@ def submit(ctx: typer.Context) -> None:
             # No script and no --wrap: like sbatch, read the script from standard input.
             if exc.option != "SCRIPT" or script_text is not None or sys.stdin.isatty():
                 raise
-            sub = build(sys.stdin.read())
+            sub = build(_script_text(sys.stdin.buffer.read(), "standard input"))
     except InvalidOption as exc:
         fail(str(exc))
     env = export_environment(sub.spec.export, sub.spec.env, dict(os.environ))
@@ -60,16 +60,19 @@ def submit(ctx: typer.Context) -> None:
                                        "workdir": str(Path(sub.spec.workdir or os.getcwd()).resolve())})
     for w in sub.warnings:
         print(f"crossdock: warning: {w}", file=sys.stderr)
+    try:
+        if sub.dry_run:  # admitted exactly as a submission is, against the same nodes; nothing stored
+            service.check(rt, [spec], service.load_inventory(rt, store_optional=True))
+        else:
+            jobs = service.submit(runtime(), [spec], token=os.environ.get("CROSSDOCK_IDEMPOTENCY_TOKEN"))
+    except CrossdockError as exc:
+        fail(str(exc))
     if sub.dry_run:
         if sub.json:
             print_json(dry_run_json(sub.spec))
         else:
             console.print_json(data=dry_run_json(sub.spec))
         return
-    try:
-        jobs = service.submit(rt, [spec], token=os.environ.get("CROSSDOCK_IDEMPOTENCY_TOKEN"))
-    except CrossdockError as exc:
-        fail(str(exc))
     first = jobs[0].array_job_id if jobs[0].array_job_id is not None else jobs[0].id
     if sub.json:
         print_json({"job_id": first, "jobs": [j.id for j in jobs]})
@@ -78,6 +81,15 @@ def submit(ctx: typer.Context) -> None:
     else:
         print(f"Submitted batch job {first}")
 
+
+
+def _script_text(data: bytes, where: str) -> str:
+    """A batch script as text: UTF-8, as it is stored and passed on; anything else is one line."""
+    try:
+        return data.decode("utf-8")
+    except UnicodeDecodeError as exc:
+        fail(f"SCRIPT: {where} is not UTF-8 text (byte 0x{data[exc.start]:02x} at offset {exc.start});"
+             " save it as UTF-8")
 
 
 def _jobs(refs: List[str]) -> list[Job]:

@@ -9,11 +9,13 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 from datetime import datetime
-from typing import Sequence
+from typing import Sequence, get_args
 
-from crossdock.queue.config import ClusterConfig
+from pydantic import ValidationError
+
+from crossdock.queue.config import ClusterConfig, Placement
 from crossdock.queue.errors import InvalidJob
-from crossdock.queue.models import Job, JobSpec
+from crossdock.queue.models import Job, JobSpec, validation_message
 from crossdock.queue.snapshot import Node
 from crossdock.queue.states import Reason
 
@@ -128,6 +130,22 @@ def check_satisfiable(spec: JobSpec, cfg: ClusterConfig, resolved: Resolved, nod
                      f" {', '.join(resolved.pools)} and fewer can hold one task group")
 
 
+def check_names(spec: JobSpec, resolved: Resolved, nodes: Sequence[Node]) -> None:
+    """Refuse a placement or host names that exist nowhere, rather than run as binpack or wait forever."""
+    placements = get_args(Placement)
+    if spec.placement is not None and spec.placement not in placements:
+        raise InvalidJob(f"--placement: unknown placement {spec.placement!r}; accepted: {', '.join(placements)}")
+    known = {n.pool for n in nodes}
+    if not (spec.nodelist or spec.exclude) or not all(p in known for p in resolved.pools):
+        return  # a pool whose inventory is not known here: its backend judges the names
+    names = {n.name for n in nodes if n.pool in resolved.pools}
+    for option, hosts in (("--nodelist", spec.nodelist), ("--exclude", spec.exclude)):
+        unknown = [h for h in hosts if h not in names]
+        if unknown:
+            shown = ", ".join(sorted(names)[:20]) + (", …" if len(names) > 20 else "")
+            raise InvalidJob(f"{option}: unknown node {unknown[0]!r}; nodes in pools {', '.join(resolved.pools)}: {shown}")
+
+
 def to_jobs(spec: JobSpec, resolved: Resolved, now: datetime) -> list[Job]:
     """The job records for one submission: one job, or one per array task (ids assigned by the store)."""
     base = dict(spec=spec, queue=resolved.queue, priority_class=resolved.priority_class, priority=resolved.priority,
@@ -140,6 +158,11 @@ def to_jobs(spec: JobSpec, resolved: Resolved, now: datetime) -> list[Job]:
 
 def admit(spec: JobSpec, cfg: ClusterConfig, nodes: Sequence[Node], now: datetime) -> list[Job]:
     """Validate ``spec`` against the config and known nodes and return its job records, or raise InvalidJob."""
+    try:
+        # once more as a whole: a face's model_copy(update=…) (user, environment, workdir) skips validation
+        spec = JobSpec.model_validate(spec.model_dump())
+    except ValidationError as exc:
+        raise InvalidJob(validation_message(exc)) from None
     if spec.command is None and spec.script is None and spec.python is None:
         raise InvalidJob("nothing to run: give a script, a command (--wrap) or a Python callable")
     if spec.script is not None and not spec.script.startswith("#!"):
@@ -149,6 +172,7 @@ def admit(spec: JobSpec, cfg: ClusterConfig, nodes: Sequence[Node], now: datetim
         raise InvalidJob(f"--array: task id {max(spec.array.task_ids)} is not below MaxArraySize"
                          f" {cfg.scheduler.max_array_size}; use smaller task ids")
     resolved = resolve(spec, cfg)
+    check_names(spec, resolved, nodes)
     check_limits(spec, cfg, resolved.queue)
     check_satisfiable(spec, cfg, resolved, nodes)
     return to_jobs(spec, resolved, now)

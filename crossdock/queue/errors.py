@@ -15,12 +15,22 @@ class ConfigError(CrossdockError):
         super().__init__("\n".join(self.errors))
 
 
+def shown(value: object, limit: int = 200) -> str:
+    """``repr(value)``, cut to ``limit`` characters: a 1 MB value makes no readable message."""
+    text = repr(value)
+    return text if len(text) <= limit else f"{text[:limit]}… ({len(text)} characters)"
+
+
+class InvalidArgument(CrossdockError, ValueError):
+    """An argument of the Python API that crossdock cannot accept; the message names it."""
+
+
 class InvalidOption(CrossdockError):
     """A submission option has a value crossdock cannot accept."""
 
     def __init__(self, option: str, value: object, accepted: str):
         self.option, self.value, self.accepted = option, value, accepted
-        what = "unknown option or missing value" if value is None else f"invalid value {value!r}"
+        what = "unknown option or missing value" if value is None else f"invalid value {shown(value)}"
         super().__init__(f"{option}: {what}; accepted: {accepted}")
 
 

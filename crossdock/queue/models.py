@@ -13,8 +13,9 @@ from datetime import datetime
 from enum import StrEnum
 from typing import Literal
 
-from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
 
+from crossdock.queue.errors import shown
 from crossdock.queue.states import JobState, Reason
 
 JobId = int
@@ -274,8 +275,10 @@ def _utf8_bytes(where: str, text: str) -> int:
     try:
         return len(text.encode("utf-8"))
     except UnicodeEncodeError as exc:
-        raise ValueError(f"{where}: not valid UTF-8 text (byte {ascii(text[exc.start])[1:-1]} at character"
-                         f" {exc.start}); use UTF-8 names, paths and commands") from None
+        code = ord(text[exc.start])  # argv and file names carry an undecodable byte b as U+DC00 + b
+        what = f"byte 0x{code - 0xDC00:02x}" if 0xDC80 <= code <= 0xDCFF else ascii(text[exc.start])
+        raise ValueError(f"{where}: not valid UTF-8 text ({what} at character {exc.start});"
+                         " use UTF-8 names, paths and commands") from None
 
 
 def _check_text(spec: "JobSpec") -> None:
@@ -299,6 +302,16 @@ def _check_text(spec: "JobSpec") -> None:
     for i, name in enumerate([*spec.nodelist, *spec.exclude]):
         if _utf8_bytes("nodelist/exclude", name) > MAX_NAME_BYTES:
             raise ValueError(f"nodelist/exclude: host name {i} is longer than {MAX_NAME_BYTES} bytes")
+
+
+def validation_message(exc: ValidationError) -> str:
+    """The first problem of a spec as one line: the field, the value given and what is accepted."""
+    err = exc.errors()[0]
+    where = ".".join(str(p) for p in err["loc"])
+    msg = err["msg"].removeprefix("Value error, ")
+    if not where:
+        return msg  # the spec's own checks name their fields
+    return f"{where}: invalid value {shown(err.get('input'), 80)}; {msg}"
 
 
 class Job(_Model):

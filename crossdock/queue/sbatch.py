@@ -29,7 +29,7 @@ from typing import Any, Literal
 from pydantic import ValidationError
 
 from crossdock.queue.errors import InvalidOption
-from crossdock.queue.models import JobSpec
+from crossdock.queue.models import JobSpec, validation_message
 from crossdock.queue.sbatch_formats import (
     DEFAULT_MAX_ARRAY_SIZE,
     parse_array,
@@ -110,6 +110,12 @@ def _directive_words(rest: str, line: int) -> list[str]:
             i += 1
         if quote:
             raise InvalidDirective(MAGIC, rest.strip(), f"quoted words; unmatched {quote} in the line", line)
+        if escaped and i < n:
+            # sbatch's _get_argument ends a word at any blank, even one after a backslash, and then
+            # refuses the rest as a stray word (checked against sbatch 22.05): say how to write it
+            raise InvalidDirective(MAGIC, rest.strip(), "a blank inside quotes, not after a backslash (sbatch ends"
+                                   f" the word there): write {''.join(word)!r} and what follows as one quoted word,"
+                                   ' e.g. -J "a b"', line)
         if not word:
             # sbatch's _get_argument returns NULL for an empty word: the rest of the line is ignored.
             return words
@@ -618,8 +624,12 @@ def build_spec(
         spec = JobSpec(**fields)
     except ValidationError as exc:
         err = exc.errors()[0]
-        where = ".".join(str(p) for p in err["loc"]) or "spec"
-        raise InvalidOption(where, err.get("input"), err["msg"]) from None
+        where = ".".join(str(p) for p in err["loc"])
+        if where:
+            raise InvalidOption(where, err.get("input"), err["msg"]) from None
+        whole = InvalidOption("spec", None, err["msg"])
+        Exception.__init__(whole, validation_message(exc))  # the spec's own checks name their fields
+        raise whole from None
     return Submission(
         spec=spec,
         parsable=bool(s.get("parsable")),

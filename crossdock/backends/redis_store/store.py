@@ -185,12 +185,16 @@ class JobStore:
     def resolve(self, ref: str) -> list[int]:
         """Job ids named by ``ref``: ``12`` (a job, or a whole array), ``12_3`` (one array task)."""
         text = str(ref).strip()
+
+        def number(t: str) -> bool:  # ASCII only: '١٢'.isdigit() is True, and int() reads it as 12
+            return t.isascii() and t.isdigit() and len(t) <= 18
+
         if "_" in text:
             head, _, task = text.partition("_")
-            if not head.isdigit() or not task.isdigit():
+            if not number(head) or not number(task):
                 raise NoSuchJob(ref)
             ids = [j.id for j in self.get_many(self.array_ids(int(head))) if j.array_task_id == int(task)]
-        elif text.isdigit():
+        elif number(text):
             ids = self.array_ids(int(text)) or ([int(text)] if self.r.exists(self.k.job(int(text))) else [])
         else:
             raise NoSuchJob(ref)
