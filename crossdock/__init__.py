@@ -4,11 +4,15 @@ from __future__ import annotations
 
 __version__ = "0.1.0"
 
-__all__ = ["Client", "JobHandle", "task", "__version__"]
+__all__ = ["Client", "CrossdockError", "InvalidArgument", "JobHandle", "task", "__version__"]
 
 
 def __getattr__(name: str):
     # The client pulls in redis and celery; keep `import crossdock.queue` light.
+    if name in ("CrossdockError", "InvalidArgument"):
+        from crossdock.queue import errors
+
+        return getattr(errors, name)
     if name in ("Client", "JobHandle", "task"):
         from crossdock import client
 

@@ -13,15 +13,19 @@ array; ``@task`` turns a function into a submitter.
 from __future__ import annotations
 
 import functools
+import math
 import os
+import shlex
 import time
 import uuid
 from typing import Any, Callable, Iterable, Sequence
 
 from crossdock import service
 from crossdock.pycall import decode_outcome, encode_call
-from crossdock.queue.errors import CrossdockError
-from crossdock.queue.models import ArraySpec, GpuRequest, Job, JobSpec, PythonCall
+from pydantic import ValidationError
+
+from crossdock.queue.errors import CrossdockError, InvalidArgument, InvalidOption, shown
+from crossdock.queue.models import ArraySpec, GpuRequest, Job, JobSpec, PythonCall, validation_message
 from crossdock.queue.states import JobState
 from crossdock.runtime import Runtime
 from crossdock.settings import current_user
@@ -39,20 +43,83 @@ class RemoteError(CrossdockError):
     """Wraps a remote exception that could not be re-raised as itself."""
 
 
-def _resources(cpus: int = 1, mem: int | str | None = None, gpus: int | None = None, gpu_model: str | Sequence[str] | None = None,
-               time_limit: int | None = None, **hints: Any) -> dict[str, Any]:
+def _whole(name: str, value: Any, low: int = 1) -> int:
+    if isinstance(value, bool) or not isinstance(value, int):
+        raise InvalidArgument(f"{name}: {shown(value, 80)} is not a whole number; give an int ≥ {low}")
+    if value < low:
+        raise InvalidArgument(f"{name}: {value} is below {low}")
+    return value
+
+
+def _mem_mib(value: Any) -> int:
+    """Slurm's ``--mem``: MiB as an int, or a string with a unit (``"4G"``); a bare float has no unit."""
     from crossdock.queue.sbatch_formats import parse_mem
 
-    out: dict[str, Any] = {"cpus_per_task": cpus, **hints}
+    if isinstance(value, str):
+        try:
+            return parse_mem(value, "mem")
+        except InvalidOption as exc:
+            raise InvalidArgument(str(exc)) from None
+    if isinstance(value, float):
+        raise InvalidArgument(f"mem: {value!r} is not a whole number of MiB; give an int of MiB (e.g. {int(value * 1024)}"
+                              f" for {value:g} GiB) or a string with a unit such as '{value:g}G'")
+    return _whole("mem", value, 0)
+
+
+def _seconds(value: Any) -> int:
+    """``time_limit``: seconds (an int, or a float rounded up), or a Slurm time string (``"1-00:00"``)."""
+    from crossdock.queue.sbatch_formats import parse_time
+
+    if isinstance(value, str):
+        try:
+            limit = parse_time(value, "time_limit")
+        except InvalidOption as exc:
+            raise InvalidArgument(str(exc)) from None
+        if limit is None:
+            raise InvalidArgument(f"time_limit: {value!r} means no limit; pass time_limit=None for that")
+        return limit
+    if isinstance(value, bool) or not isinstance(value, (int, float)) or not math.isfinite(value) or value <= 0:
+        raise InvalidArgument(f"time_limit: {shown(value, 80)} is not a positive number of seconds;"
+                              " give seconds (e.g. 3600) or a Slurm time such as '1:00:00'")
+    return math.ceil(value)
+
+
+def _resources(cpus: int = 1, mem: int | str | None = None, gpus: int | None = None, gpu_model: str | Sequence[str] | None = None,
+               time_limit: int | float | str | None = None, **hints: Any) -> dict[str, Any]:
+    out: dict[str, Any] = {"cpus_per_task": _whole("cpus", cpus), **hints}
     if mem is not None:
-        out["mem_per_node_mib"] = parse_mem(str(mem)) if isinstance(mem, str) else int(mem)
-    if gpus:
+        out["mem_per_node_mib"] = _mem_mib(mem)
+    if gpus is not None and _whole("gpus", gpus, 0):
+        if gpu_model is not None and not isinstance(gpu_model, (str, list, tuple)):
+            raise InvalidArgument(f"gpu_model: {shown(gpu_model, 80)} is not a model name or a list of them")
         models = [gpu_model] if isinstance(gpu_model, str) else list(gpu_model or [])
         out["gpus"] = GpuRequest(count=gpus, type=models[0] if len(models) == 1 else None, per="node",
                                  models=models if len(models) > 1 else [])
     if time_limit is not None:
-        out["time_limit_seconds"] = int(time_limit)
+        out["time_limit_seconds"] = _seconds(time_limit)
     return out
+
+
+_ARGUMENT_OF = {"cpus_per_task": "cpus", "mem_per_node_mib": "mem", "time_limit_seconds": "time_limit"}
+"""The spec's field -> the argument of this API that sets it, for messages."""
+
+
+def _argv(argv: Any) -> list[str]:
+    """``submit_command``'s argv: a list of strings; a string is split as a shell would (``shlex``),
+    as sbatch's ``--wrap`` takes one, but without running a shell."""
+    if isinstance(argv, str):
+        try:
+            argv = shlex.split(argv)
+        except ValueError as exc:  # an unmatched quote
+            raise InvalidArgument(f"argv: cannot split {shown(argv, 80)} as a command line ({exc}); pass a list") from None
+    if isinstance(argv, (bytes, bytearray)) or not isinstance(argv, Sequence):
+        raise InvalidArgument(f"argv: {shown(argv, 80)} is not a command; give a list of strings such as ['ls', '-l']")
+    if not argv:
+        raise InvalidArgument("argv: the command is empty; give at least the program to run")
+    bad = next((a for a in argv if not isinstance(a, str)), None)
+    if bad is not None:
+        raise InvalidArgument(f"argv: {shown(bad, 80)} is not a string; every argument must be one (use str())")
+    return list(argv)
 
 
 class JobHandle:
@@ -113,10 +180,21 @@ class Client:
             self._send = celery_sender(make_app(self.runtime.redis_url))
         return self._send
 
-    def _spec(self, **fields: Any) -> JobSpec:
-        fields.setdefault("user", self.user)
-        fields.setdefault("workdir", os.getcwd())
-        return JobSpec(**fields)
+    def _spec(self, fields_of: Callable[[], dict[str, Any]]) -> JobSpec:
+        """A validated spec; every problem an :class:`InvalidArgument` (a ValueError) that names the argument."""
+        try:
+            fields = fields_of()  # the models built there (ArraySpec, GpuRequest) validate too
+            fields.setdefault("user", self.user)
+            fields.setdefault("workdir", os.getcwd())
+            unknown = sorted(set(fields) - set(JobSpec.model_fields))
+            if unknown:
+                raise InvalidArgument(f"{unknown[0]}: not a resource or option crossdock knows; known: cpus, mem, gpus,"
+                                      " gpu_model, time_limit, and JobSpec's fields (queue, nodes, ntasks, …)")
+            return JobSpec(**fields)
+        except ValidationError as exc:
+            message = validation_message(exc)
+            field = message.partition(":")[0]
+            raise InvalidArgument(_ARGUMENT_OF.get(field, field) + message[len(field):]) from None
 
     def submit_specs(self, specs: Iterable[JobSpec], token: str | None = None) -> list[JobHandle]:
         """Submit many specs in one atomic, pipelined step."""
@@ -126,33 +204,42 @@ class Client:
                **resources: Any) -> JobHandle:
         """Run ``fn(*args)`` as a job; ``resources``: cpus, mem, gpus, gpu_model, time_limit (s), queue, …"""
         kwargs = resources.pop("kwargs", {})
-        spec = self._spec(name=name or getattr(fn, "__name__", "python"),
-                          python=PythonCall(payload=encode_call(fn, args, kwargs),
-                                            qualname=getattr(fn, "__qualname__", "")),
-                          **_resources(**resources))
+        if not callable(fn):
+            raise InvalidArgument(f"fn: {shown(fn, 80)} is not callable; submit_command runs a program")
+        spec = self._spec(lambda: dict(name=name or getattr(fn, "__name__", "python"),
+                                       python=PythonCall(payload=encode_call(fn, args, kwargs),
+                                                         qualname=getattr(fn, "__qualname__", "")),
+                                       **_resources(**resources)))
         return self.submit_specs([spec], token=token)[0]
 
     def submit_command(self, argv: Sequence[str], name: str | None = None, token: str | None = None,
                        **resources: Any) -> JobHandle:
-        spec = self._spec(name=name or os.path.basename(argv[0]), command=list(argv), **_resources(**resources))
+        """Run ``argv`` (a list; a string is split with ``shlex`` and run without a shell)."""
+        command = _argv(argv)
+        spec = self._spec(lambda: dict(name=name or os.path.basename(command[0]), command=command,
+                                       **_resources(**resources)))
         return self.submit_specs([spec], token=token)[0]
 
     def submit_script(self, text: str, args: Sequence[str] = (), name: str = "script", token: str | None = None,
                       **resources: Any) -> JobHandle:
-        spec = self._spec(name=name, script=text, args=list(args), **_resources(**resources))
+        if not isinstance(text, str):
+            raise InvalidArgument(f"text: {shown(text, 80)} is not a script; give its text (decode bytes as UTF-8)")
+        spec = self._spec(lambda: dict(name=name, script=text, args=_argv(args) if args else [], **_resources(**resources)))
         return self.submit_specs([spec], token=token)[0]
 
     def map(self, fn: Callable[[Any], Any], inputs: Iterable[Any], max_running: int | None = None,
             **resources: Any) -> list[JobHandle]:
         """One array job, one task per input; handles in input order."""
+        if not callable(fn):
+            raise InvalidArgument(f"fn: {shown(fn, 80)} is not callable")
         items = list(inputs)
         if not items:
             return []
         name = resources.pop("name", getattr(fn, "__name__", "map"))
         payload = encode_call(_call_indexed, (fn, items))
-        spec = self._spec(name=name, python=PythonCall(payload=payload, qualname=getattr(fn, "__qualname__", "")),
-                          array=ArraySpec(task_ids=list(range(len(items))), max_running=max_running),
-                          **_resources(**resources))
+        spec = self._spec(lambda: dict(name=name, python=PythonCall(payload=payload, qualname=getattr(fn, "__qualname__", "")),
+                                       array=ArraySpec(task_ids=list(range(len(items))), max_running=max_running),
+                                       **_resources(**resources)))
         return self.submit_specs([spec])[: len(items)]
 
 
