@@ -56,10 +56,11 @@ def submit(ctx: typer.Context) -> None:
     except InvalidOption as exc:
         fail(str(exc))
     env = export_environment(sub.spec.export, sub.spec.env, dict(os.environ))
-    spec = sub.spec.model_copy(update={"user": sub.spec.user or current_user(), "env": env,
-                                       "workdir": str(Path(sub.spec.workdir or os.getcwd()).resolve())})
-    for w in sub.warnings:
-        print(f"crossdock: warning: {w}", file=sys.stderr)
+    try:
+        workdir = str(Path(sub.spec.workdir or os.getcwd()).resolve())
+    except (OSError, ValueError) as exc:  # a NUL in the path, a working directory since deleted
+        fail(f"--chdir: cannot use {sub.spec.workdir or 'the current directory'!r} as the job's working directory: {exc}")
+    spec = sub.spec.model_copy(update={"user": sub.spec.user or current_user(), "env": env, "workdir": workdir})
     try:
         if sub.dry_run:  # admitted exactly as a submission is, against the same nodes; nothing stored
             service.check(rt, [spec], service.load_inventory(rt, store_optional=True))
@@ -67,6 +68,8 @@ def submit(ctx: typer.Context) -> None:
             jobs = service.submit(runtime(), [spec], token=os.environ.get("CROSSDOCK_IDEMPOTENCY_TOKEN"))
     except CrossdockError as exc:
         fail(str(exc))
+    for w in sub.warnings:  # after admission: a refusal is its one line alone
+        print(f"crossdock: warning: {w}", file=sys.stderr)
     if sub.dry_run:
         if sub.json:
             print_json(dry_run_json(sub.spec))

@@ -266,12 +266,14 @@ _TEXT_LIMITS = {"name": MAX_NAME_BYTES, "user": MAX_NAME_BYTES, "queue": MAX_NAM
                 "backend": MAX_NAME_BYTES, "pool": MAX_NAME_BYTES, "partition": MAX_NAME_BYTES,
                 "placement": MAX_NAME_BYTES, "topology": MAX_NAME_BYTES, "image": MAX_PATH_BYTES,
                 "workdir": MAX_PATH_BYTES, "stdout": MAX_PATH_BYTES, "stderr": MAX_PATH_BYTES,
-                "script_path": MAX_PATH_BYTES, "script": MAX_SCRIPT_BYTES, "export": MAX_ARGV_BYTES}
+                "script_path": MAX_PATH_BYTES, "export": MAX_ARGV_BYTES}
 
 
 def _utf8_bytes(where: str, text: str) -> int:
     """Its length in UTF-8; text that is not UTF-8 (a surrogate-escaped byte from argv or a file
     name) is refused, since it can be neither stored as JSON nor passed on intact."""
+    if "\0" in text:
+        raise ValueError(f"{where}: contains a NUL character, which no name, path or argument can hold; remove it")
     try:
         return len(text.encode("utf-8"))
     except UnicodeEncodeError as exc:
@@ -286,6 +288,9 @@ def _check_text(spec: "JobSpec") -> None:
         value = getattr(spec, field)
         if value is not None and _utf8_bytes(field, value) > limit:
             raise ValueError(f"{field}: {len(value.encode())} bytes is longer than {limit}; shorten it")
+    if spec.script is not None:  # its NULs are the script parser's to name (with the line)
+        if _utf8_bytes("script", spec.script.replace("\0", "")) > MAX_SCRIPT_BYTES:
+            raise ValueError(f"script: longer than {MAX_SCRIPT_BYTES} bytes (Slurm's max_script_size); shorten it")
     total = 0
     for field in ("command", "args"):
         for i, arg in enumerate(getattr(spec, field) or []):

@@ -110,12 +110,6 @@ def _directive_words(rest: str, line: int) -> list[str]:
             i += 1
         if quote:
             raise InvalidDirective(MAGIC, rest.strip(), f"quoted words; unmatched {quote} in the line", line)
-        if escaped and i < n:
-            # sbatch's _get_argument ends a word at any blank, even one after a backslash, and then
-            # refuses the rest as a stray word (checked against sbatch 22.05): say how to write it
-            raise InvalidDirective(MAGIC, rest.strip(), "a blank inside quotes, not after a backslash (sbatch ends"
-                                   f" the word there): write {''.join(word)!r} and what follows as one quoted word,"
-                                   ' e.g. -J "a b"', line)
         if not word:
             # sbatch's _get_argument returns NULL for an empty word: the rest of the line is ignored.
             return words
@@ -556,6 +550,11 @@ def build_spec(
         given, stop = _scan(tokens)
         if stop < len(tokens):
             word, line = tokens[stop]
+            if "\\" in script_text.split("\n")[line - 1]:
+                # sbatch's reader ends a word at any blank, even after a backslash (22.05 refuses
+                # `-J a\ b` with the stray `b` too): say how to write what was meant
+                raise InvalidDirective(MAGIC, word, "one word per value: a backslash does not keep a blank in the"
+                                       ' word (sbatch ends it there); quote the value instead, e.g. -J "a b"', line)
             raise InvalidDirective(MAGIC, word, "options only, e.g. #SBATCH --time=10", line)
         _apply_all(given, script_settings, ctx, from_script=True)
 
