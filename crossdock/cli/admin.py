@@ -12,7 +12,7 @@ from pathlib import Path
 
 import typer
 
-from crossdock.cli.common import console, fail, print_json, runtime
+from crossdock.cli.common import console, fail, one_line, print_json, runtime
 from crossdock.cli.render import info_table, node_rows
 
 config_app = typer.Typer(help="Admin configuration files.", no_args_is_help=True)
@@ -38,11 +38,11 @@ def config_check(path: Path = typer.Argument(..., help="a crossdock YAML config"
         errors = exc.errors
     if errors:
         for line in errors:
-            typer.echo(f"{path}: {line}", err=True)
+            typer.echo(one_line(f"{path}: {line}"), err=True)
         raise typer.Exit(2)
     warnings = lint(cfg)
     for w in warnings:
-        typer.echo(f"{path}: warning: {w}", err=True)
+        typer.echo(one_line(f"{path}: warning: {w}"), err=True)
     typer.echo(f"{path}: OK ({len(cfg.priority_classes)} priority classes, {len(cfg.pools)} pools,"
                f" {len(cfg.queues)} queues, {len(warnings)} warnings)")
 

@@ -39,12 +39,15 @@ def sender():
     return celery_sender(make_app(runtime().redis_url))
 
 
+def one_line(text: str) -> str:
+    """``text`` with line breaks, control characters and undecodable bytes escaped: a user's value
+    inside a message keeps it one line that a terminal shows as it is."""
+    return "".join(c if c.isprintable() else ascii(c)[1:-1] for c in text)
+
+
 def fail(message: str, code: int = EXIT_USAGE) -> NoReturn:
     """One line on stderr naming what is wrong and what is accepted; exit 2 for bad input."""
-    # a user's value may hold line breaks, control characters or undecodable bytes: escaped, so
-    # that the error stays one line a terminal shows as it is
-    message = "".join(c if c.isprintable() else ascii(c)[1:-1] for c in message)
-    err_console.print(f"crossdock: error: {message}", markup=False, highlight=False, soft_wrap=True)
+    err_console.print(f"crossdock: error: {one_line(message)}", markup=False, highlight=False, soft_wrap=True)
     raise typer.Exit(code)
 
 

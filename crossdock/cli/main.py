@@ -3,16 +3,46 @@
 from __future__ import annotations
 
 import importlib
+import sys
 from collections.abc import Iterator, MutableMapping
 
 import click
 import typer
+import typer.core
 from typer.core import TyperGroup
 from typer.main import get_group
 
 from crossdock.cli import admin, jobs
+from crossdock.cli.common import one_line
 
-app = typer.Typer(help="crossdock: one batch queue in front of Slurm, Kubernetes and this machine.",
+# Typer vendors its own click (typer._click) in recent versions; older ones use click itself.
+_CLICK = getattr(typer.core, "_click", click).exceptions
+_NO_ARGS = getattr(_CLICK, "NoArgsIsHelpError", ())
+
+
+class _OneLineErrors(TyperGroup):
+    """Click's usage errors (an unknown option, a missing argument) as every other error of the
+    CLI: one line on stderr and exit status 2, rather than click's boxed usage text."""
+
+    def main(self, *args, standalone_mode: bool = True, **kwargs):
+        if not standalone_mode:
+            return super().main(*args, standalone_mode=False, **kwargs)
+        try:
+            code = super().main(*args, standalone_mode=False, **kwargs)
+        except _NO_ARGS as exc:  # a bare `crossdock` or `crossdock config`: the help, as before
+            exc.show()
+            sys.exit(exc.exit_code)
+        except _CLICK.ClickException as exc:
+            command = f"{exc.ctx.command_path}: " if getattr(exc, "ctx", None) else ""
+            click.echo(f"crossdock: error: {one_line(command + exc.format_message())}", err=True)
+            sys.exit(exc.exit_code)
+        except typer.Abort:
+            click.echo("crossdock: aborted", err=True)
+            sys.exit(1)
+        sys.exit(code if isinstance(code, int) else 0)
+
+
+app = typer.Typer(cls=_OneLineErrors, help="crossdock: one batch queue in front of Slurm, Kubernetes and this machine.",
                   no_args_is_help=True, pretty_exceptions_enable=False)
 
 app.command(context_settings=jobs.RAW, add_help_option=False)(jobs.submit)

@@ -276,11 +276,12 @@ def _reference_errors(data: dict[str, Any]) -> list[str]:
         if isinstance(pc, str) and pc not in classes:
             errors.append(f"queues.{qname}.priority_class: unknown priority class {pc!r};"
                           f" defined: {', '.join(sorted(classes)) or 'none'}")
-        for i, p in enumerate(q.get("pools") or []):
+        listed = q.get("pools")
+        for i, p in enumerate(listed if isinstance(listed, list) else []):  # not a list: the model says so
             if isinstance(p, str) and p not in pools:
                 errors.append(f"queues.{qname}.pools.{i}: unknown pool {p!r}; defined: {', '.join(sorted(pools)) or 'none'}")
     default = data.get("default_queue")
-    if default is not None and default not in queues:
+    if isinstance(default, str) and default not in queues:
         errors.append(f"default_queue: unknown queue {default!r}; defined: {', '.join(sorted(queues)) or 'none'}")
     return errors
 

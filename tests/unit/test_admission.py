@@ -57,3 +57,26 @@ def test_array_becomes_one_job_per_task():
     jobs = admit(spec(array=ArraySpec(task_ids=[0, 2, 4], max_running=1)), CFG, NODES, NOW)
     assert [j.array_task_id for j in jobs] == [0, 2, 4]
     assert all(j.preemptible and j.priority_class == "training" for j in jobs)
+
+
+@pytest.mark.parametrize("kw,message", [
+    (dict(placement="garbage"), "--placement: unknown placement 'garbage'; accepted: binpack, spread, most-requested, balanced"),
+    (dict(nodelist=["nosuchnode"]), "--nodelist: unknown node 'nosuchnode'; nodes in pools gpu: g1"),
+    (dict(exclude=["g1", "gone"]), "--exclude: unknown node 'gone'"),
+    (dict(nodelist=["c1"]), "--nodelist: unknown node 'c1'"),  # a node of another queue's pool
+], ids=["placement", "nodelist", "exclude", "other-pool"])
+def test_names_that_exist_nowhere_are_refused_at_submit(kw, message):
+    with pytest.raises(InvalidJob) as exc:
+        admit(spec(**kw), CFG, NODES, NOW)
+    assert str(exc.value).startswith(message), str(exc.value)
+
+
+def test_node_names_of_pools_without_a_known_inventory_are_left_to_their_backend():
+    jobs = admit(spec(nodelist=["remote-7"], placement="spread"), CFG, [], NOW)
+    assert jobs[0].spec.nodelist == ["remote-7"]
+
+
+def test_a_spec_updated_without_validation_is_validated_again():
+    updated = spec().model_copy(update={"name": "caf\udce9", "workdir": "/tmp"})
+    with pytest.raises(InvalidJob, match=r"name: not valid UTF-8 text \(byte 0xe9 at character 3\)"):
+        admit(updated, CFG, NODES, NOW)

@@ -103,3 +103,45 @@ def test_plugin_weights_are_checked_at_load(weights, message):
 def test_valid_plugin_weights_load():
     cfg = parse_config(with_("queues.training.plugin_weights", {"cpu": 2, "nvidia.com/gpu": 5, "GpuFragmentation": 0}))
     assert cfg.queues["training"].plugin_weights["nvidia.com/gpu"] == 5
+
+
+NODE = {"name": "n1", "cpus": 4, "memory_mib": 1024}
+
+
+@pytest.mark.parametrize("path,value,message", [
+    ("pools.a100.nodes", [{**NODE, "cpus": 10**30}], "pools.a100.nodes.0.cpus: must be ≤ 1048576"),
+    ("pools.a100.nodes", [{**NODE, "memory_mib": 2**60}], "pools.a100.nodes.0.memory_mib: must be ≤"),
+    ("pools.a100.nodes", [NODE, NODE], "pools.a100.nodes: node 'n1' is also declared in pool 'a100'"),
+    ("scheduler.lease_seconds", 0.0001, "scheduler.lease_seconds: must be ≥ 0.5"),
+    ("scheduler.lease_seconds", float("inf"), "scheduler.lease_seconds: must be a finite number"),
+    ("scheduler.interval_seconds", float("nan"), "scheduler.interval_seconds: must be a finite number"),
+    ("scheduler", {"interval_seconds": 3, "lease_seconds": 5}, "scheduler: interval_seconds: 3 must be ≤ half of lease_seconds"),
+    ("scheduler.fairshare_half_life_minutes", 1e-9, "scheduler.fairshare_half_life_minutes: must be ≥ 1"),
+    ("scheduler.max_array_size", 10**9, "scheduler.max_array_size: must be ≤ 4000001"),
+    ("priority_classes.training.value", 2**40, "priority_classes.training.value: must be ≤ 2147483647"),
+    ("queues.training.weight", float("inf"), "queues.training.weight: must be a finite number"),
+    ("queues", {}, "queues: must not be empty"),
+    ("priority_classes", {}, "priority_classes: must not be empty"),
+    ("queues.training.pools", 1, "queues.training.pools: Input should be a valid list"),
+    ("default_queue", ["a"], "default_queue: Input should be a valid string"),
+], ids=["cpus-1e30", "memory", "duplicate-node", "lease-tiny", "lease-inf", "interval-nan", "interval-over-half-lease",
+        "half-life", "array-size", "class-value", "weight-inf", "empty-queues", "empty-classes", "pools-not-a-list",
+        "default-not-a-name"])
+def test_numbers_beyond_what_the_service_can_run_are_refused_with_the_range(path, value, message):
+    with pytest.raises(ConfigError) as exc:
+        parse_config(with_(path, value))
+    assert any(line.startswith(message) for line in exc.value.errors), exc.value.errors
+
+
+def test_the_dry_cycle_reports_what_the_bounds_let_through():
+    from datetime import datetime, timezone
+
+    from crossdock.queue.probe import dry_cycle
+    from crossdock.queue.snapshot import Node
+
+    cfg = parse_config(with_("pools.a100", {"backend": "local"}))
+    now = datetime(2026, 1, 1, tzinfo=timezone.utc)
+    assert dry_cycle(cfg, [Node("n1", "a100", "local", 4000, 1024)], now) == []
+    # a node no int64 inventory can hold, as a backend's discovery (not the config) could report it
+    errors = dry_cycle(cfg, [Node("n1", "a100", "local", 10**30, 1024)], now)
+    assert len(errors) == 1 and errors[0].startswith("scheduler: a scheduling cycle over this config fails (OverflowError"), errors

@@ -82,3 +82,28 @@ def test_stored_job_with_minutes_still_loads():
 def test_stored_minutes_must_be_whole_and_positive(minutes):
     with pytest.raises(ValidationError, match="time_limit_minutes"):
         JobSpec.model_validate({"command": ["true"], "time_limit_minutes": minutes})
+
+
+@pytest.mark.parametrize("fields,message", [
+    (dict(time_limit_seconds=1_000_000_000 * 86400), "less than or equal to 31536000"),
+    (dict(cpus_per_task=10**6), "less than or equal to 65535"),
+    (dict(ntasks=2**40), "less than or equal to 1048576"),
+    (dict(cpus_per_task=1000, ntasks_per_node=1000), "CPUs per node is above 65535"),
+    (dict(mem_per_cpu_mib=2**30, cpus_per_task=2048), "MiB per node is above"),
+    (dict(nice=2**31), "less than or equal to 2147483645"),
+    (dict(name="a" * 2000), "name: 2000 bytes is longer than 1024"),
+    (dict(stdout="/tmp/\udcff"), "stdout: not valid UTF-8 text (byte 0xff at character 5)"),
+    (dict(command=["echo", "caf\udce9"]), "command[1]: not valid UTF-8 text"),
+    (dict(command=["echo", "a\0b"]), "command[1]: contains a NUL character"),
+    (dict(command=["echo", "x" * (200 * 1024)]), "command[1]: 204800 bytes is longer than 131072"),
+    (dict(env={"A": "\udcff"}), "env.A: not valid UTF-8"),
+    (dict(gpus={"count": 1, "share": float("nan")}), "finite number"),
+], ids=["time-limit", "cpus", "ntasks", "cpus-per-node", "mem-per-node", "nice", "long-name", "non-utf8-output",
+        "non-utf8-arg", "nul", "huge-arg", "non-utf8-env", "nan-share"])
+def test_spec_bounds_name_the_field_and_the_range(fields, message):
+    from pydantic import ValidationError
+
+    fields.setdefault("command", ["true"])
+    with pytest.raises(ValidationError) as exc:
+        JobSpec(**fields)
+    assert message in str(exc.value), str(exc.value)

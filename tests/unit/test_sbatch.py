@@ -543,3 +543,18 @@ def test_any_script_gives_a_spec_or_invalid_option(lines):
         build_spec([], script_text=script, script_path="s.sh")
     except InvalidOption:
         pass
+
+
+def test_an_escaped_blank_is_refused_with_how_to_quote_it():
+    # sbatch 22.05 refuses `#SBATCH -J a\ b` too ("Invalid directive found in batch script: b")
+    with pytest.raises(InvalidDirective, match=r"line 2: .*'b'.*backslash does not keep a blank.*-J \"a b\""):
+        build_spec([], SH + "#SBATCH -J a\\ b\ntrue\n")
+    assert build_spec([], SH + '#SBATCH -J "a b" -o \'x y\' --comment=a\\"b\ntrue\n').spec.name == "a b"
+
+
+@pytest.mark.parametrize("argv", [["-c", "١٢"], ["-c", "²"], ["-n", "9" * 5000], ["-t", "٣٠"], ["--mem", "١G"],
+                                  ["-a", "0-٣"], ["--nice=١"], ["-N", "9" * 30], ["-d", "afterok:١"]],
+                         ids=["arabic", "superscript", "5000-digits", "time", "mem", "array", "nice", "nodes", "dep"])
+def test_numbers_are_ascii_digits_that_fit(argv):
+    with pytest.raises(InvalidOption):
+        build_spec([*argv, "--wrap", "true"])
