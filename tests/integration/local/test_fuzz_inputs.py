@@ -317,3 +317,15 @@ def test_a_broken_config_is_one_line_in_every_command(crossdock_env, tmp_path, c
     r = subprocess.run([sys.executable, "-m", "crossdock", *command], env=env, capture_output=True, text=True, timeout=60)
     lines = r.stderr.splitlines()
     assert r.returncode == 2 and len(lines) == 1 and lines[0].startswith(f"crossdock: error: config {path}"), r.stderr
+
+
+def test_dry_run_refuses_what_submit_refuses_without_starting_redis(tmp_path):
+    env = {k: v for k, v in os.environ.items() if not k.startswith("CROSSDOCK_")}
+    env["CROSSDOCK_STATE_DIR"] = str(tmp_path / "state")  # no Redis there, embedded or given
+    for args, code in [(["--wrap", "true"], 0), (["-w", "nosuchnode", "--wrap", "true"], 2),
+                       (["--placement", "garbage", "--wrap", "true"], 2), (["-t", "1000000000-0", "--wrap", "true"], 2)]:
+        r = subprocess.run([sys.executable, "-m", "crossdock", "submit", "--dry-run", "--json", *args], env=env,
+                           capture_output=True, text=True, timeout=60)
+        assert r.returncode == code, (args, r.stderr)
+        assert code == 0 or len(r.stderr.splitlines()) == 1, r.stderr
+    assert not (tmp_path / "state").exists()  # the embedded Redis was never started
