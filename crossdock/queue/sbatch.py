@@ -525,6 +525,13 @@ def _env_settings(environ: Mapping[str, str], ctx: _Ctx) -> Settings:
     return settings
 
 
+_OPTION_OF = {"cpus_per_task": "--cpus-per-task", "ntasks": "--ntasks", "nodes": "--nodes", "nodes_max": "--nodes",
+              "ntasks_per_node": "--ntasks-per-node", "mem_per_node_mib": "--mem", "mem_per_cpu_mib": "--mem-per-cpu",
+              "time_limit_seconds": "--time", "gres": "--gres", "gpus": "--gpus", "array": "--array",
+              "dependency": "--dependency", "nice": "--nice"}
+"""A spec field -> the option that sets it, so that a bound the spec checks names what the user typed."""
+
+
 def build_spec(
     argv: Sequence[str],
     script_text: str | None = None,
@@ -625,7 +632,8 @@ def build_spec(
         err = exc.errors()[0]
         where = ".".join(str(p) for p in err["loc"])
         if where:
-            raise InvalidOption(where, err.get("input"), err["msg"]) from None
+            option = _OPTION_OF.get(where.split(".")[0], where)
+            raise InvalidOption(option, err.get("input"), err["msg"]) from None
         whole = InvalidOption("spec", None, err["msg"])
         Exception.__init__(whole, validation_message(exc))  # the spec's own checks name their fields
         raise whole from None

@@ -22,6 +22,9 @@ from __future__ import annotations
 
 import re
 from collections.abc import Iterable
+from typing import TypeVar
+
+from pydantic import BaseModel, ValidationError
 
 from crossdock.queue import hostlist
 from crossdock.queue.errors import InvalidOption
@@ -34,6 +37,8 @@ from crossdock.queue.models import (
     GpuRequest,
     Gres,
 )
+
+M = TypeVar("M", bound=BaseModel)
 
 # Slurm's NICE_OFFSET is 0x80000000; sbatch accepts +/- (NICE_OFFSET - 3).
 NICE_LIMIT = 2147483645
@@ -70,6 +75,16 @@ HOSTLIST_FORMS = "host names or ranges in a comma list, e.g. node1,node[3-5,07-0
 _TIME_DAYS = re.compile(r"(\d{1,18})-(?:(\d{1,18})(?::(\d{1,18})(?::(\d{1,18}))?)?)?", re.ASCII)
 _TIME_PLAIN = re.compile(r"(\d{1,18})(?::(\d{1,18})(?::(\d{1,18}))?)?", re.ASCII)
 _NO_LIMIT = {"-1", "INFINITE", "UNLIMITED"}
+
+
+def _bounded(model: type[M], option: str, value: str, forms: str, **fields: object) -> M:
+    """``model(**fields)``, its bounds (a count past 2**31, a job id past 2**53) refused as this option's value."""
+    try:
+        return model(**fields)
+    except ValidationError as exc:
+        err = exc.errors()[0]
+        raise InvalidOption(option, value, f"{forms} ({err['loc'][0] if err['loc'] else 'value'}:"
+                                           f" {err['msg'].removeprefix('Value error, ')})") from None
 
 
 def is_ascii_number(text: str) -> bool:
@@ -164,7 +179,7 @@ def parse_gres(value: str, option: str = "--gres") -> list[Gres]:
         if (name, gtype) in seen:
             raise InvalidOption(option, value, GRES_FORMS + f" (each name:type once; {item!r} repeats)")
         seen.add((name, gtype))
-        out.append(Gres(name=name, type=gtype, count=count))
+        out.append(_bounded(Gres, option, value, GRES_FORMS, name=name, type=gtype, count=count))
     return out
 
 
@@ -192,7 +207,7 @@ def parse_gpus(value: str, per: str = "job", option: str | None = None) -> GpuRe
         count = None
     if count is None or count < 1:
         raise InvalidOption(option, value, GPUS_FORMS)
-    return GpuRequest(count=count, type=gtype, per=per)
+    return _bounded(GpuRequest, option, value, GPUS_FORMS, count=count, type=gtype, per=per)
 
 
 _ARRAY_ITEM = re.compile(r"(\d{1,18})(?:-(\d{1,18})(?::(\d{1,18}))?)?", re.ASCII)
@@ -227,7 +242,7 @@ def parse_array(value: str, max_array_size: int = DEFAULT_MAX_ARRAY_SIZE, option
         ids.update(range(first, last + 1, step))
     if not ids:
         raise InvalidOption(option, value, accepted)
-    return ArraySpec(task_ids=sorted(ids), max_running=max_running)
+    return _bounded(ArraySpec, option, value, accepted, task_ids=sorted(ids), max_running=max_running)
 
 
 _DEP_JOB = re.compile(r"(\d{1,18})(?:_(\d{1,18}|\*))?(?:\+(\d{1,18}))?", re.ASCII)
@@ -241,7 +256,8 @@ def _dep_job(dtype: DependencyType, text: str, value: str, option: str) -> Depen
     job_id, task, delay = m.groups()
     if delay is not None and int(delay) < 1:
         raise InvalidOption(option, value, DEPENDENCY_FORMS + " (+minutes >= 1)")
-    return Dependency(
+    return _bounded(
+        Dependency, option, value, DEPENDENCY_FORMS,
         type=dtype,
         job_id=int(job_id),
         # N_* names every task of array N, which is what plain N means.

@@ -46,7 +46,8 @@ NASTY = st.sampled_from([
     "0", "-1", "1", "4", "99999999999999999999", "9" * 5000, "1000000000-0", "365-00:00:01", "INFINITE",
     "١٢", "²", "1.5", "1e9", "nan", "inf", "", " ", "\n", "a\nb", "\x00", "%", "::", "gpu:a100:2", "gpu:0",
     "garbage", "nosuchnode", "localhost", "node[1-99999999]", "A100:1", "afterok:1", "0-1000000000",
-    "0-3%0", "1T", "1P", "4G", "ALL", "NONE", "a" * 2000, "a" * (1 << 20), "binpack", "spread",
+    "0-3%0", "1T", "1P", "4G", "gpu:1P", "gpu:a100:99999999", "99999999", "afterok:999999999999999999",
+    "after:1+99999999999", "0-3%99999999999", "1-99999999", "2k-3m", "ALL", "NONE", "a" * 2000, "a" * (1 << 20), "binpack", "spread",
     _undecodable(b"\xff\xfe"), _undecodable(b"caf\xe9"),
 ])
 PLAUSIBLE = st.sampled_from(["1", "2", "10", "1:00", "0-3", "2G", "500", "training", "inference", "local", "localhost",
