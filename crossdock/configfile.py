@@ -27,6 +27,11 @@ def load_config(path: str | Path, backends: Mapping[str, Capabilities] | None = 
         text = p.read_text()
     except OSError as exc:
         raise ConfigError([f"{p}: cannot read: {exc.strerror}"]) from None
+    except UnicodeDecodeError as exc:
+        raise ConfigError([f"{p}: not UTF-8 text (byte 0x{exc.object[exc.start]:02x} at offset {exc.start});"
+                           " save it as UTF-8"]) from None
+    except ValueError:  # a NUL in the path
+        raise ConfigError([f"{p}: not a file name (it holds a NUL character)"]) from None
     try:
         data = yaml.safe_load(text)
     except yaml.YAMLError as exc:

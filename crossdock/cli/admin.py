@@ -37,8 +37,8 @@ def config_check(path: Path = typer.Argument(..., help="a crossdock YAML config"
     except ConfigError as exc:
         errors = exc.errors
     if errors:
-        for line in errors:
-            typer.echo(one_line(f"{path}: {line}"), err=True)
+        for line in errors:  # file-level errors (unreadable, broken YAML) name the file already
+            typer.echo(one_line(line if line.startswith(f"{path}:") else f"{path}: {line}"), err=True)
         raise typer.Exit(2)
     warnings = lint(cfg)
     for w in warnings:

@@ -44,6 +44,8 @@ def submit(ctx: typer.Context) -> None:
                 script_text = _script_text(Path(script_path).read_bytes(), script_path)
             except OSError as exc:
                 fail(f"SCRIPT: cannot read {script_path!r}: {exc.strerror}")
+            except ValueError:  # a NUL in the name, which no file can have
+                fail(f"SCRIPT: {script_path!r} is not a file name (it holds a NUL character)")
         build = functools.partial(build_spec, options, script_path=script_path, script_args=script_args,
                                   max_array_size=rt.config.scheduler.max_array_size, environ=os.environ)
         try:

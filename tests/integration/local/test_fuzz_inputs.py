@@ -307,10 +307,12 @@ def test_non_utf8_script_is_one_line(crossdock_env, store, tmp_path):
 
 @pytest.mark.parametrize("command", [["submit", "--wrap", "true"], ["submit", "--dry-run", "--wrap", "true"],
                                      ["info"], ["queue"], ["show", "1"], ["cancel", "1"]])
-@pytest.mark.parametrize("config", ["missing", "yaml", "values"])
+@pytest.mark.parametrize("config", ["missing", "yaml", "values", "latin1"])
 def test_a_broken_config_is_one_line_in_every_command(crossdock_env, tmp_path, command, config):
     path = tmp_path / "broken.yaml"
-    if config == "yaml":
+    if config == "latin1":
+        path.write_bytes(b"queues: {caf\xe9: {}}\n")
+    elif config == "yaml":
         path.write_text("queues: {training: [\n")
     elif config == "values":
         path.write_text(yaml.safe_dump(_with(TEST_CONFIG, ("scheduler", "lease_seconds"), float("inf"))))
