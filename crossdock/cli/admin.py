@@ -62,7 +62,7 @@ def up(workers: int = typer.Option(2, "--workers", "-w", help="Celery worker pro
     """Run the scheduler and workers in the foreground and keep them running; Ctrl-C or SIGTERM
     stops them within seconds (running jobs keep running under their supervisors)."""
     from crossdock.settings import Settings
-    from crossdock.workers.supervision import GaveUp, Service, UpLock, worker_queues
+    from crossdock.workers.supervision import Service, UpLock, worker_queues
 
     logging.basicConfig(level=logging.DEBUG if verbose else logging.INFO, format="%(asctime)s %(name)s %(message)s")
     settings = Settings.from_env()
@@ -76,23 +76,16 @@ def up(workers: int = typer.Option(2, "--workers", "-w", help="Celery worker pro
         rt.config
     except Exception as exc:  # ConfigError, missing file
         fail(f"config {rt.settings.config_path}: {exc}")
+    done = threading.Event()
+    for sig in (signal.SIGINT, signal.SIGTERM):  # before anything starts, so that a stop is always clean
+        signal.signal(sig, lambda *_: done.set())
     svc = Service(rt, workers, scheduler, embedded_redis=settings.redis_url is None, lock=lock)
     console.print(f"crossdock up: redis {rt.redis_url}, config {rt.settings.config_path}, queues {worker_queues(rt)}."
-                  " Ctrl-C to stop.", highlight=False)
-    done = threading.Event()
-    for sig in (signal.SIGINT, signal.SIGTERM):
-        signal.signal(sig, lambda *_: done.set())
-    gave_up = None
+                  " Ctrl-C to stop; `crossdock health` for each part's state.", highlight=False)
     try:
-        while not done.wait(0.5):
-            try:
-                svc.check()
-            except GaveUp as exc:
-                gave_up = str(exc)
-                break
-            svc.write_report()
+        gave_up = svc.supervise(done)
     finally:
-        console.print("stopping: scheduler, then workers (running jobs keep running under their supervisors)")
+        console.print("stopping: the scheduler and the worker (running jobs keep running under their supervisors)")
         started = time.monotonic()
         svc.stop()
         redis_line = _leave_redis(rt, svc.embedded_redis)

@@ -17,6 +17,7 @@ from crossdock.workers.supervision import UpLock, is_worker
 
 STALE_SECONDS = 10.0
 PROBE_SECONDS = 10.0
+STUCK_SECONDS = 30.0
 
 
 def _ago(t: float | None) -> str:
@@ -51,6 +52,9 @@ def _scheduler_part(sched: dict[str, Any] | None) -> dict[str, Any]:
                            + (f", retry in {p['retry_in']:.1f}s)" if p["retry_in"] is not None else ")")
                            for n, p in failing.items())
         ok = False
+    elif sched["role"] == "leader" and time.time() - (sched["last_cycle_at"] or 0) > STUCK_SECONDS:
+        # a store call that hangs (a Redis that is stopped, not gone) holds the loop in redis-py's retries
+        detail, ok = f"no cycle for {STUCK_SECONDS:.0f}s (last {_ago(sched['last_cycle_at'])})", False
     else:
         detail, ok = f"running, last cycle {_ago(sched['last_cycle_at'])}", True
     return {"name": "scheduler", "ok": ok, "detail": f"{sched['role']} {sched['holder']}: {detail}"

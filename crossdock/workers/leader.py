@@ -4,7 +4,9 @@ Each cycle: read the store and the backends' inventories -> ``build_snapshot`` a
 ``run_cycle`` (pure, in the core) -> commit every decision in one transaction -> send the
 dispatch tasks ``dispatch_groups`` forms. A crash between commit and send leaves jobs SCHEDULED
 without a dispatch claim; the follower resends them (one by one), and the dispatch claim makes
-a duplicate harmless. Standbys wait for the lease.
+a duplicate harmless. Standbys wait for the lease. Every step survives the store or a backend
+being away: it logs, backs off and resumes (:mod:`crossdock.workers.loops`), and records its
+state for ``crossdock health``.
 """
 
 from __future__ import annotations

@@ -1,15 +1,16 @@
 """What ``crossdock up`` runs and keeps running: the scheduling loop (a thread), a Celery worker
 (a process) and, on the embedded default, the Redis server in the state directory.
 
-The owner calls :meth:`Service.check` every half second: a loop thread that ended, a worker that
-exited or an embedded Redis that died is restarted, up to ``RESTART_LIMIT`` times within
-``RESTART_WINDOW`` seconds each, beyond which :class:`GaveUp` says in one line what keeps dying.
+:meth:`Service.supervise` calls :meth:`Service.check` every half second: a loop thread that
+ended, a worker that exited or an embedded Redis that died is restarted, up to ``RESTART_LIMIT``
+times within ``RESTART_WINDOW`` seconds each, beyond which :class:`GaveUp` says in one line what
+keeps dying; it also writes ``state_dir/up.json``, which ``crossdock health`` reads.
 
 Nothing is left behind. The worker runs in its own session (a terminal's Ctrl-C reaches ``up``
 alone, which then stops the worker in order), is stopped with a bounded warm shutdown (SIGTERM,
 then SIGKILL of its group after ``WORKER_STOP_SECONDS``: tasks are acknowledged late and
 idempotent, so a killed one is simply delivered again), and watches its parent: when ``up``
-dies, even by SIGKILL, the worker stops its own group (:func:`watch_parent`; Celery's pool
+dies, even by SIGKILL, the worker stops itself (:func:`watch_parent`; Celery's pool
 children die with the worker through PR_SET_PDEATHSIG). One ``up`` per state directory: a lock
 file held for its life (:class:`UpLock`); the next ``up`` refuses while it is held, and once it
 is free, first stops the worker an ``up`` that was killed may have left. Local jobs run under
@@ -259,6 +260,19 @@ class Service:
                       self.worker.returncode)
             _killpg(self.worker.pid, signal.SIGKILL)  # pool children it may have left
             self._start_worker()
+
+    def supervise(self, done: threading.Event, every: float = 0.5) -> str | None:
+        """Check and report every ``every`` s until ``done``; the line saying why if it gives up."""
+        while not done.wait(every):
+            try:
+                self.check()
+            except GaveUp as exc:
+                return str(exc)
+            try:
+                self.write_report()
+            except OSError as exc:  # a full disk must not stop the service
+                log.warning("could not write %s: %s", self.rt.settings.state_dir / "up.json", exc)
+        return None
 
     def report(self) -> dict[str, Any]:
         """This service's parts, as ``crossdock health`` reads them (``state_dir/up.json``)."""

@@ -115,7 +115,7 @@ def parts(report) -> dict[str, bool]:
     return {p["name"].split()[0]: p["ok"] for p in report["parts"]}
 
 
-def test_up_restarts_its_worker_and_redis_reports_health_and_stops_within_seconds(up_env, tmp_path, monkeypatch):
+def test_up_replaces_a_killed_worker_and_redis_reports_health_and_stops_within_seconds(up_env, tmp_path, monkeypatch):
     state, env = up_env
     up = Up(state, env, tmp_path / "up.log")
     rt = client_runtime(state, env, monkeypatch)
@@ -190,7 +190,7 @@ def test_a_killed_up_leaves_no_worker_and_a_second_up_adds_none(up_env, tmp_path
 
 
 @pytest.mark.filterwarnings("ignore::pytest.PytestUnhandledThreadExceptionWarning")  # the death is the point
-def test_a_dead_loop_thread_is_restarted_and_one_that_keeps_dying_gives_up(runtime):
+def test_a_dead_loop_thread_comes_back_and_one_that_keeps_dying_gives_up(runtime):
     from crossdock.workers.supervision import GaveUp, Restarts, Service
 
     svc = Service(runtime, workers=0)

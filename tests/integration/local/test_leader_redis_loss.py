@@ -1,4 +1,4 @@
-"""The leader loop survives a Redis outage: it backs off while Redis is away and schedules again
+"""The leader loop survives losing Redis: it backs off while Redis is away and schedules again
 once it is back (a dedicated Redis, stopped and started again on the same socket)."""
 
 from __future__ import annotations
@@ -35,7 +35,7 @@ def own_redis(tmp_path, crossdock_env, monkeypatch):
     embedded.stop(state, timeout=5)
 
 
-def test_the_leader_loop_survives_a_redis_outage_and_schedules_afterwards(own_redis, tmp_path):
+def test_the_leader_loop_survives_losing_redis_and_schedules_afterwards(own_redis, tmp_path):
     rt = Runtime.from_env()
     cluster = Cluster(rt, tmp_path)
     try:

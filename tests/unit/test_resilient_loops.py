@@ -61,7 +61,7 @@ def test_a_step_backing_off_is_skipped_until_its_retry_time():
     assert ran == [] and part.report()["state"] == BACKING_OFF and part.report()["retry_in"] > 25
 
 
-def test_restarts_give_up_past_the_limit_within_the_window():
+def test_too_many_deaths_within_the_window_give_up():
     r = Restarts("the thing", limit=2, window=60)
     r.note()
     r.note()
