@@ -132,3 +132,14 @@ def health(as_json: bool = typer.Option(False, "--json")) -> None:
                           highlight=False)
         console.print(f"crossdock: {report['status']}", highlight=False)
     raise typer.Exit(0 if report["status"] == "healthy" else 1)
+
+
+def __getattr__(name: str):
+    """``start_worker``, ``stop_worker``, ``worker_queues`` and ``Service`` live in
+    crossdock.workers.supervision now; imported on first use, so that every command does not pay
+    for Celery."""
+    if name in ("start_worker", "stop_worker", "worker_queues", "Service"):
+        from crossdock.workers import supervision
+
+        return getattr(supervision, name)
+    raise AttributeError(name)
