@@ -247,8 +247,8 @@ class Service:
             log.error("the embedded Redis is gone; starting it again (its append-only file keeps the jobs)")
             try:
                 embedded.ensure_running(self.rt.settings.state_dir)
-            except CrossdockError as exc:
-                raise GaveUp(f"the embedded Redis could not be restarted: {exc}") from None
+            except (CrossdockError, OSError, subprocess.SubprocessError) as exc:
+                raise GaveUp(f"the embedded Redis could not be started again: {exc}") from None
         if self.thread is not None and not self.thread.is_alive():
             self.restarts["scheduler"].note()
             log.error("the scheduler loop ended (%s); starting it again",

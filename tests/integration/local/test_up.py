@@ -53,6 +53,14 @@ class Up:
             return None
         return data["workers"][0] if data.get("pid") == self.proc.pid and data.get("workers") else None
 
+    def reported_redis(self) -> int | None:
+        """The embedded Redis pid this up last reported, once that Redis answers."""
+        try:
+            pid = json.loads((self.state / "up.json").read_text())["redis"]["pid"]
+        except (OSError, ValueError, KeyError):
+            return None
+        return pid if pid and pid == embedded.pid(self.state) else None
+
     def stop(self, sig=signal.SIGTERM) -> float:
         started = time.monotonic()
         self.proc.send_signal(sig)
@@ -215,3 +223,21 @@ def test_a_dead_loop_thread_comes_back_and_one_that_keeps_dying_gives_up(runtime
             svc.check()
     finally:
         svc.stop()
+
+
+def test_up_gives_up_with_one_line_and_status_1_when_redis_keeps_dying(up_env, tmp_path):
+    state, env = up_env
+    up = Up(state, env, tmp_path / "up.log")
+    for _ in range(6):  # the sixth death within a minute is one too many
+        pid = wait_until("up to report Redis running", lambda: up.reported_redis() or (up.proc.poll() is not None and -1))
+        if pid == -1:
+            break
+        os.kill(pid, signal.SIGKILL)
+        wait_until("Redis gone", lambda: embedded.pid(state) != pid)
+    up.proc.wait(30)
+    log = (tmp_path / "up.log").read_text()
+    assert up.proc.returncode == 1, log[-3000:]
+    errors = [line for line in log.splitlines() if line.startswith("crossdock: error:")]
+    assert len(errors) == 1 and "the embedded Redis died 6 times within 60s; giving up" in errors[0], log[-3000:]
+    assert "Traceback" not in log.split("stopping:")[-1]
+    assert workers_of(state) == []
