@@ -81,7 +81,7 @@ def collect() -> dict[str, Any]:
         parts.append({"name": "up", "ok": True, "detail": f"pid {up_pid}, up {time.time() - report['started_at']:.0f}s"})
         parts.append(_scheduler_part(report["scheduler"]))
         for w in report["workers"]:
-            alive = w["alive"] and is_worker(w["pid"])
+            alive = w["alive"] and is_worker(w["pid"], state_dir)
             parts.append({"name": f"worker {w['pid']}", "ok": alive,
                           "detail": f"{'alive' if alive else 'dead'}, queues {w['queues']} (restarts {w['restarts']})"})
     why = probe(rt.redis_url)

@@ -123,9 +123,12 @@ def watch_parent(poll: float = 0.5, grace: float = WORKER_STOP_SECONDS) -> None:
     threading.Thread(target=watch, name="watch-parent", daemon=True).start()
 
 
-def is_worker(pid: int) -> bool:
+def is_worker(pid: int, state_dir: Path) -> bool:
+    """Whether ``pid`` is a live Celery worker of this state directory (not a reused pid)."""
     try:
-        return WORKER_MODULE.encode() in Path(f"/proc/{pid}/cmdline").read_bytes()
+        proc = Path(f"/proc/{pid}")
+        return (WORKER_MODULE.encode() in (proc / "cmdline").read_bytes()
+                and f"CROSSDOCK_STATE_DIR={state_dir}\0".encode() in (proc / "environ").read_bytes())
     except OSError:
         return False
 
@@ -147,12 +150,12 @@ class UpLock:
             os.close(fd)
             raise AlreadyRunning(self.read().get("pid"), self.path.parent) from None
         self.fd = fd
-        left = [p for p in self.read().get("workers", []) if is_worker(p)]
+        left = [p for p in self.read().get("workers", []) if is_worker(p, self.path.parent)]
         for pid in left:  # an up that was killed: its worker stops by itself within a second or so
             log.warning("stopping worker %s left by a previous crossdock up", pid)
             _killpg(pid, signal.SIGKILL)
         deadline = time.monotonic() + 5
-        while any(is_worker(p) for p in left) and time.monotonic() < deadline:
+        while any(is_worker(p, self.path.parent) for p in left) and time.monotonic() < deadline:
             time.sleep(0.05)
         self.record([])
 
