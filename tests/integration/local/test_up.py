@@ -245,3 +245,17 @@ def test_up_gives_up_with_one_line_and_status_1_when_redis_keeps_dying(up_env, t
     assert len(errors) == 1 and "the embedded Redis died 6 times within 60s; giving up" in errors[0], log[-3000:]
     assert "Traceback" not in log.split("stopping:")[-1]
     assert workers_of(state) == []
+
+
+def test_a_job_running_when_up_stops_runs_to_its_end_and_keeps_redis(up_env, tmp_path, monkeypatch):
+    state, env = up_env
+    up = Up(state, env, tmp_path / "up.log")
+    rt = client_runtime(state, env, monkeypatch)
+    marker = tmp_path / "ran-to-the-end"
+    job, = service.submit(rt, [JobSpec(command=["sh", "-c", f"sleep 3; touch {marker}"], workdir=str(tmp_path))])
+    wait_until("the job running", lambda: rt.store.get(job.id).state is JobState.RUNNING)
+    assert up.stop(signal.SIGTERM) < STOP_BOUND_SECONDS and up.proc.returncode == 0
+    assert "embedded Redis kept running" in (tmp_path / "up.log").read_text()
+    done = wait_until("the job's end", lambda: (j := rt.store.get(job.id)).state.terminal and j, 30)
+    assert done.state is JobState.COMPLETED and done.exit_code == 0 and marker.exists()
+    assert workers_of(state) == []
