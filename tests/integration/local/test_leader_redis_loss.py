@@ -49,8 +49,10 @@ def test_the_leader_loop_survives_losing_redis_and_schedules_afterwards(own_redi
         assert "ConnectionError" in loop.last_error
 
         embedded.ensure_running(own_redis)  # the same socket, the same append-only file
+        back = time.monotonic()
         second, = service.submit(rt, [JobSpec(command=["sh", "-c", "exit 0"], workdir=str(tmp_path))])
         done = cluster.wait(second.id, timeout=90)
+        print(f"a job submitted once Redis was back completed {time.monotonic() - back:.2f}s later")
         assert done.state is JobState.COMPLETED and done.exit_code == 0
         assert loop.state == RUNNING and cluster.thread.is_alive()
         assert rt.store.get(first.id).state is JobState.COMPLETED  # kept across the restart
