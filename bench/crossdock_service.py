@@ -23,7 +23,7 @@ class CrossdockService:
         cfg.write_text(yaml.safe_dump(config))
         os.environ.update({"CROSSDOCK_REDIS_URL": self.redis_url, "CROSSDOCK_STATE_DIR": str(self.state),
                            "CROSSDOCK_CONFIG": str(cfg), "CROSSDOCK_PREFIX": f"b{uuid.uuid4().hex[:8]}", **env})
-        from crossdock.cli.admin import start_worker
+        from crossdock.workers.supervision import start_worker
         from crossdock.client import Client
         from crossdock.runtime import Runtime
         from crossdock.workers.app import celery_sender, make_app
@@ -39,7 +39,7 @@ class CrossdockService:
 
     def close(self) -> None:
         from crossdock.backends.redis_store import embedded
-        from crossdock.cli.admin import stop_worker
+        from crossdock.workers.supervision import stop_worker
 
         self.stop_event.set()
         self.thread.join(10)

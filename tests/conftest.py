@@ -100,7 +100,7 @@ class Cluster:
         self.worker.wait()
 
     def restart_worker(self) -> None:
-        from crossdock.cli.admin import start_worker
+        from crossdock.workers.supervision import start_worker
 
         self.worker = start_worker(self.rt, 2, self.tmp / "worker.log", loglevel="INFO")
 
@@ -164,7 +164,7 @@ class Cluster:
     def close(self) -> None:
         self.stop_event.set()
         self.thread.join(10)
-        from crossdock.cli.admin import stop_worker
+        from crossdock.workers.supervision import stop_worker
 
         stop_worker(self.worker, 15)
 

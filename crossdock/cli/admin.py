@@ -3,17 +3,16 @@
 from __future__ import annotations
 
 import logging
-import os
 import signal
-import subprocess
-import sys
 import threading
+import time
 from pathlib import Path
 
 import typer
 
 from crossdock.cli.common import console, fail, one_line, print_json, runtime
 from crossdock.cli.render import info_table, node_rows
+from crossdock.queue.errors import CrossdockError
 
 config_app = typer.Typer(help="Admin configuration files.", no_args_is_help=True)
 
@@ -65,76 +64,90 @@ def info(as_json: bool = typer.Option(False, "--json")) -> None:
         console.print(info_table(rows))
 
 
-def worker_queues(rt) -> str:
-    from crossdock.workers.app import queue_for
-
-    kinds = sorted({p.backend for p in rt.config.pools.values()} | {"local"})
-    return ",".join(queue_for(k) for k in kinds)
-
-
-def start_worker(rt, concurrency: int, logfile: Path | None = None, loglevel: str = "WARNING") -> subprocess.Popen:
-    """A Celery worker process for every backend queue the config uses, in its own process group."""
-    argv = [sys.executable, "-m", "celery", "-A", "crossdock.workers.worker", "worker", "-Q", worker_queues(rt),
-            "-c", str(concurrency), "-P", "prefork", "--without-gossip", "--without-mingle", "--loglevel", loglevel]
-    out = open(logfile, "ab") if logfile else None
-    return subprocess.Popen(argv, env=rt.child_env(), stdout=out, stderr=out, start_new_session=True)
-
-
-def stop_worker(proc: subprocess.Popen, timeout: float = 20) -> None:
-    if proc.poll() is not None:
-        return
-    os.killpg(proc.pid, signal.SIGTERM)  # Celery's warm shutdown: finish running tasks
-    try:
-        proc.wait(timeout)
-    except subprocess.TimeoutExpired:
-        os.killpg(proc.pid, signal.SIGKILL)
-        proc.wait()
-
-
-class Service:
-    """The scheduler loop in a thread plus a Celery worker process, stopped cleanly together."""
-
-    def __init__(self, rt, workers: int = 2, scheduler: bool = True, logfile: Path | None = None):
-        from crossdock.workers.app import celery_sender, make_app
-        from crossdock.workers.leader import Scheduler
-
-        self.rt = rt
-        self.stop_event = threading.Event()
-        self.worker = start_worker(rt, workers, logfile) if workers else None
-        self.thread = None
-        if scheduler:
-            sched = Scheduler(rt, celery_sender(make_app(rt.redis_url)))
-            self.thread = threading.Thread(target=sched.run, args=(self.stop_event,), daemon=True, name="scheduler")
-            self.thread.start()
-
-    def stop(self) -> None:
-        self.stop_event.set()
-        if self.thread:
-            self.thread.join(10)
-        if self.worker:
-            stop_worker(self.worker)
-
-
 def up(workers: int = typer.Option(2, "--workers", "-w", help="Celery worker processes (0: scheduler only)"),
        scheduler: bool = typer.Option(True, "--scheduler/--no-scheduler", help="run the scheduling loop here"),
        verbose: bool = typer.Option(False, "--verbose", "-v")) -> None:
-    """Run the scheduler and workers in the foreground; Ctrl-C stops them cleanly."""
+    """Run the scheduler and workers in the foreground and keep them running; Ctrl-C or SIGTERM
+    stops them within seconds (running jobs keep running under their supervisors)."""
+    from crossdock.settings import Settings
+    from crossdock.workers.supervision import Service, UpLock, worker_queues
+
     logging.basicConfig(level=logging.DEBUG if verbose else logging.INFO, format="%(asctime)s %(name)s %(message)s")
+    settings = Settings.from_env()
+    lock = UpLock(settings.state_dir)
+    try:
+        lock.acquire()  # before anything starts: a second up on this state starts nothing
+    except CrossdockError as exc:
+        fail(str(exc), code=1)
     rt = runtime()
     try:
         rt.config
     except Exception as exc:  # ConfigError, missing file
         fail(f"config {rt.settings.config_path}: {exc}")
-    svc = Service(rt, workers, scheduler)
-    console.print(f"crossdock up: redis {rt.redis_url}, config {rt.settings.config_path}, queues {worker_queues(rt)}."
-                  " Ctrl-C to stop.", highlight=False)
     done = threading.Event()
-    for sig in (signal.SIGINT, signal.SIGTERM):
+    for sig in (signal.SIGINT, signal.SIGTERM):  # before anything starts, so that a stop is always clean
         signal.signal(sig, lambda *_: done.set())
+    svc = Service(rt, workers, scheduler, embedded_redis=settings.redis_url is None, lock=lock)
+    console.print(f"crossdock up: redis {rt.redis_url}, config {rt.settings.config_path}, queues {worker_queues(rt)}."
+                  " Ctrl-C to stop; `crossdock health` for each part's state.", highlight=False)
     try:
-        while not done.wait(1):
-            if svc.worker is not None and svc.worker.poll() is not None:
-                fail(f"the Celery worker exited with status {svc.worker.returncode}", code=1)
+        gave_up = svc.supervise(done)
     finally:
-        console.print("stopping: scheduler, then workers (running jobs keep running under their supervisors)")
+        console.print("stopping: the scheduler and the worker (running jobs keep running under their supervisors)")
+        started = time.monotonic()
         svc.stop()
+        redis_line = _leave_redis(rt, svc.embedded_redis)
+        lock.release()
+    if gave_up:
+        fail(f"{gave_up} (stopped in {time.monotonic() - started:.1f}s; {redis_line})", code=1)
+    console.print(f"crossdock up: stopped in {time.monotonic() - started:.1f}s; {redis_line}", highlight=False)
+
+
+def _leave_redis(rt, embedded_redis: bool) -> str:
+    """Stop the embedded Redis unless jobs are placed: their supervisors (local jobs) report their
+    end to it, and a job left SCHEDULED or RUNNING is followed again by the next ``up``. Every
+    command starts it again on demand."""
+    from crossdock.backends.redis_store import embedded
+    from crossdock.backends.redis_store.store import STORE_UNAVAILABLE, probe
+
+    if not embedded_redis:
+        return f"Redis {rt.redis_url} is not crossdock's to stop"
+    try:
+        if probe(rt.redis_url) is not None:  # a quick no: the store's own retries take seconds
+            return "the embedded Redis is not answering"
+        placed = len(rt.store.active_ids())
+    except STORE_UNAVAILABLE:
+        return "the embedded Redis is not answering"
+    if placed:
+        return (f"embedded Redis kept running (pid {embedded.pid(rt.settings.state_dir)}) on purpose: {placed} placed"
+                " jobs report their end to it")
+    embedded.stop(rt.settings.state_dir, timeout=5)
+    return "embedded Redis stopped (no job is placed)"
+
+
+def health(as_json: bool = typer.Option(False, "--json")) -> None:
+    """Each part's state: the scheduler loop, the workers, Redis, the backends. Exit 0 when
+    healthy, 1 when degraded or down."""
+    from crossdock.workers.health import collect
+
+    report = collect()
+    if as_json:
+        print_json(report)
+    else:
+        for part in report["parts"]:
+            colour = "green" if part["ok"] else "red"
+            console.print(f"[{colour}]{'ok' if part['ok'] else 'FAIL':4}[/] {part['name']:<22} {part['detail']}",
+                          highlight=False)
+        console.print(f"crossdock: {report['status']}", highlight=False)
+    raise typer.Exit(0 if report["status"] == "healthy" else 1)
+
+
+def __getattr__(name: str):
+    """``start_worker``, ``stop_worker``, ``worker_queues`` and ``Service`` live in
+    crossdock.workers.supervision now; imported on first use, so that every command does not pay
+    for Celery."""
+    if name in ("start_worker", "stop_worker", "worker_queues", "Service"):
+        from crossdock.workers import supervision
+
+        return getattr(supervision, name)
+    raise AttributeError(name)

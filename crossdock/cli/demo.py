@@ -48,7 +48,7 @@ def _sbatch(client, argv: list[str], script: str | None = None, path: str | None
 
 
 def run_demo(scale: int = 1) -> int:
-    from crossdock.cli.admin import Service
+    from crossdock.workers.supervision import Service
     from crossdock.cli.common import runtime
     from crossdock.client import Client
     from crossdock.service import load_inventory

@@ -56,6 +56,7 @@ app.command()(jobs.logs)
 app.command()(jobs.wait)
 app.command()(admin.info)
 app.command()(admin.up)
+app.command()(admin.health)
 app.add_typer(admin.config_app, name="config")
 
 

@@ -4,7 +4,9 @@ Each cycle: read the store and the backends' inventories -> ``build_snapshot`` a
 ``run_cycle`` (pure, in the core) -> commit every decision in one transaction -> send the
 dispatch tasks ``dispatch_groups`` forms. A crash between commit and send leaves jobs SCHEDULED
 without a dispatch claim; the follower resends them (one by one), and the dispatch claim makes
-a duplicate harmless. Standbys wait for the lease.
+a duplicate harmless. Standbys wait for the lease. Every step survives the store or a backend
+being away: it logs, backs off and resumes (:mod:`crossdock.workers.loops`), and records its
+state for ``crossdock health``.
 """
 
 from __future__ import annotations
@@ -15,7 +17,7 @@ import time
 import uuid
 from dataclasses import dataclass
 
-from crossdock.backends.redis_store.store import utcnow
+from crossdock.backends.redis_store.store import STORE_UNAVAILABLE, utcnow
 from crossdock.gcpause import collection_paused
 from crossdock.queue.assembly import Records, accrue_usage, build_snapshot, dependency_targets
 from crossdock.queue.cycle import CycleResult, facts_of, run_cycle
@@ -27,6 +29,7 @@ from crossdock.queue.states import JobState, Reason
 from crossdock.runtime import Runtime
 from crossdock.workers.app import SendTask
 from crossdock.workers.follow import UNAVAILABLE, Follower
+from crossdock.workers.loops import Part, resilient
 
 log = logging.getLogger(__name__)
 
@@ -49,6 +52,9 @@ class Scheduler:
         self.follower = Follower(rt.store, rt.backends, send, self.holder,
                                  lambda: {p.backend for p in rt.config.pools.values()})
         self._inventory: dict[str, tuple[float, Inventory]] = {}
+        self.leader = False
+        self.parts = {name: Part(f"{self.holder} {name}") for name in ("loop", "cycle", "reconcile", "retention")}
+        """Each step's state (running, backing off...) and last error, for ``crossdock health``."""
 
     # --- reading ---------------------------------------------------------------------------
     def inventory(self) -> Inventory:
@@ -159,32 +165,41 @@ class Scheduler:
                 return
 
     def run(self, stop: threading.Event, reconcile_every: float = 2.0) -> None:
-        cfg = self.rt.config.scheduler
-        next_reconcile = next_expiry = 0.0
-        leader = False
+        """Schedule while leader, wait while standby, until ``stop``. A failing cycle, reconcile or
+        retention step backs off on its own while the others go on; a failure to reach the lease
+        or the pending index (the store is away) backs off the whole loop. Nothing escapes but a
+        stop (see :mod:`crossdock.workers.loops`)."""
+        due = {"reconcile": 0.0, "retention": 0.0}
         try:
-            while not stop.is_set():
-                was_leader, leader = leader, self.rt.store.acquire_lease(self.holder, cfg.lease_seconds)
-                if leader != was_leader:
-                    log.info("%s %s leadership", self.holder, "took" if leader else "lost")
-                if leader:
-                    wait = cfg.interval_seconds
-                    try:
-                        self.cycle_once()
-                        if time.monotonic() >= next_reconcile:
-                            next_reconcile = time.monotonic() + reconcile_every
-                            self.reconcile()
-                        if time.monotonic() >= next_expiry:
-                            next_expiry = time.monotonic() + RETENTION_EVERY_SECONDS
-                            self.expire()
-                        # the next cycle, or the next follow if it is due sooner
-                        wait = min(wait, max(next_reconcile - time.monotonic(), 0.05))
-                    except Exception:
-                        log.exception("scheduling cycle failed; retrying next interval")
-                    self._wait_for_work(stop, wait)
-                else:
-                    stop.wait(cfg.lease_seconds / 3)
+            resilient(self.parts["loop"], stop, lambda: self._turn(stop, reconcile_every, due))
         finally:
-            if leader:
-                self.rt.store.release_lease(self.holder)
+            if self.leader:
+                try:
+                    self.rt.store.release_lease(self.holder)
+                except STORE_UNAVAILABLE as exc:  # the lease expires by itself
+                    log.warning("%s could not release the lease: %s", self.holder, exc)
+            self.leader = False
 
+    def _turn(self, stop: threading.Event, reconcile_every: float, due: dict[str, float]) -> None:
+        cfg = self.rt.config.scheduler
+        was_leader, self.leader = self.leader, False  # not leader while the store cannot say so
+        self.leader = self.rt.store.acquire_lease(self.holder, cfg.lease_seconds)
+        if self.leader != was_leader:
+            log.info("%s %s leadership", self.holder, "took" if self.leader else "lost")
+        if not self.leader:
+            stop.wait(cfg.lease_seconds / 3)
+            return
+        self.parts["cycle"].call(self.cycle_once)
+        for step, every, fn in (("reconcile", reconcile_every, self.reconcile),
+                                ("retention", RETENTION_EVERY_SECONDS, self.expire)):
+            if time.monotonic() >= due[step]:
+                due[step] = time.monotonic() + every
+                self.parts[step].call(fn)
+        # the next cycle, or the next follow if it is due sooner
+        self._wait_for_work(stop, min(cfg.interval_seconds, max(due["reconcile"] - time.monotonic(), 0.05)))
+
+    def report(self) -> dict:
+        """How this loop is doing, for ``crossdock health``."""
+        return {"holder": self.holder, "role": "leader" if self.leader else "standby",
+                "last_cycle_at": self.parts["cycle"].last_success_at,
+                "parts": {name: part.report() for name, part in self.parts.items()}}

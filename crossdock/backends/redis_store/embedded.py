@@ -13,8 +13,7 @@ import subprocess
 import time
 from pathlib import Path
 
-import redis
-
+from crossdock.backends.redis_store.store import probe
 from crossdock.queue.errors import CrossdockError
 
 log = logging.getLogger(__name__)
@@ -45,10 +44,17 @@ def celery_url_for(state_dir: Path) -> str:
 
 
 def _ping(sock: Path) -> bool:
+    return probe(f"unix://{sock}") is None
+
+
+def pid(state_dir: Path) -> int | None:
+    """The embedded Redis server's pid while that process lives (its pidfile outlives a SIGKILL)."""
     try:
-        return bool(redis.Redis(unix_socket_path=str(sock), socket_timeout=1).ping())
-    except (redis.ConnectionError, redis.TimeoutError, FileNotFoundError, OSError):
-        return False
+        found = int((socket_path(state_dir).parent / "redis.pid").read_text().strip())
+        cmdline = Path(f"/proc/{found}/cmdline").read_bytes()
+    except (OSError, ValueError):
+        return None
+    return found if b"redis" in cmdline and str(socket_path(state_dir)).encode() in cmdline else None
 
 
 def ensure_running(state_dir: Path, timeout: float = 10.0) -> str:
@@ -72,13 +78,17 @@ def ensure_running(state_dir: Path, timeout: float = 10.0) -> str:
     raise CrossdockError(f"embedded Redis did not start within {timeout}s; see {rdir / 'redis.log'}")
 
 
-def stop(state_dir: Path) -> None:
-    pidfile = socket_path(state_dir).parent / "redis.pid"
+def stop(state_dir: Path, timeout: float = 0.0) -> int | None:
+    """SIGTERM the embedded Redis (it writes its AOF and exits); wait up to ``timeout`` s for it to
+    go. Returns its pid, or None when none was running."""
+    found = pid(state_dir)
+    if found is None:
+        return None
     try:
-        pid = int(pidfile.read_text().strip())
-    except (OSError, ValueError):
-        return
-    try:
-        os.kill(pid, 15)
+        os.kill(found, 15)
     except ProcessLookupError:
-        pass
+        return found
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline and pid(state_dir) == found:
+        time.sleep(0.05)
+    return found

@@ -16,6 +16,8 @@ from datetime import datetime, timezone
 from typing import Any, Iterable, Iterator, Sequence
 
 import redis
+from redis.backoff import NoBackoff
+from redis.retry import Retry
 
 from crossdock.backends.redis_store import scripts
 from crossdock.backends.redis_store.codec import (encode_fields, facts_from_record, hash_to_job, history_record,
@@ -31,6 +33,24 @@ log = logging.getLogger(__name__)
 STREAM_MAXLEN = 10_000
 CLAIM_TTL_SECONDS = 7 * 86400
 _PLACED = (JobState.SCHEDULED, JobState.RUNNING)
+
+STORE_UNAVAILABLE: tuple[type[Exception], ...] = (redis.ConnectionError, redis.TimeoutError, redis.BusyLoadingError,
+                                                  redis.exceptions.ReadOnlyError)
+"""Errors of a store that is away (down, restarting, loading its AOF, a replica): retry later."""
+
+
+def probe(url: str, timeout: float = 1.0) -> str | None:
+    """None when the Redis at ``url`` answers within ``timeout`` s, else why not (one try, no retries:
+    redis-py's default retries take ~5 s to say that a socket is missing)."""
+    client = redis.Redis.from_url(url, socket_timeout=timeout, socket_connect_timeout=timeout,
+                                  retry=Retry(NoBackoff(), 0))
+    try:
+        client.ping()
+        return None
+    except (*STORE_UNAVAILABLE, OSError) as exc:
+        return f"{type(exc).__name__}: {exc}"
+    finally:
+        client.close()
 
 
 def utcnow() -> datetime:

@@ -1,0 +1,101 @@
+"""``crossdock health``: each part of the service and whether it is well, from what ``crossdock up``
+writes to its state directory (``up.json``, refreshed every half second, and the ``up.pid`` lock)
+and from probes of its own (Redis, each backend's inventory), so that it answers when Redis is away.
+"""
+
+from __future__ import annotations
+
+import json
+import threading
+import time
+from typing import Any
+
+from crossdock.backends.redis_store.store import probe
+from crossdock.runtime import Runtime
+from crossdock.workers.loops import RUNNING
+from crossdock.workers.supervision import UpLock, is_worker
+
+STALE_SECONDS = 10.0
+PROBE_SECONDS = 10.0
+STUCK_SECONDS = 30.0
+
+
+def _ago(t: float | None) -> str:
+    return "never" if t is None else f"{time.time() - t:.1f}s ago"
+
+
+def _probe_backend(rt: Runtime, kind: str) -> str | None:
+    """None when the backend lists its inventory within PROBE_SECONDS, else why not."""
+    outcome: list[str | None] = []
+
+    def ask() -> None:
+        try:
+            rt.backends(kind).inventory()
+            outcome.append(None)
+        except Exception as exc:  # any failure is the answer here
+            outcome.append(f"{type(exc).__name__}: {exc}")
+
+    t = threading.Thread(target=ask, daemon=True)
+    t.start()
+    t.join(PROBE_SECONDS)
+    return outcome[0] if outcome else f"no answer within {PROBE_SECONDS:.0f}s"
+
+
+def _scheduler_part(sched: dict[str, Any] | None) -> dict[str, Any]:
+    if sched is None:
+        return {"name": "scheduler", "ok": True, "detail": "not run by this up (--no-scheduler)"}
+    failing = {n: p for n, p in sched["parts"].items() if p["state"] != RUNNING}
+    if not sched["thread_alive"]:
+        detail, ok = f"loop thread dead ({sched['parts']['loop']['last_error']})", False
+    elif failing:
+        detail = "; ".join(f"{n} {p['state']} ({p['last_error']}, failure {p['failures']}"
+                           + (f", retry in {p['retry_in']:.1f}s)" if p["retry_in"] is not None else ")")
+                           for n, p in failing.items())
+        ok = False
+    elif sched["role"] == "leader" and time.time() - (sched["last_cycle_at"] or 0) > STUCK_SECONDS:
+        # a store call that hangs (a Redis that is stopped, not gone) holds the loop in redis-py's retries
+        detail, ok = f"no cycle for {STUCK_SECONDS:.0f}s (last {_ago(sched['last_cycle_at'])})", False
+    else:
+        detail, ok = f"running, last cycle {_ago(sched['last_cycle_at'])}", True
+    return {"name": "scheduler", "ok": ok, "detail": f"{sched['role']} {sched['holder']}: {detail}"
+                                                    f" (restarts {sched['restarts']})"}
+
+
+def collect() -> dict[str, Any]:
+    """Every part as ``{"name", "ok", "detail"}``; ``status``: healthy, degraded or down (no up)."""
+    rt = Runtime.from_env(start_redis=False)
+    state_dir = rt.settings.state_dir
+    up_pid = UpLock(state_dir).holder()
+    try:
+        report = json.loads((state_dir / "up.json").read_text())
+    except (OSError, ValueError):
+        report = None
+    parts = []
+    fresh = bool(up_pid and report and report.get("pid") == up_pid
+                 and time.time() - report["updated_at"] < STALE_SECONDS)
+    if not up_pid:
+        parts.append({"name": "up", "ok": False, "detail": f"not running on {state_dir}"})
+    elif not fresh:
+        parts.append({"name": "up", "ok": False, "detail": f"pid {up_pid}, but no report in {STALE_SECONDS:.0f}s"})
+    else:
+        parts.append({"name": "up", "ok": True, "detail": f"pid {up_pid}, up {time.time() - report['started_at']:.0f}s"})
+        parts.append(_scheduler_part(report["scheduler"]))
+        for w in report["workers"]:
+            alive = w["alive"] and is_worker(w["pid"], state_dir)
+            parts.append({"name": f"worker {w['pid']}", "ok": alive,
+                          "detail": f"{'alive' if alive else 'dead'}, queues {w['queues']} (restarts {w['restarts']})"})
+    why = probe(rt.redis_url)
+    kind = "external" if rt.settings.redis_url else "embedded"
+    restarts = f" (restarts {report['redis']['restarts']})" if fresh else ""
+    parts.append({"name": "redis", "ok": why is None,
+                  "detail": f"{kind} {rt.redis_url}: {'reachable' if why is None else why}{restarts}"})
+    try:
+        kinds = sorted({p.backend for p in rt.config.pools.values()})
+    except Exception as exc:  # a broken config is a health problem, not a traceback
+        parts.append({"name": "config", "ok": False, "detail": f"{rt.settings.config_path}: {exc}"})
+        kinds = []
+    for kind in kinds:
+        why = _probe_backend(rt, kind)
+        parts.append({"name": f"backend {kind}", "ok": why is None, "detail": "reachable" if why is None else why})
+    status = "down" if not up_pid else "healthy" if all(p["ok"] for p in parts) else "degraded"
+    return {"status": status, "parts": parts, "up": report if fresh else None}
