@@ -15,7 +15,7 @@ from crossdock.queue.states import JobState
 
 STATUS_FIELDS = ("state", "reason", "attempts", "queue", "priority_class", "priority", "preemptible", "pools",
                  "array_job_id", "array_task_id", "backend", "pool", "backend_ref", "nodes", "gpu_ids",
-                 "preempt_requested", "preempt_grace", "cancel_requested", "dispatched", "pid", "explanation",
+                 "preempt_requested", "preempt_grace", "preempt_deadline", "cancel_requested", "dispatched", "pid", "explanation",
                  "alloc_cpu_milli", "alloc_mem_mib", "exit_code", "signal", "submit_time", "eligible_time",
                  "scheduled_time", "start_time", "end_time")
 """Every field of a job hash besides ``spec``: exactly the status fields of :class:`Job`."""
@@ -25,7 +25,8 @@ _INT = frozenset(("attempts", "priority", "array_job_id", "array_task_id", "allo
                   "exit_code", "signal", "pid"))
 _FLOAT = frozenset(("preempt_grace",))
 _BOOL = frozenset(("preemptible", "preempt_requested", "cancel_requested"))
-_TIME = frozenset(("submit_time", "eligible_time", "scheduled_time", "start_time", "end_time", "dispatched"))
+_TIME = frozenset(("submit_time", "eligible_time", "scheduled_time", "start_time", "end_time", "dispatched",
+                   "preempt_deadline"))
 
 
 def encode(value: Any) -> str:

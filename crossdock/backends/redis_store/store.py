@@ -262,8 +262,23 @@ class JobStore:
         return CancelOutcome(job_id, False, job.state, job.backend)
 
     def request_preempt(self, job_id: int, grace_seconds: float, pipe: Any = None) -> Any:
-        """Mark a placed job as being preempted: its capacity counts as terminating from now on."""
-        return self.update_if(job_id, _PLACED, {"preempt_requested": True, "preempt_grace": grace_seconds}, pipe=pipe)
+        """Mark a placed job as being preempted: its capacity counts as terminating from now on,
+        and what still runs ``grace_seconds`` from now is stopped (``preempt_deadline``). The
+        backend calls it again when it signals the job, so the grace is counted from the signal."""
+        deadline = datetime.fromtimestamp(time.time() + grace_seconds, timezone.utc)
+        return self.update_if(job_id, _PLACED, {"preempt_requested": True, "preempt_grace": grace_seconds,
+                                                "preempt_deadline": deadline}, pipe=pipe)
+
+    def settle_preempted(self, job_id: int, requeue: bool, actor: str = "", reason: str = Reason.PREEMPTED) -> JobState:
+        """Move a PREEMPTED job on, the one place every backend's preemption ends: back to PENDING
+        for a new attempt when its spec allows requeue, else CANCELLED with the preemption's
+        reason. A user's cancel that landed meanwhile wins (CANCELLED, CancelledByUser)."""
+        if requeue and self.requeue(job_id, actor=actor, reason=Reason.PREEMPTED, unless="cancel_requested"):
+            return JobState.PENDING
+        stop = self.stop_request(job_id)
+        why = Reason.CANCELLED_BY_USER if stop is not None and stop.cancel else reason
+        self.transition(job_id, JobState.CANCELLED, actor=actor, reason=why, fields={"end_time": utcnow()})
+        return self.get(job_id).state
 
     def stop_requests(self, ids: Sequence[int]) -> dict[int, StopRequest]:
         """The cancel or preempt requests standing on these jobs (jobs with none are absent)."""
@@ -288,14 +303,15 @@ class JobStore:
         return bool(self.update_if(job_id, (JobState.PENDING,),
                                    {"spec": spec.model_dump_json(exclude_defaults=True), "reason": reason}))
 
-    def requeue(self, job_id: int, actor: str = "", reason: str = "Requeued", delay_seconds: float = 0) -> bool:
+    def requeue(self, job_id: int, actor: str = "", reason: str = "Requeued", delay_seconds: float = 0,
+                unless: str = "") -> bool:
         """Back to PENDING for a new attempt (placement and stop fields cleared)."""
         eligible = datetime.fromtimestamp(utcnow().timestamp() + delay_seconds, timezone.utc) if delay_seconds else None
         cleared = ("nodes", "gpu_ids", "backend_ref", "pool", "backend", "exit_code", "signal", "start_time",
                    "end_time", "scheduled_time", "cancel_requested", "preempt_requested", "preempt_grace",
-                   "dispatched", "pid")
+                   "preempt_deadline", "dispatched", "pid")
         return self.transition(job_id, JobState.PENDING, fields={**dict.fromkeys(cleared), "eligible_time": eligible},
-                               actor=actor, reason=reason)
+                               actor=actor, reason=reason, unless=unless)
 
     # --- dispatch bookkeeping --------------------------------------------------------------
     def claim_dispatch(self, ids: Sequence[int], attempt: int, worker: str,
