@@ -205,8 +205,9 @@ class JobStore:
     # --- state changes ---------------------------------------------------------------------
     def transition(self, job_id: int, new: JobState, *, fields: dict[str, Any] | None = None, actor: str = "",
                    reason: str = "", attempt: int | None = None, unless: str = "", bump_attempt: bool = False,
-                   pipe: Any = None) -> Any:
-        """Move a job to ``new`` if the transition table allows it from its current state.
+                   only_from: Iterable[JobState] = (), pipe: Any = None) -> Any:
+        """Move a job to ``new`` if the transition table allows it from its current state (and,
+        given ``only_from``, that state is one of those).
 
         Returns True/False (or queues the call on ``pipe``, whose result is ``[1|0, old]``).
         """
@@ -216,7 +217,10 @@ class JobStore:
         event = {"actor": actor or self.actor, "reason": reason, "time": time.time()}
         keys = [self.k.job(job_id), self.k.pending, self.k.active, self.k.job_events(job_id), self.k.events,
                 self.k.finished]
-        args = [job_id, new.value, _allowed_from(new), json.dumps(values), json.dumps(event), STREAM_MAXLEN,
+        allowed = _allowed_from(new)
+        if only_from:
+            allowed = " ".join(s.value for s in only_from if s.value in allowed.split())
+        args = [job_id, new.value, allowed, json.dumps(values), json.dumps(event), STREAM_MAXLEN,
                 "" if attempt is None else str(attempt), unless, "1" if bump_attempt else "0",
                 "1" if new.terminal else "0", event["time"]]
         if pipe is not None:
@@ -277,7 +281,8 @@ class JobStore:
             return JobState.PENDING
         stop = self.stop_request(job_id)
         why = Reason.CANCELLED_BY_USER if stop is not None and stop.cancel else reason
-        self.transition(job_id, JobState.CANCELLED, actor=actor, reason=why, fields={"end_time": utcnow()})
+        self.transition(job_id, JobState.CANCELLED, actor=actor, reason=why, fields={"end_time": utcnow()},
+                        only_from=(JobState.PREEMPTED,))  # never a job someone else requeued meanwhile
         return self.get(job_id).state
 
     def stop_requests(self, ids: Sequence[int]) -> dict[int, StopRequest]:
