@@ -91,7 +91,8 @@ def test_a_preempted_job_is_requeued_however_it_ends(contract, behaviour):
     again = contract.follow(job.id, JobState.PENDING, *TERMINAL)
     assert (again.state, again.reason) == (JobState.PENDING, Reason.PREEMPTED), contract.history(job.id)
     assert contract.history(job.id)[-3:] == ["RUNNING", "PREEMPTED", "PENDING"]
-    assert (again.attempts, again.backend_ref, again.preempt_requested, again.preempt_deadline) == (1, None, False, None)
+    assert (again.attempts, again.backend_ref, again.preempt_requested, again.preempt_deadline) == (
+        1, None, False, None)
     if behaviour == "checkpoints":
         assert contract.adapter.checkpointed(job) in (True, None)
     assert contract.sent == []
