@@ -344,6 +344,8 @@ class Job(_Model):
     """Being stopped for a higher-priority job (its capacity is freed at the end of its grace period)."""
     preempt_grace: float | None = None
     """Seconds the preempted job has between SIGTERM and SIGKILL."""
+    preempt_deadline: datetime | None = None
+    """When the grace period of the preemption ends: the follower stops what still runs then."""
     cancel_requested: bool = False
     """A user cancelled the placed job; its backend is stopping it."""
     dispatched: datetime | None = None

@@ -71,6 +71,21 @@ def can_transition(old: JobState, new: JobState) -> bool:
     return new in TRANSITIONS[old]
 
 
+def stopped_outcome(state: JobState, reason: str, *, cancel: bool, preempt: bool) -> tuple[JobState, str]:
+    """How an attempt that crossdock asked to stop ended: the stop request decides, not the exit
+    status (a victim killed, exiting on SIGTERM with 143, or checkpointing and exiting 0 was
+    preempted all the same), and a user's cancel wins over a preemption in flight.
+
+    ``state`` is what the backend reports; an attempt that has not ended keeps it."""
+    if not (state.terminal or state is JobState.PREEMPTED):
+        return state, reason
+    if cancel:
+        return JobState.CANCELLED, Reason.CANCELLED_BY_USER
+    if preempt:
+        return JobState.PREEMPTED, reason if state is JobState.PREEMPTED else Reason.PREEMPTED
+    return state, reason
+
+
 def transition(old: JobState, new: JobState, job_id: int | None = None) -> JobState:
     """Return ``new`` if the move is legal, else raise :class:`IllegalTransition`."""
     if not can_transition(old, new):

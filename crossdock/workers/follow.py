@@ -17,7 +17,7 @@ from crossdock.backends.redis_store.store import utcnow
 from crossdock.backends.registry import Backends
 from crossdock.queue.models import Job
 from crossdock.queue.ports import BackendError, StopsLost, SweepsOrphans
-from crossdock.queue.states import JobState, Reason
+from crossdock.queue.states import JobState, Reason, stopped_outcome
 from crossdock.workers.app import SendTask
 
 log = logging.getLogger(__name__)
@@ -107,7 +107,10 @@ class Follower:
             log.warning("status of %s unavailable: %s", kind, exc)
             return
         now = time.time()
-        changes: list[tuple[Job, JobState] | None] = []  # one entry per queued command
+        # The stop requests standing when these attempts ended decide how they ended (one round trip).
+        ended = [i for i, st in statuses.items() if st.state.terminal or st.state is JobState.PREEMPTED]
+        stops = store.stop_requests(ended) if ended else {}
+        changes: list[tuple[Job, JobState, str] | None] = []  # one entry per queued command
         with store.pipeline() as pipe:
             for job in jobs:
                 st = statuses.get(job.id)
@@ -121,6 +124,9 @@ class Follower:
                 # Waiting inside the backend (Slurm PENDING, or requeued there by the backend itself) is
                 # SCHEDULED for crossdock: the backend owns that attempt and will start it again.
                 state = JobState.SCHEDULED if st.state is JobState.PENDING else st.state
+                stop = stops.get(job.id)
+                state, reason = stopped_outcome(state, st.reason, cancel=bool(stop and stop.cancel),
+                                                preempt=bool(stop and stop.preempt))
                 if state is job.state:
                     if st.reason and job.state is JobState.SCHEDULED and st.reason != job.reason:
                         store.update_if(job.id, (JobState.SCHEDULED,), {"reason": st.reason}, pipe=pipe)
@@ -134,14 +140,14 @@ class Follower:
                 elif state.terminal or state is JobState.PREEMPTED:
                     fields["end_time"] = utcnow()
                 # One round trip for every change of the pass (a 1,000-task array finishes together).
-                store.transition(job.id, state, fields=fields, reason=st.reason, actor=kind, pipe=pipe)
-                changes.append((job, state))
+                store.transition(job.id, state, fields=fields, reason=reason, actor=kind, pipe=pipe)
+                changes.append((job, state, reason))
             outcomes = pipe.execute()
         for change, outcome in zip(changes, outcomes):
             if change is None:
                 continue
-            (job, state), (ok, old) = change, outcome
+            (job, state, reason), (ok, old) = change, outcome
             if ok:
                 log.info("job %s: %s -> %s", job.id, old, state.value)
-                if state is JobState.PREEMPTED and job.spec.requeue:
-                    store.requeue(job.id, actor=kind, reason=Reason.PREEMPTED)
+                if state is JobState.PREEMPTED:
+                    store.settle_preempted(job.id, job.spec.requeue, actor=kind, reason=reason)

@@ -16,6 +16,7 @@ import threading
 import time
 import uuid
 from dataclasses import dataclass
+from typing import Sequence
 
 from crossdock.backends.redis_store.store import STORE_UNAVAILABLE, utcnow
 from crossdock.gcpause import collection_paused
@@ -24,7 +25,7 @@ from crossdock.queue.cycle import CycleResult, facts_of, run_cycle
 from crossdock.queue.dispatch import dispatch_groups
 from crossdock.queue.models import Job
 from crossdock.queue.ports import Inventory
-from crossdock.queue.snapshot import Snapshot
+from crossdock.queue.snapshot import Node, Snapshot
 from crossdock.queue.states import JobState, Reason
 from crossdock.runtime import Runtime
 from crossdock.workers.app import SendTask
@@ -90,12 +91,23 @@ class Scheduler:
         missing = [i for i in wanted if i not in known]
         others = {j.id: facts_of(j) for j in store.get_many(missing)}
         others.update(store.history_facts(i for i in missing if i not in others))
-        usage, last = store.usage()
-        now = time.time()
-        usage = accrue_usage(usage, last, now, inv.nodes, active, config)
-        store.save_usage(usage, now)
+        usage = self.accrue(inv.nodes, active)
         return build_snapshot(Records(pending, active, inv.nodes, inv.foreign, frozenset(wanted), others,
                                       store.nominations(j.id for j in pending), usage), config)
+
+    def accrue(self, nodes: Sequence[Node], active: list[Job]) -> dict[str, float]:
+        """Charge the running jobs' fair-share usage since the last accrual, and save it."""
+        store = self.rt.store
+        usage, last = store.usage()
+        now = time.time()
+        usage = accrue_usage(usage, last, now, nodes, active, self.rt.config)
+        store.save_usage(usage, now)
+        return usage
+
+    def _known_nodes(self) -> list[Node]:
+        """The nodes of the last inventory, without asking any backend."""
+        nodes = [n for _at, inv in self._inventory.values() for n in inv.nodes]
+        return nodes or self.rt.store.inventory() or []
 
     # --- one cycle -------------------------------------------------------------------------
     def cycle_once(self) -> CycleStats:
@@ -103,6 +115,8 @@ class Scheduler:
         store = self.rt.store
         pending = store.get_many(store.pending_ids())
         if not pending:
+            # Work that runs while nothing waits is charged too (the cached inventory is enough).
+            self.accrue(self._known_nodes(), store.get_many(store.active_ids()))
             return CycleStats(seconds=time.perf_counter() - t0)
         active = store.get_many(store.active_ids())
         snap = self.snapshot(pending, active)

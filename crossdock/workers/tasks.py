@@ -174,6 +174,8 @@ def cancel(job_id: int) -> str:
 
 @shared_task(name="crossdock.preempt")
 def preempt(job_id: int, grace_seconds: int) -> str:
+    """Signal a victim and return: the grace period is never waited out in a worker (the follower
+    or the job's supervisor stops what still runs at its ``preempt_deadline``)."""
     rt = runtime()
     job = rt.store.get(job_id)
     if job.state.terminal or not job.backend:

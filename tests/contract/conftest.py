@@ -83,6 +83,67 @@ class Adapter:
         """How many backend objects (submissions) exist for ``job``'s attempt."""
         raise NotImplementedError
 
+    honours_grace = True
+    """The backend's jobs live on through a preemption's grace period (kwok deletes pods at once)."""
+
+    def victim(self, behaviour: str) -> JobSpec:
+        """A job that reacts to SIGTERM as ``behaviour`` (one of ``VICTIMS``) says; simulated by default."""
+        return simulated_spec(None)
+
+    def victim_ready(self, job: Job) -> None:
+        """Wait until the victim can receive its signal (its trap is set)."""
+
+    def victim_reacts(self, job: Job, behaviour: str) -> None:
+        """What a simulated victim does once signalled: exit 143 or checkpoint and exit 0."""
+        if VICTIMS[behaviour] is not None:
+            self.release(job, VICTIMS[behaviour])
+
+    def checkpointed(self, job: Job) -> bool | None:
+        """Whether the victim wrote its checkpoint (None: a simulated job writes nothing)."""
+        return None
+
+
+VICTIMS: dict[str, int | None] = {"keeps-running": None, "dies-of-term": 143, "exits-143": 143, "checkpoints": 0}
+"""How a preempted job reacts to SIGTERM → the exit code a simulated one ends with (None: runs until killed)."""
+
+_VICTIM_SCRIPTS = {
+    # Ignores SIGTERM: ends only when killed at the end of its grace period.
+    "keeps-running": "trap 'echo got TERM' TERM",
+    # No trap: killed by the signal, as most programs are (Slurm: FAILED, ExitCode 0:15).
+    "dies-of-term": "",
+    "exits-143": "trap 'exit 143' TERM",
+    "checkpoints": "trap 'echo saved > \"$VICTIM.ckpt\"; exit 0' TERM",
+}
+
+
+def shell_victim(behaviour: str, jobs_dir: Path, **spec: Any) -> JobSpec:
+    mark = jobs_dir / f"victim-{uuid.uuid4().hex}"
+    script = f'{_VICTIM_SCRIPTS[behaviour]}\ntouch "$VICTIM.ready"\nwhile :; do sleep 0.2; done\n'
+    return JobSpec(command=["sh", "-c", script], env={"VICTIM": str(mark)}, workdir=str(jobs_dir),
+                   stdout=str(jobs_dir / "job-%j.out"), **spec)
+
+
+class ShellVictims:
+    """Victims as shell scripts that trap SIGTERM (local and Slurm run them for real)."""
+
+    jobs_dir: Path
+
+    def victim(self, behaviour: str) -> JobSpec:
+        return shell_victim(behaviour, self.jobs_dir, **self.limits)
+
+    def victim_ready(self, job: Job) -> None:
+        ready = Path(job.spec.env["VICTIM"] + ".ready")
+        deadline = time.monotonic() + 60
+        while not ready.exists():
+            assert time.monotonic() < deadline, f"job {job.id}: victim never set its trap"
+            time.sleep(0.1)
+
+    def victim_reacts(self, job: Job, behaviour: str) -> None:
+        pass  # the script reacts to the real signal
+
+    def checkpointed(self, job: Job) -> bool | None:
+        return Path(job.spec.env["VICTIM"] + ".ckpt").read_text() == "saved\n"
+
 
 def simulated_spec(exit_code: int | None) -> JobSpec:
     env = {} if exit_code is None else {SIMULATE_EXIT_CODE: str(exit_code)}
@@ -135,8 +196,9 @@ class FakeAdapter(Adapter):
         return self.fake.created.count(f"fake:{job.id}:{job.attempts}")
 
 
-class LocalAdapter(Adapter):
+class LocalAdapter(ShellVictims, Adapter):
     kind = "local"
+    limits = {"time_limit_seconds": 300}
     pool = {"backend": "local", "nodes": [{"name": "localhost", "cpus": 4, "memory_mib": 4096}]}
     nodes = ["localhost"]
 
@@ -170,8 +232,9 @@ class LocalAdapter(Adapter):
         return self.submitted.count((job.id, job.attempts))
 
 
-class SlurmAdapter(Adapter):
+class SlurmAdapter(ShellVictims, Adapter):
     kind = "slurm"
+    limits = {"time_limit_minutes": 10}
     pool = {"backend": "slurm", "partition": "cpu"}
     nodes = ["cpu2"]  # away from cpu1, where the Slurm integration tests preempt
 
@@ -195,6 +258,7 @@ class SlurmAdapter(Adapter):
 
 class KubernetesAdapter(Adapter):
     kind = "k8s"
+    honours_grace = False  # kwok's pod-delete Stage removes a deleted pod at once
     pool = {"backend": "k8s", "selector": {"crossdock.io/pool": "cpu"}}
     nodes = ["cpu-1"]
 
@@ -268,6 +332,9 @@ class Contract:
         made = self.adapter.spec(exit_code)
         if spec:
             made = made.model_copy(update=spec)
+        return self._stored(made)
+
+    def _stored(self, made: JobSpec) -> Job:
         (saved,) = self.store.submit([Job(id=0, spec=made, queue="batch", priority_class="batch", priority=500,
                                           pools=[POOL])])
         assert self.store.transition(saved.id, JobState.SCHEDULED, bump_attempt=True, actor="contract",
@@ -285,10 +352,17 @@ class Contract:
     def cancel(self, job: Job) -> None:
         service.cancel(self.rt, [str(job.id)], self.run_task)
 
-    def preempt(self, job: Job, grace_seconds: int = 0) -> None:
-        """As the leader does: mark the victim, then send the preempt task."""
+    def preempt(self, job: Job, grace_seconds: int = 0, behaviour: str | None = None) -> None:
+        """As the leader does: mark the victim, then send the preempt task. ``behaviour``: a
+        simulated victim reacts to its signal (before the task, which kwok's pods do not outlive)."""
         self.store.request_preempt(job.id, grace_seconds)
+        if behaviour is not None:
+            self.adapter.victim_reacts(job, behaviour)
         self.run_task("crossdock.preempt", [job.id, grace_seconds], self.adapter.kind)
+
+    def victim(self, behaviour: str) -> Job:
+        """A SCHEDULED job (as ``job``) that reacts to SIGTERM as ``behaviour`` says."""
+        return self._stored(self.adapter.victim(behaviour))
 
     def release(self, job: Job, exit_code: int = 0) -> None:
         self.adapter.release(job, exit_code)

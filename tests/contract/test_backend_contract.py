@@ -65,12 +65,51 @@ def test_preempted_without_requeue_is_not_requeued(contract):
     contract.dispatch(job)
     contract.follow(job.id, JobState.RUNNING)
     contract.preempt(job, grace_seconds=0)
-    done = contract.follow(job.id, JobState.PREEMPTED, JobState.CANCELLED, JobState.PENDING)
-    # Where it stays differs today: the local supervisor moves it on to CANCELLED (reason
-    # Preempted); the follower of status backends leaves it PREEMPTED (tests/integration/kubernetes
-    # asserts that). Either way it is not requeued and says why it stopped.
-    assert done.state in (JobState.PREEMPTED, JobState.CANCELLED) and done.reason == Reason.PREEMPTED
-    assert contract.history(job.id)[-2:] in (["RUNNING", "PREEMPTED"], ["PREEMPTED", "CANCELLED"])
+    done = contract.follow(job.id, *TERMINAL, JobState.PENDING)
+    # One ending on every backend (the store's settle_preempted): PREEMPTED, then CANCELLED with
+    # the preemption as its reason; never left PREEMPTED, which is neither active nor terminal.
+    assert (done.state, done.reason) == (JobState.CANCELLED, Reason.PREEMPTED)
+    assert contract.history(job.id)[-3:] == ["RUNNING", "PREEMPTED", "CANCELLED"]
+
+
+GRACE_SECONDS = 4
+
+
+@pytest.mark.parametrize("behaviour", ["keeps-running", "dies-of-term", "exits-143", "checkpoints"])  # conftest VICTIMS
+def test_a_preempted_job_is_requeued_however_it_ends(contract, behaviour):
+    """Killed at the end of its grace period, killed by SIGTERM, exiting 143 on it, or saving a
+    checkpoint and exiting 0: the stop request decides, and the job is back in the queue."""
+    job = contract.victim(behaviour)
+    contract.dispatch(job)
+    contract.follow(job.id, JobState.RUNNING)
+    contract.adapter.victim_ready(job)
+    contract.preempt(job, grace_seconds=GRACE_SECONDS, behaviour=behaviour)
+    if behaviour == "keeps-running" and contract.adapter.honours_grace:
+        # The task has returned, and the victim, which ignores SIGTERM, still runs: the task
+        # did not wait out the grace period (the follower's status pass or the supervisor does).
+        assert contract.backend.status([contract.store.get(job.id)])[job.id].state is JobState.RUNNING
+    again = contract.follow(job.id, JobState.PENDING, *TERMINAL)
+    assert (again.state, again.reason) == (JobState.PENDING, Reason.PREEMPTED), contract.history(job.id)
+    assert contract.history(job.id)[-3:] == ["RUNNING", "PREEMPTED", "PENDING"]
+    assert (again.attempts, again.backend_ref, again.preempt_requested, again.preempt_deadline) == (
+        1, None, False, None)
+    if behaviour == "checkpoints":
+        assert contract.adapter.checkpointed(job) in (True, None)
+    assert contract.sent == []
+
+
+def test_cancel_during_the_grace_period_wins(contract):
+    """A user cancels a victim while it is being preempted: CANCELLED, and not requeued."""
+    job = contract.victim("keeps-running")
+    contract.dispatch(job)
+    contract.follow(job.id, JobState.RUNNING)
+    contract.adapter.victim_ready(job)
+    contract.preempt(job, grace_seconds=60)
+    contract.cancel(job)
+    done = contract.follow(job.id, *TERMINAL, JobState.PENDING)
+    assert (done.state, done.reason, done.attempts) == (JobState.CANCELLED, Reason.CANCELLED_BY_USER, 1)
+    assert "PENDING" not in contract.history(job.id)[1:]
+    assert contract.sent == []
 
 
 # --- dispatch exactly once ------------------------------------------------------------------------

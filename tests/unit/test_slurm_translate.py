@@ -4,11 +4,13 @@ in-memory driver."""
 
 from __future__ import annotations
 
+import time
+from datetime import datetime, timezone
+
 import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from crossdock.backends.redis_store.store import StopRequest
 from crossdock.backends.slurm.backend import SlurmBackend
 from crossdock.backends.slurm.cli import export_value, parse_sacct, sbatch_options
 from crossdock.backends.slurm.driver import SlurmJob, SlurmUnavailable, SubmitRejected, parse_gpu_gres, parse_job, parse_node
@@ -427,7 +429,7 @@ def test_backend_status_by_job_follows_tags_and_array_tasks():
 
 
 class FakeStore:
-    """The stop requests the backend records and reads (the rest of the store is not needed)."""
+    """The preemption the backend records (the rest of the store is not needed)."""
 
     def __init__(self):
         self.preempted: dict[int, float] = {}
@@ -435,27 +437,97 @@ class FakeStore:
     def request_preempt(self, job_id, grace_seconds):
         self.preempted[job_id] = grace_seconds
 
-    def stop_requests(self, ids):
-        return {i: StopRequest(False, True, self.preempted[i]) for i in ids if i in self.preempted}
 
-    def stop_request(self, job_id):
-        return self.stop_requests([job_id]).get(job_id)
+class StopDriver(MemoryDriver):
+    """Records what the backend asks Slurm to do to a job: signal, cancel, requeue."""
+
+    def __init__(self):
+        super().__init__()
+        self.calls: list[tuple[str, str]] = []
+        self.signal = lambda ref, sig: self.calls.append((f"signal {sig}", ref))
+        self.cancel = lambda ref: self.calls.append(("cancel", ref))
+        self.requeue = lambda ref: self.calls.append(("requeue", ref))
+
+    def show(self, ref: str, state: str, restarts: int = 0, job_id: int = 8, attempt: int = 0) -> None:
+        self.records = [SlurmJob(job_id=int(ref), state=state, reason="None", exit_code=0, signal=None,
+                                 comment=job_tag(job_id, attempt), restarts=restarts)]
 
 
-def test_preempted_job_is_reported_preempted_not_cancelled():
-    driver = MemoryDriver()
-    cancelled: list[str] = []
-    driver.cancel = cancelled.append
-    store = FakeStore()
-    backend = SlurmBackend(driver, store=store)
+def _victim(backend, driver, deadline_in: float | None):
+    """A job submitted and running in Slurm, preempted by the leader with a deadline ``deadline_in`` s away."""
     job = _job(job_id=8, attempt=0)
     ref = backend.submit(job)
-    backend.preempt(job.model_copy(update={"backend_ref": ref}), 0)
-    assert cancelled == [ref] and 8 in store.preempted
-    driver.records = [SlurmJob(job_id=int(ref), state="CANCELLED", reason="None", exit_code=0, signal=15,
+    driver.show(ref, "RUNNING")
+    deadline = None if deadline_in is None else datetime.fromtimestamp(time.time() + deadline_in, timezone.utc)
+    return ref, job.model_copy(update={"backend_ref": ref, "preempt_requested": True, "preempt_grace": 5,
+                                       "preempt_deadline": deadline})
+
+
+def test_preempt_signals_and_returns_the_grace_period_is_left_to_the_status_pass():
+    driver, store = StopDriver(), FakeStore()
+    backend = SlurmBackend(driver, store=store)
+    ref, job = _victim(backend, driver, deadline_in=60)
+    backend.preempt(job, 5)  # nothing sleeps: the task returns once the signal is sent
+    assert driver.calls == [("signal TERM", ref)] and store.preempted == {8: 5}
+    assert backend.status([job])[8].state is JobState.RUNNING  # within its grace: left alone
+    assert driver.calls == [("signal TERM", ref)]
+    late = job.model_copy(update={"preempt_deadline": datetime.fromtimestamp(time.time() - 1, timezone.utc)})
+    assert backend.status([late])[8].state is JobState.RUNNING
+    assert driver.calls[-1] == ("cancel", ref)  # past its deadline and still running: stopped
+
+
+def test_preempt_without_grace_stops_at_once():
+    driver = StopDriver()
+    backend = SlurmBackend(driver, store=FakeStore())
+    ref, job = _victim(backend, driver, deadline_in=0)
+    backend.preempt(job, 0)
+    assert driver.calls == [("cancel", ref)]
+
+
+def test_requeue_policy_hands_the_job_back_to_crossdock_not_to_slurm():
+    """Slurm requeues the victim (``scontrol requeue``); crossdock then cancels the requeued Slurm
+    job, so that Slurm cannot start it again on the GPU that was freed, and reports it PREEMPTED
+    (the follower requeues it as a new crossdock attempt)."""
+    driver = StopDriver()
+    backend = SlurmBackend(driver, store=FakeStore(), preempt_policy="requeue")
+    ref, job = _victim(backend, driver, deadline_in=-1)
+    backend.status([job])
+    assert driver.calls == [("requeue", ref)]
+    driver.show(ref, "PENDING", restarts=1)
+    st = backend.status([job])[8]
+    assert (st.state, st.reason) == (JobState.PREEMPTED, Reason.PREEMPTED) and driver.calls[-1] == ("cancel", ref)
+    # Restarted by Slurm before crossdock saw it pending: cancelled, never requeued a second time.
+    driver.calls.clear()
+    driver.show(ref, "RUNNING", restarts=1)
+    backend.status([job])
+    assert driver.calls == [("cancel", ref)]
+
+
+def test_slurm_reports_how_a_preempted_job_exited_the_follower_decides():
+    """A victim that exits on SIGTERM is FAILED in Slurm: the backend reports that as it is; the
+    stop request in the store turns it into PREEMPTED (``stopped_outcome``, in the follower)."""
+    driver = StopDriver()
+    backend = SlurmBackend(driver, store=FakeStore())
+    ref, job = _victim(backend, driver, deadline_in=60)
+    driver.records = [SlurmJob(job_id=int(ref), state="FAILED", reason="NonZeroExitCode", exit_code=0, signal=15,
                                comment=job_tag(8, 0))]
     st = backend.status([job])[8]
-    assert (st.state, st.reason) == (JobState.PREEMPTED, Reason.PREEMPTED)
+    assert (st.state, st.signal) == (JobState.FAILED, 15) and driver.calls == []
+
+
+def test_gres_type_is_spelt_as_the_node_declares_it():
+    from crossdock.backends.slurm.driver import SlurmNode, SlurmPartition
+
+    driver = MemoryDriver()
+    driver.nodes = lambda: [SlurmNode("gpu-a100-1", "idle", (), ("gpu-a100",), 16, 0, 64000, 0, {"a100": 8}, {}),
+                            SlurmNode("gpu-h", "idle", (), ("gpu-h",), 16, 0, 64000, 0, {"H100_80GB": 4}, {})]
+    driver.partitions = lambda: [SlurmPartition("gpu-a100", ("gpu-a100-1",)), SlurmPartition("gpu-h", ("gpu-h",))]
+    backend = SlurmBackend(driver)
+    for model, native, nodes in (("A100", "a100", ["gpu-a100-1"]), ("h100_80gb", "H100_80GB", []),
+                                 ("L4", "L4", [])):  # a model no node has goes as given: sbatch says no
+        job = _job(job_id=9, attempt=0, gpus=GpuRequest(count=1, type=model)).model_copy(update={"nodes": nodes})
+        backend.submit(job, fresh=True)
+        assert driver.submitted[-1].gres == (f"gpu:{native}:1",), model
 
 
 def test_inventory_maps_partitions_to_pools_and_gpus_to_devices():

@@ -1,7 +1,7 @@
 import pytest
 
 from crossdock.queue.errors import IllegalTransition
-from crossdock.queue.states import TERMINAL, TRANSITIONS, JobState, can_transition, transition
+from crossdock.queue.states import TERMINAL, TRANSITIONS, JobState, Reason, can_transition, stopped_outcome, transition
 
 
 @pytest.mark.parametrize("old,new", [
@@ -41,3 +41,23 @@ def test_terminal_states_only_leave_by_requeue():
         assert TRANSITIONS[s] == {JobState.PENDING}
         assert s.terminal and not s.active
     assert can_transition(JobState.RUNNING, JobState.PENDING)
+
+
+@pytest.mark.parametrize("reported, reason, cancel, preempt, outcome", [
+    # A preempted victim: however it exited after the signal, it was preempted.
+    (JobState.FAILED, Reason.NON_ZERO_EXIT, False, True, (JobState.PREEMPTED, Reason.PREEMPTED)),
+    (JobState.COMPLETED, Reason.NONE, False, True, (JobState.PREEMPTED, Reason.PREEMPTED)),
+    (JobState.CANCELLED, Reason.CANCELLED_BY_USER, False, True, (JobState.PREEMPTED, Reason.PREEMPTED)),
+    (JobState.PREEMPTED, "PreemptedByScheduler", False, True, (JobState.PREEMPTED, "PreemptedByScheduler")),
+    # A user's cancel wins over a preemption in flight.
+    (JobState.PREEMPTED, Reason.PREEMPTED, True, True, (JobState.CANCELLED, Reason.CANCELLED_BY_USER)),
+    (JobState.FAILED, Reason.NON_ZERO_EXIT, True, True, (JobState.CANCELLED, Reason.CANCELLED_BY_USER)),
+    (JobState.COMPLETED, Reason.NONE, True, False, (JobState.CANCELLED, Reason.CANCELLED_BY_USER)),
+    # Not ended yet, or nothing asked: the backend's word stands.
+    (JobState.RUNNING, Reason.NONE, True, True, (JobState.RUNNING, Reason.NONE)),
+    (JobState.FAILED, Reason.NON_ZERO_EXIT, False, False, (JobState.FAILED, Reason.NON_ZERO_EXIT)),
+    (JobState.PREEMPTED, "PreemptedByScheduler", False, False, (JobState.PREEMPTED, "PreemptedByScheduler")),
+], ids=["killed-143", "checkpoint-0", "scancelled", "k8s-preempted", "cancel-in-grace", "cancel-after-exit",
+        "cancel-exit-0", "still-running", "no-stop", "backend-preempted"])
+def test_the_stop_request_decides_how_a_stopped_attempt_ended(reported, reason, cancel, preempt, outcome):
+    assert stopped_outcome(reported, reason, cancel=cancel, preempt=preempt) == outcome

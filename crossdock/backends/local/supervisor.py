@@ -22,7 +22,7 @@ from pathlib import Path
 from crossdock.backends.local.environment import job_environment, output_paths
 from crossdock.backends.redis_store.store import JobStore
 from crossdock.queue.models import Job
-from crossdock.queue.states import JobState, Reason
+from crossdock.queue.states import JobState, Reason, stopped_outcome
 
 log = logging.getLogger("crossdock.supervisor")
 
@@ -120,13 +120,14 @@ class Supervisor:
             if now >= next_beat:
                 self.store.heartbeat(job.id, HEARTBEAT_TTL)
                 next_beat = now + HEARTBEAT_SECONDS
-                if ending == "exit":
+                if ending in ("exit", "preempt"):
                     stop = self.store.stop_request(job.id)
                     if stop is not None and stop.cancel:
-                        ending, kill_at = "cancel", now + self.kill_wait
-                    elif stop is not None and stop.preempt:
+                        # A cancel during a preemption's grace period wins and does not wait it out.
+                        ending, kill_at = "cancel", min(kill_at or now + self.kill_wait, now + self.kill_wait)
+                        _killpg(proc.pid, signal.SIGTERM)
+                    elif ending == "exit" and stop is not None and stop.preempt:
                         ending, kill_at = "preempt", now + (stop.grace_seconds or self.kill_wait)
-                    if kill_at is not None:
                         _killpg(proc.pid, signal.SIGTERM)
             if ending == "exit" and limit is not None and now - started >= limit:
                 ending, kill_at = "timeout", now + self.kill_wait
@@ -158,12 +159,14 @@ class Supervisor:
             state, reason = JobState.COMPLETED, Reason.NONE
         else:
             state, reason = JobState.FAILED, Reason.NON_ZERO_EXIT
-        self.store.transition(job.id, state, attempt=attempt, reason=reason, fields=fields, actor="local")
-        if state is JobState.PREEMPTED:
-            if job.spec.requeue:
-                self.store.requeue(job.id, actor="local", reason=Reason.PREEMPTED)
-            else:
-                self.store.transition(job.id, JobState.CANCELLED, reason=Reason.PREEMPTED, actor="local")
+        # The stop requests standing now decide, as for every backend: a cancel that came during
+        # the grace period wins over the preemption.
+        stop = self.store.stop_request(job.id)
+        state, reason = stopped_outcome(state, reason, cancel=bool(stop and stop.cancel) or ending == "cancel",
+                                        preempt=bool(stop and stop.preempt) or ending == "preempt")
+        moved = self.store.transition(job.id, state, attempt=attempt, reason=reason, fields=fields, actor="local")
+        if moved and state is JobState.PREEMPTED:
+            self.store.settle_preempted(job.id, job.spec.requeue, actor="local")
 
 
 def _now() -> datetime:

@@ -17,9 +17,9 @@ from crossdock.queue.states import JobState
 
 STATUS_FIELDS = ("state", "reason", "attempts", "queue", "priority_class", "priority", "preemptible", "pools",
                  "array_job_id", "array_task_id", "backend", "pool", "backend_ref", "nodes", "gpu_ids",
-                 "preempt_requested", "preempt_grace", "cancel_requested", "dispatched", "pid", "explanation",
-                 "alloc_cpu_milli", "alloc_mem_mib", "exit_code", "signal", "submit_time", "eligible_time",
-                 "scheduled_time", "start_time", "end_time")
+                 "preempt_requested", "preempt_grace", "preempt_deadline", "cancel_requested", "dispatched", "pid",
+                 "explanation", "alloc_cpu_milli", "alloc_mem_mib", "exit_code", "signal", "submit_time",
+                 "eligible_time", "scheduled_time", "start_time", "end_time")
 """Every field of a job hash besides ``spec``: exactly the status fields of :class:`Job`."""
 FIELDS = frozenset(("spec", *STATUS_FIELDS))
 _JSON = frozenset(("pools", "nodes", "gpu_ids"))
@@ -27,7 +27,8 @@ _INT = frozenset(("attempts", "priority", "array_job_id", "array_task_id", "allo
                   "exit_code", "signal", "pid"))
 _FLOAT = frozenset(("preempt_grace",))
 _BOOL = frozenset(("preemptible", "preempt_requested", "cancel_requested"))
-_TIME = frozenset(("submit_time", "eligible_time", "scheduled_time", "start_time", "end_time", "dispatched"))
+_TIME = frozenset(("submit_time", "eligible_time", "scheduled_time", "start_time", "end_time", "dispatched",
+                   "preempt_deadline"))
 
 
 def encode(value: Any) -> str:

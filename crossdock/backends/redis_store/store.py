@@ -229,8 +229,9 @@ class JobStore:
     # --- state changes ---------------------------------------------------------------------
     def transition(self, job_id: int, new: JobState, *, fields: dict[str, Any] | None = None, actor: str = "",
                    reason: str = "", attempt: int | None = None, unless: str = "", bump_attempt: bool = False,
-                   pipe: Any = None) -> Any:
-        """Move a job to ``new`` if the transition table allows it from its current state.
+                   only_from: Iterable[JobState] = (), pipe: Any = None) -> Any:
+        """Move a job to ``new`` if the transition table allows it from its current state (and,
+        given ``only_from``, that state is one of those).
 
         Returns True/False (or queues the call on ``pipe``, whose result is ``[1|0, old]``).
         """
@@ -240,7 +241,10 @@ class JobStore:
         event = {"actor": actor or self.actor, "reason": reason, "time": time.time()}
         keys = [self.k.job(job_id), self.k.pending, self.k.active, self.k.job_events(job_id), self.k.events,
                 self.k.finished]
-        args = [job_id, new.value, _allowed_from(new), json.dumps(values), json.dumps(event), STREAM_MAXLEN,
+        allowed = _allowed_from(new)
+        if only_from:
+            allowed = " ".join(s.value for s in only_from if s.value in allowed.split())
+        args = [job_id, new.value, allowed, json.dumps(values), json.dumps(event), STREAM_MAXLEN,
                 "" if attempt is None else str(attempt), unless, "1" if bump_attempt else "0",
                 "1" if new.terminal else "0", event["time"]]
         if pipe is not None:
@@ -286,8 +290,24 @@ class JobStore:
         return CancelOutcome(job_id, False, job.state, job.backend)
 
     def request_preempt(self, job_id: int, grace_seconds: float, pipe: Any = None) -> Any:
-        """Mark a placed job as being preempted: its capacity counts as terminating from now on."""
-        return self.update_if(job_id, _PLACED, {"preempt_requested": True, "preempt_grace": grace_seconds}, pipe=pipe)
+        """Mark a placed job as being preempted: its capacity counts as terminating from now on,
+        and what still runs ``grace_seconds`` from now is stopped (``preempt_deadline``). The
+        backend calls it again when it signals the job, so the grace is counted from the signal."""
+        deadline = datetime.fromtimestamp(time.time() + grace_seconds, timezone.utc)
+        return self.update_if(job_id, _PLACED, {"preempt_requested": True, "preempt_grace": grace_seconds,
+                                                "preempt_deadline": deadline}, pipe=pipe)
+
+    def settle_preempted(self, job_id: int, requeue: bool, actor: str = "", reason: str = Reason.PREEMPTED) -> JobState:
+        """Move a PREEMPTED job on, the one place every backend's preemption ends: back to PENDING
+        for a new attempt when its spec allows requeue, else CANCELLED with the preemption's
+        reason. A user's cancel that landed meanwhile wins (CANCELLED, CancelledByUser)."""
+        if requeue and self.requeue(job_id, actor=actor, reason=Reason.PREEMPTED, unless="cancel_requested"):
+            return JobState.PENDING
+        stop = self.stop_request(job_id)
+        why = Reason.CANCELLED_BY_USER if stop is not None and stop.cancel else reason
+        self.transition(job_id, JobState.CANCELLED, actor=actor, reason=why, fields={"end_time": utcnow()},
+                        only_from=(JobState.PREEMPTED,))  # never a job someone else requeued meanwhile
+        return self.get(job_id).state
 
     def stop_requests(self, ids: Sequence[int]) -> dict[int, StopRequest]:
         """The cancel or preempt requests standing on these jobs (jobs with none are absent)."""
@@ -312,14 +332,15 @@ class JobStore:
         return bool(self.update_if(job_id, (JobState.PENDING,),
                                    {"spec": spec.model_dump_json(exclude_defaults=True), "reason": reason}))
 
-    def requeue(self, job_id: int, actor: str = "", reason: str = "Requeued", delay_seconds: float = 0) -> bool:
+    def requeue(self, job_id: int, actor: str = "", reason: str = "Requeued", delay_seconds: float = 0,
+                unless: str = "") -> bool:
         """Back to PENDING for a new attempt (placement and stop fields cleared)."""
         eligible = datetime.fromtimestamp(utcnow().timestamp() + delay_seconds, timezone.utc) if delay_seconds else None
         cleared = ("nodes", "gpu_ids", "backend_ref", "pool", "backend", "exit_code", "signal", "start_time",
                    "end_time", "scheduled_time", "cancel_requested", "preempt_requested", "preempt_grace",
-                   "dispatched", "pid")
+                   "preempt_deadline", "dispatched", "pid")
         return self.transition(job_id, JobState.PENDING, fields={**dict.fromkeys(cleared), "eligible_time": eligible},
-                               actor=actor, reason=reason)
+                               actor=actor, reason=reason, unless=unless)
 
     # --- dispatch bookkeeping --------------------------------------------------------------
     def claim_dispatch(self, ids: Sequence[int], attempt: int, worker: str,

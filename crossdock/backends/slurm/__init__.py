@@ -9,7 +9,9 @@
 - ``CROSSDOCK_SLURM_ENV``: a file of ``KEY=value`` lines (as ``crossdock dev slurm up`` writes)
   read first. Without it and without ``SLURM_CONF``, the local dev cluster's file is used when
   it exists;
-- ``CROSSDOCK_SLURM_PREEMPT``: ``cancel`` (default; crossdock requeues) or ``requeue``.
+- ``CROSSDOCK_SLURM_PREEMPT``: how a preempted job is stopped at the end of its grace period:
+  ``cancel`` (default, ``scancel``) or ``requeue`` (``scontrol requeue``, then crossdock cancels
+  the requeued Slurm job). Either way crossdock requeues the job as a new attempt.
 """
 
 from __future__ import annotations

@@ -11,10 +11,13 @@ scheduler chose become ``--nodelist``. A crossdock array task dispatched alone i
 Slurm job that carries its task's environment; :meth:`SlurmBackend.submit_array` sends
 many tasks of one array as one Slurm array (``--array=ids%throttle``).
 
-Preemption: SIGTERM, ``grace_seconds``, then ``scancel`` (policy ``cancel``, the default:
-crossdock requeues the job as a new attempt) or ``scontrol requeue`` (policy ``requeue``:
-Slurm reruns the same job). Jobs Slurm itself preempts for a higher partition tier come back
-as PENDING with ``restarts`` counted in ``extra``.
+Preemption: SIGTERM at once; the store records the deadline, and the status pass after it
+stops what still runs: ``scancel`` (policy ``cancel``, the default) or ``scontrol requeue``
+(policy ``requeue``: Slurm's own requeue, then crossdock cancels the requeued Slurm job so it
+cannot restart on the GPU that was freed). Either way the follower ends the attempt PREEMPTED
+however the job exited, and crossdock requeues the job as a new attempt. Jobs Slurm itself
+preempts for a higher partition tier (no crossdock preemption) come back as PENDING with
+``restarts`` counted in ``extra``.
 """
 
 from __future__ import annotations
@@ -31,6 +34,7 @@ from crossdock.queue.ports import BackendStatus, Capabilities, Inventory
 from crossdock.backends.slurm.cli import CliDriver
 from crossdock.backends.slurm.driver import (
     SlurmDriver,
+    SlurmError,
     SlurmJob,
     SlurmNode,
     SlurmPartition,
@@ -49,6 +53,7 @@ from crossdock.queue.states import JobState, Reason
 log = logging.getLogger(__name__)
 
 ACTIVE_NODE_STATES = frozenset({"idle", "mixed", "allocated", "completing"})
+GPU_TYPES_REFRESH_SECONDS = 60.0
 UNSCHEDULABLE_FLAGS = frozenset({"drain", "draining", "drained", "down", "maintenance", "not_responding", "fail", "power_down"})
 # Worst first: how an array whose tasks ended differently is summed up.
 _ARRAY_OUTCOME = (JobState.NODE_FAIL, JobState.OUT_OF_MEMORY, JobState.TIMEOUT, JobState.FAILED,
@@ -111,6 +116,9 @@ class SlurmBackend:
         self.parallelism = parallelism
         self._clock, self._sleep = clock, sleep
         self._accounting: bool | None = None
+        self._gpu_types: dict[str, dict[str, str]] = {}
+        """Node → crossdock's GPU model name (upper-cased) → the GRES type as the node spells it."""
+        self._gpu_types_at = float("-inf")
 
     @classmethod
     def from_env(cls, env: Mapping[str, str], driver: str = "cli", **kwargs: Any) -> "SlurmBackend":
@@ -147,6 +155,7 @@ class SlurmBackend:
         """Nodes of the configured slurm pools (every node, pooled by its first partition, when
         there is no config) and the capacity foreign jobs hold on them."""
         view = self.cluster()
+        self._gpu_types_at = self._clock()
         pools = self._slurm_pools()
         members = {p.name: set(p.nodes) for p in view.partitions}
         nodes: list[Node] = []
@@ -163,8 +172,11 @@ class SlurmBackend:
     def _node(self, n: SlurmNode, pool: str) -> Node:
         pool_cfg = self.config.pools.get(pool) if self.config is not None else None
         gpus: list[GpuDevice] = []
+        types = self._gpu_types[n.name] = {}
         for kind, count in sorted(n.gpus.items()):
             model = (pool_cfg.gpu.model if pool_cfg and pool_cfg.gpu.model else kind.upper()) or "GPU"
+            if kind:
+                types.setdefault(model.upper(), kind)
             gpus += [GpuDevice(f"{n.name}:{len(gpus) + i}", len(gpus) + i, model) for i in range(count)]
         base = n.state.rstrip("*~#!%$@^-")
         schedulable = base in ACTIVE_NODE_STATES and not (set(n.flags) & UNSCHEDULABLE_FLAGS)
@@ -173,6 +185,33 @@ class SlurmBackend:
             gpus=tuple(gpus), labels=MappingProxyType({"slurm.partitions": ",".join(n.partitions)}),
             gpu_sharing=False, schedulable=schedulable,
         )
+
+    def gpu_types(self, job: Job) -> dict[str, str]:
+        """crossdock's GPU model name (upper-cased) → the GRES type Slurm knows, on the job's
+        nodes first, then anywhere: ``--gres=gpu:A100:1`` must reach sbatch as the node's
+        ``a100``. Learnt from the inventory, looked up again (at most once a minute) for a
+        model it does not know yet."""
+        req = job.spec.gpu_request()
+        wanted = {m.upper() for m in req.allowed_models()} if req is not None else set()
+        if not wanted:
+            return {}
+
+        def known() -> dict[str, str]:
+            found: dict[str, str] = {}
+            for name in [*job.nodes, *self._gpu_types]:
+                for model, kind in self._gpu_types.get(name, {}).items():
+                    found.setdefault(model, kind)
+            return found
+
+        found = known()
+        if not wanted <= set(found) and self._clock() - self._gpu_types_at > GPU_TYPES_REFRESH_SECONDS:
+            try:
+                self.inventory()
+            except SlurmError as exc:  # unknown, the type goes as given and sbatch says what is wrong
+                self._gpu_types_at = self._clock()
+                log.warning("GPU types of Slurm's nodes unavailable: %s", exc)
+            found = known()
+        return found
 
     # --- dispatch ---------------------------------------------------------------------------
 
@@ -209,6 +248,7 @@ class SlurmBackend:
             partition=partition or self.partition_of(job),
             nodelist=nodelist if nodelist is not None else (job.nodes or None),
             slurm_ids=slurm_ids,
+            gpu_types=self.gpu_types(job),
         )
         return self._submit_once(job_tag(job.id, job.attempts), request, lookup=not fresh)
 
@@ -236,7 +276,7 @@ class SlurmBackend:
             throttle = first.spec.array.max_running if first.spec.array is not None else None
         whole = first.model_copy(update={"id": first.array_job_id, "array_job_id": None, "array_task_id": None,
                                          "nodes": [], "gpu_ids": []})
-        request = build_request(whole, partition=self.partition_of(first))
+        request = build_request(whole, partition=self.partition_of(first), gpu_types=self.gpu_types(whole))
         # File names carry crossdock's array id, as when its tasks are dispatched one by one.
         env = {k: v for k, v in request.env.items() if k != "CROSSDOCK_JOB_ID"}  # one task's id: not the group's
         env["CROSSDOCK_ARRAY_JOB_ID"] = str(first.array_job_id)
@@ -277,7 +317,8 @@ class SlurmBackend:
         known = self._tagged(self.own_jobs())
         refs: list[str | None] = [known.get(job_tag(j.id, j.attempts)) for j in jobs]
         todo = [i for i, ref in enumerate(refs) if ref is None]
-        requests = {i: build_request(jobs[i], partition=partition or self.partition_of(jobs[i])) for i in todo}
+        requests = {i: build_request(jobs[i], partition=partition or self.partition_of(jobs[i]),
+                                     gpu_types=self.gpu_types(jobs[i])) for i in todo}
         with ThreadPoolExecutor(max_workers=self.parallelism) as pool:
             for i, job_id in zip(todo, pool.map(lambda i: self.driver.submit(requests[i]), todo)):
                 refs[i] = str(job_id)
@@ -337,24 +378,54 @@ class SlurmBackend:
             self.driver.requeue(ref)
 
     def preempt(self, job: Job | str, grace_seconds: float = 0) -> None:
-        """SIGTERM the job, give it ``grace_seconds`` to finish, then cancel or requeue it."""
+        """SIGTERM the job and return: the grace period is a state, not a wait. The store records
+        its deadline (``request_preempt``); the status pass after it calls :meth:`stop_preempted`
+        on what still runs. Without grace the job is stopped at once."""
         ref = self._ref(job)
         if ref is None:
             return
-        if self.store is not None and isinstance(job, Job):
-            self.store.request_preempt(job.id, grace_seconds)
-        if grace_seconds > 0:
+        if grace_seconds <= 0:
+            self.stop_preempted(ref)
+            return
+        try:
             self.driver.signal(ref, "TERM")
-            deadline = self._clock() + grace_seconds
-            while self._clock() < deadline:
-                current = self.status_refs([ref])[ref]
-                if current.state not in (JobState.RUNNING, JobState.SCHEDULED):
-                    break
-                self._sleep(min(0.5, max(deadline - self._clock(), 0)))
-        if self.preempt_policy == "requeue":
+        except SlurmUnavailable:
+            raise
+        except SlurmError as exc:  # not started yet, or ended: the deadline the leader recorded still holds
+            log.warning("SIGTERM to Slurm job %s failed: %s", ref, exc)
+            return
+        if self.store is not None and isinstance(job, Job):
+            self.store.request_preempt(job.id, grace_seconds)  # the grace counts from the signal
+
+    def stop_preempted(self, job: Job | str, requeued: bool = False) -> None:
+        """The end of a preemption's grace period: ``scancel`` (policy ``cancel``) or ``scontrol
+        requeue`` (policy ``requeue``). ``requeued``: Slurm already requeued this attempt once,
+        so it is cancelled rather than requeued again."""
+        ref = self._ref(job)
+        if ref is None:
+            return
+        if self.preempt_policy == "requeue" and not requeued:
             self.driver.requeue(ref)
         else:
             self.driver.cancel(ref)
+
+    def _settle_preemptions(self, job: Job, st: "JobStatus") -> JobState | None:
+        """What a preempted attempt has become in Slurm, acting where crossdock must: after the
+        grace period the job is stopped; an attempt Slurm requeued (``requeue`` policy) is
+        cancelled there, so that Slurm cannot start it again on the GPU crossdock freed, and is
+        reported PREEMPTED (crossdock requeues the job as a new attempt). None: no change."""
+        if not job.preempt_requested or st.state is None:
+            return None
+        due = job.preempt_deadline is not None and job.preempt_deadline.timestamp() <= time.time()
+        try:
+            if st.state is JobState.PENDING:
+                self.driver.cancel(st.ref)
+                return JobState.PREEMPTED
+            if due and st.state.active:
+                self.stop_preempted(st.ref, requeued=st.restarts > 0)
+        except SlurmError as exc:  # it may have ended meanwhile; the next pass looks again
+            log.warning("job %s: stopping preempted Slurm job %s failed: %s", job.id, st.ref, exc)
+        return None
 
     # --- follow -----------------------------------------------------------------------------
 
@@ -386,7 +457,7 @@ class SlurmBackend:
             if st.tag is not None and st.tag[1] != job.attempts:
                 continue  # a backend_ref left from an earlier attempt: this attempt is not in Slurm
             state, reason = st.state, st.reason
-            if state is JobState.CANCELLED and self._preempt_requested(job):
+            if self._settle_preemptions(job, st) is JobState.PREEMPTED:
                 state, reason = JobState.PREEMPTED, Reason.PREEMPTED
             out[job.id] = BackendStatus(
                 ref=st.ref, state=state, reason=reason, exit_code=st.exit_code, signal=st.signal, nodes=st.nodes,
@@ -412,10 +483,6 @@ class SlurmBackend:
             elif stop.preempt:
                 out[job.id] = BackendStatus(ref, JobState.PREEMPTED, Reason.PREEMPTED, native_state="gone")
         return out
-
-    def _preempt_requested(self, job: Job) -> bool:
-        stop = self.store.stop_request(job.id) if self.store is not None else None
-        return stop is not None and stop.preempt
 
     def status_refs(self, refs: Iterable[str]) -> dict[str, JobStatus]:
         """Like :meth:`status` for Slurm references: a job id, an array task (``"12_3"``) or an

@@ -97,8 +97,11 @@ def render_dependency(dep: DependencySpec, slurm_ids: Mapping[int, str]) -> str:
     return ("?" if dep.combine == "OR" else ",").join(parts)
 
 
-def _gpu_options(spec: JobSpec) -> tuple[list[str], str | None, str | None]:
-    """(typed per-node gres, --gpus, --gpus-per-task) for the job's GPU request."""
+def _gpu_options(spec: JobSpec, gpu_types: Mapping[str, str] | None = None) -> tuple[list[str], str | None, str | None]:
+    """(typed per-node gres, --gpus, --gpus-per-task) for the job's GPU request.
+
+    ``gpu_types`` maps crossdock's model name, upper-cased (``A100``: what ``crossdock info``
+    shows), to the GRES type the nodes declare (``a100``): Slurm matches the type as spelt."""
     gres = [f"{g.name}:{g.type}:{g.count}" if g.type else f"{g.name}:{g.count}" for g in spec.gres if g.name != "gpu"]
     req = spec.gpu_request()
     if req is None:
@@ -107,6 +110,8 @@ def _gpu_options(spec: JobSpec) -> tuple[list[str], str | None, str | None]:
         raise SubmitRejected("gpus: fractional or MIG GPUs are not offered by Slurm pools; request whole GPUs")
     models = req.allowed_models()
     kind = models[0] if len(models) == 1 else None  # several acceptable models: let the partition decide
+    if kind is not None and gpu_types:
+        kind = gpu_types.get(kind.upper(), kind)
     typed = f"{kind}:{req.count}" if kind else str(req.count)
     if req.per == "node":
         return [*gres, f"gpu:{typed}"], None, None
@@ -149,14 +154,16 @@ def build_request(
     nodelist: list[str] | None = None,
     slurm_ids: Mapping[int, str] | None = None,
     workdir: str | None = None,
+    gpu_types: Mapping[str, str] | None = None,
 ) -> SubmitRequest:
     """The submission for ``job``'s current attempt, placed on ``partition``/``nodelist``.
 
     ``slurm_ids`` maps crossdock job ids to Slurm job ids for dependencies Slurm should
     enforce; without it the spec's dependencies are left to crossdock's own scheduler.
+    ``gpu_types``: model name → the nodes' GRES type (see ``_gpu_options``).
     """
     spec = job.spec
-    gres, gpus, gpus_per_task = _gpu_options(spec)
+    gres, gpus, gpus_per_task = _gpu_options(spec, gpu_types)
     dependency = None
     if spec.dependency is not None and slurm_ids is not None:
         dependency = render_dependency(spec.dependency, slurm_ids)

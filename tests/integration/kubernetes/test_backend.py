@@ -334,11 +334,13 @@ def test_kube_scheduler_preemption_is_noticed_and_requeued_per_policy(
 
     def settled() -> bool:
         follow(ids)
-        return store.get(requeue.id).state is JobState.PENDING and store.get(keep.id).state is JobState.PREEMPTED
+        return store.get(requeue.id).state is JobState.PENDING and store.get(keep.id).state is JobState.CANCELLED
 
-    wait_for("victims preempted: one requeued, one kept PREEMPTED", settled)
+    # The one ending of a preempted job whose spec forbids requeue: CANCELLED, saying who preempted it.
+    wait_for("victims preempted: one requeued, one cancelled", settled)
     assert store.get(requeue.id).reason == Reason.PREEMPTED
     assert store.get(keep.id).reason == "PreemptedByScheduler"
+    assert [e["to"] for e in store.events(keep.id)][-2:] == ["PREEMPTED", "CANCELLED"]
     # A process that never watched those pods (a restarted scheduler) still learns why from the
     # pods' Preempted events once the pods are gone.
     fresh = KubernetesBackend(backend.config, backend.api, namespace=backend.namespace, watch=False)
@@ -362,6 +364,43 @@ def test_crossdock_preemption_deletes_pods_and_requeues(backend: KubernetesBacke
     again = victim.model_copy(update={"attempts": victim.attempts + 1})
     assert backend.submit(again).endswith(f"cd-{victim.id}-2")
     assert wait_state(backend, again, JobState.RUNNING).nodes == ("a100-1",)
+
+
+@pytest.mark.parametrize("exit_code", [143, 0], ids=["exits-143-on-sigterm", "checkpoints-and-exits-0"])
+def test_a_victim_that_ends_itself_after_the_signal_is_requeued(
+        backend: KubernetesBackend, k8s_client: client.ApiClient, k8s_namespace: str, store: Any,
+        follow: Callable[[list[int]], None], exit_code: int) -> None:
+    """kubelet's SIGTERM makes the program exit (kwok: the exit-code annotation ends the pod):
+    a Failed or Succeeded pod of a preempted job is a preemption all the same."""
+    core = client.CoreV1Api(k8s_client)
+    victim = _stored(store, make_job("training", on=["a100-2"], gpus=8, model="A100"))
+    backend.submit(victim)
+    wait_for("victim RUNNING", lambda: follow([victim.id]) or store.get(victim.id).state is JobState.RUNNING)
+    store.request_preempt(victim.id, 30)  # the leader's mark
+    for pod in pods_of(core, k8s_namespace, victim):
+        core.patch_namespaced_pod(pod.metadata.name, k8s_namespace,
+                                  {"metadata": {"annotations": {m.ANNOTATION_EXIT_CODE: str(exit_code)}}})
+    ended = JobState.COMPLETED if exit_code == 0 else JobState.FAILED
+    assert wait_state(backend, victim, ended).state is ended  # what the pod says ...
+    backend.preempt(store.get(victim.id), 30)
+    wait_for("requeued", lambda: follow([victim.id]) or store.get(victim.id).state is not JobState.RUNNING)
+    again = store.get(victim.id)  # ... and what crossdock makes of it: preempted, back in the queue
+    assert (again.state, again.reason, again.attempts) == (JobState.PENDING, Reason.PREEMPTED, 1)
+    assert [e["to"] for e in store.events(victim.id)][-3:] == ["RUNNING", "PREEMPTED", "PENDING"]
+
+
+def test_cancel_during_the_grace_period_is_not_overridden(
+        backend: KubernetesBackend, store: Any, follow: Callable[[list[int]], None]) -> None:
+    victim = _stored(store, make_job("training", on=["a100-3"], gpus=8, model="A100"))
+    backend.submit(victim)
+    wait_for("victim RUNNING", lambda: follow([victim.id]) or store.get(victim.id).state is JobState.RUNNING)
+    store.request_preempt(victim.id, 30)
+    backend.preempt(store.get(victim.id), 30)
+    store.cancel(victim.id)  # the user, while the victim has its grace period
+    backend.cancel(store.get(victim.id))
+    done = wait_for("ended", lambda: follow([victim.id]) or (j := store.get(victim.id)).state.terminal and j)
+    assert (done.state, done.reason, done.attempts) == (JobState.CANCELLED, Reason.CANCELLED_BY_USER, 1)
+    assert "PENDING" not in [e["to"] for e in store.events(victim.id)][1:]
 
 
 def test_cancel_deletes_the_pods(backend: KubernetesBackend, k8s_client: client.ApiClient, k8s_namespace: str) -> None:

@@ -86,3 +86,27 @@ def test_only_the_leader_schedules(runtime, tmp_path, monkeypatch):
     for th in threads:
         th.join(5)
     assert sorted([len(sent_a), len(sent_b)]) == [0, 3]
+
+
+def test_fair_share_usage_accrues_while_nothing_is_pending(runtime):
+    """A job that runs while nobody waits is charged all the same, cycle after cycle."""
+    from crossdock.backends.redis_store.store import utcnow
+    from crossdock.queue.models import Job
+
+    store = runtime.store
+    (job,) = store.submit([Job(id=0, spec=JobSpec(command=["true"], user="alice"), queue="preprocessing",
+                               priority_class="preprocessing", pools=["local"])])
+    assert store.transition(job.id, JobState.SCHEDULED, bump_attempt=True,
+                            fields={"nodes": ["localhost"], "pool": "local", "backend": "local",
+                                    "alloc_cpu_milli": 4000, "alloc_mem_mib": 1024})
+    assert store.transition(job.id, JobState.RUNNING, fields={"start_time": utcnow()})
+    sched = Scheduler(runtime, lambda *a: None)
+    sched.inventory()  # a cycle once ran: the inventory is cached
+    assert store.pending_count() == 0
+    sched.cycle_once()  # the first accrual starts the clock
+    first, at = store.usage()
+    wait_until("time to pass", lambda: time.time() > at + 0.05)
+    sched.cycle_once()
+    usage, later = store.usage()
+    assert later > at and sum(usage.values()) > sum(first.values()) >= 0
+    assert any("alice" in key for key in usage), usage

@@ -113,3 +113,33 @@ def test_times_round_trip(store):
     now = datetime(2026, 1, 2, 3, 4, 5, tzinfo=timezone.utc)
     j, = store.submit([new(submit_time=now)])
     assert store.get(j.id).submit_time == now
+
+
+def _preempted(store, requeue=True, cancelled=False):
+    (j,) = store.submit([Job(id=0, spec=JobSpec(command=["true"], requeue=requeue), queue="q")])
+    store.transition(j.id, JobState.SCHEDULED, bump_attempt=True, fields={"nodes": ["n1"]})
+    store.claim_dispatch([j.id], 1, "w")
+    store.transition(j.id, JobState.RUNNING)
+    assert store.request_preempt(j.id, 30)
+    deadline = store.get(j.id).preempt_deadline
+    assert deadline is not None and 25 < deadline.timestamp() - time.time() <= 30
+    if cancelled:
+        store.cancel(j.id)  # a user, during the grace period
+    assert store.transition(j.id, JobState.PREEMPTED, reason="Preempted")
+    return j
+
+
+@pytest.mark.parametrize("requeue, cancelled, state, reason", [
+    (True, False, JobState.PENDING, "Preempted"),
+    (False, False, JobState.CANCELLED, "Preempted"),
+    (True, True, JobState.CANCELLED, "CancelledByUser"),
+], ids=["requeued", "no-requeue-cancelled", "user-cancel-wins"])
+def test_a_preempted_job_is_settled_in_one_place(store, requeue, cancelled, state, reason):
+    j = _preempted(store, requeue, cancelled)
+    assert store.settle_preempted(j.id, requeue) is state
+    got = store.get(j.id)
+    assert (got.state, got.reason) == (state, reason)
+    if state is JobState.PENDING:
+        assert (got.preempt_requested, got.preempt_deadline, got.nodes) == (False, None, [])
+    # A second settle (another follower, a replay) changes nothing: a requeued job is not cancelled.
+    assert store.settle_preempted(j.id, requeue) is state and store.get(j.id).state is state

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import threading
 import time
+from pathlib import Path
 
 import pytest
 from slurm_helpers import DRIVERS, next_job_id, wait_file, wait_for, wait_job, wait_terminal
@@ -198,30 +199,88 @@ def test_high_priority_job_preempts_and_low_job_reruns(backend, make_job, jobs_d
     assert "run 0" in text and text.endswith("run 1\ndone\n")
 
 
-def test_backend_preempt_signals_then_requeues(backend, make_job, jobs_dir):
-    backend.preempt_policy = "requeue"
-    job = make_job(LOW_JOB)
-    ref = backend.submit(job)
-    out = jobs_dir / f"{job.id}.out"
-    wait_file(out, "run 0")
-    backend.preempt(ref, grace_seconds=5)
-    final = wait_terminal(backend, ref, timeout=60)
-    assert (final.state, final.restarts) == (JobState.COMPLETED, 1)
-    text = out.read_text()
-    assert text.index("got TERM") < text.index("run 1") and text.endswith("done\n")
+VICTIM = """#!/bin/bash
+trap 'echo got TERM' TERM
+echo "run ${SLURM_RESTART_COUNT:-0}"
+while :; do sleep 0.2; done
+"""
+"""Ignores SIGTERM: it ends only when Slurm kills it."""
 
 
-def test_backend_preempt_signals_then_cancels(backend, make_job, jobs_dir):
+def test_backend_preempt_signals_and_returns_then_the_hard_stop_cancels(backend, make_job, jobs_dir):
     assert backend.preempt_policy == "cancel"  # crossdock requeues the job as a new attempt itself
-    job = make_job("#!/bin/bash\ntrap 'echo got TERM; sleep 30' TERM\necho running\nsleep 300 & wait\nsleep 300\n")
+    job = make_job(VICTIM)
     backend.submit(job)
     out = jobs_dir / f"{job.id}.out"
-    wait_file(out, "running")
-    started = time.monotonic()
-    backend.preempt(job, grace_seconds=2)
+    wait_file(out, "run 0")
+    backend.preempt(job, grace_seconds=30)
+    wait_file(out, "got TERM")
+    # The call has returned, and the victim still runs: the grace period is not waited out in it.
+    assert backend.status([job])[job.id].state is JobState.RUNNING
+    backend.stop_preempted(job)  # what the status pass does once the deadline passed
+    assert wait_job(backend, job, lambda s: s.state.terminal).state is JobState.CANCELLED
+
+
+@pytest.fixture
+def followed(runtime, slurm_cluster):
+    """A Slurm backend with the ``requeue`` preempt policy over a real store, and the follower's
+    status pass over it."""
+    from crossdock.workers.leader import Scheduler
+
+    backend = SlurmBackend.from_env(slurm_cluster, driver="cli", store=runtime.store, preempt_policy="requeue")
+    runtime.backends.use("slurm", backend)
+    sched = Scheduler(runtime, send=lambda *a: None, holder="test")
+    return backend, lambda ids: sched.follower._by_status("slurm", runtime.store.get_many(ids))
+
+
+def test_requeue_policy_victim_leaves_its_node_and_is_requeued_by_crossdock(followed, store, make_job, jobs_dir):
+    """``CROSSDOCK_SLURM_PREEMPT=requeue``: Slurm requeues the victim at the end of its grace
+    period; crossdock then cancels that Slurm job (so Slurm cannot start it again on the GPU it
+    freed) and requeues the job as a new attempt of its own."""
+    backend, follow = followed
+    (job,) = store.submit([make_job(VICTIM, nodelist=["cpu1"]).model_copy(update={"id": 0})])
+    store.transition(job.id, JobState.SCHEDULED, bump_attempt=True, fields={"nodes": ["cpu1"], "backend": "slurm"})
+    job = store.get(job.id)
+    ref = backend.submit(job)
+    store.set_backend_refs({job.id: ref})
+    out = Path(job.spec.stdout)
+    wait_file(out, "run 0")
+    wait_until = time.monotonic() + 30
+    while store.get(job.id).state is not JobState.RUNNING:
+        assert time.monotonic() < wait_until, store.get(job.id)
+        follow([job.id])
+        time.sleep(0.2)
+    store.request_preempt(job.id, 2)  # the leader's mark
+    backend.preempt(store.get(job.id), 2)  # the preempt task
+    wait_file(out, "got TERM")
+    assert backend.status_refs([ref])[ref].state is JobState.RUNNING  # the task returned before the kill
+    deadline = time.monotonic() + 60
+    while store.get(job.id).state is not JobState.PENDING:
+        assert time.monotonic() < deadline, (store.get(job.id), backend.status_refs([ref])[ref])
+        follow([job.id])
+        time.sleep(0.25)
+    again = store.get(job.id)
+    assert (again.reason, again.attempts, again.preempt_requested, again.nodes) == (Reason.PREEMPTED, 1, False, [])
+    events = [e["to"] for e in store.events(job.id)]
+    assert events[-3:] == ["RUNNING", "PREEMPTED", "PENDING"], events
+    # Gone from Slurm's queue: not pending for a rerun on the node it left.
+    final = wait_for(backend, ref, lambda s: s.state is None or s.state.terminal)
+    assert final.state in (None, JobState.CANCELLED), final
+    assert "run 1" not in out.read_text()
+
+
+def test_gres_with_the_model_name_crossdock_shows(backend, make_job, jobs_dir):
+    """``--gres=gpu:A100:1``: ``crossdock info`` shows the node's ``a100`` as A100; sbatch gets
+    the type as the node spells it."""
+    from crossdock.queue.models import Gres
+
+    assert {g.model for n in backend.inventory().nodes for g in n.gpus} >= {"A100", "L4"}
+    job = make_job(command=["bash", "-c", "echo $CUDA_VISIBLE_DEVICES"], partition="gpu-a100",
+                   gres=[Gres(name="gpu", type="A100", count=1)])
+    backend.submit(job)
     status = wait_job(backend, job, lambda s: s.state.terminal)
-    assert status.state == JobState.CANCELLED and time.monotonic() - started >= 2
-    assert "got TERM" in out.read_text()
+    assert (status.state, status.nodes) == (JobState.COMPLETED, ("gpu-a100-1",))
+    assert (jobs_dir / f"{job.id}.out").read_text().strip() == "0"
 
 
 def test_replayed_dispatch_does_not_submit_twice(backend, make_job):
