@@ -126,6 +126,9 @@ class Supervisor:
         old_umask = os.umask(umask)
         try:
             with acting_as(owner):  # the owner's files, made with the owner's rights, as slurmd does
+                workdir = job.spec.workdir
+                if workdir and not os.access(workdir, os.X_OK, effective_ids=True):
+                    raise PermissionError(f"the job's owner may not enter its working directory {workdir}")
                 out.parent.mkdir(parents=True, exist_ok=True)
                 files = [open(os.open(out, mode, 0o666), "wb")]
                 if err != out:

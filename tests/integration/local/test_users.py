@@ -284,3 +284,34 @@ def _spec(**fields):
     if "python" not in fields:
         fields.setdefault("command", ["true"])
     return JobSpec(**fields)
+
+
+def test_hold_and_release_flip_only_the_flag(users, service_rt):
+    from crossdock import service
+
+    rt = service_rt
+    [job] = service.submit(rt, [_spec(name="naïve job", env={"A": "ü/\\"}, nice=5)])
+    key = rt.store.k.job(job.id)
+    before = rt.store.r.hget(key, "spec")
+    assert service.hold(rt, [str(job.id)], True) == [(job, True)]
+    assert rt.store.get(job.id).spec.hold
+    assert service.hold(rt, [str(job.id)], False)[0][1]
+    assert rt.store.r.hget(key, "spec") == before
+
+
+def test_the_embedded_redis_keeps_its_files_private(tmp_path):
+    from crossdock.backends.redis_store import embedded
+
+    state = tmp_path / "state"
+    url = embedded.ensure_running(state)
+    try:
+        import redis
+
+        redis.Redis.from_url(url).set("k", "v")
+        files = [p for p in (state / "redis").rglob("*") if p.is_file() and p.suffix != ".sock"]
+        assert any("aof" in p.name for p in files), files
+        assert {p.name: p.stat().st_mode & 0o777 for p in files} == {p.name: 0o600 for p in files}
+        dirs = [state, state / "redis", *[p for p in (state / "redis").rglob("*") if p.is_dir()]]
+        assert {str(d): d.stat().st_mode & 0o777 for d in dirs} == {str(d): 0o700 for d in dirs}
+    finally:
+        embedded.stop(state)

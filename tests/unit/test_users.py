@@ -1,0 +1,95 @@
+"""Between users, without services: the secret deny-list, the job's environment, seals, and the
+one ownership check (crossdock.service) over a stand-in store."""
+
+from __future__ import annotations
+
+import os
+from types import SimpleNamespace
+
+import pytest
+
+from crossdock import service, signing
+from crossdock.backends.local.environment import job_environment
+from crossdock.queue.environ import exportable
+from crossdock.queue.errors import BadSignature, PermissionDenied
+from crossdock.queue.models import Job, JobSpec
+
+
+@pytest.mark.parametrize("name", ["CROSSDOCK_REDIS_URL", "CROSSDOCK_SIGNING_KEY", "CROSSDOCK_API_TOKEN",
+                                  "CROSSDOCK_REDIS_PASSWORD", "REDIS_PASSWORD", "REDIS_URL", "REDISCLI_AUTH",
+                                  "SLURM_JWT", "SLURM_LOCAL_JWT"])
+def test_crossdocks_secrets_never_travel(name):
+    assert exportable({name: "s3cret", "HOME": "/home/a"}) == {"HOME": "/home/a"}
+
+
+def test_ordinary_variables_and_a_users_own_kubeconfig_travel():
+    env = {"CROSSDOCK_PREFIX": "cd", "SLURM_CONF": "/etc/slurm.conf", "KUBECONFIG": "/home/a/.kube/config",
+           "REDIS_HOST_LABEL": "x"}
+    assert exportable(env, {"KUBECONFIG": "/root/.kube/service"}) == env
+    assert "KUBECONFIG" not in exportable(env, {"KUBECONFIG": "/home/a/.kube/config"})
+
+
+def test_the_job_gets_the_stored_environment_never_the_services(monkeypatch):
+    monkeypatch.setenv("SERVICE_ONLY", "1")
+    monkeypatch.setenv("CROSSDOCK_REDIS_URL", "redis://:pw@host")
+    job = Job(id=7, spec=JobSpec(command=["env"], user="alice", env={"MINE": "yes", "CROSSDOCK_REDIS_URL": "x"}))
+    env = job_environment(job, "n1", home="/home/alice")
+    assert env["MINE"] == "yes" and "SERVICE_ONLY" not in env and "CROSSDOCK_REDIS_URL" not in env
+    assert (env["USER"], env["HOME"], env["SLURM_JOB_ID"]) == ("alice", "/home/alice", "7")
+    assert env["PATH"]
+
+
+def test_a_seal_opens_only_with_its_key_and_context(tmp_path):
+    master = signing.master_key(tmp_path / "state")
+    assert (tmp_path / "state" / signing.KEY_FILE).stat().st_mode & 0o777 == 0o600
+    assert (tmp_path / "state").stat().st_mode & 0o777 == 0o700
+    assert signing.master_key(tmp_path / "state") == master  # created once
+    alice, bob = signing.derive(master, "alice"), signing.derive(master, "bob")
+    blob = signing.seal(alice, "result:1", b"data")
+    assert signing.unseal(alice, "result:1", blob, "r") == b"data"
+    for key, context, data in ((bob, "result:1", blob), (alice, "result:2", blob), (alice, "result:1", b"data"),
+                               (alice, "result:1", blob[:-1] + b"X")):
+        with pytest.raises(BadSignature):
+            signing.unseal(key, context, data, "r")
+    sig = signing.sign_text(alice, "payload", "abc")
+    signing.check_text(alice, "payload", "abc", sig, "p")
+    for key, text, s in ((bob, "abc", sig), (alice, "abd", sig), (alice, "abc", ""), (alice, "abc", "zz")):
+        with pytest.raises(BadSignature):
+            signing.check_text(key, "payload", text, s, "p")
+
+
+class _Store:
+    def __init__(self):
+        self.refusals = []
+
+    def record_refusal(self, job_id, actor, action):
+        self.refusals.append((job_id, actor, action))
+
+
+def _rt(admins=()):
+    return SimpleNamespace(store=_Store(), config=SimpleNamespace(admins=list(admins)))
+
+
+def test_only_the_owner_or_an_admin_may_act():
+    rt = _rt()
+    mine, theirs = Job(id=1, spec=JobSpec(user="alice")), Job(id=2, spec=JobSpec(user="bob"))
+    service.authorize(rt, service.Caller("alice", False), [mine], "cancel")
+    service.authorize(rt, service.Caller("carol", True), [mine, theirs], "cancel")
+    with pytest.raises(PermissionDenied, match="cancel job 2: it belongs to 'bob' and you are 'alice'"):
+        service.authorize(rt, service.Caller("alice", False), [mine, theirs], "cancel")
+    assert rt.store.refusals == [(2, "alice", "cancel")]
+
+
+def test_user_is_accepted_only_as_oneself_unless_admin(monkeypatch):
+    from crossdock import settings
+
+    monkeypatch.setattr(service, "current_user", lambda: "alice")
+    monkeypatch.setenv("LOGNAME", "bob")
+    monkeypatch.setattr(service, "is_admin", lambda admins: "alice" in admins)
+    assert service.caller(_rt()) == service.Caller("alice", False)
+    assert service.caller(_rt(), "alice") == service.Caller("alice", False)
+    with pytest.raises(PermissionDenied, match="user='bob': you are 'alice'"):
+        service.caller(_rt(), "bob")
+    assert service.caller(_rt(admins=["alice"]), "bob") == service.Caller("bob", True)
+    assert settings.current_user() != "bob"  # the uid's name, not LOGNAME
+    assert settings.current_user() == (__import__("pwd").getpwuid(os.getuid()).pw_name)
