@@ -17,6 +17,7 @@ import hmac
 import os
 import secrets
 from pathlib import Path
+from typing import Any
 
 from crossdock.queue.errors import BadSignature, CrossdockError
 
@@ -103,6 +104,12 @@ def check_text(key: bytes, context: str, text: str, signature: str, what: str) -
     if not hmac.compare_digest(bytes.fromhex(signature) if _is_hex(signature) else b"",
                                _mac(key, context, text.encode())):
         raise BadSignature(f"{what} has a signature that does not match its owner's key; refusing to unpickle it")
+
+
+def check_payload(state_dir: Path, spec: Any, what: str) -> None:
+    """Refuse (:class:`BadSignature`) a spec's Python payload not sealed with its owner's key."""
+    if spec.python is not None:
+        check_text(user_key(state_dir, spec.user), "payload", spec.python.payload, spec.python.signature, what)
 
 
 def _is_hex(text: str) -> bool:

@@ -93,3 +93,20 @@ def test_user_is_accepted_only_as_oneself_unless_admin(monkeypatch):
     assert service.caller(_rt(admins=["alice"]), "bob") == service.Caller("bob", True)
     assert settings.current_user() != "bob"  # the uid's name, not LOGNAME
     assert settings.current_user() == (__import__("pwd").getpwuid(os.getuid()).pw_name)
+
+
+def test_dispatch_fails_a_python_job_whose_payload_its_owner_did_not_seal(tmp_path):
+    """Before any backend sees it: a Slurm or Kubernetes node would unpickle it unchecked."""
+    from crossdock.queue.models import PythonCall
+    from crossdock.workers import tasks
+
+    failed = []
+    store = SimpleNamespace(transition=lambda i, state, **kw: failed.append((i, state.value, kw["reason"])))
+    rt = SimpleNamespace(settings=SimpleNamespace(state_dir=tmp_path), store=store)
+    key = signing.user_key(tmp_path, "alice")
+    good = Job(id=1, attempts=1, spec=JobSpec(user="alice", python=PythonCall(
+        payload="eA==", signature=signing.sign_text(key, "payload", "eA=="))))
+    stolen = Job(id=2, attempts=1, spec=JobSpec(user="bob", python=good.spec.python))  # alice's seal on bob's job
+    plain = Job(id=3, attempts=1, spec=JobSpec(user="bob", command=["true"]))
+    assert [j.id for j in tasks._sealed(rt, [good, stolen, plain])] == [1, 3]
+    assert [(i, s) for i, s, _ in failed] == [(2, "FAILED")] and "BadSignature" in failed[0][2]

@@ -56,8 +56,7 @@ def build_argv(job: Job, workspace: Path, state_dir: Path, owner: Owner | None =
     """The job's argv and the workspace files it gets as descriptors (``/dev/fd/N``, ``fd:N``)."""
     spec = job.spec
     if spec.python is not None:
-        signing.check_text(signing.user_key(state_dir, spec.user), "payload", spec.python.payload,
-                           spec.python.signature, f"the Python payload of job {job.id}")
+        signing.check_payload(state_dir, spec, f"the Python payload of job {job.id}")
         payload = _private(workspace / "payload.b64", "w+")
         payload.write(spec.python.payload)
         payload.flush()

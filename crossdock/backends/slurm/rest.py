@@ -36,6 +36,7 @@ from crossdock.backends.slurm.driver import (
     parse_node,
 )
 from crossdock.backends.slurm.states import node_names
+from crossdock.queue.environ import exportable
 
 API = "/slurm/v0.0.38"
 DEFAULT_PATH = "/usr/local/bin:/usr/bin:/bin"
@@ -122,8 +123,7 @@ class RestDriver:
             self.headers["X-SLURM-USER-NAME"] = user or "root"
             self.headers["X-SLURM-USER-TOKEN"] = token
         self.fallback = fallback
-        self.job_env = dict(os.environ if job_env is None else job_env)
-        self.job_env.pop("SLURM_JWT", None)
+        self.job_env = exportable(dict(os.environ if job_env is None else job_env))  # a job's: no secrets
         self.timeout_s = timeout_s
         self._local = threading.local()
 
