@@ -48,19 +48,24 @@ def derive(master: bytes, user: str) -> bytes:
 
 
 def user_key(state_dir: Path, user: str) -> bytes:
-    """``user``'s key: derived from the master key when this process may read it, else the key
-    file the service issued (``CROSSDOCK_SIGNING_KEY``)."""
+    """``user``'s key: derived from the master key when this process may read it (the service),
+    else the key file the service issued to this user (``CROSSDOCK_SIGNING_KEY``), else derived
+    from a master key made now (a single-user installation's first use)."""
+    master = Path(state_dir) / KEY_FILE
     issued = os.environ.get("CROSSDOCK_SIGNING_KEY")
-    if issued:
-        try:
-            return Path(issued).read_bytes()
-        except OSError as exc:
-            raise CrossdockError(f"CROSSDOCK_SIGNING_KEY: cannot read {issued!r}: {exc.strerror}") from None
     try:
-        return derive(master_key(state_dir), user)
+        return derive(master.read_bytes(), user)
+    except FileNotFoundError:
+        if not issued:
+            return derive(master_key(state_dir), user)
     except PermissionError:
-        raise CrossdockError(f"no signing key for user {user!r}: {Path(state_dir) / KEY_FILE} is the service's;"
-                             " ask an admin for your key file and set CROSSDOCK_SIGNING_KEY to it") from None
+        if not issued:
+            raise CrossdockError(f"no signing key for user {user!r}: {master} is the service's; ask an admin"
+                                 " for yours (crossdock issue-key) and set CROSSDOCK_SIGNING_KEY to it") from None
+    try:
+        return Path(issued).read_bytes()
+    except OSError as exc:
+        raise CrossdockError(f"CROSSDOCK_SIGNING_KEY: cannot read {issued!r}: {exc.strerror}") from None
 
 
 def issue_user_key(state_dir: Path, user: str, uid: int, gid: int, path: Path) -> Path:

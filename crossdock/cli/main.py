@@ -10,7 +10,7 @@ import typer
 from typer.core import TyperGroup
 from typer.main import get_group
 
-from crossdock.cli import admin, jobs
+from crossdock.cli import admin, jobs, keys
 
 app = typer.Typer(help="crossdock: one batch queue in front of Slurm, Kubernetes and this machine.",
                   no_args_is_help=True, pretty_exceptions_enable=False)
@@ -26,6 +26,7 @@ app.command()(jobs.logs)
 app.command()(jobs.wait)
 app.command()(admin.info)
 app.command()(admin.up)
+app.command("issue-key")(keys.issue_key)
 app.add_typer(admin.config_app, name="config")
 
 

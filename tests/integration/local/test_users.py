@@ -315,3 +315,30 @@ def test_the_embedded_redis_keeps_its_files_private(tmp_path):
         assert {str(d): d.stat().st_mode & 0o777 for d in dirs} == {str(d): 0o700 for d in dirs}
     finally:
         embedded.stop(state)
+
+
+def test_an_issued_key_lets_the_second_user_seal_what_the_service_accepts(users, service_rt):
+    from crossdock import signing
+    from crossdock.queue.errors import BadSignature
+    from crossdock.queue.models import JobSpec, PythonCall
+
+    key_file = Path(users["env"]["HOME"]) / "t2.key"
+    r = subprocess.run([sys.executable, "-m", "crossdock.cli.main", "issue-key", SECOND, "-o", str(key_file)],
+                       capture_output=True, text=True, timeout=60)
+    assert r.returncode == 0, r.stderr
+    assert (key_file.stat().st_uid, key_file.stat().st_mode & 0o777) == (users["uid"], 0o600)
+    code = ("from crossdock import Client, service\n"
+            "c = Client()\nprint(service.sign_payload(c.runtime, c.who, 'eA=='))\n")
+    signed = run_as_second(users, ["-c", code], {"CROSSDOCK_SIGNING_KEY": str(key_file)})
+    assert signed.returncode == 0, signed.stderr
+    state = service_rt.settings.state_dir
+    spec = JobSpec(user=SECOND, python=PythonCall(payload="eA==", signature=signed.stdout.strip()))
+    signing.check_payload(state, spec, "payload")  # the service accepts it for the second user
+    with pytest.raises(BadSignature):
+        signing.check_payload(state, spec.model_copy(update={"user": "root"}), "payload")
+    # Without the issued key its client seals with a key of its own making: the service refuses that.
+    own = run_as_second(users, ["-c", code])
+    assert own.returncode == 0, own.stderr
+    with pytest.raises(BadSignature):
+        signing.check_payload(state, spec.model_copy(update={"python": PythonCall(
+            payload="eA==", signature=own.stdout.strip())}), "payload")
