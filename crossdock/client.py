@@ -84,6 +84,7 @@ class JobHandle:
 
     def result(self, timeout: float | None = None) -> Any:
         """The callable's return value; its exception re-raised here with the remote traceback."""
+        service.authorize(self.client.runtime, self.client.who, [self.job], "read the result of")  # before waiting
         job = self.wait(timeout)
         data = service.result(self.client.runtime, job, self.client.who)  # refuses a forged or unsigned one
         if data is None:

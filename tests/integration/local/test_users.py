@@ -153,6 +153,20 @@ def test_every_cross_user_mutation_is_refused_with_one_line_and_an_event(users, 
     assert rt.store.r.hget(rt.store.k.job(job.id), "spec") == raw_spec  # untouched, byte for byte
 
 
+def test_the_python_api_refuses_the_same_with_a_typed_error(users, service_rt):
+    from crossdock import service
+
+    [job] = service.submit(service_rt, [_spec(hold=True)])
+    code = ("from crossdock import Client\nfrom crossdock.client import JobHandle\n"
+            "c = Client()\nh = JobHandle(c, c.runtime.store.get(%d))\n"
+            "for act in (h.cancel, h.hold, h.release, h.requeue, h.result):\n"
+            "    try:\n        act()\n    except Exception as e:\n        print(type(e).__name__, e)\n" % job.id)
+    r = run_as_second(users, ["-c", code])
+    lines = r.stdout.splitlines()
+    assert len(lines) == 5 and all(line.startswith("PermissionDenied") and f"job {job.id}" in line for line in lines), r
+    assert service_rt.store.get(job.id).state is JobState.PENDING
+
+
 def test_identity_is_the_uid_not_what_the_caller_declares(users, service_rt):
     """The second user's LOGNAME/USER say root; its jobs are its own, and user= is refused."""
     r = as_second(users, "submit", "--parsable", "-H", "--wrap", "true")

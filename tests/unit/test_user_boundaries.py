@@ -110,3 +110,21 @@ def test_dispatch_fails_a_python_job_whose_payload_its_owner_did_not_seal(tmp_pa
     plain = Job(id=3, attempts=1, spec=JobSpec(user="bob", command=["true"]))
     assert [j.id for j in tasks._sealed(rt, [good, stolen, plain])] == [1, 3]
     assert [(i, s) for i, s, _ in failed] == [(2, "FAILED")] and "BadSignature" in failed[0][2]
+
+
+def test_per_user_slurm_tokens_are_issued_once_and_sent_for_other_owners_only(tmp_path, monkeypatch):
+    from crossdock.backends.slurm.driver import SubmitRejected
+    from crossdock.backends.slurm.rest import RestDriver, UserTokens
+
+    calls = tmp_path / "calls"
+    fake = tmp_path / "scontrol"
+    fake.write_text(f'#!/bin/sh\necho "$@" >> {calls}\necho "SLURM_JWT=tok-$2"\n')
+    fake.chmod(0o755)
+    tokens = UserTokens({"PATH": f"{tmp_path}:/usr/bin:/bin"})
+    assert tokens("root") == tokens("root") == "tok-username=root"
+    assert calls.read_text().splitlines() == ["token username=root lifespan=3600"]
+    driver = RestDriver(url="http://127.0.0.1:1", token="svc", user="svc", tokens=tokens)
+    assert driver._owner_headers("svc") is None and driver._owner_headers("") is None
+    assert driver._owner_headers("root")["X-SLURM-USER-TOKEN"] == "tok-username=root"
+    with pytest.raises(SubmitRejected, match="no passwd entry"):
+        driver._owner_headers("no-such-user-x")
