@@ -20,11 +20,11 @@ from typing import Any, Callable, Iterable, Sequence
 
 from crossdock import service
 from crossdock.pycall import decode_outcome, encode_call
+from crossdock.queue.environ import exportable
 from crossdock.queue.errors import CrossdockError
 from crossdock.queue.models import ArraySpec, GpuRequest, Job, JobSpec, PythonCall
 from crossdock.queue.states import JobState
 from crossdock.runtime import Runtime
-from crossdock.queue.environ import exportable
 from crossdock.settings import submit_umask
 
 

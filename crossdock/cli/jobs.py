@@ -14,10 +14,10 @@ from rich.live import Live
 
 from crossdock.cli.common import console, fail, print_json, runtime, sender
 from crossdock.cli.render import job_row, queue_table, summary_table
+from crossdock.queue.environ import exportable
 from crossdock.queue.errors import CrossdockError, InvalidOption, NoSuchJob
 from crossdock.queue.models import Job
 from crossdock.queue.states import JobState
-from crossdock.queue.environ import exportable
 from crossdock.settings import submit_umask
 
 RAW = {"allow_extra_args": True, "ignore_unknown_options": True, "help_option_names": []}

@@ -86,6 +86,7 @@ def users(tmp_path, shared_redis, monkeypatch):
                "CROSSDOCK_CONFIG": str(cfg), "CROSSDOCK_PREFIX": prefix}
     for k, v in service.items():
         monkeypatch.setenv(k, v)
+    monkeypatch.chdir(tmp_path)  # the Python API's jobs write slurm-<id>.out in the caller's directory
     state2 = home / "state"
     state2.mkdir()
     os.chown(state2, t2.pw_uid, t2.pw_gid)
@@ -297,6 +298,7 @@ def _spec(**fields):
 
     if "python" not in fields:
         fields.setdefault("command", ["true"])
+    fields.setdefault("stdout", "/dev/null")  # no slurm-<id>.out wherever the worker runs
     return JobSpec(**fields)
 
 
