@@ -10,7 +10,8 @@ from typing import Optional
 import typer
 
 from crossdock import signing
-from crossdock.cli.common import fail, runtime
+from crossdock.cli.common import fail
+from crossdock.settings import Settings
 
 
 def issue_key(user: str = typer.Argument(..., help="login name of the user"),
@@ -20,7 +21,6 @@ def issue_key(user: str = typer.Argument(..., help="login name of the user"),
 
     The user's Python API clients seal their payloads and check their results with it; they name
     it in CROSSDOCK_SIGNING_KEY. Root only (it reads the service's key and gives the file away)."""
-    rt = runtime()
     if os.geteuid() != 0:
         fail("issue-key: run it as root (it reads the service's key and gives the file to the user)")
     try:
@@ -30,7 +30,7 @@ def issue_key(user: str = typer.Argument(..., help="login name of the user"),
     path = output or Path(entry.pw_dir) / ".config" / "crossdock" / "signing.key"
     try:
         path.parent.mkdir(parents=True, exist_ok=True)
-        signing.issue_user_key(rt.settings.state_dir, user, entry.pw_uid, entry.pw_gid, path)
+        signing.issue_user_key(Settings.from_env().state_dir, user, entry.pw_uid, entry.pw_gid, path)
     except OSError as exc:
         fail(f"--output: cannot write {str(path)!r}: {exc.strerror}")
     print(f"{path}: set CROSSDOCK_SIGNING_KEY={path} in {user}'s environment")
