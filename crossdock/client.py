@@ -24,11 +24,12 @@ from crossdock import service
 from crossdock.pycall import decode_outcome, encode_call
 from pydantic import ValidationError
 
+from crossdock.queue.environ import exportable
 from crossdock.queue.errors import CrossdockError, InvalidArgument, InvalidOption, shown
 from crossdock.queue.models import ArraySpec, GpuRequest, Job, JobSpec, PythonCall, validation_message
 from crossdock.queue.states import JobState
 from crossdock.runtime import Runtime
-from crossdock.settings import current_user
+from crossdock.settings import submit_umask
 
 
 class JobFailed(CrossdockError):
@@ -150,8 +151,9 @@ class JobHandle:
 
     def result(self, timeout: float | None = None) -> Any:
         """The callable's return value; its exception re-raised here with the remote traceback."""
+        service.authorize(self.client.runtime, self.client.who, [self.job], "read the result of")  # before waiting
         job = self.wait(timeout)
-        data = self.client.runtime.store.result(self.id)
+        data = service.result(self.client.runtime, job, self.client.who)  # refuses a forged or unsigned one
         if data is None:
             raise JobFailed(job)
         kind, value, tb = decode_outcome(data)
@@ -163,13 +165,25 @@ class JobHandle:
         raise RemoteError(f"job {job.display_id} raised:\n{tb}")
 
     def cancel(self) -> None:
-        service.cancel(self.client.runtime, [str(self.id)], self.client.send)
+        service.cancel(self.client.runtime, [str(self.id)], self.client.send, self.client.who)
+
+    def hold(self) -> bool:
+        return service.hold(self.client.runtime, [str(self.id)], True, self.client.who)[0][1]
+
+    def release(self) -> bool:
+        return service.hold(self.client.runtime, [str(self.id)], False, self.client.who)[0][1]
+
+    def requeue(self) -> bool:
+        return service.requeue(self.client.runtime, [str(self.id)], self.client.send, self.client.who)[0][1]
 
 
 class Client:
     def __init__(self, runtime: Runtime | None = None, user: str | None = None):
+        """``user``: act as this user, which only root or a configured admin may name (default:
+        the user this process runs as); else :class:`PermissionDenied`."""
         self.runtime = runtime or Runtime.from_env()
-        self.user = user or current_user()
+        self.who = service.caller(self.runtime, user)
+        self.user = self.who.name
         self._send = None
 
     @property
@@ -186,6 +200,8 @@ class Client:
             fields = fields_of()  # the models built there (ArraySpec, GpuRequest) validate too
             fields.setdefault("user", self.user)
             fields.setdefault("workdir", os.getcwd())
+            # export=ALL as sbatch: the caller's environment at submit (no secrets), and its umask
+            fields.setdefault("env", {**exportable(dict(os.environ)), "SLURM_UMASK": submit_umask()})
             unknown = sorted(set(fields) - set(JobSpec.model_fields))
             if unknown:
                 raise InvalidArgument(f"{unknown[0]}: not a resource or option crossdock knows; known: cpus, mem, gpus,"
@@ -196,9 +212,13 @@ class Client:
             field = message.partition(":")[0]
             raise InvalidArgument(_ARGUMENT_OF.get(field, field) + message[len(field):]) from None
 
+    def _python(self, payload: str, fn: Callable[..., Any]) -> PythonCall:
+        return PythonCall(payload=payload, qualname=getattr(fn, "__qualname__", ""),
+                          signature=service.sign_payload(self.runtime, self.who, payload))
+
     def submit_specs(self, specs: Iterable[JobSpec], token: str | None = None) -> list[JobHandle]:
         """Submit many specs in one atomic, pipelined step."""
-        return [JobHandle(self, j) for j in service.submit(self.runtime, list(specs), token=token)]
+        return [JobHandle(self, j) for j in service.submit(self.runtime, list(specs), token=token, who=self.who)]
 
     def submit(self, fn: Callable[..., Any], *args: Any, name: str | None = None, token: str | None = None,
                **resources: Any) -> JobHandle:
@@ -207,8 +227,7 @@ class Client:
         if not callable(fn):
             raise InvalidArgument(f"fn: {shown(fn, 80)} is not callable; submit_command runs a program")
         spec = self._spec(lambda: dict(name=name or getattr(fn, "__name__", "python"),
-                                       python=PythonCall(payload=encode_call(fn, args, kwargs),
-                                                         qualname=getattr(fn, "__qualname__", "")),
+                                       python=self._python(encode_call(fn, args, kwargs), fn),
                                        **_resources(**resources)))
         return self.submit_specs([spec], token=token)[0]
 
@@ -237,7 +256,7 @@ class Client:
             return []
         name = resources.pop("name", getattr(fn, "__name__", "map"))
         payload = encode_call(_call_indexed, (fn, items))
-        spec = self._spec(lambda: dict(name=name, python=PythonCall(payload=payload, qualname=getattr(fn, "__qualname__", "")),
+        spec = self._spec(lambda: dict(name=name, python=self._python(payload, fn),
                                        array=ArraySpec(task_ids=list(range(len(items))), max_running=max_running),
                                        **_resources(**resources)))
         return self.submit_specs([spec])[: len(items)]

@@ -1,18 +1,53 @@
-"""What the CLI and the Python API share: submit, cancel, and the inventory they check against."""
+"""What the CLI and the Python API share: who the caller is, what they may do to which job
+(the one ownership check), submit, cancel, hold, requeue and results."""
 
 from __future__ import annotations
 
+from dataclasses import dataclass
 from datetime import datetime, timezone
 from typing import Iterable, Sequence
 
 from redis.exceptions import RedisError
 
+from crossdock import signing
 from crossdock.backends.local import gpus
 from crossdock.backends.local.backend import local_nodes
 from crossdock.queue.admission import admit
+from crossdock.queue.errors import PermissionDenied
 from crossdock.queue.models import Job, JobSpec
 from crossdock.queue.snapshot import Node
 from crossdock.runtime import Runtime
+from crossdock.settings import current_user, is_admin
+
+
+@dataclass(frozen=True)
+class Caller:
+    """Who acts: ``name`` as the jobs record it; ``admin`` may act on anyone's jobs."""
+
+    name: str
+    admin: bool
+
+
+def caller(rt: Runtime, declared: str | None = None) -> Caller:
+    """The caller from the OS (its real uid), never from what it declares: ``declared`` (the
+    API's ``user=``) must be that user unless the caller is an admin (root or ``admins:``)."""
+    real = current_user()
+    admin = is_admin(rt.config.admins)
+    if declared is not None and declared != real and not admin:
+        raise PermissionDenied(f"user={declared!r}: you are {real!r}; only root or a user in the config's"
+                               " admins may act as another user")
+    return Caller(declared or real, admin)
+
+
+def authorize(rt: Runtime, who: Caller, jobs: Iterable[Job], action: str) -> None:
+    """Allow ``action`` on ``jobs`` to their owner or an admin; else record a ``refused`` event on
+    the first other user's job and raise :class:`PermissionDenied` naming it and its owner."""
+    for job in jobs:
+        if who.admin or job.spec.user == who.name:
+            continue
+        rt.store.record_refusal(job.id, who.name, action)
+        raise PermissionDenied(f"{action} job {job.display_id}: it belongs to {job.spec.user or 'nobody'!r}"
+                               f" and you are {who.name!r}; only its owner or an admin may")
 
 
 def load_inventory(rt: Runtime, store_optional: bool = False) -> list[Node]:
@@ -27,12 +62,19 @@ def load_inventory(rt: Runtime, store_optional: bool = False) -> list[Node]:
     return list(local_nodes(rt.config, gpus.discover())) if nodes is None else nodes
 
 
-def check(rt: Runtime, specs: Iterable[JobSpec], nodes: Sequence[Node] | None = None) -> list[Job]:
-    """Admit every spec, storing nothing: the jobs ``submit`` would store, or InvalidJob."""
+def check(rt: Runtime, specs: Iterable[JobSpec], nodes: Sequence[Node] | None = None,
+          who: Caller | None = None) -> list[Job]:
+    """Admit every spec, storing nothing: the jobs ``submit`` would store, or InvalidJob. A spec
+    naming no user is the caller's; one naming another user needs an admin."""
+    who = who or caller(rt)
     now = datetime.now(timezone.utc)
     nodes = load_inventory(rt) if nodes is None else nodes
     jobs: list[Job] = []
     for group, spec in enumerate(specs):
+        if not spec.user:
+            spec = spec.model_copy(update={"user": who.name})
+        elif spec.user != who.name and not who.admin:
+            raise PermissionDenied(f"user: {spec.user!r} is not you ({who.name!r}); only an admin submits for others")
         for job in admit(spec, rt.config, nodes, now):
             if job.array_job_id is not None:
                 job = job.model_copy(update={"array_job_id": -1 - group})
@@ -41,22 +83,68 @@ def check(rt: Runtime, specs: Iterable[JobSpec], nodes: Sequence[Node] | None = 
 
 
 def submit(rt: Runtime, specs: Iterable[JobSpec], token: str | None = None,
-           nodes: Sequence[Node] | None = None) -> list[Job]:
+           nodes: Sequence[Node] | None = None, who: Caller | None = None) -> list[Job]:
     """Validate every spec, then store all their jobs in one atomic step (nothing stored on error)."""
-    return rt.store.submit(check(rt, specs, nodes), token=token)
+    who = who or caller(rt)
+    return rt.store.submit(check(rt, specs, nodes, who), token=token, actor=who.name)
 
 
-def cancel(rt: Runtime, refs: Iterable[str], send) -> list[tuple[str, str]]:
+def owned(rt: Runtime, refs: Iterable[str], who: Caller, action: str) -> list[Job]:
+    """The jobs ``refs`` name (``12``, ``12_3``, an array ``12``), once the caller may ``action``
+    every one of them: all are checked before anything is done, so a refusal leaves none half-done."""
+    ids = [job_id for ref in refs for job_id in rt.store.resolve(ref)]
+    jobs = rt.store.get_many(ids)
+    authorize(rt, who, jobs, action)
+    return jobs
+
+
+def cancel(rt: Runtime, refs: Iterable[str], send, who: Caller | None = None) -> list[tuple[str, str]]:
     """Cancel jobs (``12``, ``12_3`` or a whole array ``12``); returns (job, outcome) pairs."""
+    who = who or caller(rt)
     out = []
-    for ref in refs:
-        for job_id in rt.store.resolve(ref):
-            res = rt.store.cancel(job_id)
-            if res.cancelled_now:
-                out.append((str(job_id), "CANCELLED"))
-            elif res.state.terminal:
-                out.append((str(job_id), f"already {res.state.value}"))
-            else:
-                send("crossdock.cancel", [job_id], res.backend or "local")
-                out.append((str(job_id), "cancelling"))
+    for job in owned(rt, refs, who, "cancel"):
+        res = rt.store.cancel(job.id, actor=who.name)
+        if res.cancelled_now:
+            out.append((str(job.id), "CANCELLED"))
+        elif res.state.terminal:
+            out.append((str(job.id), f"already {res.state.value}"))
+        else:
+            send("crossdock.cancel", [job.id], res.backend or "local")
+            out.append((str(job.id), "cancelling"))
     return out
+
+
+def hold(rt: Runtime, refs: Iterable[str], held: bool, who: Caller | None = None) -> list[tuple[Job, bool]]:
+    """Hold (or release) pending jobs; (job, whether it changed) pairs."""
+    who = who or caller(rt)
+    return [(job, rt.store.hold(job.id, held, actor=who.name))
+            for job in owned(rt, refs, who, "hold" if held else "release")]
+
+
+def requeue(rt: Runtime, refs: Iterable[str], send, who: Caller | None = None) -> list[tuple[Job, bool]]:
+    """Put running or finished jobs back in the queue (a running one is preempted with no grace)."""
+    who = who or caller(rt)
+    out = []
+    for job in owned(rt, refs, who, "requeue"):
+        if job.state.active:
+            rt.store.request_preempt(job.id, 0)
+            send("crossdock.preempt", [job.id, 0], job.backend or "local")
+            out.append((job, True))
+        else:
+            out.append((job, rt.store.requeue(job.id, actor=who.name, reason="Requeued")))
+    return out
+
+
+def result(rt: Runtime, job: Job, who: Caller) -> bytes | None:
+    """A Python job's outcome as its runner wrote it, once its seal is checked (None: no result)."""
+    authorize(rt, who, [job], "read the result of")
+    blob = rt.store.result(job.id)
+    if blob is None:
+        return None
+    key = signing.user_key(rt.settings.state_dir, job.spec.user)
+    return signing.unseal(key, f"result:{job.id}", blob, f"the result of job {job.display_id}")
+
+
+def sign_payload(rt: Runtime, who: Caller, payload: str) -> str:
+    """The seal a runner checks before it unpickles ``payload`` for one of ``who``'s jobs."""
+    return signing.sign_text(signing.user_key(rt.settings.state_dir, who.name), "payload", payload)

@@ -2,8 +2,8 @@
 
 from __future__ import annotations
 
-import getpass
 import os
+import pwd
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -29,8 +29,22 @@ class Settings:
 
 
 def current_user() -> str:
-    """The submitting user's name (the uid when the passwd database has no entry, as in containers)."""
+    """Who this process is: the name of its real uid (the uid itself when the passwd database has
+    no entry, as in containers). ``LOGNAME``/``USER`` are not asked: anyone can set them."""
+    uid = os.getuid()
     try:
-        return getpass.getuser()
-    except (KeyError, OSError):
-        return str(os.getuid())
+        return pwd.getpwuid(uid).pw_name
+    except KeyError:
+        return str(uid)
+
+
+def is_admin(admins: "list[str] | tuple[str, ...]" = ()) -> bool:
+    """Whether this process may act on anyone's jobs: root, or a user the config lists in ``admins``."""
+    return os.getuid() == 0 or current_user() in admins
+
+
+def submit_umask() -> str:
+    """This process's umask as sbatch records it for the job (``SLURM_UMASK``, 4 octal digits)."""
+    mask = os.umask(0o022)
+    os.umask(mask)
+    return f"{mask:04o}"

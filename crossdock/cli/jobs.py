@@ -14,10 +14,11 @@ from rich.live import Live
 
 from crossdock.cli.common import console, fail, print_json, runtime, sender
 from crossdock.cli.render import job_row, queue_table, summary_table
+from crossdock.queue.environ import exportable
 from crossdock.queue.errors import CrossdockError, InvalidOption, NoSuchJob
 from crossdock.queue.models import Job
 from crossdock.queue.states import JobState
-from crossdock.settings import current_user
+from crossdock.settings import submit_umask
 
 RAW = {"allow_extra_args": True, "ignore_unknown_options": True, "help_option_names": []}
 
@@ -57,12 +58,14 @@ def submit(ctx: typer.Context) -> None:
             sub = build(_script_text(sys.stdin.buffer.read(), "standard input"))
     except InvalidOption as exc:
         fail(str(exc))
-    env = export_environment(sub.spec.export, sub.spec.env, dict(os.environ))
+    # What --export asks for, as sbatch stores it at submit; crossdock's own secrets never.
+    env = exportable(export_environment(sub.spec.export, sub.spec.env, exportable(dict(os.environ))))
+    env.setdefault("SLURM_UMASK", submit_umask())  # the job's files follow the submitter's umask
     try:
         workdir = str(Path(sub.spec.workdir or os.getcwd()).resolve())
     except (OSError, ValueError) as exc:  # a NUL in the path, a working directory since deleted
         fail(f"--chdir: cannot use {sub.spec.workdir or 'the current directory'!r} as the job's working directory: {exc}")
-    spec = sub.spec.model_copy(update={"user": sub.spec.user or current_user(), "env": env, "workdir": workdir})
+    spec = sub.spec.model_copy(update={"env": env, "workdir": workdir})
     try:
         if sub.dry_run:  # admitted exactly as a submission is, against the same nodes; nothing stored
             service.check(rt, [spec], service.load_inventory(rt, store_optional=True))
@@ -159,26 +162,35 @@ def show(job: str = typer.Argument(..., help="job id"), as_json: bool = typer.Op
             console.print(f"[bold]{key}[/]={value}", highlight=False)
         console.print("[bold]events[/]:")
         for e in row["events"]:
-            console.print(f"  {e.get('from', '')} -> {e['to']} by {e.get('actor', '')} {e.get('reason', '')}",
-                          highlight=False)
+            if "to" in e:
+                console.print(f"  {e.get('from', '')} -> {e['to']} by {e.get('actor', '')} {e.get('reason', '')}",
+                              highlight=False)
+            else:  # refused: no state change
+                console.print(f"  {e.get('event', '')} {e.get('action', '')} by {e.get('actor', '')}", highlight=False)
+
+
+def _acting(act, refs: List[str]):
+    """Run a service action; a refusal or an unknown job is one line and exit status 2."""
+    try:
+        return act(runtime(), [p for r in refs for p in r.split(",")])
+    except NoSuchJob as exc:
+        fail(f"{exc}; give a job id such as 12, an array task 12_3, or an array 12")
+    except CrossdockError as exc:
+        fail(str(exc))
 
 
 def cancel(refs: List[str] = typer.Argument(..., help="job ids, array tasks (12_3) or arrays (12)")) -> None:
     """Cancel jobs, like scancel."""
     from crossdock import service
 
-    rt = runtime()
-    try:
-        for job_id, outcome in service.cancel(rt, refs, sender()):
-            console.print(f"{job_id}: {outcome}", highlight=False)
-    except NoSuchJob as exc:
-        fail(f"{exc}; give a job id such as 12, an array task 12_3, or an array 12")
+    for job_id, outcome in _acting(lambda rt, ids: service.cancel(rt, ids, sender()), refs):
+        console.print(f"{job_id}: {outcome}", highlight=False)
 
 
-def _each(refs: List[str], act, verb: str) -> None:
+def _each(results: list[tuple[Job, bool]], verb: str) -> None:
     bad = 0
-    for j in _jobs(refs):
-        if act(j):
+    for j, done in results:
+        if done:
             console.print(f"{j.display_id}: {verb}", highlight=False)
         else:
             bad += 1
@@ -189,29 +201,23 @@ def _each(refs: List[str], act, verb: str) -> None:
 
 def hold(refs: List[str] = typer.Argument(...)) -> None:
     """Keep pending jobs from starting (scontrol hold)."""
-    store = runtime().store
-    _each(refs, lambda j: store.hold(j.id, True), "held")
+    from crossdock import service
+
+    _each(_acting(lambda rt, ids: service.hold(rt, ids, True), refs), "held")
 
 
 def release(refs: List[str] = typer.Argument(...)) -> None:
     """Let held jobs start (scontrol release)."""
-    store = runtime().store
-    _each(refs, lambda j: store.hold(j.id, False), "released")
+    from crossdock import service
+
+    _each(_acting(lambda rt, ids: service.hold(rt, ids, False), refs), "released")
 
 
 def requeue(refs: List[str] = typer.Argument(...)) -> None:
     """Put running or finished jobs back in the queue (scontrol requeue)."""
-    rt = runtime()
-    send = sender()
+    from crossdock import service
 
-    def act(j: Job) -> bool:
-        if j.state.active:
-            rt.store.request_preempt(j.id, 0)
-            send("crossdock.preempt", [j.id, 0], j.backend or "local")
-            return True
-        return rt.store.requeue(j.id, reason="Requeued")
-
-    _each(refs, act, "requeued")
+    _each(_acting(lambda rt, ids: service.requeue(rt, ids, sender()), refs), "requeued")
 
 
 def logs(job: str = typer.Argument(...), follow: bool = typer.Option(False, "--follow", "-f"),

@@ -189,6 +189,9 @@ class ClusterConfig(_Cfg):
     queues: dict[str, Queue] = Field(min_length=1)
     default_queue: str | None = None
     scheduler: Scheduler = Field(default_factory=Scheduler)
+    admins: list[str] = Field(default_factory=list)
+    """Users (login names, or uids where the passwd database has none) who may act on anyone's
+    jobs, as root may; everybody else acts on their own jobs only."""
 
     @model_validator(mode="after")
     def _unique_nodes(self) -> "ClusterConfig":

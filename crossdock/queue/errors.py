@@ -48,3 +48,11 @@ class NoSuchJob(CrossdockError):
     def __init__(self, job_id: object):
         self.job_id = job_id
         super().__init__(f"no such job: {job_id}")
+
+
+class PermissionDenied(CrossdockError):
+    """The caller is neither the owner of the job nor an admin (or claims to be someone else)."""
+
+
+class BadSignature(CrossdockError):
+    """A payload or result that crossdock would unpickle is unsigned or its seal does not match."""

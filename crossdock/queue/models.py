@@ -115,6 +115,9 @@ class PythonCall(_Model):
 
     payload: str
     qualname: str = ""
+    signature: str = ""
+    """HMAC-SHA256 (hex) of the payload under its owner's key (:mod:`crossdock.signing`): a
+    runner unpickles only a payload whose seal matches the job's owner."""
 
 
 class JobSpec(_Model):

@@ -17,7 +17,8 @@ from functools import lru_cache
 
 from celery import shared_task
 
-from crossdock.queue.errors import NoSuchJob
+from crossdock import signing
+from crossdock.queue.errors import BadSignature, NoSuchJob
 from crossdock.queue.ports import BackendUnavailable, SubmitFailed, SupportsArrays
 from crossdock.queue.states import JobState
 from crossdock.runtime import Runtime
@@ -47,6 +48,19 @@ def _fail(store, ids: list[int], attempt: int, reason: str) -> None:
         store.transition(i, JobState.FAILED, attempt=attempt, reason=reason, actor="dispatch")
 
 
+def _sealed(rt: Runtime, jobs: list) -> list:
+    """The jobs whose Python payload carries its owner's seal; the others fail here, before any
+    backend sees them (a Slurm or Kubernetes node unpickles the payload with no key to check it)."""
+    good = []
+    for job in jobs:
+        try:
+            signing.check_payload(rt.settings.state_dir, job.spec, f"the Python payload of job {job.display_id}")
+            good.append(job)
+        except BadSignature as exc:
+            _fail(rt.store, [job.id], job.attempts, f"BadSignature: {exc}")
+    return good
+
+
 def _unavailable(task, store, ids: list[int], attempt: int, exc: BackendUnavailable) -> str:
     if not exc.retryable:
         _fail(store, ids, attempt, f"BackendUnavailable: {exc}")
@@ -69,6 +83,8 @@ def dispatch(self, job_id: int, attempt: int) -> str:
     kind = job.backend or "local"
     if not store.claim_dispatch([job_id], attempt, _worker(self), reown=rt.backends.capabilities(kind).reowns_claims)[0]:
         return "duplicate"
+    if not _sealed(rt, [job]):
+        return "failed"
     try:
         ref = rt.backends(kind).submit(job)
     except BackendUnavailable as exc:
@@ -101,6 +117,9 @@ def dispatch_array(self, array_job_id: int, attempt: int, job_ids: list[int], th
     jobs = [j for j in jobs if j.id in mine]
     if not jobs:
         return "duplicate"
+    jobs = _sealed(rt, jobs)
+    if not jobs:
+        return "failed"
     ids = [j.id for j in jobs]
     target = rt.backends(kind)
     try:
@@ -141,6 +160,7 @@ def dispatch_batch(self, pairs: list[list[int]]) -> str:
         mine += [j for j in same if j.id in set(claimed)]
     if not mine:
         return "duplicate"
+    mine = _sealed(rt, mine)
     target = rt.backends(kind)
 
     def submit(job) -> tuple[str | None, Exception | None]:

@@ -40,6 +40,7 @@ from crossdock.queue.models import Job, JobSpec
 from crossdock.queue.ports import Backend
 from crossdock.queue.states import JobState
 from crossdock.runtime import Runtime
+from crossdock.settings import current_user
 from crossdock.workers import tasks as worker_tasks
 from crossdock.workers.leader import Scheduler
 
@@ -329,7 +330,7 @@ class Contract:
 
     def job(self, exit_code: int | None = 0, **spec: Any) -> Job:
         """A job stored SCHEDULED on the adapter's pool and nodes (attempt 1), as a cycle leaves it."""
-        made = self.adapter.spec(exit_code)
+        made = self.adapter.spec(exit_code).model_copy(update={"user": current_user()})  # as a face stores it
         if spec:
             made = made.model_copy(update=spec)
         return self._stored(made)

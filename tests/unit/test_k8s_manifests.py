@@ -307,3 +307,24 @@ def test_gpu_model_from_product_label(product: str, model: str) -> None:
 def test_manifest_is_plain_json() -> None:
     man = job().gpus(2, "A100").set(nodes=2, time_limit_seconds=5 * 60).on("a100-0", "a100-1").manifest()
     assert json.loads(json.dumps(man)) == man
+
+
+@pytest.mark.parametrize("owner,expected", [
+    ((1234, 100), {"runAsUser": 1234, "runAsGroup": 100, "runAsNonRoot": True}),
+    ((0, 0), {"runAsUser": 0, "runAsGroup": 0, "runAsNonRoot": False}),
+], ids=["a-user", "root"])
+def test_pods_run_as_the_jobs_owner(owner, expected) -> None:
+    man = m.build(job().set(user="alice").build(), CONFIG, OPTS, owner_ids=owner)
+    assert pod_spec(man)["securityContext"] == expected
+
+
+def test_a_job_without_an_owner_gets_no_security_context() -> None:
+    assert "securityContext" not in pod_spec(job().manifest())
+
+
+def test_owner_ids_come_from_the_passwd_entry_or_a_bare_uid() -> None:
+    from crossdock.backends.kubernetes.backend import owner_ids
+
+    assert owner_ids("root") == (0, 0)
+    assert owner_ids("4321") == (4321, 4321)
+    assert owner_ids("no-such-user-here") is None

@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import json
 import logging
+import pwd
 import threading
 from collections.abc import Iterable, Mapping, Sequence
 from typing import Any
@@ -137,7 +138,7 @@ class KubernetesBackend:
     def manifest(self, job: Job, array_tasks: Sequence[Job] | None = None) -> dict[str, Any]:
         opts = m.Options(**{**self.options.__dict__, "gpu_products": self.gpu_products()})
         try:
-            return m.build(job, self.config, opts, array_tasks=array_tasks)
+            return m.build(job, self.config, opts, array_tasks=array_tasks, owner_ids=owner_ids(job.spec.user))
         except ValueError as exc:
             raise SubmitFailed(str(exc)) from exc
 
@@ -532,3 +533,12 @@ class KubernetesBackend:
         except Exception as exc:  # noqa: BLE001
             raise api_error(exc, f"reading the log of pod {self.namespace}/{pod}") from exc
 
+
+def owner_ids(user: str) -> tuple[int, int] | None:
+    """The (uid, gid) a job's pods run as: its owner's passwd entry here (the cluster's users are
+    this machine's, as Slurm assumes), a bare uid as itself; None for a job with no owner."""
+    try:
+        entry = pwd.getpwnam(user)
+        return entry.pw_uid, entry.pw_gid
+    except KeyError:
+        return (int(user), int(user)) if user.isdigit() else None

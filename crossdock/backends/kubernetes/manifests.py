@@ -278,9 +278,19 @@ def pool_of(job: Job, cfg: ClusterConfig) -> tuple[str, Pool]:
                      "is a k8s pool; give --pool with a pool whose backend is k8s")
 
 
+def security_context(owner_ids: tuple[int, int] | None) -> dict[str, Any] | None:
+    """The pod runs as the job's owner (uid, gid), as slurmd runs a job as its submitter; a job
+    owned by anyone but root may not run as root whatever its image says."""
+    if owner_ids is None:
+        return None
+    uid, gid = owner_ids
+    return {"runAsUser": uid, "runAsGroup": gid, "runAsNonRoot": uid != 0}
+
+
 def build(job: Job, cfg: ClusterConfig, opts: Options = Options(), *,
-          array_tasks: Sequence[Job] | None = None) -> dict[str, Any]:
-    """The ``batch/v1`` Job for ``job``'s current attempt (or for ``array_tasks`` as one Indexed Job)."""
+          array_tasks: Sequence[Job] | None = None, owner_ids: tuple[int, int] | None = None) -> dict[str, Any]:
+    """The ``batch/v1`` Job for ``job``'s current attempt (or for ``array_tasks`` as one Indexed Job);
+    ``owner_ids``: the owner's (uid, gid) its pods run as."""
     spec = job.spec
     pool_name, pool = pool_of(job, cfg)
     array = array_tasks is not None and len(array_tasks) > 0
@@ -332,6 +342,9 @@ def build(job: Job, cfg: ClusterConfig, opts: Options = Options(), *,
         pod_spec["topologySpreadConstraints"] = spread
     if opts.service_account:
         pod_spec["serviceAccountName"] = opts.service_account
+    security = security_context(owner_ids)
+    if security:
+        pod_spec["securityContext"] = security
     limit = spec.time_limit_seconds
     if limit:
         pod_spec["activeDeadlineSeconds"] = limit

@@ -14,6 +14,7 @@ from typing import Sequence
 from crossdock.backends.local import CAPABILITIES
 from crossdock.queue.ports import BackendStatus, Inventory
 from crossdock.backends.local import gpus as gpu_discovery
+from crossdock.backends.redis_store.embedded import private_dir
 from crossdock.backends.redis_store.store import JobStore
 from crossdock.queue.config import ClusterConfig
 from crossdock.queue.models import Job
@@ -62,9 +63,9 @@ class LocalBackend:
     def submit(self, job: Job, fresh: bool = False) -> str:
         """Start a detached supervisor for this attempt. The caller has claimed the dispatch, so
         a redelivered task never gets here twice for one attempt."""
-        logdir = self.state_dir / "log"
-        logdir.mkdir(parents=True, exist_ok=True)
-        with open(logdir / f"supervisor-{job.id}.log", "ab") as log:
+        logdir = private_dir(self.state_dir / "log")
+        with open(os.open(logdir / f"supervisor-{job.id}.log", os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o600),
+                  "ab") as log:
             proc = subprocess.Popen([sys.executable, "-m", "crossdock.backends.local.supervisor", str(job.id),
                                      str(job.attempts), str(self.cfg.scheduler.kill_wait_seconds), "--daemonize"], env=self.env, stdin=subprocess.DEVNULL,
                                     stdout=log, stderr=log, close_fds=True)

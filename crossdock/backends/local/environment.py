@@ -8,6 +8,7 @@ import socket
 from pathlib import Path
 
 from crossdock.queue.models import Job
+from crossdock.queue.environ import exportable
 
 _PATTERN = re.compile(r"%(\d*)([%jJAaxuNnts])")
 
@@ -40,14 +41,22 @@ def output_paths(job: Job, node: str) -> tuple[Path, Path]:
     return out, err
 
 
-def job_environment(job: Job, node: str | None = None, base: dict[str, str] | None = None) -> dict[str, str]:
+DEFAULT_PATH = "/usr/local/bin:/usr/bin:/bin"
+
+
+def job_environment(job: Job, node: str | None = None, service_env: dict[str, str] | None = None,
+                    home: str | None = None) -> dict[str, str]:
+    """What the job sees: the environment its submitter exported (stored at submit, as sbatch
+    does; never the service's own, nor crossdock's secrets), plus Slurm's variables."""
     spec = job.spec
     node = node or socket.gethostname()
-    if spec.export.upper().startswith("NONE"):
-        env = {k: v for k, v in (base or os.environ).items() if k in ("PATH", "HOME", "USER", "LANG", "TERM")}
-    else:
-        env = dict(base if base is not None else os.environ)
-    env.update(spec.env)
+    env = exportable(spec.env, os.environ if service_env is None else service_env)
+    env.setdefault("PATH", DEFAULT_PATH)
+    if spec.user and not spec.user.isdigit():
+        env.setdefault("USER", spec.user)
+        env.setdefault("LOGNAME", spec.user)
+    if home:
+        env.setdefault("HOME", home)
     nodes = ",".join(job.nodes) or node
     slurm = {
         "SLURM_JOB_ID": job.id, "SLURM_JOBID": job.id, "SLURM_JOB_NAME": spec.display_name(),

@@ -19,8 +19,12 @@ import time
 from datetime import datetime, timezone
 from pathlib import Path
 
+from crossdock import signing
 from crossdock.backends.local.environment import job_environment, output_paths
+from crossdock.backends.local.owner import Owner, acting_as, owner_of, submit_umask
+from crossdock.backends.redis_store.embedded import private_dir
 from crossdock.backends.redis_store.store import JobStore
+from crossdock.queue.errors import CrossdockError
 from crossdock.queue.models import Job
 from crossdock.queue.states import JobState, Reason, stopped_outcome
 
@@ -32,26 +36,43 @@ POLL_SECONDS = 0.1
 
 
 def job_dir(state_dir: Path, job: Job) -> Path:
-    d = state_dir / "jobs" / str(job.id) / str(job.attempts)
-    d.mkdir(parents=True, exist_ok=True)
-    return d
+    """The attempt's workspace, the service's alone (0700): a job run as its owner reaches what it
+    needs there through descriptors handed down (payload, result, script), never by path."""
+    for d in (state_dir, state_dir / "jobs", state_dir / "jobs" / str(job.id)):
+        private_dir(d)
+    return private_dir(state_dir / "jobs" / str(job.id) / str(job.attempts))
 
 
-def build_argv(job: Job, workspace: Path) -> list[str]:
+def _private(path: Path, mode: str, owner: Owner | None = None, perm: int = 0o600):
+    """A workspace file only the service (and, via ``owner``, the job's owner) may open."""
+    f = open(os.open(path, os.O_RDWR | os.O_CREAT | os.O_TRUNC, perm), mode, closefd=True)
+    os.fchmod(f.fileno(), perm)
+    if owner is not None:
+        os.fchown(f.fileno(), owner.uid, owner.gid)
+    return f
+
+
+def build_argv(job: Job, workspace: Path, state_dir: Path, owner: Owner | None = None) -> tuple[list[str], list]:
+    """The job's argv and the workspace files it gets as descriptors (``/dev/fd/N``, ``fd:N``)."""
     spec = job.spec
     if spec.python is not None:
-        payload = workspace / "payload.b64"
-        payload.write_text(spec.python.payload)
-        return [sys.executable, "-m", "crossdock.backends.local.pyrun", str(payload), str(workspace / "result.pkl")]
+        signing.check_payload(state_dir, spec, f"the Python payload of job {job.id}")
+        payload = _private(workspace / "payload.b64", "w+")
+        payload.write(spec.python.payload)
+        payload.flush()
+        payload.seek(0)
+        result = _private(workspace / "result.pkl", "wb")
+        return ([sys.executable, "-m", "crossdock.backends.local.pyrun", f"fd:{payload.fileno()}",
+                 f"fd:{result.fileno()}"], [payload, result])
     if spec.script is not None:
-        script = workspace / "script"
-        script.write_text(spec.script)
-        script.chmod(0o700)
-        if not spec.script.startswith("#!"):
-            return ["/bin/sh", str(script), *spec.args]
-        return [str(script), *spec.args]
+        with _private(workspace / "script", "w", owner, perm=0o700) as f:
+            f.write(spec.script)
+        script = open(workspace / "script", "rb")  # read-only: a file open for writing cannot be exec'd
+        path = f"/dev/fd/{script.fileno()}"  # opened afresh by the owner: the file is theirs
+        argv = [path, *spec.args] if spec.script.startswith("#!") else ["/bin/sh", path, *spec.args]
+        return argv, [script]
     if spec.command:
-        return [*spec.command, *spec.args]
+        return [*spec.command, *spec.args], []
     raise ValueError(f"job {job.id} has nothing to run")
 
 
@@ -75,7 +96,7 @@ class Supervisor:
         workspace = job_dir(self.state_dir, job)
         try:
             proc, files = self._start(job, node, workspace)
-        except (OSError, ValueError) as exc:
+        except (OSError, ValueError, CrossdockError) as exc:
             self.store.transition(job_id, JobState.FAILED, attempt=attempt, reason=f"LaunchFailed: {exc}",
                                   fields={"exit_code": 127, "end_time": _now()}, actor="local")
             return 1
@@ -96,16 +117,33 @@ class Supervisor:
         return 0
 
     def _start(self, job: Job, node: str, workspace: Path) -> tuple[subprocess.Popen, list]:
-        argv = build_argv(job, workspace)
+        owner = owner_of(job)
+        argv, handed = build_argv(job, workspace, self.state_dir, owner)
         out, err = output_paths(job, node)
-        out.parent.mkdir(parents=True, exist_ok=True)
-        files = [open(out, "ab" if job.attempts > 1 else "wb")]
-        if err != out:
-            err.parent.mkdir(parents=True, exist_ok=True)
-            files.append(open(err, "ab" if job.attempts > 1 else "wb"))
-        proc = subprocess.Popen(argv, cwd=job.spec.workdir or None, env=job_environment(job, node),
-                                stdin=subprocess.DEVNULL, stdout=files[0], stderr=files[-1],
-                                start_new_session=True, close_fds=True)
+        umask = submit_umask(job.spec.env)
+        mode = os.O_WRONLY | os.O_CREAT | (os.O_APPEND if job.attempts > 1 else os.O_TRUNC)
+        old_umask = os.umask(umask)
+        try:
+            with acting_as(owner):  # the owner's files, made with the owner's rights, as slurmd does
+                workdir = job.spec.workdir
+                if workdir and not os.access(workdir, os.X_OK, effective_ids=True):
+                    raise PermissionError(f"the job's owner may not enter its working directory {workdir}")
+                out.parent.mkdir(parents=True, exist_ok=True)
+                files = [open(os.open(out, mode, 0o666), "wb")]
+                if err != out:
+                    err.parent.mkdir(parents=True, exist_ok=True)
+                    files.append(open(os.open(err, mode, 0o666), "wb"))
+        finally:
+            os.umask(old_umask)
+        env = job_environment(job, node, home=owner.home if owner else None)
+        try:
+            proc = subprocess.Popen(argv, cwd=job.spec.workdir or None, env=env, stdin=subprocess.DEVNULL,
+                                    stdout=files[0], stderr=files[-1], start_new_session=True, close_fds=True,
+                                    pass_fds=[f.fileno() for f in handed], umask=umask,
+                                    **(owner.popen_kwargs() if owner else {}))
+        finally:
+            for f in handed:  # the job holds its own copies
+                f.close()
         return proc, files
 
     def _watch(self, job: Job, proc: subprocess.Popen) -> str:
@@ -144,8 +182,9 @@ class Supervisor:
 
     def _finish(self, job: Job, attempt: int, rc: int, ending: str, workspace: Path) -> None:
         result = workspace / "result.pkl"
-        if job.spec.python is not None and result.exists():
-            self.store.set_result(job.id, result.read_bytes())
+        if job.spec.python is not None and result.exists() and result.stat().st_size:
+            key = signing.user_key(self.state_dir, job.spec.user)  # the runner runs as the service: it seals
+            self.store.set_result(job.id, signing.seal(key, f"result:{job.id}", result.read_bytes()))
         exit_code, sig = (rc, None) if rc >= 0 else (None, -rc)
         fields = {"end_time": _now(), "exit_code": exit_code,
                   "signal": sig, "pid": None}

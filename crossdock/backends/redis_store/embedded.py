@@ -57,18 +57,31 @@ def pid(state_dir: Path) -> int | None:
     return found if b"redis" in cmdline and str(socket_path(state_dir)).encode() in cmdline else None
 
 
+def private_dir(path: Path) -> Path:
+    """``path`` as a directory only its owner may enter (0700); one made by someone else is left as it is."""
+    path.mkdir(mode=0o700, parents=True, exist_ok=True)
+    if path.stat().st_uid == os.geteuid():
+        path.chmod(0o700)
+    return path
+
+
 def ensure_running(state_dir: Path, timeout: float = 10.0) -> str:
     """Start the embedded Redis unless it already answers; return its redis-py URL."""
     sock = socket_path(state_dir)
     if _ping(sock):
         return url_for(state_dir)
     rdir = sock.parent
-    rdir.mkdir(parents=True, exist_ok=True)
+    for d in (state_dir, rdir):
+        private_dir(d)
+    for f in rdir.rglob("*"):  # an AOF written before files were private
+        if f.is_file() and f.stat().st_uid == os.geteuid():
+            f.chmod(0o600)
     argv = [redis_binary(), "--port", "0", "--unixsocket", str(sock), "--unixsocketperm", "700",
             "--dir", str(rdir), "--appendonly", "yes", "--appendfsync", "everysec",
             "--daemonize", "yes", "--pidfile", str(rdir / "redis.pid"), "--logfile", str(rdir / "redis.log"),
             "--save", "60 1000"]
-    subprocess.run(argv, check=True, stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL)
+    # umask 077: its AOF, RDB and log hold every job's spec and environment; they are the service's alone
+    subprocess.run(argv, check=True, stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL, umask=0o077)
     deadline = time.monotonic() + timeout
     while time.monotonic() < deadline:
         if _ping(sock):

@@ -326,11 +326,36 @@ class JobStore:
         return bool(self.update_if(job_id, (JobState.SCHEDULED,), {"scheduled_time": utcnow()}))
 
     def hold(self, job_id: int, hold: bool, actor: str = "") -> bool:
-        job = self.get(job_id)
-        spec = job.spec.model_copy(update={"hold": hold})
-        reason = Reason.JOB_HELD_USER if hold else Reason.NONE
-        return bool(self.update_if(job_id, (JobState.PENDING,),
-                                   {"spec": spec.model_dump_json(exclude_defaults=True), "reason": reason}))
+        """Set or clear a PENDING job's hold flag. Only the flag changes: the rest of the spec
+        stays byte for byte as stored (it is never rebuilt from a model a caller could hand in)."""
+        key = self.k.job(job_id)
+        with self.r.pipeline() as pipe:
+            while True:
+                try:
+                    pipe.watch(key)
+                    state, raw = pipe.hmget(key, "state", "spec")
+                    if state != JobState.PENDING.value or raw is None:
+                        return False
+                    spec = json.loads(raw)
+                    if hold:
+                        spec["hold"] = True
+                    else:
+                        spec.pop("hold", None)
+                    pipe.multi()
+                    pipe.hset(key, mapping={"spec": json.dumps(spec, separators=(",", ":"), ensure_ascii=False),
+                                            "reason": Reason.JOB_HELD_USER if hold else Reason.NONE})
+                    pipe.execute()
+                    return True
+                except redis.WatchError:
+                    continue
+
+    def record_refusal(self, job_id: int, actor: str, action: str) -> None:
+        """Note in the job's stream (and the global one) that ``actor`` was refused ``action``."""
+        ev = {"event": "refused", "actor": actor, "action": action, "time": time.time()}
+        with self.r.pipeline(transaction=False) as pipe:
+            pipe.xadd(self.k.job_events(job_id), ev, maxlen=STREAM_MAXLEN, approximate=True)
+            pipe.xadd(self.k.events, {"job": job_id, **ev}, maxlen=STREAM_MAXLEN, approximate=True)
+            pipe.execute()
 
     def requeue(self, job_id: int, actor: str = "", reason: str = "Requeued", delay_seconds: float = 0,
                 unless: str = "") -> bool:

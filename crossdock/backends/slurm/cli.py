@@ -28,6 +28,7 @@ from crossdock.backends.slurm.driver import (
     tres_memory_mib,
 )
 from crossdock.backends.slurm.states import expand_array_tasks, node_names, parse_exit_code
+from crossdock.queue.environ import exportable
 
 DEFAULT_TIMEOUT_S = 30.0
 
@@ -85,9 +86,9 @@ class CliDriver:
     name = "cli"
 
     def __init__(self, env: Mapping[str, str] | None = None, timeout_s: float = DEFAULT_TIMEOUT_S):
-        base = dict(os.environ if env is None else env)
-        base.pop("SLURM_JWT", None)  # with it set, srun inside jobs switches to auth/jwt and fails
-        self.env = base
+        # sbatch's environment is the job's with --export=ALL: no secrets (and no SLURM_JWT: with
+        # it set, srun inside jobs switches to auth/jwt and fails)
+        self.env = exportable(dict(os.environ if env is None else env))
         self.timeout_s = timeout_s
 
     # --- plumbing ---------------------------------------------------------------------------

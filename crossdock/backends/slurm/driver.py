@@ -81,6 +81,8 @@ class SubmitRequest:
     exclusive: bool = False
     nice: int = 0
     args: tuple[str, ...] = ()
+    user: str = ""
+    """The job's owner: a driver that can (REST with per-user JWTs) submits as them."""
 
 
 @dataclass(frozen=True)

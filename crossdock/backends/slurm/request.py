@@ -208,4 +208,5 @@ def build_request(
         exclusive=spec.exclusive,
         nice=spec.nice,
         args=tuple(spec.args) if spec.command is None else (),
+        user=spec.user,
     )

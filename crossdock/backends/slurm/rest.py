@@ -15,9 +15,12 @@ from __future__ import annotations
 import http.client
 import json
 import os
+import pwd
 import socket
 import threading
-from collections.abc import Mapping
+import subprocess
+import time
+from collections.abc import Callable, Mapping
 from typing import Any
 from urllib.parse import quote, urlsplit
 
@@ -36,6 +39,7 @@ from crossdock.backends.slurm.driver import (
     parse_node,
 )
 from crossdock.backends.slurm.states import node_names
+from crossdock.queue.environ import exportable
 
 API = "/slurm/v0.0.38"
 DEFAULT_PATH = "/usr/local/bin:/usr/bin:/bin"
@@ -97,6 +101,34 @@ def job_properties(req: SubmitRequest, base_env: Mapping[str, str]) -> dict[str,
     return job
 
 
+class UserTokens:
+    """Per-user JWTs from ``scontrol token username=<user>`` (which only root or SlurmUser may run:
+    the service), each kept until shortly before it expires."""
+
+    def __init__(self, env: Mapping[str, str], lifespan_s: int = 3600, timeout_s: float = 30.0):
+        self.env = dict(env)
+        self.env.pop("SLURM_JWT", None)  # scontrol authenticates with munge, as the service
+        self.lifespan_s, self.timeout_s = lifespan_s, timeout_s
+        self._cache: dict[str, tuple[str, float]] = {}
+        self._lock = threading.Lock()
+
+    def __call__(self, user: str) -> str:
+        with self._lock:
+            token, until = self._cache.get(user, ("", 0.0))
+            if time.monotonic() < until:
+                return token
+            argv = ["scontrol", "token", f"username={user}", f"lifespan={self.lifespan_s}"]
+            try:
+                done = subprocess.run(argv, env=self.env, capture_output=True, text=True, timeout=self.timeout_s)
+            except (OSError, subprocess.TimeoutExpired) as exc:
+                raise SlurmError(f"scontrol token: {exc}") from None
+            token = next((line.split("=", 1)[1] for line in done.stdout.splitlines() if line.startswith("SLURM_JWT=")), "")
+            if done.returncode != 0 or not token:
+                raise SlurmError(f"scontrol token username={user} failed: {(done.stderr or done.stdout).strip()}")
+            self._cache[user] = (token, time.monotonic() + self.lifespan_s * 0.8)
+            return token
+
+
 class RestDriver:
     name = "rest"
 
@@ -110,7 +142,10 @@ class RestDriver:
         fallback: SlurmDriver | None = None,
         job_env: Mapping[str, str] | None = None,
         timeout_s: float = 30.0,
+        tokens: Callable[[str], str] | None = None,
     ):
+        """``tokens``: a JWT for a given user (:class:`UserTokens`), so that a job is submitted, and
+        so recorded and run by Slurm, as its owner; without it every job is the token user's."""
         if (socket_path is None) == (url is None):
             raise ValueError("give exactly one of socket_path (local auth) or url (JWT)")
         if url is not None and not token:
@@ -122,8 +157,8 @@ class RestDriver:
             self.headers["X-SLURM-USER-NAME"] = user or "root"
             self.headers["X-SLURM-USER-TOKEN"] = token
         self.fallback = fallback
-        self.job_env = dict(os.environ if job_env is None else job_env)
-        self.job_env.pop("SLURM_JWT", None)
+        self.tokens = tokens
+        self.job_env = exportable(dict(os.environ if job_env is None else job_env))  # a job's: no secrets
         self.timeout_s = timeout_s
         self._local = threading.local()
 
@@ -133,7 +168,8 @@ class RestDriver:
         SLURMRESTD_SOCKET)."""
         if transport == "unix":
             return cls(socket_path=env["SLURMRESTD_SOCKET"], fallback=fallback)
-        return cls(url=env["SLURMRESTD_URL"], token=env["SLURM_LOCAL_JWT"], user=env.get("SLURM_LOCAL_USER", "root"), fallback=fallback)
+        return cls(url=env["SLURMRESTD_URL"], token=env["SLURM_LOCAL_JWT"], user=env.get("SLURM_LOCAL_USER", "root"),
+                   fallback=fallback, tokens=UserTokens(env))
 
     # --- plumbing ---------------------------------------------------------------------------
 
@@ -147,12 +183,12 @@ class RestDriver:
             self._local.conn = conn
         return conn
 
-    def _request(self, method: str, path: str, body: Any = None) -> dict[str, Any]:
+    def _request(self, method: str, path: str, body: Any = None, headers: Mapping[str, str] | None = None) -> dict[str, Any]:
         payload = json.dumps(body).encode() if body is not None else None
         for attempt in (0, 1):  # one reconnect: slurmrestd closes idle keep-alive connections
             conn = self._connection()
             try:
-                conn.request(method, API + path, body=payload, headers=self.headers)
+                conn.request(method, API + path, body=payload, headers=dict(headers or self.headers))
                 resp = conn.getresponse()
                 raw = resp.read()
                 break
@@ -185,10 +221,24 @@ class RestDriver:
 
     # --- SlurmDriver ------------------------------------------------------------------------
 
+    def _owner_headers(self, user: str) -> Mapping[str, str] | None:
+        """Credentials of the job's owner (None: the driver's own, when it is the owner or has no tokens)."""
+        if self.tokens is None or not user or user == self.headers.get("X-SLURM-USER-NAME"):
+            return None
+        try:
+            pwd.getpwnam(user)  # Slurm would issue a token for any name, and run the job as nobody
+        except KeyError:
+            raise SubmitRejected(f"the job's owner {user!r} has no passwd entry; Slurm runs jobs as their owner") from None
+        try:
+            token = self.tokens(user)
+        except SlurmError as exc:
+            raise SubmitRejected(f"cannot submit as the job's owner {user!r}: {exc}") from None
+        return {**self.headers, "X-SLURM-USER-NAME": user, "X-SLURM-USER-TOKEN": token}
+
     def submit(self, request: SubmitRequest) -> int:
         body = {"script": request.script, "job": job_properties(request, self.job_env)}
         try:
-            data = self._request("POST", "/job/submit", body)
+            data = self._request("POST", "/job/submit", body, self._owner_headers(request.user))
         except SlurmUnavailable:
             raise
         except SlurmError as exc:
