@@ -330,12 +330,13 @@ class Contract:
 
     def job(self, exit_code: int | None = 0, **spec: Any) -> Job:
         """A job stored SCHEDULED on the adapter's pool and nodes (attempt 1), as a cycle leaves it."""
-        made = self.adapter.spec(exit_code).model_copy(update={"user": current_user()})  # as a face stores it
+        made = self.adapter.spec(exit_code)
         if spec:
             made = made.model_copy(update=spec)
         return self._stored(made)
 
     def _stored(self, made: JobSpec) -> Job:
+        made = made.model_copy(update={"user": made.user or current_user()})  # a face stores its caller
         (saved,) = self.store.submit([Job(id=0, spec=made, queue="batch", priority_class="batch", priority=500,
                                           pools=[POOL])])
         assert self.store.transition(saved.id, JobState.SCHEDULED, bump_attempt=True, actor="contract",
