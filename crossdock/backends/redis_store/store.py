@@ -205,18 +205,23 @@ class JobStore:
     # --- state changes ---------------------------------------------------------------------
     def transition(self, job_id: int, new: JobState, *, fields: dict[str, Any] | None = None, actor: str = "",
                    reason: str = "", attempt: int | None = None, unless: str = "", bump_attempt: bool = False,
-                   pipe: Any = None) -> Any:
-        """Move a job to ``new`` if the transition table allows it from its current state.
+                   only_from: Iterable[JobState] | None = None, pipe: Any = None) -> Any:
+        """Move a job to ``new`` if the transition table allows it from its current state (and,
+        with ``only_from``, only from one of those states).
 
         Returns True/False (or queues the call on ``pipe``, whose result is ``[1|0, old]``).
         """
+        allowed = _allowed_from(new)
+        if only_from is not None:
+            narrowed = {s.value for s in only_from}
+            allowed = " ".join(s for s in allowed.split() if s in narrowed)
         values = encode_fields(fields or {})
         if reason:
             values["reason"] = reason
         event = {"actor": actor or self.actor, "reason": reason, "time": time.time()}
         keys = [self.k.job(job_id), self.k.pending, self.k.active, self.k.job_events(job_id), self.k.events,
                 self.k.finished]
-        args = [job_id, new.value, _allowed_from(new), json.dumps(values), json.dumps(event), STREAM_MAXLEN,
+        args = [job_id, new.value, allowed, json.dumps(values), json.dumps(event), STREAM_MAXLEN,
                 "" if attempt is None else str(attempt), unless, "1" if bump_attempt else "0",
                 "1" if new.terminal else "0", event["time"]]
         if pipe is not None:
@@ -288,14 +293,17 @@ class JobStore:
         return bool(self.update_if(job_id, (JobState.PENDING,),
                                    {"spec": spec.model_dump_json(exclude_defaults=True), "reason": reason}))
 
-    def requeue(self, job_id: int, actor: str = "", reason: str = "Requeued", delay_seconds: float = 0) -> bool:
-        """Back to PENDING for a new attempt (placement and stop fields cleared)."""
+    def requeue(self, job_id: int, actor: str = "", reason: str = "Requeued", delay_seconds: float = 0, *,
+                attempt: int | None = None, only_from: Iterable[JobState] | None = None, pipe: Any = None) -> Any:
+        """Back to PENDING for a new attempt (placement and stop fields cleared). ``attempt`` and
+        ``only_from`` make a follow-up requeue safe to queue behind the transition it follows
+        (in one MULTI) and to replay: it moves nothing once the job has moved on."""
         eligible = datetime.fromtimestamp(utcnow().timestamp() + delay_seconds, timezone.utc) if delay_seconds else None
         cleared = ("nodes", "gpu_ids", "backend_ref", "pool", "backend", "exit_code", "signal", "start_time",
                    "end_time", "scheduled_time", "cancel_requested", "preempt_requested", "preempt_grace",
                    "dispatched", "pid")
         return self.transition(job_id, JobState.PENDING, fields={**dict.fromkeys(cleared), "eligible_time": eligible},
-                               actor=actor, reason=reason)
+                               actor=actor, reason=reason, attempt=attempt, only_from=only_from, pipe=pipe)
 
     # --- dispatch bookkeeping --------------------------------------------------------------
     def claim_dispatch(self, ids: Sequence[int], attempt: int, worker: str,
