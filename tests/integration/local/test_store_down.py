@@ -19,7 +19,8 @@ import yaml
 from crossdock import service
 from crossdock.backends.local import workspace
 from crossdock.backends.redis_store import embedded
-from crossdock.queue.models import JobSpec
+from crossdock.pycall import decode_outcome, encode_call
+from crossdock.queue.models import JobSpec, PythonCall
 from crossdock.queue.states import TERMINAL, JobState, Reason
 from crossdock.runtime import Runtime
 from crossdock.workers.leader import Scheduler
@@ -145,6 +146,20 @@ def test_an_end_during_the_outage_is_recorded_after_it_with_its_exit_code(own_re
     done = follow_until(sched, rt, job.id, TERMINAL)
     assert (done.state, done.exit_code, done.reason, done.attempts) == (JobState.FAILED, 3, Reason.NON_ZERO_EXIT, 1)
     assert "NODE_FAIL" not in states(rt, job.id)
+
+
+def test_a_python_job_ending_during_the_outage_keeps_its_result(own_redis, tmp_path):
+    rt = Runtime.from_env()
+    sched = Scheduler(rt, lambda *a: None)
+    call = PythonCall(payload=encode_call(lambda n: (__import__("time").sleep(2), n + 1)[1], (41,)))
+    job = start_local(rt, JobSpec(python=call, workdir=str(tmp_path)))
+    follow_until(sched, rt, job.id, {JobState.RUNNING})
+    ws = workspace.path(rt.settings.state_dir, job.id, 1)
+    own_redis.down_for(OUTAGE_SECONDS, during=lambda: until(lambda: (ws / workspace.OUTCOME).exists(), 10,
+                                                             "the outcome file"))
+    done = follow_until(sched, rt, job.id, TERMINAL)
+    assert (done.state, done.exit_code, done.attempts) == (JobState.COMPLETED, 0, 1)
+    assert decode_outcome(rt.store.result(job.id))[:2] == ("ok", 42)
 
 
 def test_a_job_that_starts_during_the_outage_is_recorded_running_then_done(own_redis, tmp_path):
