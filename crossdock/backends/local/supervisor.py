@@ -304,12 +304,15 @@ def main(argv: list[str]) -> int:
     if missing:
         raise SystemExit(f"crossdock supervisor: {', '.join(missing)} not set (the local backend sets them)")
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(name)s %(message)s")
+    return Supervisor(store_from_env(), Path(os.environ["CROSSDOCK_STATE_DIR"]), kill_wait).run(job_id, attempt)
+
+
+def store_from_env() -> JobStore:
     # no retries inside redis-py: the supervisor retries on its own schedule and keeps watching between
     client = redis.Redis.from_url(os.environ["CROSSDOCK_REDIS_URL"], decode_responses=True,
                                   socket_timeout=STORE_TIMEOUT_SECONDS, socket_connect_timeout=STORE_TIMEOUT_SECONDS,
                                   retry=Retry(NoBackoff(), 0))
-    store = JobStore(client, os.environ["CROSSDOCK_PREFIX"], actor="local")
-    return Supervisor(store, Path(os.environ["CROSSDOCK_STATE_DIR"]), kill_wait).run(job_id, attempt)
+    return JobStore(client, os.environ["CROSSDOCK_PREFIX"], actor="local")
 
 
 if __name__ == "__main__":

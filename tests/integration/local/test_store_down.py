@@ -7,7 +7,8 @@ from __future__ import annotations
 import json
 import os
 import signal
-import threading
+import subprocess
+import sys
 import time
 import uuid
 from pathlib import Path
@@ -181,6 +182,34 @@ def test_a_job_that_starts_during_the_outage_is_recorded_running_then_done(own_r
     assert (done.state, done.exit_code, done.attempts) == (JobState.COMPLETED, 0, 1)
     assert (tmp_path / "ledger").read_text() == "run\n"
     assert states(rt, job.id) == ["PENDING", "SCHEDULED", "RUNNING", "COMPLETED"]
+
+
+GIVING_UP_SUPERVISOR = """
+import os, sys
+from pathlib import Path
+from crossdock.backends.local.supervisor import Supervisor, store_from_env
+sys.exit(Supervisor(store_from_env(), Path(os.environ["CROSSDOCK_STATE_DIR"]), 1, give_up_seconds=3).run(int(sys.argv[1]), 1))
+"""
+
+
+def test_a_supervisor_whose_store_never_returns_gives_up_and_its_outcome_is_recorded_later(own_redis, tmp_path):
+    rt = Runtime.from_env()
+    sched = Scheduler(rt, lambda *a: None)
+    job, = service.submit(rt, [JobSpec(command=["sh", "-c", f"echo run >> {tmp_path / 'ledger'}; sleep 3"],
+                                       workdir=str(tmp_path))])
+    assert rt.store.transition(job.id, JobState.SCHEDULED, bump_attempt=True,
+                               fields={"backend": "local", "pool": "local", "nodes": ["localhost"]})
+    assert rt.store.claim_dispatch([job.id], 1, "test")[0]
+    # a real supervisor, not detached, that stops trying the store after 3 s instead of an hour
+    proc = subprocess.Popen([sys.executable, "-c", GIVING_UP_SUPERVISOR, str(job.id)], env=rt.child_env())
+    follow_until(sched, rt, job.id, {JobState.RUNNING})
+    own_redis.stop()
+    assert proc.wait(timeout=60) == 1  # did not spin forever
+    own_redis.start()
+    done = follow_until(sched, rt, job.id, TERMINAL)
+    assert (done.state, done.exit_code, done.attempts) == (JobState.COMPLETED, 0, 1)
+    assert (tmp_path / "ledger").read_text() == "run\n"
+    assert "NODE_FAIL" not in states(rt, job.id)
 
 
 def test_a_supervisor_killed_while_its_job_runs_is_still_lost_and_requeued(own_redis, tmp_path):
