@@ -3,9 +3,9 @@
 Backends with a ``heartbeat`` are followed by their watcher's heartbeat: a SCHEDULED job whose
 dispatch nobody picked up is sent again, one whose watcher never started or stopped reporting is
 lost (NODE_FAIL, requeued when its spec allows) — unless the backend tells that the watcher lives
-and was only cut off from the store, or records the end it left (``WatchedOutsideStore``). Other backends are asked for the ``status`` of
-every placed job in one call; state changes are recorded in one round trip; jobs the backend no
-longer knows are lost or resent. Backends that ``SweepsOrphans`` have their leftovers removed.
+and was only cut off from the store, or records the end it left (``WatchedOutsideStore``). Other
+backends are asked for the ``status`` of every placed job in one call; state changes are recorded
+in one MULTI; jobs the backend no longer knows are lost or resent. Backends that ``SweepsOrphans`` have their leftovers removed.
 """
 
 from __future__ import annotations

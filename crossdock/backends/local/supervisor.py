@@ -99,13 +99,10 @@ class StoreLink:
         self.next_try = now + self.delay
         self.delay = min(self.delay * 2, BACKOFF_MAX_SECONDS)
 
-    def answered(self) -> bool:
-        """Mark the store reachable; True when it was not until now."""
-        was_down = self.down_since is not None
-        if was_down:
-            log.info("store reachable again after %.1fs", time.monotonic() - (self.down_since or 0))
+    def answered(self) -> None:
+        if self.down_since is not None:
+            log.info("store reachable again after %.1fs", time.monotonic() - self.down_since)
         self.down_since, self.delay = None, BACKOFF_MIN_SECONDS
-        return was_down
 
 
 class Supervisor:
@@ -276,9 +273,11 @@ class Supervisor:
         record it, retrying while the store is down. Past the give-up time the file alone stays."""
         workspace.write_outcome(ws, outcome)
         result = workspace.result(ws) if job.spec.python is not None else None
-        keep_beating = lambda: (workspace.beat(ws), record(self.store, job.id, attempt, outcome, result,  # noqa: E731
-                                                           job.spec.requeue))[1]
-        recorded = self._until_answered(keep_beating)
+        def beat_and_record() -> bool:  # the beat tells the reconciler this supervisor still tries
+            workspace.beat(ws)
+            return record(self.store, job.id, attempt, outcome, result, job.spec.requeue)
+
+        recorded = self._until_answered(beat_and_record)
         if recorded is None:
             log.error("job %s attempt %s ended %s; left in %s for the reconciler", job.id, attempt,
                       outcome.state.value, ws / workspace.OUTCOME)

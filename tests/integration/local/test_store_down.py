@@ -88,14 +88,18 @@ def own_redis(tmp_path, monkeypatch, request):
     embedded.stop(r.state)
 
 
-def start_local(rt: Runtime, spec: JobSpec):
-    """Submit, place and dispatch one job by hand: its supervisor is real, nothing else runs."""
+def placed(rt: Runtime, spec: JobSpec):
+    """Submit one job and place it by hand, its dispatch claimed, as a cycle and a worker leave it."""
     job, = service.submit(rt, [spec])
-    store = rt.store
-    assert store.transition(job.id, JobState.SCHEDULED, bump_attempt=True,
-                            fields={"backend": "local", "pool": "local", "nodes": ["localhost"]})
-    assert store.claim_dispatch([job.id], 1, "test")[0]
-    job = store.get(job.id)
+    assert rt.store.transition(job.id, JobState.SCHEDULED, bump_attempt=True,
+                               fields={"backend": "local", "pool": "local", "nodes": ["localhost"]})
+    assert rt.store.claim_dispatch([job.id], 1, "test")[0]
+    return rt.store.get(job.id)
+
+
+def start_local(rt: Runtime, spec: JobSpec):
+    """A placed job dispatched by hand: its supervisor is real, nothing else runs."""
+    job = placed(rt, spec)
     rt.backends("local").submit(job)
     return job
 
@@ -167,12 +171,8 @@ def test_a_job_that_starts_during_the_outage_is_recorded_running_then_done(own_r
     """RUNNING itself is held back: dispatched, then Redis goes away before the supervisor reads."""
     rt = Runtime.from_env()
     sched = Scheduler(rt, lambda *a: None)
-    job, = service.submit(rt, [JobSpec(command=["sh", "-c", f"echo run >> {tmp_path / 'ledger'}; sleep 13"],
-                                       workdir=str(tmp_path))])
-    assert rt.store.transition(job.id, JobState.SCHEDULED, bump_attempt=True,
-                               fields={"backend": "local", "pool": "local", "nodes": ["localhost"]})
-    assert rt.store.claim_dispatch([job.id], 1, "test")[0]
-    job = rt.store.get(job.id)
+    job = placed(rt, JobSpec(command=["sh", "-c", f"echo run >> {tmp_path / 'ledger'}; sleep 13"],
+                             workdir=str(tmp_path)))
     own_redis.stop()
     rt.backends("local").submit(job)  # the supervisor waits for the store before it starts anything
     own_redis.start()
@@ -195,11 +195,8 @@ sys.exit(Supervisor(store_from_env(), Path(os.environ["CROSSDOCK_STATE_DIR"]), 1
 def test_a_supervisor_whose_store_never_returns_gives_up_and_its_outcome_is_recorded_later(own_redis, tmp_path):
     rt = Runtime.from_env()
     sched = Scheduler(rt, lambda *a: None)
-    job, = service.submit(rt, [JobSpec(command=["sh", "-c", f"echo run >> {tmp_path / 'ledger'}; sleep 3"],
-                                       workdir=str(tmp_path))])
-    assert rt.store.transition(job.id, JobState.SCHEDULED, bump_attempt=True,
-                               fields={"backend": "local", "pool": "local", "nodes": ["localhost"]})
-    assert rt.store.claim_dispatch([job.id], 1, "test")[0]
+    job = placed(rt, JobSpec(command=["sh", "-c", f"echo run >> {tmp_path / 'ledger'}; sleep 3"],
+                             workdir=str(tmp_path)))
     # a real supervisor, not detached, that stops trying the store after 3 s instead of an hour
     proc = subprocess.Popen([sys.executable, "-c", GIVING_UP_SUPERVISOR, str(job.id)], env=rt.child_env())
     follow_until(sched, rt, job.id, {JobState.RUNNING})
