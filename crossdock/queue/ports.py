@@ -141,5 +141,18 @@ class StopsLost(Protocol):
 
 
 @runtime_checkable
+class WatchedOutsideStore(Protocol):
+    """A ``heartbeat`` backend whose watcher also leaves traces outside the store (its process, a
+    file beside the job): a watcher silent only because the store was down is told from a dead
+    one, and the end a dead watcher could not record is not lost. Read before a job is lost."""
+
+    def watcher_alive(self, job: Job) -> bool:
+        """The watcher of ``job``'s attempt still runs (its heartbeat may have expired in an outage)."""
+
+    def settle(self, job: Job) -> JobState | None:
+        """Record the end ``job``'s dead watcher left behind; that state, or None when it left none."""
+
+
+@runtime_checkable
 class ServesLogs(Protocol):
     def logs(self, job: Job, *, tail_lines: int | None = None, worker: int = 0) -> str: ...

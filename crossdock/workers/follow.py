@@ -2,9 +2,10 @@
 
 Backends with a ``heartbeat`` are followed by their watcher's heartbeat: a SCHEDULED job whose
 dispatch nobody picked up is sent again, one whose watcher never started or stopped reporting is
-lost (NODE_FAIL, requeued when its spec allows). Other backends are asked for the ``status`` of
-every placed job in one call; state changes are recorded in one round trip; jobs the backend no
-longer knows are lost or resent. Backends that ``SweepsOrphans`` have their leftovers removed.
+lost (NODE_FAIL, requeued when its spec allows) — unless the backend tells that the watcher lives
+and was only cut off from the store, or records the end it left (``WatchedOutsideStore``). Other
+backends are asked for the ``status`` of every placed job in one call; state changes are recorded
+in one MULTI; jobs the backend no longer knows are lost or resent. Backends that ``SweepsOrphans`` have their leftovers removed.
 """
 
 from __future__ import annotations
@@ -16,7 +17,7 @@ from typing import Callable
 from crossdock.backends.redis_store.store import utcnow
 from crossdock.backends.registry import Backends
 from crossdock.queue.models import Job
-from crossdock.queue.ports import BackendError, StopsLost, SweepsOrphans
+from crossdock.queue.ports import BackendError, StopsLost, SweepsOrphans, WatchedOutsideStore
 from crossdock.queue.states import JobState, Reason, stopped_outcome
 from crossdock.workers.app import SendTask
 
@@ -24,6 +25,9 @@ log = logging.getLogger(__name__)
 
 RESEND_AFTER_SECONDS = 15.0
 LOST_AFTER_SECONDS = 60.0
+UNSUBMITTED_AFTER_SECONDS = 600.0
+"""A claimed dispatch that left no reference and nothing the backend knows for this long never
+submitted (a large batch dispatch may take minutes, so this is well above LOST_AFTER_SECONDS)."""
 ORPHAN_SWEEP_SECONDS = 60.0
 UNAVAILABLE = (BackendError, ImportError, OSError)
 
@@ -77,15 +81,35 @@ class Follower:
         alive = self.store.alive([j.id for j in jobs])
         for job in jobs:
             scheduled = job.scheduled_time.timestamp() if job.scheduled_time else now
-            if job.state is JobState.SCHEDULED:
-                claimed = self.store.dispatch_claimed(job.id, job.attempts)
-                if not claimed and now - scheduled > RESEND_AFTER_SECONDS:
+            claimed = job.state is JobState.RUNNING or self.store.dispatch_claimed(job.id, job.attempts)
+            if not claimed:
+                if now - scheduled > RESEND_AFTER_SECONDS:
                     log.warning("job %s: dispatch not picked up in %.0fs; resending", job.id, now - scheduled)
                     self._resend(job, kind)
-                elif claimed and not alive[job.id] and now - scheduled > LOST_AFTER_SECONDS:
-                    self.lost(job, "dispatched but never started")
-            elif job.state is JobState.RUNNING and not alive[job.id]:
+            elif alive[job.id] or self._only_silent(kind, job):
+                continue
+            elif job.state is JobState.RUNNING:
                 self.lost(job, "its supervisor stopped reporting")
+            elif now - scheduled > LOST_AFTER_SECONDS:
+                self.lost(job, "dispatched but never started")
+
+    def _only_silent(self, kind: str, job: Job) -> bool:
+        """A watcher whose heartbeat expired is only cut off from the store (after an outage every
+        heartbeat expires at once) while it lives; a dead one's end, if it left one, is recorded
+        here instead of the job being lost (an attempt that exited 0 never runs again)."""
+        try:
+            target = self.backends(kind)
+            if not isinstance(target, WatchedOutsideStore):
+                return False
+            if target.watcher_alive(job):
+                return True
+            settled = target.settle(job)
+        except UNAVAILABLE as exc:
+            log.warning("job %s: cannot tell whether its watcher lives (%s); not marking it lost", job.id, exc)
+            return True
+        if settled is not None:
+            log.info("job %s: %s, recorded from what its dead watcher left", job.id, settled.value)
+        return settled is not None
 
     def lost(self, job: Job, why: str) -> None:
         log.warning("job %s lost: %s", job.id, why)
@@ -95,9 +119,13 @@ class Follower:
                 target.kill_orphan(job)
         except UNAVAILABLE as exc:
             log.warning("job %s: could not stop what is left of it: %s", job.id, exc)
-        if self.store.transition(job.id, JobState.NODE_FAIL, attempt=job.attempts, reason=Reason.NODE_LOST,
-                                 fields={"end_time": utcnow()}, actor=self.holder) and job.spec.requeue:
-            self.store.requeue(job.id, actor=self.holder, reason=Reason.NODE_LOST)
+        with self.store.pipeline(transaction=True) as pipe:  # lost and requeued land together, or neither
+            self.store.transition(job.id, JobState.NODE_FAIL, attempt=job.attempts, reason=Reason.NODE_LOST,
+                                  fields={"end_time": utcnow()}, actor=self.holder, pipe=pipe)
+            if job.spec.requeue:
+                self.store.requeue(job.id, actor=self.holder, reason=Reason.NODE_LOST, attempt=job.attempts,
+                                   only_from=(JobState.NODE_FAIL,), pipe=pipe)
+            pipe.execute()
 
     def _by_status(self, kind: str, jobs: list[Job]) -> None:
         store = self.store
@@ -110,17 +138,27 @@ class Follower:
         # The stop requests standing when these attempts ended decide how they ended (one round trip).
         ended = [i for i, st in statuses.items() if st.state.terminal or st.state is JobState.PREEMPTED]
         stops = store.stop_requests(ended) if ended else {}
-        changes: list[tuple[Job, JobState, str] | None] = []  # one entry per queued command
-        with store.pipeline() as pipe:
+        changes: list[tuple[Job, JobState] | None] = []  # one entry per queued command
+        # MULTI: a pass cut short by a store outage lands whole or not at all (the next pass reads
+        # the backend again), so no end lands without its follow-up step.
+        with store.pipeline(transaction=True) as pipe:
             for job in jobs:
                 st = statuses.get(job.id)
                 if st is None:
                     scheduled = job.scheduled_time.timestamp() if job.scheduled_time else now
+                    claimed = store.dispatch_claimed(job.id, job.attempts)
                     if job.state is JobState.RUNNING or (job.backend_ref and now - scheduled > LOST_AFTER_SECONDS):
                         self.lost(job, f"{kind} no longer knows it")
-                    elif not store.dispatch_claimed(job.id, job.attempts) and now - scheduled > RESEND_AFTER_SECONDS:
+                    elif claimed and job.dispatched and now - job.dispatched.timestamp() > UNSUBMITTED_AFTER_SECONDS:
+                        # the backend holds nothing under this attempt's tag or name: the dispatch
+                        # died between its claim and its submit (a store outage), nobody will resend
+                        self.lost(job, f"dispatched {now - job.dispatched.timestamp():.0f}s ago, {kind} never got it")
+                    elif not claimed and now - scheduled > RESEND_AFTER_SECONDS:
                         self._resend(job, kind)
                     continue
+                if st.ref and not job.backend_ref:  # the dispatch's record of it was lost (a store outage)
+                    store.update_if(job.id, (JobState.SCHEDULED, JobState.RUNNING), {"backend_ref": st.ref}, pipe=pipe)
+                    changes.append(None)
                 # Waiting inside the backend (Slurm PENDING, or requeued there by the backend itself) is
                 # SCHEDULED for crossdock: the backend owns that attempt and will start it again.
                 state = JobState.SCHEDULED if st.state is JobState.PENDING else st.state
@@ -140,14 +178,19 @@ class Follower:
                 elif state.terminal or state is JobState.PREEMPTED:
                     fields["end_time"] = utcnow()
                 # One round trip for every change of the pass (a 1,000-task array finishes together).
-                store.transition(job.id, state, fields=fields, reason=reason, actor=kind, pipe=pipe)
-                changes.append((job, state, reason))
+                store.transition(job.id, state, fields=fields, reason=reason, actor=kind, attempt=job.attempts,
+                                 pipe=pipe)
+                changes.append((job, state))
+                if state is JobState.PREEMPTED:
+                    stop = stops.get(job.id)
+                    queued = store.settle_preempted(job.id, job.spec.requeue, actor=kind, reason=reason,
+                                                    attempt=job.attempts, cancelled=bool(stop and stop.cancel),
+                                                    pipe=pipe)
+                    changes.extend([None] * queued)
             outcomes = pipe.execute()
         for change, outcome in zip(changes, outcomes):
             if change is None:
                 continue
-            (job, state, reason), (ok, old) = change, outcome
+            (job, state), (ok, old) = change, outcome
             if ok:
                 log.info("job %s: %s -> %s", job.id, old, state.value)
-                if state is JobState.PREEMPTED:
-                    store.settle_preempted(job.id, job.spec.requeue, actor=kind, reason=reason)

@@ -15,6 +15,8 @@ from crossdock.backends.local import CAPABILITIES
 from crossdock.queue.ports import BackendStatus, Inventory
 from crossdock.backends.local import gpus as gpu_discovery
 from crossdock.backends.redis_store.embedded import private_dir
+from crossdock.backends.local import workspace
+from crossdock.backends.local.record import record
 from crossdock.backends.redis_store.store import JobStore
 from crossdock.queue.config import ClusterConfig
 from crossdock.queue.models import Job
@@ -83,9 +85,27 @@ class LocalBackend:
         return {j.id: BackendStatus(j.backend_ref or "", JobState.RUNNING) for j in jobs if alive.get(j.id)}
 
     def kill_orphan(self, job: Job) -> None:
-        """Stop what is left of a job whose supervisor died (its process group)."""
-        if job.pid:
+        """Stop what is left of a job whose supervisor died (its process group; the pid from the
+        workspace when RUNNING never reached the store)."""
+        pgid = job.pid or workspace.job_pid(self._workspace(job))
+        if pgid:
             try:
-                os.killpg(job.pid, signal.SIGKILL)
+                os.killpg(pgid, signal.SIGKILL)
             except (ProcessLookupError, PermissionError):
                 pass
+
+    def _workspace(self, job: Job) -> Path:
+        return workspace.path(self.state_dir, job.id, job.attempts)
+
+    def watcher_alive(self, job: Job) -> bool:
+        return workspace.watcher_alive(self._workspace(job))
+
+    def settle(self, job: Job) -> JobState | None:
+        """Record the end a dead supervisor wrote in the job's workspace but could not store."""
+        ws = self._workspace(job)
+        outcome = workspace.read_outcome(ws)
+        if outcome is None:
+            return None
+        result = workspace.result(ws) if job.spec.python is not None else None
+        record(self.store, job.id, job.attempts, outcome, result, job.spec.requeue, self.state_dir, actor="reconcile")
+        return outcome.state

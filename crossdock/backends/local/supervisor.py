@@ -3,8 +3,13 @@
 ``python -m crossdock.backends.local.supervisor JOB ATTEMPT KILL_WAIT [--daemonize]``. It starts the job in
 its own process group, marks it RUNNING, refreshes a heartbeat, enforces the time limit
 (SIGTERM, KillWait, SIGKILL -> TIMEOUT), obeys cancel and preempt requests, and records the
-end state and exit code. Because it is detached, a worker that dies or restarts loses nothing;
-if the supervisor itself dies, the heartbeat stops and the reconciler marks the job NODE_FAIL.
+end state and exit code. Because it is detached, a worker that dies or restarts loses nothing.
+
+While the store is unreachable the job keeps running: RUNNING, heartbeats and the end wait and
+are replayed when it answers (each guarded by the attempt, so a repeat moves nothing), and the
+workspace files (:mod:`workspace`) tell the reconciler that this supervisor lives and, should it
+die, how the job ended. If the supervisor itself dies with no end written, the reconciler marks
+the job NODE_FAIL.
 """
 
 from __future__ import annotations
@@ -19,28 +24,42 @@ import time
 from datetime import datetime, timezone
 from pathlib import Path
 
+import redis
+from redis.backoff import NoBackoff
+from redis.retry import Retry
+
 from crossdock import signing
+from crossdock.backends.local import workspace
 from crossdock.backends.local.environment import job_environment, output_paths
 from crossdock.backends.local.owner import Owner, acting_as, owner_of, submit_umask
+from crossdock.backends.local.record import STORE_DOWN, record
 from crossdock.backends.redis_store.embedded import private_dir
-from crossdock.backends.redis_store.store import JobStore
+from crossdock.backends.redis_store.store import JobStore, StopRequest
 from crossdock.queue.errors import CrossdockError
 from crossdock.queue.models import Job
-from crossdock.queue.states import JobState, Reason, stopped_outcome
+from crossdock.queue.states import JobState, Reason
 
 log = logging.getLogger("crossdock.supervisor")
 
 HEARTBEAT_SECONDS = 1.0
 HEARTBEAT_TTL = 10.0
 POLL_SECONDS = 0.1
+BACKOFF_MIN_SECONDS = 0.5
+BACKOFF_MAX_SECONDS = 5.0
+GIVE_UP_SECONDS = 3600.0
+"""How long a supervisor waits for an unreachable store at its start (nothing started yet) or to
+record its job's end (the outcome file holds it meanwhile, and after, for the reconciler)."""
+STORE_TIMEOUT_SECONDS = 2.0
+"""One store call's limit: a hung Redis must not stop the watch (time limit, heartbeat file)."""
 
 
-def job_dir(state_dir: Path, job: Job) -> Path:
+def job_dir(state_dir: Path, job_id: int, attempt: int) -> Path:
     """The attempt's workspace, the service's alone (0700): a job run as its owner reaches what it
     needs there through descriptors handed down (payload, result, script), never by path."""
-    for d in (state_dir, state_dir / "jobs", state_dir / "jobs" / str(job.id)):
+    ws = workspace.path(state_dir, job_id, attempt)
+    for d in (*reversed(ws.parents[:3]), ws):  # the state dir, jobs/, jobs/<id>/, the attempt's
         private_dir(d)
-    return private_dir(state_dir / "jobs" / str(job.id) / str(job.attempts))
+    return ws
 
 
 def _private(path: Path, mode: str, owner: Owner | None = None, perm: int = 0o600):
@@ -83,38 +102,107 @@ def _killpg(pgid: int, sig: int) -> None:
         pass
 
 
+class StoreLink:
+    """Whether the store answered the last call, and when to try it again while it does not
+    (bounded exponential backoff: the job keeps being watched in between)."""
+
+    def __init__(self) -> None:
+        self.down_since: float | None = None
+        self.next_try = 0.0
+        self.delay = BACKOFF_MIN_SECONDS
+
+    def due(self, now: float) -> bool:
+        return now >= self.next_try
+
+    def failed(self, now: float, exc: Exception) -> None:
+        if self.down_since is None:
+            log.warning("store unreachable (%s); the job keeps running, its records wait", exc)
+            self.down_since = now
+        self.next_try = now + self.delay
+        self.delay = min(self.delay * 2, BACKOFF_MAX_SECONDS)
+
+    def answered(self) -> None:
+        if self.down_since is not None:
+            log.info("store reachable again after %.1fs", time.monotonic() - self.down_since)
+        self.down_since, self.delay = None, BACKOFF_MIN_SECONDS
+
+
 class Supervisor:
-    def __init__(self, store: JobStore, state_dir: Path, kill_wait: float):
+    def __init__(self, store: JobStore, state_dir: Path, kill_wait: float, give_up_seconds: float = GIVE_UP_SECONDS):
         self.store, self.state_dir, self.kill_wait = store, state_dir, kill_wait
+        self.give_up_seconds = give_up_seconds
+        self.link = StoreLink()
+        self.running_recorded = False
+        self.stale = False
+        """The job moved on to another attempt or state while the store was out of reach."""
+        self.cancelled = False
+        """Cancelled while being dispatched (before RUNNING got through)."""
 
     def run(self, job_id: int, attempt: int) -> int:
-        job = self.store.get(job_id)
+        ws = job_dir(self.state_dir, job_id, attempt)
+        workspace.record_watcher(ws)
+        job = self._until_answered(lambda: self.store.get(job_id))
+        if job is None:  # nothing started: the reconciler requeues the attempt
+            return 1
         if job.state is not JobState.SCHEDULED or job.attempts != attempt:
             log.info("job %s attempt %s is %s (attempt %s): nothing to do", job_id, attempt, job.state, job.attempts)
             return 0
         node = job.nodes[0] if job.nodes else socket.gethostname()
-        workspace = job_dir(self.state_dir, job)
         try:
-            proc, files = self._start(job, node, workspace)
+            proc, files = self._start(job, node, ws)
         except (OSError, ValueError, CrossdockError) as exc:
-            self.store.transition(job_id, JobState.FAILED, attempt=attempt, reason=f"LaunchFailed: {exc}",
-                                  fields={"exit_code": 127, "end_time": _now()}, actor="local")
-            return 1
-        moved = self.store.transition(job_id, JobState.RUNNING, attempt=attempt, unless="cancel_requested",
-                                      fields={"start_time": _now(), "pid": proc.pid, "reason": Reason.NONE,
-                                              "backend_ref": f"local:{socket.gethostname()}:{proc.pid}"},
-                                      actor="local")
-        if not moved:  # cancelled while being dispatched
-            _killpg(proc.pid, signal.SIGKILL)
-            proc.wait()
-            self.store.transition(job_id, JobState.CANCELLED, attempt=attempt, reason=Reason.CANCELLED_BY_USER,
-                                  fields={"end_time": _now()}, actor="local")
-            return 0
-        ending = self._watch(job, proc)
+            failed = workspace.Outcome(JobState.FAILED, f"LaunchFailed: {exc}", 127, None, None, time.time())
+            return self._finish(job, attempt, failed, ws)
+        workspace.record_watcher(ws, proc.pid)
+        started, ref = time.time(), f"local:{socket.gethostname()}:{proc.pid}"
+        self._mark_running(job, attempt, proc, ref)
+        ending = self._watch(job, attempt, proc, ws)
+        # set by a replayed RUNNING, which may have found the job ended or moved on already
+        ending = "stale" if self.stale else "cancel" if self.cancelled else ending
         for f in files:
             f.close()
-        self._finish(job, attempt, proc.returncode, ending, workspace)
-        return 0
+        if ending == "stale":
+            log.warning("job %s attempt %s moved on while the store was out of reach; stopped it", job_id, attempt)
+            return 0
+        return self._finish(job, attempt, self._outcome(proc.returncode, ending, started, ref), ws)
+
+    def _until_answered(self, call):
+        """``call()`` once the store answers; None when it stays unreachable past the give-up time."""
+        deadline = time.monotonic() + self.give_up_seconds
+        while True:
+            try:
+                value = call()
+            except STORE_DOWN as exc:
+                now = time.monotonic()
+                if now >= deadline:
+                    log.error("store unreachable for %.0fs; giving up", self.give_up_seconds)
+                    return None
+                self.link.failed(now, exc)
+                time.sleep(max(self.link.next_try - now, 0))
+                continue
+            self.link.answered()
+            return value
+
+    def _mark_running(self, job: Job, attempt: int, proc: subprocess.Popen, ref: str) -> None:
+        """Record RUNNING (again after an outage: it may have landed already). A job cancelled
+        while being dispatched, or moved on meanwhile, is stopped."""
+        try:
+            moved = self.store.transition(job.id, JobState.RUNNING, attempt=attempt, unless="cancel_requested",
+                                          fields={"start_time": _now(), "pid": proc.pid, "reason": Reason.NONE,
+                                                  "backend_ref": ref}, actor="local")
+            now = self.store.get(job.id) if not moved else None
+        except STORE_DOWN as exc:
+            self.link.failed(time.monotonic(), exc)
+            return
+        self.link.answered()
+        self.running_recorded = True
+        if now is None or (now.attempts == attempt and now.state is JobState.RUNNING):
+            return  # recorded now, or it had landed before the outage
+        if now.attempts == attempt and now.state is JobState.SCHEDULED:
+            self.cancelled = True  # the cancel request kept it from RUNNING
+        else:
+            self.stale = True  # lost and requeued meanwhile: another attempt owns the job
+        _killpg(proc.pid, signal.SIGKILL)
 
     def _start(self, job: Job, node: str, workspace: Path) -> tuple[subprocess.Popen, list]:
         owner = owner_of(job)
@@ -146,8 +234,32 @@ class Supervisor:
                 f.close()
         return proc, files
 
-    def _watch(self, job: Job, proc: subprocess.Popen) -> str:
-        """Wait for the job to end; return why it ended: exit, timeout, cancel or preempt."""
+    def _beat(self, job: Job, attempt: int, proc: subprocess.Popen, ws: Path, now: float) -> StopRequest | None:
+        """One heartbeat: the workspace file always, the store when it answers (with what an
+        outage held back). Returns the stop request standing on the job, if any."""
+        workspace.beat(ws)
+        if not self.link.due(now):
+            return None
+        if not self.running_recorded:
+            self._mark_running(job, attempt, proc, f"local:{socket.gethostname()}:{proc.pid}")
+            if not self.running_recorded or self.stale:
+                return None
+        try:
+            self.store.heartbeat(job.id, HEARTBEAT_TTL)
+            stop = self.store.stop_request(job.id)
+            if self.link.down_since is not None:  # back after an outage: is this attempt still the job's?
+                current = self.store.get(job.id)
+                if current.attempts != attempt or not current.state.active:
+                    self.stale = True
+                    _killpg(proc.pid, signal.SIGKILL)
+        except STORE_DOWN as exc:
+            self.link.failed(now, exc)
+            return None
+        self.link.answered()
+        return stop
+
+    def _watch(self, job: Job, attempt: int, proc: subprocess.Popen, ws: Path) -> str:
+        """Wait for the job to end; return why it ended: exit, timeout, cancel, preempt or stale."""
         limit = job.spec.time_limit_seconds
         started = time.monotonic()
         next_beat = 0.0
@@ -156,10 +268,11 @@ class Supervisor:
         while proc.poll() is None:
             now = time.monotonic()
             if now >= next_beat:
-                self.store.heartbeat(job.id, HEARTBEAT_TTL)
                 next_beat = now + HEARTBEAT_SECONDS
+                stop = self._beat(job, attempt, proc, ws, now)
+                if self.stale:
+                    ending = "stale"
                 if ending in ("exit", "preempt"):
-                    stop = self.store.stop_request(job.id)
                     if stop is not None and stop.cancel:
                         # A cancel during a preemption's grace period wins and does not wait it out.
                         ending, kill_at = "cancel", min(kill_at or now + self.kill_wait, now + self.kill_wait)
@@ -180,14 +293,9 @@ class Supervisor:
         _killpg(proc.pid, signal.SIGKILL)  # leftovers of the job's process group
         return ending
 
-    def _finish(self, job: Job, attempt: int, rc: int, ending: str, workspace: Path) -> None:
-        result = workspace / "result.pkl"
-        if job.spec.python is not None and result.exists() and result.stat().st_size:
-            key = signing.user_key(self.state_dir, job.spec.user)  # the runner runs as the service: it seals
-            self.store.set_result(job.id, signing.seal(key, f"result:{job.id}", result.read_bytes()))
+    @staticmethod
+    def _outcome(rc: int, ending: str, started: float, ref: str) -> workspace.Outcome:
         exit_code, sig = (rc, None) if rc >= 0 else (None, -rc)
-        fields = {"end_time": _now(), "exit_code": exit_code,
-                  "signal": sig, "pid": None}
         if ending == "cancel":
             state, reason = JobState.CANCELLED, Reason.CANCELLED_BY_USER
         elif ending == "timeout":
@@ -198,14 +306,23 @@ class Supervisor:
             state, reason = JobState.COMPLETED, Reason.NONE
         else:
             state, reason = JobState.FAILED, Reason.NON_ZERO_EXIT
-        # The stop requests standing now decide, as for every backend: a cancel that came during
-        # the grace period wins over the preemption.
-        stop = self.store.stop_request(job.id)
-        state, reason = stopped_outcome(state, reason, cancel=bool(stop and stop.cancel) or ending == "cancel",
-                                        preempt=bool(stop and stop.preempt) or ending == "preempt")
-        moved = self.store.transition(job.id, state, attempt=attempt, reason=reason, fields=fields, actor="local")
-        if moved and state is JobState.PREEMPTED:
-            self.store.settle_preempted(job.id, job.spec.requeue, actor="local")
+        return workspace.Outcome(state, reason, exit_code, sig, started, time.time(), ref)
+
+    def _finish(self, job: Job, attempt: int, outcome: workspace.Outcome, ws: Path) -> int:
+        """Persist the end first (a supervisor that dies now leaves it to the reconciler), then
+        record it, retrying while the store is down. Past the give-up time the file alone stays."""
+        workspace.write_outcome(ws, outcome)
+        result = workspace.result(ws) if job.spec.python is not None else None
+        def beat_and_record() -> bool:  # the beat tells the reconciler this supervisor still tries
+            workspace.beat(ws)
+            return record(self.store, job.id, attempt, outcome, result, job.spec.requeue, self.state_dir)
+
+        recorded = self._until_answered(beat_and_record)
+        if recorded is None:
+            log.error("job %s attempt %s ended %s; left in %s for the reconciler", job.id, attempt,
+                      outcome.state.value, ws / workspace.OUTCOME)
+            return 1
+        return 0
 
 
 def _now() -> datetime:
@@ -226,8 +343,15 @@ def main(argv: list[str]) -> int:
     if missing:
         raise SystemExit(f"crossdock supervisor: {', '.join(missing)} not set (the local backend sets them)")
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(name)s %(message)s")
-    store = JobStore.from_url(os.environ["CROSSDOCK_REDIS_URL"], os.environ["CROSSDOCK_PREFIX"], actor="local")
-    return Supervisor(store, Path(os.environ["CROSSDOCK_STATE_DIR"]), kill_wait).run(job_id, attempt)
+    return Supervisor(store_from_env(), Path(os.environ["CROSSDOCK_STATE_DIR"]), kill_wait).run(job_id, attempt)
+
+
+def store_from_env() -> JobStore:
+    # no retries inside redis-py: the supervisor retries on its own schedule and keeps watching between
+    client = redis.Redis.from_url(os.environ["CROSSDOCK_REDIS_URL"], decode_responses=True,
+                                  socket_timeout=STORE_TIMEOUT_SECONDS, socket_connect_timeout=STORE_TIMEOUT_SECONDS,
+                                  retry=Retry(NoBackoff(), 0))
+    return JobStore(client, os.environ["CROSSDOCK_PREFIX"], actor="local")
 
 
 if __name__ == "__main__":

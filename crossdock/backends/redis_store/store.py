@@ -229,21 +229,22 @@ class JobStore:
     # --- state changes ---------------------------------------------------------------------
     def transition(self, job_id: int, new: JobState, *, fields: dict[str, Any] | None = None, actor: str = "",
                    reason: str = "", attempt: int | None = None, unless: str = "", bump_attempt: bool = False,
-                   only_from: Iterable[JobState] = (), pipe: Any = None) -> Any:
+                   only_from: Iterable[JobState] | None = None, pipe: Any = None) -> Any:
         """Move a job to ``new`` if the transition table allows it from its current state (and,
-        given ``only_from``, that state is one of those).
+        with ``only_from``, only from one of those states).
 
         Returns True/False (or queues the call on ``pipe``, whose result is ``[1|0, old]``).
         """
+        allowed = _allowed_from(new)
+        if only_from is not None:
+            narrowed = {s.value for s in only_from}
+            allowed = " ".join(s for s in allowed.split() if s in narrowed)
         values = encode_fields(fields or {})
         if reason:
             values["reason"] = reason
         event = {"actor": actor or self.actor, "reason": reason, "time": time.time()}
         keys = [self.k.job(job_id), self.k.pending, self.k.active, self.k.job_events(job_id), self.k.events,
                 self.k.finished]
-        allowed = _allowed_from(new)
-        if only_from:
-            allowed = " ".join(s.value for s in only_from if s.value in allowed.split())
         args = [job_id, new.value, allowed, json.dumps(values), json.dumps(event), STREAM_MAXLEN,
                 "" if attempt is None else str(attempt), unless, "1" if bump_attempt else "0",
                 "1" if new.terminal else "0", event["time"]]
@@ -297,17 +298,31 @@ class JobStore:
         return self.update_if(job_id, _PLACED, {"preempt_requested": True, "preempt_grace": grace_seconds,
                                                 "preempt_deadline": deadline}, pipe=pipe)
 
-    def settle_preempted(self, job_id: int, requeue: bool, actor: str = "", reason: str = Reason.PREEMPTED) -> JobState:
+    def settle_preempted(self, job_id: int, requeue: bool, actor: str = "", reason: str = Reason.PREEMPTED, *,
+                         attempt: int | None = None, cancelled: bool | None = None, pipe: Any = None) -> int:
         """Move a PREEMPTED job on, the one place every backend's preemption ends: back to PENDING
-        for a new attempt when its spec allows requeue, else CANCELLED with the preemption's
-        reason. A user's cancel that landed meanwhile wins (CANCELLED, CancelledByUser)."""
-        if requeue and self.requeue(job_id, actor=actor, reason=Reason.PREEMPTED, unless="cancel_requested"):
-            return JobState.PENDING
-        stop = self.stop_request(job_id)
-        why = Reason.CANCELLED_BY_USER if stop is not None and stop.cancel else reason
+        for a new attempt when its spec allows ``requeue``, else CANCELLED with the preemption's
+        reason; a user's cancel (``cancelled``, read here when not given) wins: CANCELLED,
+        CancelledByUser. Two guarded steps, of which at most one moves the job, so that they can
+        be queued on ``pipe`` behind the PREEMPTED transition (one MULTI: no end without its next
+        step) and replayed. Returns how many commands it queued (it runs them when ``pipe`` is None)."""
+        if cancelled is None:
+            stop = self.stop_request(job_id)
+            cancelled = stop is not None and stop.cancel
+        own = pipe is None
+        client = self.r.pipeline(transaction=True) if own else pipe
+        queued = 0
+        if requeue and not cancelled:
+            self.requeue(job_id, actor=actor, reason=Reason.PREEMPTED, unless="cancel_requested", attempt=attempt,
+                         only_from=(JobState.PREEMPTED,), pipe=client)
+            queued += 1
+        why = Reason.CANCELLED_BY_USER if cancelled else reason
         self.transition(job_id, JobState.CANCELLED, actor=actor, reason=why, fields={"end_time": utcnow()},
-                        only_from=(JobState.PREEMPTED,))  # never a job someone else requeued meanwhile
-        return self.get(job_id).state
+                        attempt=attempt, only_from=(JobState.PREEMPTED,), pipe=client)
+        if own:
+            client.execute()
+            client.reset()
+        return queued + 1
 
     def stop_requests(self, ids: Sequence[int]) -> dict[int, StopRequest]:
         """The cancel or preempt requests standing on these jobs (jobs with none are absent)."""
@@ -357,15 +372,20 @@ class JobStore:
             pipe.xadd(self.k.events, {"job": job_id, **ev}, maxlen=STREAM_MAXLEN, approximate=True)
             pipe.execute()
 
-    def requeue(self, job_id: int, actor: str = "", reason: str = "Requeued", delay_seconds: float = 0,
-                unless: str = "") -> bool:
-        """Back to PENDING for a new attempt (placement and stop fields cleared)."""
+    def requeue(self, job_id: int, actor: str = "", reason: str = "Requeued", delay_seconds: float = 0, *,
+                unless: str = "", attempt: int | None = None, only_from: Iterable[JobState] | None = None,
+                pipe: Any = None) -> Any:
+        """Back to PENDING for a new attempt (placement and stop fields cleared). ``unless`` names a
+        field that must be unset (a user's cancel); ``attempt`` and ``only_from`` make a follow-up
+        requeue safe to queue behind the transition it follows (in one MULTI) and to replay: it
+        moves nothing once the job has moved on."""
         eligible = datetime.fromtimestamp(utcnow().timestamp() + delay_seconds, timezone.utc) if delay_seconds else None
         cleared = ("nodes", "gpu_ids", "backend_ref", "pool", "backend", "exit_code", "signal", "start_time",
                    "end_time", "scheduled_time", "cancel_requested", "preempt_requested", "preempt_grace",
                    "preempt_deadline", "dispatched", "pid")
         return self.transition(job_id, JobState.PENDING, fields={**dict.fromkeys(cleared), "eligible_time": eligible},
-                               actor=actor, reason=reason, unless=unless)
+                               actor=actor, reason=reason, unless=unless, attempt=attempt, only_from=only_from,
+                               pipe=pipe)
 
     # --- dispatch bookkeeping --------------------------------------------------------------
     def claim_dispatch(self, ids: Sequence[int], attempt: int, worker: str,
