@@ -157,7 +157,9 @@ def test_an_end_during_the_outage_is_recorded_after_it_with_its_exit_code(own_re
 def test_a_python_job_ending_during_the_outage_keeps_its_result(own_redis, tmp_path):
     rt = Runtime.from_env()
     sched = Scheduler(rt, lambda *a: None)
-    call = PythonCall(payload=encode_call(lambda n: (__import__("time").sleep(2), n + 1)[1], (41,)))
+    payload = encode_call(lambda n: (__import__("time").sleep(2), n + 1)[1], (41,))
+    me = service.caller(rt)
+    call = PythonCall(payload=payload, signature=service.sign_payload(rt, me, payload))  # sealed, as the API does
     job = start_local(rt, JobSpec(python=call, workdir=str(tmp_path)))
     follow_until(sched, rt, job.id, {JobState.RUNNING})
     ws = workspace.path(rt.settings.state_dir, job.id, 1)
@@ -165,7 +167,7 @@ def test_a_python_job_ending_during_the_outage_keeps_its_result(own_redis, tmp_p
                                                              "the outcome file"))
     done = follow_until(sched, rt, job.id, TERMINAL)
     assert (done.state, done.exit_code, done.attempts) == (JobState.COMPLETED, 0, 1)
-    assert decode_outcome(rt.store.result(job.id))[:2] == ("ok", 42)
+    assert decode_outcome(service.result(rt, done, me))[:2] == ("ok", 42)  # sealed by the supervisor
 
 
 def test_a_job_that_starts_during_the_outage_is_recorded_running_then_done(own_redis, tmp_path):
