@@ -18,6 +18,7 @@ import random
 import signal
 import subprocess
 import sys
+import threading
 import time
 from collections import Counter
 from dataclasses import dataclass, field
@@ -156,6 +157,8 @@ class ChaosRun:
     wave_every: float = 4.0
     recover_timeout: float = 180.0
     up_workers: int = 8
+    min_gap: float = 2.0
+    """Seconds between the end of one fault and the next."""
     env: dict[str, str] = field(default_factory=dict)
     actions: dict[str, Callable[["ChaosRun", Fault], str]] = field(default_factory=dict)
     """Extra fault kinds (a Slurm controller restart…): each does the fault and describes it."""
@@ -179,7 +182,7 @@ class ChaosRun:
         self.up_exits: list[str] = []
         self.jobs: dict[int, Plan] = {}
         self.t0 = time.monotonic()
-        self.redis_back_at: float | None = None
+        self.redis_down = threading.Event()
         self.last_fault_end = 0.0
 
     def note(self, text: str) -> None:
@@ -188,6 +191,12 @@ class ChaosRun:
     # --- the service -----------------------------------------------------------------------------
     def start_redis(self) -> None:
         embedded.ensure_running(self.state, timeout=60)
+
+    def restore_redis(self) -> None:
+        self.start_redis()
+        self.last_fault_end = time.monotonic()
+        self.note("redis restarted")
+        self.redis_down.clear()
 
     def redis_pid(self) -> int | None:
         try:
@@ -216,7 +225,7 @@ class ChaosRun:
             self.up_exits.append(f"rc={self.up.returncode}")
             self.note(f"up (pid {self.up.pid}) exited rc={self.up.returncode}")
             self.up = None
-        if self.up is None and self.redis_back_at is None:
+        if self.up is None and not self.redis_down.is_set():
             self.start_up()
             self.note(f"up started (pid {self.up.pid})")
 
@@ -238,7 +247,9 @@ class ChaosRun:
         elif fault.kind == "redis":
             pid = self.redis_pid()
             _kill(pid) if pid else None
-            self.redis_back_at = time.monotonic() + fault.outage
+            self.redis_down.set()
+            # A timer, not the main loop: a store call of the harness may block for redis-py's retries.
+            threading.Timer(fault.outage, self.restore_redis).start()
             self.note(f"SIGKILL redis pid {pid}, back in {fault.outage:.0f}s")
         else:
             self.note(f"{fault.kind}: up not running")
@@ -269,11 +280,6 @@ class ChaosRun:
     def tick(self, seconds: float) -> None:
         end = time.monotonic() + seconds
         while True:
-            if self.redis_back_at is not None and time.monotonic() >= self.redis_back_at:
-                self.start_redis()
-                self.redis_back_at = None
-                self.last_fault_end = time.monotonic()
-                self.note("redis restarted")
             self.watch_up()
             if time.monotonic() >= end:
                 return
@@ -291,10 +297,15 @@ class ChaosRun:
             self.tick(max(self.t0 + at - time.monotonic(), 0))
             if what == "wave":
                 self.submit_wave(waves[i], i)
-            else:
-                self.inject(self.faults[i])
+                continue
+            # One fault at a time: the previous one is over (Redis back, up running a while).
+            while self.redis_down.is_set() or self.up is None:
+                self.tick(0.2)
+            self.tick(max(self.last_fault_end + self.min_gap - time.monotonic(), 0))
+            self.inject(self.faults[i])
+            if self.faults[i].kind != "redis":
                 self.last_fault_end = time.monotonic()
-        while self.redis_back_at is not None:
+        while self.redis_down.is_set():
             self.tick(0.2)
         deadline = time.monotonic() + self.recover_timeout
         while time.monotonic() < deadline:
@@ -359,6 +370,7 @@ class ChaosRun:
                 ("kills", ", ".join(f"{k} x{c}" for k, c in sorted(self.kills.items())) or "none"),
                 ("up exits", f"{len(self.up_exits)} ({', '.join(self.up_exits) or '-'})"),
                 ("Celery main processes at end", f"{len(mains)} (1 expected)"),
+                ("scheduler threads died", self.thread_deaths()),
                 ("lost", problems["lost"]), ("duplicated", problems["duplicated"]),
                 ("wrong state", problems["wrong"]), ("an attempt started twice", same_attempt),
                 ("time to recover", f"{recover:.1f} s" + (" (deadline hit)" if problems["lost"] else ""))]
@@ -373,6 +385,13 @@ class ChaosRun:
         text = "\n".join(lines)
         (self.root / "report.txt").write_text(text)
         return text
+
+    def thread_deaths(self) -> int:
+        """Loops of ``up`` that died while ``up`` itself went on ("Exception in thread ...")."""
+        try:
+            return (self.root / "up.log").read_text(errors="replace").count("Exception in thread scheduler")
+        except FileNotFoundError:
+            return 0
 
     def describe(self, v: Verdict) -> str:
         if v.job is None:

@@ -27,7 +27,7 @@ def test_every_job_ends_exactly_once_in_its_true_state(tmp_path):
     window = 25 + n / 40
     outages = [2.0, 2.0, 2.0] + ([30.0] if n >= 1000 else [])
     run = ChaosRun(tmp_path, local_config(), seed, n, schedule(rng, window, KILLS, outages),
-                   waves=5, wave_every=window / 6)
+                   waves=5, wave_every=window / 6, recover_timeout=60 + n / 10)
     verdicts, table = run_chaos(run)
     problems = [v for v in verdicts if v.problem]
     assert not problems, table
