@@ -57,18 +57,21 @@ class Plan:
     tasks: int = 0
 
     def spec(self, marks: Path, workdir: Path) -> JobSpec:
+        # The simulate variables make kwok's pods (which run nothing) end as the command would.
+        env = {"CROSSDOCK_SIMULATE_RUN_SECONDS": str(self.sleep), "CROSSDOCK_SIMULATE_EXIT_CODE": str(self.exit_code)}
         return JobSpec(name=self.kind, user=current_user(), workdir=str(workdir), stdout=str(workdir / "out" / "%j.out"),
+                       env=env,
                        command=["sh", "-c", BODY, "chaos", str(marks), self.key, str(self.exit_code), str(self.sleep)],
                        cpus_per_task=1, array=ArraySpec(task_ids=list(range(self.tasks))) if self.tasks else None)
 
 
-def workload(rng: random.Random, n: int) -> list[Plan]:
+def workload(rng: random.Random, n: int, arrays: float = 0.03) -> list[Plan]:
     """About ``n`` jobs: `true`-like, `exit 3`, short sleeps, and a few arrays (their tasks count)."""
     plans: list[Plan] = []
     total = 0
     while total < n:
         r, key = rng.random(), f"p{len(plans)}"
-        if r < 0.03 and n - total >= 10:
+        if r < arrays and n - total >= 10:
             plans.append(Plan(key, "array", 0, round(rng.uniform(0, 0.5), 1), tasks=rng.randint(5, 10)))
         elif r < 0.45:
             plans.append(Plan(key, "true", 0, 0))
@@ -157,6 +160,8 @@ class ChaosRun:
     wave_every: float = 4.0
     recover_timeout: float = 180.0
     up_workers: int = 8
+    arrays: float = 0.03
+    """The share of submissions that are arrays."""
     min_gap: float = 2.0
     """Seconds between the end of one fault and the next."""
     env: dict[str, str] = field(default_factory=dict)
@@ -167,10 +172,13 @@ class ChaosRun:
         self.state, self.marks = self.root / "state", self.root / "marks"
         for d in (self.state, self.marks, self.root / "out"):
             d.mkdir(parents=True, exist_ok=True)
-        self.marks.chmod(0o777)  # jobs on Slurm run as the cluster's job user
+        # Jobs on Slurm run as the cluster's job user: it must reach the marks and output folders.
+        self.root.chmod(0o755)
+        for d in (self.marks, self.root / "out"):
+            d.chmod(0o777)
         (self.root / "crossdock.yaml").write_text(yaml.safe_dump(self.config))
         self.rng = random.Random(self.seed)
-        self.plans = workload(self.rng, self.n)
+        self.plans = workload(self.rng, self.n, self.arrays)
         self.tag = f"CROSSDOCK_STATE_DIR={self.state}".encode()
         self.up_env = {**os.environ, "PYTHONPATH": str(REPO), "CROSSDOCK_STATE_DIR": str(self.state),
                        "CROSSDOCK_CONFIG": str(self.root / "crossdock.yaml"), "CROSSDOCK_PREFIX": "chaos", **self.env}
