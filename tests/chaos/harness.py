@@ -192,6 +192,9 @@ class ChaosRun:
         self.t0 = time.monotonic()
         self.redis_down = threading.Event()
         self.last_fault_end = 0.0
+        self.census: list[int] = []
+        self.ended: list[tuple[float, int]] = []
+        """(time, jobs ended) while waiting for the end: tells a stuck service from a slow one."""
 
     def note(self, text: str) -> None:
         self.log.append(f"t={time.monotonic() - self.t0:7.2f}s {text}")
@@ -200,10 +203,10 @@ class ChaosRun:
     def start_redis(self) -> None:
         embedded.ensure_running(self.state, timeout=60)
 
-    def restore_redis(self) -> None:
+    def restore_redis(self, killed_at: float) -> None:
         self.start_redis()
         self.last_fault_end = time.monotonic()
-        self.note("redis restarted")
+        self.note(f"redis restarted, answering again after {self.last_fault_end - killed_at:.1f}s down")
         self.redis_down.clear()
 
     def redis_pid(self) -> int | None:
@@ -257,7 +260,7 @@ class ChaosRun:
             _kill(pid) if pid else None
             self.redis_down.set()
             # A timer, not the main loop: a store call of the harness may block for redis-py's retries.
-            threading.Timer(fault.outage, self.restore_redis).start()
+            threading.Timer(fault.outage, self.restore_redis, (time.monotonic(),)).start()
             self.note(f"SIGKILL redis pid {pid}, back in {fault.outage:.0f}s")
         else:
             self.note(f"{fault.kind}: up not running")
@@ -316,26 +319,42 @@ class ChaosRun:
         while self.redis_down.is_set():
             self.tick(0.2)
         deadline = time.monotonic() + self.recover_timeout
+        self.ended.clear()
         while time.monotonic() < deadline:
             try:
-                if all(j.state.terminal for j in self.rt.store.get_many(self.jobs)) and \
-                        len(self.rt.store.get_many(self.jobs)) == len(self.jobs):
+                jobs = self.rt.store.get_many(self.jobs)
+                self.ended.append((time.monotonic(), sum(j.state.terminal for j in jobs)))
+                if self.ended[-1][1] == len(self.jobs):
                     break
             except STORE_DOWN:
                 pass
             self.tick(0.5)
         return time.monotonic() - self.last_fault_end
 
+    def progress(self, window: float = 30.0) -> str:
+        if not self.ended:
+            return "-"
+        t, n = self.ended[-1]
+        before = next((m for u, m in reversed(self.ended) if u <= t - window), self.ended[0][1])
+        return f"{n} ended, {n - before} of them in the last {window:.0f}s of the wait"
+
     def stop(self) -> None:
-        """SIGTERM ``up``, then SIGKILL whatever of this run is left (orphans included) and Redis."""
+        """SIGTERM ``up``, then SIGKILL whatever of this run is left (orphans included); the store
+        stays readable (Redis is not one of them) until :meth:`stop_redis`."""
+        alive = self.workers()
+        self.census = [p for p in alive if (_stat(p) or (0, 0))[0] not in alive]
         if self.up is not None and self.up.poll() is None:
+            started = time.monotonic()
             os.killpg(self.up.pid, signal.SIGTERM)
             try:
-                self.up.wait(20)
+                self.up.wait(30)
+                self.note(f"up stopped {time.monotonic() - started:.1f}s after SIGTERM, rc={self.up.returncode}")
             except subprocess.TimeoutExpired:
-                self.note("up did not stop within 20s of SIGTERM")
+                self.note("up did not stop within 30s of SIGTERM")
         for pid in tagged_pids(self.tag):
             _kill(pid)
+
+    def stop_redis(self) -> None:
         pid = self.redis_pid()
         if pid:
             _kill(pid)
@@ -372,16 +391,22 @@ class ChaosRun:
     def report(self, verdicts: list[Verdict], recover: float) -> str:
         problems = Counter(v.problem for v in verdicts if v.problem)
         same_attempt = sum(1 for v in verdicts if len(v.starts) != len(set(v.starts)))
-        alive = self.workers()
-        mains = [p for p in alive if (_stat(p) or (0, 0))[0] not in alive]
+        runs = Counter(len(v.ends) for v in verdicts)
+        attempts = Counter(v.job.attempts if v.job else 0 for v in verdicts)
+        mains = self.census
         rows = [("seed", self.seed), ("jobs", len(verdicts)),
                 ("kills", ", ".join(f"{k} x{c}" for k, c in sorted(self.kills.items())) or "none"),
                 ("up exits", f"{len(self.up_exits)} ({', '.join(self.up_exits) or '-'})"),
                 ("Celery main processes at end", f"{len(mains)} (1 expected)"),
                 ("scheduler threads died", self.thread_deaths()),
-                ("lost", problems["lost"]), ("duplicated", problems["duplicated"]),
+                ("lost", f"{problems['lost']} " + str(dict(Counter(v.job.state.value if v.job else 'not stored'
+                                                                for v in verdicts if v.problem == 'lost')))),
+                ("duplicated", problems["duplicated"]),
                 ("wrong state", problems["wrong"]), ("an attempt started twice", same_attempt),
-                ("time to recover", f"{recover:.1f} s" + (" (deadline hit)" if problems["lost"] else ""))]
+                ("jobs by runs to the end", ", ".join(f"{k}: {c}" for k, c in sorted(runs.items()))),
+                ("jobs by attempts", ", ".join(f"{k}: {c}" for k, c in sorted(attempts.items()))),
+                ("time to recover", f"{recover:.1f} s" + (" (deadline hit)" if problems["lost"] else "")),
+                ("at the end of the wait", self.progress())]
         width = max(len(k) for k, _ in rows)
         lines = ["", "chaos run " + str(self.root), *(f"  {k:<{width}}  {v}" for k, v in rows), "  timeline:"]
         lines += [f"    {e}" for e in self.log]
@@ -433,11 +458,13 @@ def run_chaos(run: ChaosRun) -> tuple[list[Verdict], str]:
     """Drive ``run``, judge it, stop everything it started; the verdicts and the printed table."""
     print(f"chaos seed {run.seed} (replay: CROSSDOCK_CHAOS_SEED={run.seed})", flush=True)
     try:
-        recover = run.drive()
-        run.tick(0)
-        verdicts = run.judge()
+        try:
+            recover = run.drive()
+            verdicts = run.judge()
+        finally:
+            run.stop()  # freezes the store: the events printed match the states judged
         text = run.report(verdicts, recover)
     finally:
-        run.stop()
+        run.stop_redis()
     print(text, flush=True)
     return verdicts, text
