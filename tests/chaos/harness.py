@@ -8,7 +8,8 @@ operator: ``up`` that died is started again (once Redis is back, as an operator 
 
 Every job appends ``start ATTEMPT`` and ``end ATTEMPT`` to its own marks file, so the oracle
 counts runs from bytes written, then compares them with what the store recorded.
-``CROSSDOCK_CHAOS_SEED`` replays a run.
+``CROSSDOCK_CHAOS_SEED`` replays a run: the workload and the fault schedule follow from it (which
+pid a worker kill hits depends on what is alive at that moment).
 """
 
 from __future__ import annotations
@@ -272,7 +273,7 @@ class ChaosRun:
         from crossdock import service
 
         specs = [p.spec(self.marks, self.root) for p in plans]
-        deadline = time.monotonic() + 120
+        deadline, tries = time.monotonic() + 120, 0
         while True:
             try:
                 jobs = service.submit(self.rt, specs, token=f"chaos-{self.seed}-{wave}")
@@ -280,13 +281,15 @@ class ChaosRun:
             except STORE_DOWN as exc:
                 if time.monotonic() > deadline:
                     raise
-                self.note(f"submit wave {wave}: {type(exc).__name__}; retrying")
+                tries += 1
+                if tries == 1:
+                    self.note(f"submit wave {wave}: {type(exc).__name__}; retrying with the same token")
                 self.tick(0.5)
         it = iter(jobs)
         for p in plans:
             for _ in range(p.tasks or 1):
                 self.jobs[next(it).id] = p
-        self.note(f"submitted wave {wave}: {len(jobs)} jobs")
+        self.note(f"submitted wave {wave}: {len(jobs)} jobs" + (f" (after {tries} retries)" if tries else ""))
 
     def tick(self, seconds: float) -> None:
         end = time.monotonic() + seconds
