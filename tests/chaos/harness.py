@@ -26,21 +26,18 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Callable
 
-import redis
 import yaml
 
 from crossdock.backends.redis_store import embedded
 from crossdock.queue.models import ArraySpec, Job, JobSpec
-from crossdock.queue.states import JobState
 from crossdock.runtime import Runtime
 from crossdock.settings import Settings, current_user
+from tests.chaos.oracle import STORE_DOWN, Verdict, judge, report
 
 REPO = Path(__file__).resolve().parents[2]
 # $1 marks dir, $2 key, $3 exit code, $4 sleep seconds; array tasks add their index to the key.
 BODY = ('f="$1/$2${SLURM_ARRAY_TASK_ID:+_$SLURM_ARRAY_TASK_ID}"; echo "start $CROSSDOCK_ATTEMPT" >> "$f"; '
         '[ "$4" = 0 ] || sleep "$4"; echo "end $CROSSDOCK_ATTEMPT" >> "$f"; exit "$3"')
-EXPECTED = {0: JobState.COMPLETED, 3: JobState.FAILED}
-STORE_DOWN = (redis.RedisError, OSError)
 
 
 def seed_from_env(default: int | None = None) -> int:
@@ -60,8 +57,8 @@ class Plan:
     def spec(self, marks: Path, workdir: Path) -> JobSpec:
         # The simulate variables make kwok's pods (which run nothing) end as the command would.
         env = {"CROSSDOCK_SIMULATE_RUN_SECONDS": str(self.sleep), "CROSSDOCK_SIMULATE_EXIT_CODE": str(self.exit_code)}
-        return JobSpec(name=self.kind, user=current_user(), workdir=str(workdir), stdout=str(workdir / "out" / "%j.out"),
-                       env=env,
+        return JobSpec(name=self.kind, user=current_user(), workdir=str(workdir),
+                       stdout=str(workdir / "out" / "%j.out"), env=env,
                        command=["sh", "-c", BODY, "chaos", str(marks), self.key, str(self.exit_code), str(self.sleep)],
                        cpus_per_task=1, array=ArraySpec(task_ids=list(range(self.tasks))) if self.tasks else None)
 
@@ -141,15 +138,6 @@ def _kill(pid: int, sig: int = signal.SIGKILL) -> None:
 
 
 @dataclass
-class Verdict:
-    job: Job | None
-    plan: Plan
-    starts: list[int]
-    ends: list[int]
-    problem: str = ""
-
-
-@dataclass
 class ChaosRun:
     """One run: start it, ``drive`` it through the faults, then judge every job."""
     root: Path
@@ -184,7 +172,8 @@ class ChaosRun:
         self.up_env = {**os.environ, "PYTHONPATH": str(REPO), "CROSSDOCK_STATE_DIR": str(self.state),
                        "CROSSDOCK_CONFIG": str(self.root / "crossdock.yaml"), "CROSSDOCK_PREFIX": "chaos", **self.env}
         self.up_env.pop("CROSSDOCK_REDIS_URL", None)  # the embedded default
-        self.rt = Runtime(Settings(self.state, None, self.root / "crossdock.yaml", "chaos"), embedded.url_for(self.state))
+        self.rt = Runtime(Settings(self.state, None, self.root / "crossdock.yaml", "chaos"),
+                          embedded.url_for(self.state))
         self.up: subprocess.Popen | None = None
         self.log: list[str] = []
         self.kills: Counter[str] = Counter()
@@ -334,13 +323,6 @@ class ChaosRun:
             self.tick(0.5)
         return time.monotonic() - self.last_fault_end
 
-    def progress(self, window: float = 30.0) -> str:
-        if not self.ended:
-            return "-"
-        t, n = self.ended[-1]
-        before = next((m for u, m in reversed(self.ended) if u <= t - window), self.ended[0][1])
-        return f"{n} ended, {n - before} of them in the last {window:.0f}s of the wait"
-
     def stop(self) -> None:
         """SIGTERM ``up``, then SIGKILL whatever of this run is left (orphans included); the store
         stays readable (Redis is not one of them) until :meth:`stop_redis`."""
@@ -373,77 +355,7 @@ class ChaosRun:
         return [int(a) for w, a in pairs if w == "start"], [int(a) for w, a in pairs if w == "end"]
 
     def judge(self) -> list[Verdict]:
-        stored = {j.id: j for j in self.rt.store.get_many(self.jobs)}
-        out = []
-        for job_id, plan in sorted(self.jobs.items()):
-            job = stored.get(job_id)
-            if job is None:
-                out.append(Verdict(None, plan, [], [], "lost"))
-                continue
-            starts, ends = self.marks_of(job, plan)
-            v = Verdict(job, plan, starts, ends)
-            if not job.state.terminal:
-                v.problem = "lost"
-            elif len(ends) > 1:
-                v.problem = "duplicated"
-            elif job.state is not EXPECTED[plan.exit_code] or job.exit_code != plan.exit_code or not ends:
-                v.problem = "wrong"
-            out.append(v)
-        return out
-
-    def report(self, verdicts: list[Verdict], recover: float) -> str:
-        problems = Counter(v.problem for v in verdicts if v.problem)
-        same_attempt = sum(1 for v in verdicts if len(v.starts) != len(set(v.starts)))
-        runs = Counter(len(v.ends) for v in verdicts)
-        attempts = Counter(v.job.attempts if v.job else 0 for v in verdicts)
-        mains = self.census
-        rows = [("seed", self.seed), ("jobs", len(verdicts)),
-                ("kills", ", ".join(f"{k} x{c}" for k, c in sorted(self.kills.items())) or "none"),
-                ("up exits", f"{len(self.up_exits)} ({', '.join(self.up_exits) or '-'})"),
-                ("Celery main processes at end", f"{len(mains)} (1 expected)"),
-                ("scheduler threads died", self.thread_deaths()),
-                ("lost", f"{problems['lost']} " + str(dict(Counter(v.job.state.value if v.job else 'not stored'
-                                                                for v in verdicts if v.problem == 'lost')))),
-                ("duplicated", problems["duplicated"]),
-                ("wrong state", problems["wrong"]), ("an attempt started twice", same_attempt),
-                ("jobs by runs to the end", ", ".join(f"{k}: {c}" for k, c in sorted(runs.items()))),
-                ("jobs by attempts", ", ".join(f"{k}: {c}" for k, c in sorted(attempts.items()))),
-                ("time to recover", f"{recover:.1f} s" + (" (deadline hit)" if problems["lost"] else "")),
-                ("at the end of the wait", self.progress())]
-        width = max(len(k) for k, _ in rows)
-        lines = ["", "chaos run " + str(self.root), *(f"  {k:<{width}}  {v}" for k, v in rows), "  timeline:"]
-        lines += [f"    {e}" for e in self.log]
-        bad = [v for v in verdicts if v.problem]
-        for v in bad[:12]:
-            lines.append(self.describe(v))
-        if len(bad) > 12:
-            lines.append(f"  ... and {len(bad) - 12} more: {[v.job.id if v.job else v.plan.key for v in bad[12:]]}")
-        text = "\n".join(lines)
-        (self.root / "report.txt").write_text(text)
-        return text
-
-    def thread_deaths(self) -> int:
-        """Loops of ``up`` that died while ``up`` itself went on ("Exception in thread ...")."""
-        try:
-            return (self.root / "up.log").read_text(errors="replace").count("Exception in thread scheduler")
-        except FileNotFoundError:
-            return 0
-
-    def describe(self, v: Verdict) -> str:
-        if v.job is None:
-            return f"  {v.problem}: {v.plan} is not in the store"
-        j = v.job
-        head = (f"  {v.problem}: job {j.id} {v.plan.kind} (exit {v.plan.exit_code} wanted) -> {j.state.value} "
-                f"exit={j.exit_code} reason={j.reason!r} attempts={j.attempts} starts={v.starts} ends={v.ends}")
-        try:
-            events = self.rt.store.events(j.id)
-        except STORE_DOWN as exc:
-            return f"{head}\n      events: {exc}"
-        t0 = float(events[0]["time"]) if events else 0.0
-        evs = [f"+{float(e.get('time', t0)) - t0:.1f}s {e.get('event', '')}{e.get('from', '')}->{e.get('to', '')}"
-               f" {e.get('actor', '')} {e.get('reason', '')}".rstrip() for e in events]
-        return head + "\n      events: " + " | ".join(evs)
-
+        return judge(self)
 
 def local_config(cpus: int = 64) -> dict:
     """The embedded default's shape, one local node declaring many CPUs so short jobs overlap."""
@@ -466,7 +378,7 @@ def run_chaos(run: ChaosRun) -> tuple[list[Verdict], str]:
             verdicts = run.judge()
         finally:
             run.stop()  # freezes the store: the events printed match the states judged
-        text = run.report(verdicts, recover)
+        text = report(run, verdicts, recover)
     finally:
         run.stop_redis()
     print(text, flush=True)

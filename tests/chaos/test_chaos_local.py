@@ -27,8 +27,9 @@ def test_every_job_ends_exactly_once_in_its_true_state(tmp_path):
     # run is big enough to outlast redis-py's retries.
     window = 25 + n / 40
     outages = [2.0, 2.0, 2.0] + ([30.0] if n >= 1000 else [])
+    recover = float(os.environ.get("CROSSDOCK_CHAOS_RECOVER_SECONDS", 60 + n / 10))
     run = ChaosRun(tmp_path, local_config(), seed, n, schedule(rng, window, KILLS, outages),
-                   waves=5, wave_every=window / 6, recover_timeout=float(os.environ.get("CROSSDOCK_CHAOS_RECOVER_SECONDS", 60 + n / 10)))
+                   waves=5, wave_every=window / 6, recover_timeout=recover)
     verdicts, table = run_chaos(run)
     problems = [v for v in verdicts if v.problem]
     assert not problems, table
