@@ -1,0 +1,61 @@
+"""Chaos through a Slurm pool with a backend queue: slurmctld stopped and started again (jobs
+survive in its saved state) among kills of workers, ``up`` and Redis; every job ends exactly once
+in its true state.
+
+It restarts the local cluster's controller: never run it where others share that cluster
+(``-m "chaos and slurm"`` selects it; CI runs it on a cluster of its own).
+"""
+
+from __future__ import annotations
+
+import os
+import random
+import tempfile
+import time
+from pathlib import Path
+
+import pytest
+
+from tests.chaos.harness import ChaosRun, Fault, run_chaos, schedule, seed_from_env
+
+pytestmark = [pytest.mark.chaos, pytest.mark.slurm, pytest.mark.redis, pytest.mark.celery, pytest.mark.timeout(900)]
+
+CONTROLLER_OUTAGE_SECONDS = 8.0
+
+
+def slurm_config() -> dict:
+    return {
+        "priority_classes": {"batch": {"value": 500}},
+        "pools": {"hpc-cpu": {"backend": "slurm", "partition": "cpu", "backend_queue": 50}},
+        "queues": {"batch": {"priority_class": "batch", "pools": ["hpc-cpu"]}},
+        "default_queue": "batch",
+        "scheduler": {"interval_seconds": 0.3, "lease_seconds": 3, "kill_wait_seconds": 2,
+                      "min_job_age_seconds": 3600},
+    }
+
+
+def restart_slurmctld(run: ChaosRun, fault: Fault) -> str:
+    """Only the controller: slurmd, munged and slurmrestd stay up, as in a controller failover."""
+    from crossdock.dev import slurm as dev
+
+    layout = dev.Layout.of(run.env["CROSSDOCK_SLURM_DIR"])
+    dev.stop_controller(layout)
+    time.sleep(CONTROLLER_OUTAGE_SECONDS)
+    dev.start_controller(layout)
+    return f"slurmctld stopped for {CONTROLLER_OUTAGE_SECONDS:.0f}s, started again"
+
+
+def test_slurm_controller_restart_every_job_ends_once(slurm_cluster):
+    from crossdock.dev import slurm as dev
+
+    n = int(os.environ.get("CROSSDOCK_CHAOS_SLURM_JOBS", "200"))
+    seed = seed_from_env()
+    faults = schedule(random.Random(seed), 40, {"worker": 2, "scheduler": 1, "slurmctld": 2}, [2.0])
+    # Under /tmp, not pytest's 0700 tmp_path: Slurm runs the jobs as its job user.
+    root = Path(tempfile.mkdtemp(prefix="crossdock-chaos-slurm-", dir="/tmp"))
+    env = {"CROSSDOCK_SLURM_DIR": slurm_cluster["CROSSDOCK_SLURM_DIR"],
+           "CROSSDOCK_SLURM_ENV": str(dev.Layout.of(slurm_cluster["CROSSDOCK_SLURM_DIR"]).env_file)}
+    run = ChaosRun(root, slurm_config(), seed, n, faults, waves=4, wave_every=8, recover_timeout=300,
+                   env=env, actions={"slurmctld": restart_slurmctld})
+    verdicts, table = run_chaos(run)
+    assert not [v for v in verdicts if v.problem], table
