@@ -99,23 +99,40 @@ def users(tmp_path, shared_redis, monkeypatch):
 
 
 def interpreter(uid: int, home: Path) -> tuple[str, str]:
-    """A Python the second user may run, and the PYTHONPATH it needs: this one when its files are
-    open to others; else (an interpreter under root's 0700 home, as on the dev VM) the system's
-    Python of the same minor version over this one's site-packages, with asyncio's own timeout
-    standing in for ``async_timeout``, which redis-py needs before 3.11.3."""
+    """A Python the second user may run, and the PYTHONPATH it needs, the first that imports
+    crossdock as that user: this one; the system's Python of the same minor version over this
+    one's site-packages (an interpreter under root's 0700 home, as on the dev VM), with asyncio's
+    own timeout standing in for ``async_timeout``, which redis-py needs before 3.11.3; or, when
+    the checkout itself is closed to others, that Python over copies in ``home``."""
     import site
 
-    try:
-        if subprocess.run([sys.executable, "-c", "import crossdock"], user=uid, capture_output=True,
-                          env={"PYTHONPATH": str(ROOT)}, cwd="/").returncode == 0:
-            return sys.executable, str(ROOT)
-    except PermissionError:
-        pass
     system = f"/usr/bin/python{sys.version_info.major}.{sys.version_info.minor}"
     shim = home / "shim"
     shim.mkdir()
     (shim / "async_timeout.py").write_text("from asyncio import timeout  # noqa: F401\n")
-    return system, os.pathsep.join([str(ROOT), *site.getsitepackages(), str(shim)])
+
+    def copies() -> tuple[str, str]:
+        code = home / "code"
+        shutil.copytree(ROOT / "crossdock", code / "crossdock", ignore=shutil.ignore_patterns("__pycache__"))
+        sites = []
+        for i, d in enumerate(site.getsitepackages()):
+            shutil.copytree(d, home / f"site{i}", symlinks=True, ignore=shutil.ignore_patterns("__pycache__"))
+            sites.append(str(home / f"site{i}"))
+        for path in home.rglob("*"):
+            os.chown(path, uid, -1, follow_symlinks=False)
+        return system, os.pathsep.join([str(code), *sites, str(shim)])
+
+    candidates = [lambda: (sys.executable, str(ROOT)),
+                  lambda: (system, os.pathsep.join([str(ROOT), *site.getsitepackages(), str(shim)])), copies]
+    for make in candidates:
+        python, path = make()
+        try:
+            if subprocess.run([python, "-c", "import crossdock.cli.main, redis"], user=uid, capture_output=True,
+                              env={"PYTHONPATH": path}, cwd="/").returncode == 0:
+                return python, path
+        except PermissionError:
+            pass
+    raise AssertionError("no Python the second user can run crossdock with")
 
 
 def run_as_second(users, argv, extra=None):
