@@ -174,3 +174,81 @@ def cluster(runtime, tmp_path):
     c = Cluster(runtime, tmp_path)
     yield c
     c.close()
+
+
+# --- real services shared by the suites that need them (contract, integration) ----------------------
+
+
+def in_ci() -> bool:
+    return os.environ.get("CI", "").strip().lower() in {"1", "true", "yes"}
+
+
+def k8s_unavailable(reason: str) -> None:
+    """Skip, or fail under ``CI=true``: a Kubernetes test that silently did not run is worse than a red one."""
+    if in_ci():
+        pytest.fail(f"Kubernetes control plane unavailable under CI=true: {reason}", pytrace=False)
+    pytest.skip(f"Kubernetes control plane unavailable: {reason}")
+
+
+@pytest.fixture(scope="session")
+def k8s_kubeconfig():
+    """``KUBECONFIG``, else the shared local plane of ``crossdock.dev.k8s`` (``k8s.session()``)."""
+    import contextlib
+
+    from crossdock.dev import k8s
+
+    if os.environ.get("KUBECONFIG"):
+        yield Path(os.environ["KUBECONFIG"])
+        return
+    with contextlib.ExitStack() as stack:
+        try:
+            path = stack.enter_context(k8s.session(keep=os.environ.get("CROSSDOCK_K8S_KEEP") == "1"))
+        except k8s.MissingBinariesError as err:
+            k8s_unavailable(str(err))
+        except k8s.ControlPlaneError as err:
+            pytest.fail(f"starting the local control plane failed: {err}", pytrace=False)
+        yield path
+
+
+@pytest.fixture(scope="session")
+def k8s_client(k8s_kubeconfig):
+    """A ``kubernetes.client.ApiClient`` for the cluster, checked to answer."""
+    try:
+        from kubernetes import client, config
+    except ImportError as err:
+        k8s_unavailable(f"the kubernetes client is not installed: {err}")
+    api = config.new_client_from_config(config_file=str(k8s_kubeconfig))
+    try:
+        client.VersionApi(api).get_code()
+    except Exception as err:  # noqa: BLE001 - any failure here means unreachable
+        api.close()
+        k8s_unavailable(f"{k8s_kubeconfig}: {err}")
+    yield api
+    api.close()
+
+
+@pytest.fixture(scope="session")
+def slurm_cluster() -> dict[str, str]:
+    """The local Slurm cluster (``crossdock.dev.slurm``), started when needed: the environment its
+    clients need. A cluster that cannot come up fails the test, never skips it."""
+    from crossdock.dev import slurm as dev
+
+    state_dir = os.environ.get("CROSSDOCK_SLURM_DIR")  # default: $CROSSDOCK_STATE_DIR/slurm
+    dev.up(state_dir)
+    current = dev.status(state_dir)
+    assert current["up"] and current["rest"], f"local Slurm cluster is not up: {current}"
+    return {**os.environ, **dev.read_env(state_dir), "CROSSDOCK_SLURM_DIR": current["dir"],
+            "CROSSDOCK_SLURM_ENV": str(current["env_file"])}
+
+
+@pytest.fixture(scope="session")
+def jobs_dir():
+    """Where jobs of the real backends write: under /tmp and world-writable (slurmrestd's local
+    auth runs jobs as user slurm)."""
+    import shutil
+    import tempfile
+
+    path = Path(tempfile.mkdtemp(prefix="crossdock-jobs-", dir="/tmp"))
+    path.chmod(0o777)
+    yield path
+    shutil.rmtree(path, ignore_errors=True)

@@ -22,9 +22,6 @@ annotation, which ``release`` adds to a running pod).
 from __future__ import annotations
 
 import contextlib
-import os
-import shutil
-import tempfile
 import time
 import uuid
 from collections.abc import Iterator
@@ -48,10 +45,6 @@ POOL = "box"
 SIMULATE_EXIT_CODE = "CROSSDOCK_SIMULATE_EXIT_CODE"
 TASKS = {"crossdock.dispatch": worker_tasks.dispatch, "crossdock.cancel": worker_tasks.cancel,
          "crossdock.preempt": worker_tasks.preempt}
-
-
-def _in_ci() -> bool:
-    return os.environ.get("CI", "").strip().lower() in {"1", "true", "yes"}
 
 
 # --- the adapters --------------------------------------------------------------------------------
@@ -425,7 +418,7 @@ def _adapter(request: pytest.FixtureRequest) -> Adapter:
     if name == "local":
         return LocalAdapter(jobs_dir)
     if name.startswith("slurm-"):
-        return SlurmAdapter(name.removeprefix("slurm-"), request.getfixturevalue("slurm_env_file"), jobs_dir)
+        return SlurmAdapter(name.removeprefix("slurm-"), request.getfixturevalue("slurm_cluster")["CROSSDOCK_SLURM_ENV"], jobs_dir)
     return KubernetesAdapter(request.getfixturevalue("k8s_kubeconfig"), request.getfixturevalue("k8s_namespace"),
                              request.getfixturevalue("k8s_client"))
 
@@ -446,68 +439,6 @@ def contract(request, tmp_path, redis_url, monkeypatch) -> Iterator[Contract]:
 
 
 # --- services ------------------------------------------------------------------------------------
-
-
-@pytest.fixture(scope="session")
-def jobs_dir() -> Iterator[Path]:
-    # Under /tmp and world-writable: slurmrestd's local auth runs jobs as user slurm.
-    path = Path(tempfile.mkdtemp(prefix="crossdock-contract-", dir="/tmp"))
-    path.chmod(0o777)
-    yield path
-    shutil.rmtree(path, ignore_errors=True)
-
-
-@pytest.fixture(scope="session")
-def slurm_env_file() -> str:
-    """The local Slurm cluster's env file; the cluster is started when needed, and a cluster that
-    cannot be brought up fails the test (as tests/integration/slurm)."""
-    from crossdock.dev import slurm as dev
-
-    state_dir = os.environ.get("CROSSDOCK_SLURM_DIR")
-    dev.up(state_dir)
-    current = dev.status(state_dir)
-    assert current["up"] and current["rest"], f"local Slurm cluster is not up: {current}"
-    return str(current["env_file"])
-
-
-def _k8s_unavailable(reason: str) -> None:
-    if _in_ci():
-        pytest.fail(f"Kubernetes control plane unavailable under CI=true: {reason}", pytrace=False)
-    pytest.skip(f"Kubernetes control plane unavailable: {reason}")
-
-
-@pytest.fixture(scope="session")
-def k8s_kubeconfig() -> Iterator[Path]:
-    """``KUBECONFIG``, else the shared local plane of ``crossdock.dev.k8s`` (``k8s.session()``)."""
-    from crossdock.dev import k8s
-
-    if os.environ.get("KUBECONFIG"):
-        yield Path(os.environ["KUBECONFIG"])
-        return
-    with contextlib.ExitStack() as stack:
-        try:
-            path = stack.enter_context(k8s.session(keep=os.environ.get("CROSSDOCK_K8S_KEEP") == "1"))
-        except k8s.MissingBinariesError as err:
-            _k8s_unavailable(str(err))
-        except k8s.ControlPlaneError as err:
-            pytest.fail(f"starting the local control plane failed: {err}", pytrace=False)
-        yield path
-
-
-@pytest.fixture(scope="session")
-def k8s_client(k8s_kubeconfig: Path) -> Iterator[Any]:
-    try:
-        from kubernetes import client, config
-    except ImportError as err:
-        _k8s_unavailable(f"the kubernetes client is not installed: {err}")
-    api = config.new_client_from_config(config_file=str(k8s_kubeconfig))
-    try:
-        client.VersionApi(api).get_code()
-    except Exception as err:  # noqa: BLE001 - any failure here means unreachable
-        api.close()
-        _k8s_unavailable(f"{k8s_kubeconfig}: {err}")
-    yield api
-    api.close()
 
 
 @pytest.fixture

@@ -10,7 +10,6 @@ tests skip locally and FAIL under ``CI=true``.
 
 from __future__ import annotations
 
-import contextlib
 import os
 import time
 import uuid
@@ -21,39 +20,13 @@ from typing import Any, TypeVar
 import pytest
 
 from crossdock.dev import k8s
+from tests.conftest import k8s_unavailable
 
 kubernetes = pytest.importorskip("kubernetes")
-from kubernetes import client, config  # noqa: E402
+from kubernetes import client  # noqa: E402
 from kubernetes.client.rest import ApiException  # noqa: E402
 
 T = TypeVar("T")
-
-
-def _in_ci() -> bool:
-    return os.environ.get("CI", "").strip().lower() in {"1", "true", "yes"}
-
-
-def _unavailable(reason: str) -> None:
-    if _in_ci():
-        pytest.fail(f"Kubernetes control plane unavailable under CI=true: {reason}", pytrace=False)
-    pytest.skip(f"Kubernetes control plane unavailable: {reason}")
-
-
-@pytest.fixture(scope="session")
-def k8s_kubeconfig() -> Iterator[Path]:
-    """Path of an admin kubeconfig for a reachable cluster."""
-    env = os.environ.get("KUBECONFIG")
-    if env:
-        yield Path(env)
-        return
-    with contextlib.ExitStack() as stack:
-        try:
-            path = stack.enter_context(k8s.session(keep=os.environ.get("CROSSDOCK_K8S_KEEP") == "1"))
-        except k8s.MissingBinariesError as err:
-            _unavailable(str(err))
-        except k8s.ControlPlaneError as err:
-            pytest.fail(f"starting the local control plane failed: {err}", pytrace=False)
-        yield path
 
 
 @pytest.fixture(scope="session")
@@ -68,21 +41,8 @@ def k8s_binaries() -> Path:
         reason = f"missing {', '.join(missing)} in {k8s.bin_dir()} (python -m crossdock.dev.k8s build)"
         if os.environ.get("KUBECONFIG"):
             pytest.skip(reason)
-        _unavailable(reason)
+        k8s_unavailable(reason)
     return k8s.bin_dir()
-
-
-@pytest.fixture(scope="session")
-def k8s_client(k8s_kubeconfig: Path) -> Iterator[client.ApiClient]:
-    """A ``kubernetes.client.ApiClient`` for the cluster, checked to answer."""
-    api_client = config.new_client_from_config(config_file=str(k8s_kubeconfig))
-    try:
-        client.VersionApi(api_client).get_code()
-    except Exception as err:  # noqa: BLE001 - any failure here means unreachable
-        api_client.close()
-        _unavailable(f"{k8s_kubeconfig}: {err}")
-    yield api_client
-    api_client.close()
 
 
 def _wait_for(what: str, fn: Callable[[], T | None], timeout: float = 60.0, interval: float = 0.25) -> T:

@@ -6,36 +6,13 @@ when it cannot: a Slurm test that silently did not run is worse than a red one.
 
 from __future__ import annotations
 
-import os
-import shutil
-import tempfile
-from collections.abc import Callable, Iterator
-from pathlib import Path
+from collections.abc import Callable
 
 import pytest
 from slurm_helpers import DRIVERS, next_job_id
 
 from crossdock.backends.slurm import SlurmBackend
-from crossdock.dev import slurm as dev
 from crossdock.queue.models import Job, JobSpec
-
-
-@pytest.fixture(scope="session")
-def slurm_cluster() -> dict[str, str]:
-    state_dir = os.environ.get("CROSSDOCK_SLURM_DIR")  # default: $CROSSDOCK_STATE_DIR/slurm
-    dev.up(state_dir)
-    current = dev.status(state_dir)
-    assert current["up"] and current["rest"], f"local Slurm cluster is not up: {current}"
-    return {**os.environ, **dev.read_env(state_dir), "CROSSDOCK_SLURM_DIR": current["dir"]}
-
-
-@pytest.fixture(scope="session")
-def jobs_dir() -> Iterator[Path]:
-    # Under /tmp and world-writable: slurmrestd's local auth runs jobs as user slurm.
-    path = Path(tempfile.mkdtemp(prefix="crossdock-slurm-tests-", dir="/tmp"))
-    path.chmod(0o777)
-    yield path
-    shutil.rmtree(path, ignore_errors=True)
 
 
 @pytest.fixture(params=DRIVERS)
