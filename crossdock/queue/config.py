@@ -68,6 +68,19 @@ class NodeDecl(_Cfg):
     labels: dict[str, str] = Field(default_factory=dict)
 
 
+class NodeTemplate(_Cfg):
+    """The shape of the nodes an autoscaler adds to a pool (cluster-autoscaler's template node)."""
+
+    cpus: int = Field(ge=1, le=MAX_NODE_CPUS)
+    memory_mib: int = Field(ge=1, le=MAX_NODE_MEMORY_MIB)
+    gpus: int = Field(0, ge=0, le=MAX_NODE_GPUS)
+    gpu_model: str | None = None
+    labels: dict[str, str] = Field(default_factory=dict)
+    taints: list[str] = Field(default_factory=list)
+    """``key=value:Effect`` or ``key:Effect``, as ``kubectl taint`` writes them."""
+    max_pods: int | None = Field(None, ge=1, le=MAX_COUNT)
+
+
 class Pool(_Cfg):
     backend: str = Field(min_length=1)
     """A backend kind (``local``, ``slurm``, ``k8s``…): checked against the backends the process
@@ -79,6 +92,11 @@ class Pool(_Cfg):
     nodes: list[NodeDecl] = Field(default_factory=list)
     min_nodes: int = Field(0, ge=0, le=MAX_COUNT)
     max_nodes: int | None = Field(None, ge=0, le=MAX_COUNT)
+    provisioner: str | None = None
+    """What adds and removes this pool's nodes, one the backend offers (``Capabilities.provisioners``:
+    ``kwok`` or ``karpenter`` on Kubernetes, ``power_save`` on Slurm); None: the pool is static."""
+    node_template: NodeTemplate | None = None
+    """The nodes a provisioner adds (Slurm's power saving powers up the partition's own nodes instead)."""
     backend_queue: int = Field(0, ge=0, le=MAX_COUNT)
     """How many jobs crossdock may hand to this pool's backend beyond what fits now, for the
     backend to queue (Slurm PENDING, Kubernetes Pending pods); 0 admits only what fits."""
@@ -115,12 +133,53 @@ class Quota(_Cfg):
         return v
 
 
+class ScalingPolicy(_Cfg):
+    """One HPA scaling policy (autoscaling/v2 ``HPAScalingPolicy``)."""
+
+    type: Literal["Pods", "Percent"]
+    value: int = Field(gt=0, le=MAX_COUNT)
+    periodSeconds: int = Field(gt=0, le=1800)
+
+
+class ScalingRules(_Cfg):
+    """One direction of an HPA ``behavior`` (autoscaling/v2 ``HPAScalingRules``); unset fields take
+    the API server's defaults (:func:`crossdock.queue.autoscale.hpa.default_behavior`)."""
+
+    stabilizationWindowSeconds: int | None = Field(None, ge=0, le=3600)
+    selectPolicy: Literal["Max", "Min", "Disabled"] | None = None
+    policies: list[ScalingPolicy] | None = None
+    tolerance: float | None = Field(None, ge=0, le=1e6)
+
+
+class Behavior(_Cfg):
+    scaleUp: ScalingRules | None = None
+    scaleDown: ScalingRules | None = None
+
+
+class Fleet(_Cfg):
+    """The replicas an elastic queue scales: worker processes on the local machine, or a Kubernetes
+    Deployment (through its ``/scale`` subresource)."""
+
+    backend: str = Field(min_length=1)
+    name: str | None = Field(None, min_length=1, max_length=253)
+    """The Deployment's name (Kubernetes); the local fleet has none."""
+    namespace: str = Field("default", min_length=1, max_length=63)
+
+
 class Elastic(_Cfg):
     metric: Literal["qps", "queue_length"]
     target: float | None = Field(None, gt=0, le=1e12)
     per_replica: float | None = Field(None, gt=0, le=1e12)
     min: int = Field(0, ge=0, le=MAX_COUNT)
     max: int | None = Field(None, ge=1, le=MAX_COUNT)
+    activation: float = Field(0, ge=0, le=1e12)
+    """KEDA's activation threshold: at or below it the queue is idle (scaled to ``min`` after the cooldown)."""
+    cooldown_seconds: float = Field(300, ge=0, le=YEAR_SECONDS)
+    """KEDA's ``cooldownPeriod``: how long an idle queue keeps its replicas before going to zero."""
+    behavior: Behavior | None = None
+    """HPA's ``behavior`` with its field names; None: HPA's legacy path (no behavior set)."""
+    fleet: Fleet | None = None
+    """What the replicas are; None: only the pools' nodes follow the backlog."""
 
 
 class Queue(_Cfg):
@@ -183,12 +242,27 @@ class Scheduler(_Cfg):
         return self
 
 
+class Autoscaler(_Cfg):
+    """How pools follow the backlog; names and defaults from cluster-autoscaler's flags."""
+
+    enabled: bool = True
+    interval_seconds: float = Field(1.0, ge=0.05, le=3600)
+    scale_down_unneeded_seconds: float = Field(600, ge=0, le=YEAR_SECONDS)
+    scale_down_utilization_threshold: float = Field(0.5, ge=0, le=1)
+    scale_down_gpu_utilization_threshold: float = Field(0.5, ge=0, le=1)
+    scale_down_delay_after_add_seconds: float = Field(600, ge=0, le=YEAR_SECONDS)
+    max_node_provision_seconds: float = Field(900, gt=0, le=YEAR_SECONDS)
+    burst_margin_seconds: float = Field(60, ge=0, le=YEAR_SECONDS)
+    """Bursting: another backend's expected start must be this much sooner to take a job there."""
+
+
 class ClusterConfig(_Cfg):
     priority_classes: dict[str, PriorityClass] = Field(min_length=1)
     pools: dict[str, Pool] = Field(min_length=1)
     queues: dict[str, Queue] = Field(min_length=1)
     default_queue: str | None = None
     scheduler: Scheduler = Field(default_factory=Scheduler)
+    autoscaler: Autoscaler = Field(default_factory=Autoscaler)
     admins: list[str] = Field(default_factory=list)
     """Users (login names, or uids where the passwd database has none) who may act on anyone's
     jobs, as root may; everybody else acts on their own jobs only."""
@@ -315,6 +389,20 @@ def _backend_errors(cfg: ClusterConfig, backends: Mapping[str, Capabilities]) ->
         elif pool.backend_queue and not backends[pool.backend].backend_queue:
             errors.append(f"pools.{name}: backend_queue: {pool.backend_queue} needs a backend with a queue of its own;"
                           f" {pool.backend} has none — remove backend_queue or use a pool of a backend that queues")
+        elif pool.provisioner is not None and pool.provisioner not in backends[pool.backend].provisioners:
+            offered = ", ".join(backends[pool.backend].provisioners) or "none"
+            errors.append(f"pools.{name}.provisioner: {pool.provisioner!r} is not offered by {pool.backend}"
+                          f" (offers: {offered}); remove provisioner or pick one it offers")
+    for qname, q in cfg.queues.items():
+        fleet = q.elastic.fleet if q.elastic != "none" else None
+        if fleet is None:
+            continue
+        if fleet.backend not in backends:
+            errors.append(f"queues.{qname}.elastic.fleet.backend: {fleet.backend!r} is not a backend;"
+                          f" known: {', '.join(backends)}")
+        elif not backends[fleet.backend].fleets:
+            errors.append(f"queues.{qname}.elastic.fleet.backend: {fleet.backend} runs no worker fleets;"
+                          " remove fleet or use a backend that scales them")
     return errors
 
 

@@ -59,6 +59,12 @@ class Capabilities:
     """Jobs may wait inside the backend's own queue beyond what fits now (a pool's ``backend_queue``)."""
     logs: bool = False
     """Output is read through the backend (``ServesLogs``), not from the job's output file."""
+    provisioners: tuple[str, ...] = ()
+    """The names a pool's ``provisioner`` may take on this backend (``ProvisionsNodes``)."""
+    fleets: bool = False
+    """Scales the replicas of an elastic queue's ``fleet`` (``ScalesFleet``)."""
+    estimates_start: bool = False
+    """Tells when a job would start if sent now (``EstimatesStart``), for bursting between backends."""
 
 
 @dataclass(frozen=True)
@@ -151,6 +157,53 @@ class WatchedOutsideStore(Protocol):
 
     def settle(self, job: Job) -> JobState | None:
         """Record the end ``job``'s dead watcher left behind; that state, or None when it left none."""
+
+
+@dataclass(frozen=True)
+class NodeGroup:
+    """The nodes of one autoscaled pool, as its provisioner sees them."""
+
+    pool: str
+    ready: tuple[str, ...] = ()
+    """Nodes that take work now."""
+    starting: tuple[str, ...] = ()
+    """Asked for and not ready yet (a NodeClaim launching, a Slurm node POWERING_UP)."""
+    stopping: tuple[str, ...] = ()
+    """Being removed (POWERING_DOWN, a Node being deleted)."""
+    spare: int | None = None
+    """How many more nodes could be added (Slurm: the partition's POWERED_DOWN nodes); None: any
+    number up to the pool's ``max_nodes``."""
+
+
+@runtime_checkable
+class ProvisionsNodes(Protocol):
+    """A backend that adds and removes the nodes of pools whose ``provisioner`` it offers."""
+
+    def node_group(self, pool: str) -> NodeGroup: ...
+
+    def add_nodes(self, pool: str, count: int) -> list[str]:
+        """Ask for ``count`` more nodes (of the pool's ``node_template``); return their names.
+        Idempotent per name: nodes asked for and not ready yet are ``starting``, not asked again."""
+
+    def remove_nodes(self, pool: str, names: Sequence[str]) -> list[str]:
+        """Remove these nodes (the caller has drained them); return those removed."""
+
+
+@runtime_checkable
+class ScalesFleet(Protocol):
+    """A backend that runs an elastic queue's worker fleet (``Elastic.fleet``)."""
+
+    def fleet_replicas(self, fleet: Any) -> int:
+        """How many replicas the fleet has now."""
+
+    def scale_fleet(self, fleet: Any, replicas: int) -> int:
+        """Set the fleet's replicas; a scale-in stops only idle replicas. Return the count reached."""
+
+
+@runtime_checkable
+class EstimatesStart(Protocol):
+    def estimate_start(self, job: Job, pool: str) -> float | None:
+        """Seconds from now until ``job`` would start in ``pool`` if sent now; None: unknown."""
 
 
 @runtime_checkable

@@ -117,6 +117,8 @@ class Reason(StrEnum):
     """No node can ever satisfy the request."""
     PREEMPTING = "Preempting"
     """Capacity is being freed for it by preemption."""
+    WAITING_FOR_CAPACITY = "WaitingForCapacity"
+    """Nothing fits now; the autoscaler is adding nodes (or powering them up) for it."""
     INVALID_SPEC = "InvalidSpec"
     """The scheduler cannot evaluate its spec (stored by an older version, or beyond what a cycle
     can compute); set aside, with the error in its explanation, so that the others still run."""
