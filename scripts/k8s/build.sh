@@ -2,7 +2,7 @@
 # Build the local Kubernetes control plane from upstream Go modules at the
 # releases pinned in versions.env, into
 #   ${CROSSDOCK_CACHE:-$HOME/.cache/crossdock}/k8s/<KUBERNETES_VERSION>/bin/
-# (kube-apiserver, kube-controller-manager, kube-scheduler, etcd, kwok).
+# (kube-apiserver, kube-controller-manager, kube-scheduler, etcd, kwok, karpenter).
 # Go module and build caches live in ${CROSSDOCK_CACHE}/k8s/go/. Binaries
 # already present are kept; pass --force to rebuild. Nothing is written to the
 # repository.
@@ -68,6 +68,25 @@ if [[ $force == 1 || ! -x "$bin_dir/kwok" ]]; then
   GOBIN="$stage" nice -n 10 "$go_bin" install -trimpath -ldflags "-s -w" \
       "sigs.k8s.io/kwok/cmd/kwok@$KWOK_VERSION"
   mv -f "$stage/kwok" "$bin_dir/"
+fi
+
+karpenter_crds="$bin_dir/../karpenter-crds"
+if [[ $force == 1 || ! -x "$bin_dir/karpenter" || ! -s "$karpenter_crds/karpenter.sh_nodeclaims.yaml" \
+      || "$(cat "$bin_dir/karpenter.version" 2>/dev/null)" != "$KARPENTER_VERSION" ]]; then
+  step "karpenter $KARPENTER_VERSION (its kwok cloud provider)"
+  # No replace directives either: its own module graph. The main package is kwok/, hence the rename.
+  mkdir -p "$stage/karpenter"
+  GOBIN="$stage/karpenter" nice -n 10 "$go_bin" install -trimpath -ldflags "-s -w" \
+      "sigs.k8s.io/karpenter/kwok@$KARPENTER_VERSION"
+  karpenter_dir="$(cd "$stage" && "$go_bin" mod download -json "sigs.k8s.io/karpenter@$KARPENTER_VERSION" \
+      | sed -n 's/^[[:space:]]*"Dir": "\(.*\)",$/\1/p')"
+  mkdir -p "$stage/karpenter-crds"
+  cp "$karpenter_dir"/kwok/charts/crds/*.yaml "$karpenter_dir"/kwok/apis/crds/*.yaml "$stage/karpenter-crds/"
+  chmod 0644 "$stage/karpenter-crds/"*.yaml
+  mv -f "$stage/karpenter/kwok" "$bin_dir/karpenter"
+  rm -rf "$karpenter_crds"
+  mv "$stage/karpenter-crds" "$karpenter_crds"
+  echo "$KARPENTER_VERSION" > "$bin_dir/karpenter.version"
 fi
 
 stages_dir="$bin_dir/../kwok-stages"

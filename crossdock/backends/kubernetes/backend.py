@@ -13,6 +13,8 @@
   every worker at once when all of them fit (``gangs.py``).
 * ``orphans``/``delete_orphans`` find unfinished Jobs of no active attempt (reconcile).
 * ``sync_priority_classes`` makes a ``crossdock-<name>`` PriorityClass per configured class.
+* ``node_group``/``add_nodes``/``remove_nodes`` grow and shrink pools with ``provisioner: kwok`` or
+  ``karpenter`` (``provisioning.py``, ``karpenter.py``).
 """
 
 from __future__ import annotations
@@ -27,11 +29,11 @@ from typing import Any
 from kubernetes import client
 from kubernetes.client.rest import ApiException
 
-from crossdock.queue.ports import (BackendError, BackendStatus, BackendUnavailable, Capabilities, Inventory, Orphan,
-                                   SubmitFailed)
+from crossdock.queue.ports import (BackendError, BackendStatus, BackendUnavailable, Capabilities, Inventory, NodeGroup,
+                                   Orphan, SubmitFailed)
 from crossdock.backends.kubernetes import gangs
 from crossdock.backends.kubernetes import manifests as m
-from crossdock.backends.kubernetes import nodes
+from crossdock.backends.kubernetes import nodes, provisioning
 from crossdock.backends.kubernetes import states
 from crossdock.backends.kubernetes.informer import Informer, body, list_all
 from crossdock.queue.config import ClusterConfig
@@ -92,7 +94,8 @@ def _array_tasks(kjobs: Mapping[str, tuple[dict[str, Any], bool]]) -> dict[tuple
 
 class KubernetesBackend:
     kind = "k8s"
-    capabilities = Capabilities(arrays=True, batches=True, reowns_claims=True, backend_queue=True, logs=True)
+    capabilities = Capabilities(arrays=True, batches=True, reowns_claims=True, backend_queue=True, logs=True,
+                                provisioners=provisioning.PROVISIONERS)
 
     def __init__(self, config: ClusterConfig, api_client: client.ApiClient, *, namespace: str = "default",
                  store: Any = None, image: str = "python:3.11-slim", ttl_seconds_after_finished: int | None = 3600,
@@ -109,6 +112,7 @@ class KubernetesBackend:
         self.options = m.Options(namespace=namespace, image=image, ttl_seconds_after_finished=ttl_seconds_after_finished,
                                  deadline_slack_seconds=deadline_slack_seconds)
         self._gpu_products: dict[str, tuple[str, ...]] | None = None
+        self.provisioners = provisioning.Provisioners(config, api_client)
         self._informers: tuple[Informer, Informer] | None = None
         self._lock = threading.Lock()
 
@@ -133,6 +137,16 @@ class KubernetesBackend:
                 raise api_error(exc, "listing nodes") from exc
             self._gpu_products = nodes.gpu_products(raw_nodes)
         return dict(self._gpu_products)
+
+    # --- node pools (ProvisionsNodes: pools with provisioner kwok or karpenter) -----------------
+    def node_group(self, pool: str) -> NodeGroup:
+        return self.provisioners.of(pool).node_group(pool)
+
+    def add_nodes(self, pool: str, count: int) -> list[str]:
+        return self.provisioners.of(pool).add_nodes(pool, count)
+
+    def remove_nodes(self, pool: str, names: Sequence[str]) -> list[str]:
+        return self.provisioners.of(pool).remove_nodes(pool, names)
 
     # --- dispatch ---------------------------------------------------------------------------
     def manifest(self, job: Job, array_tasks: Sequence[Job] | None = None) -> dict[str, Any]:

@@ -91,7 +91,7 @@ def gpu_products(raw_nodes: Iterable[Mapping[str, Any]]) -> dict[str, tuple[str,
     return {k: tuple(sorted(v)) for k, v in products.items()}
 
 
-def _crossdock(pod: Mapping[str, Any]) -> bool:
+def is_crossdock_pod(pod: Mapping[str, Any]) -> bool:
     labels = _labels(pod)
     return m.LABEL_JOB_ID in labels or m.LABEL_ARRAY_JOB in labels
 
@@ -106,13 +106,13 @@ def foreign_allocations(pods: Iterable[Mapping[str, Any]], nodes: Sequence[Node]
     devices = {n.name: [g.id for g in n.gpus if not g.mig] for n in nodes}
     taken: dict[str, set[str]] = {}
     for pod in pods:
-        if _crossdock(pod):
+        if is_crossdock_pod(pod):
             ids = (pod.get("metadata") or {}).get("annotations", {}).get(m.ANNOTATION_GPU_IDS, "")
             taken.setdefault(pod["spec"]["nodeName"], set()).update(g for g in ids.split(",") if g)
     out: list[Allocation] = []
     for pod in pods:
         node = pod["spec"]["nodeName"]
-        if _crossdock(pod) or node not in devices:
+        if is_crossdock_pod(pod) or node not in devices:
             continue
         asked = gangs.requests(pod["spec"])
         gpu = asked.get(m.GPU_RESOURCE, 0) // 1000

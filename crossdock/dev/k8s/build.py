@@ -16,11 +16,13 @@ VERSIONS_FILE = SCRIPTS_DIR / "versions.env"
 
 # Start order; down() stops them in reverse.
 COMPONENTS = ("etcd", "kube-apiserver", "kube-controller-manager", "kube-scheduler", "kwok")
-BINARIES = COMPONENTS
+ADDONS = ("karpenter",)
+"""Started after the plane, recorded apart (state.json ``addons``): the plane runs without them."""
+BINARIES = COMPONENTS + ADDONS
 
 
 def versions() -> dict[str, str]:
-    """The pinned releases (``KUBERNETES_VERSION``, ``ETCD_VERSION``, ``KWOK_VERSION``)."""
+    """The pinned releases (``KUBERNETES_VERSION``, ``ETCD_VERSION``, ``KWOK_VERSION``, ``KARPENTER_VERSION``)."""
     out: dict[str, str] = {}
     for line in VERSIONS_FILE.read_text().splitlines():
         line = line.strip()
@@ -50,6 +52,11 @@ def missing_binaries() -> list[str]:
     missing = [b for b in BINARIES if not os.access(bins / b, os.X_OK)]
     if not (stages_dir() / "pod-ready.yaml").is_file():
         missing.append("kwok-stages")
+    if not (bin_dir().parent / "karpenter-crds" / "karpenter.sh_nodeclaims.yaml").is_file():
+        missing.append("karpenter-crds")
+    stamp = bins / "karpenter.version"
+    if "karpenter" not in missing and (not stamp.is_file() or stamp.read_text().strip() != versions()["KARPENTER_VERSION"]):
+        missing.append(f"karpenter {versions()['KARPENTER_VERSION']}")
     return missing
 
 

@@ -14,7 +14,7 @@ from crossdock.dev.k8s.errors import ControlPlaneError
 from crossdock.dev.k8s.state import kubeconfig_path, state_dir_of
 
 app = typer.Typer(help="Local Kubernetes control plane (etcd, kube-apiserver, "
-                       "kube-controller-manager, kube-scheduler, kwok) on loopback.",
+                       "kube-controller-manager, kube-scheduler, kwok; Karpenter beside it) on loopback.",
                   no_args_is_help=True)
 
 _STATE_OPT = typer.Option(None, "--state-dir", help="State directory (default: $CROSSDOCK_K8S_STATE_DIR "
@@ -65,6 +65,8 @@ def _cli_status(state_dir: Path | None = _STATE_OPT,
         for name in COMPONENTS:
             info = st.processes.get(name)
             typer.echo(f"  {name:<24} " + (f"pid {info['pid']:<8} alive={info['alive']}" if info else "-"))
+        for name, info in st.addons.items():
+            typer.echo(f"  {name:<24} pid {info['pid']:<8} alive={info['alive']}")
     raise typer.Exit(0 if st.running else 1)
 
 

@@ -14,7 +14,7 @@ from collections.abc import Iterator, Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
-from crossdock.dev.k8s import components
+from crossdock.dev.k8s import components, karpenter
 from crossdock.dev.k8s.api import Api, etcd_healthy, nodes_ready, wait
 from crossdock.dev.k8s.build import COMPONENTS, bin_dir, missing_binaries, stages_dir, versions
 from crossdock.dev.k8s.errors import ControlPlaneError, MissingBinariesError
@@ -33,34 +33,34 @@ class ControlPlaneStatus:
     version: str | None
     processes: dict[str, dict[str, Any]]
     ready: bool
+    addons: dict[str, dict[str, Any]] = dataclasses.field(default_factory=dict)
 
     @property
     def running(self) -> bool:
-        """Every component alive and the API server ready."""
-        return self.ready and len(self.processes) == len(COMPONENTS) and all(
-            p["alive"] for p in self.processes.values())
+        """Every component alive and the API server ready (add-ons aside)."""
+        return self.ready and all(self.processes.get(name, {}).get("alive") for name in COMPONENTS)
 
     def to_dict(self) -> dict[str, Any]:
         return {"state_dir": str(self.state_dir), "kubeconfig": str(self.kubeconfig),
                 "server": self.server, "version": self.version, "processes": self.processes,
-                "ready": self.ready, "running": self.running}
+                "addons": self.addons, "ready": self.ready, "running": self.running}
 
 
 def status(state_dir: str | os.PathLike[str] | None = None) -> ControlPlaneStatus:
     """What runs in ``state_dir``: PIDs, liveness and whether /readyz answers 200."""
     state = state_dir_of(state_dir)
     data = read_state(state)
-    processes = {
-        name: {"pid": info["pid"], "alive": pid_alive(info["pid"], info["exe"], info.get("start")),
-               "log": info.get("log")}
-        for name, info in data.get("processes", {}).items()
-    }
+    processes, addons = (
+        {name: {"pid": info["pid"], "alive": pid_alive(info["pid"], info["exe"], info.get("start")),
+                "log": info.get("log")}
+         for name, info in data.get(section, {}).items()}
+        for section in ("processes", "addons"))
     server = data.get("server")
     ready = False
     if server:
         with contextlib.suppress(OSError, ssl.SSLError):
             ready = Api(server, state / "pki").ready()
-    return ControlPlaneStatus(state, kubeconfig_path(state), server, data.get("version"), processes, ready)
+    return ControlPlaneStatus(state, kubeconfig_path(state), server, data.get("version"), processes, ready, addons)
 
 
 def up(state_dir: str | os.PathLike[str] | None = None, *, pools: Sequence[NodePool] = DEFAULT_POOLS,
@@ -71,14 +71,16 @@ def up(state_dir: str | os.PathLike[str] | None = None, *, pools: Sequence[NodeP
     ``{"kube-apiserver": ["--feature-gates=…"], "kube-scheduler": ["--v=4"]}``; they
     apply when this call starts the plane, not to one already running.
 
-    When everything already runs it returns at once. Otherwise it stops what is
-    left, starts a fresh cluster (empty etcd; certificates are kept), creates the
-    fake nodes of ``pools`` and waits until they are Ready and the ``default``
-    service account exists.
+    When everything already runs it returns at once (starting Karpenter beside a plane
+    that runs without it). Otherwise it stops what is left, starts a fresh cluster (empty
+    etcd; certificates are kept), creates the fake nodes of ``pools``, waits until they
+    are Ready and the ``default`` service account exists, then starts Karpenter.
     """
     state = state_dir_of(state_dir)
     with locked(state):
         if status(state).running:
+            data = read_state(state)
+            karpenter.ensure(state, data, Api(data["server"], state / "pki"), timeout)
             return kubeconfig_path(state)
         _down(state)
         missing = missing_binaries()
@@ -153,6 +155,7 @@ def _up(state: Path, pools: Sequence[NodePool], timeout: float, data: dict[str, 
     wait("service account default/default",
          lambda: api.request("GET", "/api/v1/namespaces/default/serviceaccounts/default")[0] == 200,
          remaining(), all_alive, 0.5)
+    karpenter.ensure(state, data, api, remaining())
     data["ready_at"] = time.time()
     write_state(state, data)
     return kubeconfig_path(state)

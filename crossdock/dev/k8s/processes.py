@@ -11,7 +11,7 @@ from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
-from crossdock.dev.k8s.build import COMPONENTS, bin_dir
+from crossdock.dev.k8s.build import ADDONS, BINARIES, COMPONENTS, bin_dir
 from crossdock.dev.k8s.errors import ControlPlaneError
 from crossdock.dev.k8s.state import write_state
 from crossdock.dev.proc import log_tail, proc_stat, spawn, start_time, terminate
@@ -71,7 +71,11 @@ def stop_pid(pid: int, exe: str, start: str | None = None, timeout: float = 15.0
 
 
 def stop_processes(data: dict[str, Any]) -> None:
-    """Stop the components recorded in ``data`` (state.json), in reverse start order."""
+    """Stop the add-ons and components recorded in ``data`` (state.json), in reverse start order."""
+    for name in reversed(ADDONS):
+        info = data.get("addons", {}).pop(name, None)
+        if info:
+            stop_pid(int(info["pid"]), str(info["exe"]), info.get("start"))
     for name in reversed(COMPONENTS):
         info = data.get("processes", {}).get(name)
         if info:
@@ -84,7 +88,7 @@ def unrecorded(state: Path) -> list[tuple[int, str]]:
     proc = Path("/proc")
     if not proc.is_dir():
         return []
-    exes = {str(bin_dir() / name) for name in COMPONENTS}
+    exes = {str(bin_dir() / name) for name in BINARIES}
     where = str(state.resolve())
     found = []
     for entry in proc.iterdir():
@@ -111,18 +115,20 @@ class Launcher:
         self.logs = state / "log"
         self.logs.mkdir(exist_ok=True)
 
-    def start(self, name: str, args: Sequence[str], *, append: bool = False) -> None:
+    def start(self, name: str, args: Sequence[str], *, append: bool = False, env: Mapping[str, str] | None = None,
+              section: str = "processes") -> None:
+        """Start ``name`` and record it in state.json under ``section`` (``addons``: beside the plane)."""
         exe = str(bin_dir() / name)
         args = [*args, *self.extra_args.get(name, ())]
         log_path = self.logs / f"{name}.log"
-        proc = spawn([exe, *args], log_path, cwd=self.state, append=append)
+        proc = spawn([exe, *args], log_path, env=env, cwd=self.state, append=append)
         _CHILDREN[proc.pid] = proc
-        self.data["processes"][name] = {"pid": proc.pid, "exe": exe, "log": str(log_path),
-                                        "args": list(args), "start": start_time(proc.pid)}
+        self.data.setdefault(section, {})[name] = {"pid": proc.pid, "exe": exe, "log": str(log_path),
+                                                   "args": list(args), "start": start_time(proc.pid)}
         write_state(self.state, self.data)
 
-    def check_alive(self, name: str) -> None:
-        info = self.data["processes"][name]
+    def check_alive(self, name: str, section: str = "processes") -> None:
+        info = self.data[section][name]
         if not pid_alive(info["pid"], info["exe"], info.get("start")):
             raise ControlPlaneError(f"{name} exited during start-up; last log lines:\n"
                                     f"{log_tail(Path(info['log']), 30)}")
