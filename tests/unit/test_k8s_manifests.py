@@ -152,29 +152,28 @@ def test_one_model_sold_as_several_products_allows_each() -> None:
     opts = m.Options(gpu_products={"a100": ("NVIDIA-A100-SXM4-40GB", "NVIDIA-A100-SXM4-80GB")})
     spec = pod_spec(job().gpus(1, "A100").on("a100-1").manifest(opts))
     assert "nvidia.com/gpu.product" not in spec["nodeSelector"]
-    exprs = spec["affinity"]["nodeAffinity"]["requiredDuringSchedulingIgnoredDuringExecution"][
-        "nodeSelectorTerms"][0]["matchExpressions"]
-    assert exprs == [{"key": "kubernetes.io/hostname", "operator": "In", "values": ["a100-1"]},
-                     {"key": "nvidia.com/gpu.product", "operator": "In",
-                      "values": ["NVIDIA-A100-SXM4-40GB", "NVIDIA-A100-SXM4-80GB"]}]
+    term = spec["affinity"]["nodeAffinity"]["requiredDuringSchedulingIgnoredDuringExecution"]["nodeSelectorTerms"][0]
+    assert term == {"matchExpressions": [{"key": "nvidia.com/gpu.product", "operator": "In",
+                                          "values": ["NVIDIA-A100-SXM4-40GB", "NVIDIA-A100-SXM4-80GB"]}],
+                    "matchFields": [{"key": "metadata.name", "operator": "In", "values": ["a100-1"]}]}
     unpinned = pod_spec(job().gpus(1, "A100").manifest(opts))["affinity"]["nodeAffinity"]
-    assert unpinned["requiredDuringSchedulingIgnoredDuringExecution"]["nodeSelectorTerms"][0]["matchExpressions"] == \
-        exprs[1:]
+    assert unpinned["requiredDuringSchedulingIgnoredDuringExecution"]["nodeSelectorTerms"] == \
+        [{"matchExpressions": term["matchExpressions"]}]
 
 
-def test_chosen_node_is_pinned_by_hostname_and_no_soft_placement_is_added() -> None:
+def test_chosen_node_is_pinned_by_name_and_no_soft_placement_is_added() -> None:
     man = job().gpus(8, "A100").on("a100-3").manifest()
     spec = pod_spec(man)
     terms = spec["affinity"]["nodeAffinity"]["requiredDuringSchedulingIgnoredDuringExecution"]["nodeSelectorTerms"]
-    assert {"key": "kubernetes.io/hostname", "operator": "In", "values": ["a100-3"]} in terms[0]["matchExpressions"]
+    assert terms == [{"matchFields": [{"key": "metadata.name", "operator": "In", "values": ["a100-3"]}]}]
     assert "podAffinity" not in spec["affinity"] and "topologySpreadConstraints" not in spec
 
 
 def test_excluded_nodes_are_kept_out() -> None:
     spec = pod_spec(job().set(exclude=["a100-0"]).manifest())
-    exprs = spec["affinity"]["nodeAffinity"]["requiredDuringSchedulingIgnoredDuringExecution"][
-        "nodeSelectorTerms"][0]["matchExpressions"]
-    assert {"key": "kubernetes.io/hostname", "operator": "NotIn", "values": ["a100-0"]} in exprs
+    fields = spec["affinity"]["nodeAffinity"]["requiredDuringSchedulingIgnoredDuringExecution"][
+        "nodeSelectorTerms"][0]["matchFields"]
+    assert {"key": "metadata.name", "operator": "NotIn", "values": ["a100-0"]} in fields
 
 
 def test_gang_is_an_indexed_job_one_worker_per_node() -> None:
@@ -186,7 +185,7 @@ def test_gang_is_an_indexed_job_one_worker_per_node() -> None:
     anti = pod_spec(man)["affinity"]["podAntiAffinity"]["requiredDuringSchedulingIgnoredDuringExecution"]
     assert anti == [{"labelSelector": {"matchLabels": {m.LABEL_GROUP: "7-2"}}, "topologyKey": "kubernetes.io/hostname"}]
     hosts = pod_spec(man)["affinity"]["nodeAffinity"]["requiredDuringSchedulingIgnoredDuringExecution"][
-        "nodeSelectorTerms"][0]["matchExpressions"][0]
+        "nodeSelectorTerms"][0]["matchFields"][0]
     assert hosts["values"] == ["a100-0", "a100-1", "a100-2", "a100-3"]
     assert pod_spec(man)["schedulingGates"] == [{"name": m.GANG_GATE}]  # released whole by the backend
     assert "schedulingGates" not in pod_spec(job().manifest())
@@ -328,3 +327,15 @@ def test_owner_ids_come_from_the_passwd_entry_or_a_bare_uid() -> None:
     assert owner_ids("root") == (0, 0)
     assert owner_ids("4321") == (4321, 4321)
     assert owner_ids("no-such-user-here") is None
+
+
+def test_a_pod_pinned_by_name_matches_that_node_only() -> None:
+    from crossdock.backends.kubernetes import gangs
+
+    spec = pod_spec(job().on("kwok-np-abc-1").manifest())
+
+    def node(name: str) -> dict:
+        return {"metadata": {"name": name, "labels": {**spec.get("nodeSelector", {}), "kubernetes.io/hostname": "np-abc"}},
+                "status": {"conditions": [{"type": "Ready", "status": "True"}]}}
+
+    assert gangs.matches(spec, node("kwok-np-abc-1")) and not gangs.matches(spec, node("np-abc"))

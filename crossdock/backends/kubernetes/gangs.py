@@ -88,7 +88,9 @@ def matches(pod_spec: Mapping[str, Any], node: Mapping[str, Any]) -> bool:
     required = (((pod_spec.get("affinity") or {}).get("nodeAffinity") or {})
                 .get("requiredDuringSchedulingIgnoredDuringExecution") or {})
     terms = required.get("nodeSelectorTerms") or []
-    if terms and not any(all(_expression(e, labels) for e in t.get("matchExpressions") or []) for t in terms):
+    fields = {"metadata.name": meta.get("name")}
+    if terms and not any(all(_expression(e, labels) for e in t.get("matchExpressions") or [])
+                         and all(_expression(e, fields) for e in t.get("matchFields") or []) for t in terms):
         return False
     tolerations = pod_spec.get("tolerations") or []
     return all(tolerated(t, tolerations) for t in spec.get("taints") or []

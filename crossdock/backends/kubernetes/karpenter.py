@@ -45,6 +45,7 @@ GROUP, VERSION = "karpenter.sh", "v1"
 KWOK_GROUP, KWOK_VERSION, KWOK_CLASSES = "karpenter.kwok.sh", "v1alpha1", "kwoknodeclasses"
 LABEL_NODEPOOL = "karpenter.sh/nodepool"
 LABEL_INSTANCE_TYPE = "node.kubernetes.io/instance-type"
+LABEL_HOSTNAME = "kubernetes.io/hostname"
 HASH_ANNOTATIONS = ("karpenter.sh/nodepool-hash", "karpenter.sh/nodepool-hash-version")
 KWOK_OVERHEAD_MILLICPU, KWOK_OVERHEAD_MIB = 100, 10
 """The kube-reserved overhead Karpenter's kwok provider takes from each instance type."""
@@ -187,40 +188,68 @@ class KarpenterNodes:
             raise api_error(exc, f"creating the NodePool of pool {pool}", pool) from exc
 
     # --- reading ------------------------------------------------------------------------------
-    def _members(self, pool: str) -> tuple[list[dict[str, Any]], dict[str, dict[str, Any]]]:
-        """The pool's NodeClaims and its Nodes by name."""
+    def _members(self, pool: str) -> list[tuple[str, dict[str, Any] | None, dict[str, Any] | None]]:
+        """(name, NodeClaim, Node) of every node of the pool. A Node whose NodeClaim is gone (the
+        kwok provider creates the Node after launching; a claim deleted in between leaves it)
+        comes with None for the claim, so that it can still be removed."""
         sel = selector(pool, self.provisioner)
         try:
+            found, _ = list_all(self.core.list_node, label_selector=sel)  # before the claims: see above
             claims = self.custom.list_cluster_custom_object(GROUP, VERSION, "nodeclaims", label_selector=sel)
-            found, _ = list_all(self.core.list_node, label_selector=sel)
         except ApiException as exc:
             if exc.status == 404:
-                return [], {}
+                return []
             raise api_error(exc, f"listing the NodeClaims of pool {pool}", pool) from exc
         except Exception as exc:  # noqa: BLE001
             raise api_error(exc, f"listing the NodeClaims of pool {pool}", pool) from exc
-        return list(claims.get("items") or []), {n["metadata"]["name"]: n for n in found}
-
-    @staticmethod
-    def _node_of(claim: Mapping[str, Any], by_name: Mapping[str, dict[str, Any]]) -> dict[str, Any] | None:
-        return by_name.get((claim.get("status") or {}).get("nodeName") or "")
+        by_provider = {(n.get("spec") or {}).get("providerID"): n for n in found}
+        by_host = {(n["metadata"].get("labels") or {}).get(LABEL_HOSTNAME): n for n in found}
+        by_name = {n["metadata"]["name"]: n for n in found}
+        out: list[tuple[str, dict[str, Any] | None, dict[str, Any] | None]] = []
+        for claim in claims.get("items") or []:
+            status = claim.get("status") or {}
+            # Registration sets nodeName, launch the providerID; before launch is recorded, the
+            # kwok provider's Node is known by its hostname label, the claim's name.
+            node = (by_name.get(status.get("nodeName") or "") or by_provider.get(status.get("providerID") or "-")
+                    or by_host.get(claim["metadata"]["name"]))
+            if node is not None:
+                by_name.pop(node["metadata"]["name"], None)
+            out.append((node["metadata"]["name"] if node else claim["metadata"]["name"], claim, node))
+        out.extend((name, None, node) for name, node in by_name.items())
+        return out
 
     def node_group(self, pool: str) -> NodeGroup:
         template_of(self.config, pool, self.provisioner)
-        claims, by_name = self._members(pool)
         ready, starting, stopping = [], [], []
-        for claim in claims:
-            node = self._node_of(claim, by_name)
-            name = node["metadata"]["name"] if node else claim["metadata"]["name"]
-            if is_stopping(claim) or (node is not None and is_stopping(node)):
+        for name, claim, node in self._members(pool):
+            if claim is None and node is not None:
+                self._delete_orphan(pool, node)
                 stopping.append(name)
-            elif node is not None and is_ready(node) and _claim_ready(claim):
+            elif (claim is not None and is_stopping(claim)) or (node is not None and is_stopping(node)):
+                stopping.append(name)
+            elif node is not None and claim is not None and is_ready(node) and _claim_ready(claim):
                 # Karpenter has initialised it: registered, startup taints gone, resources there.
                 ready.append(name)
             else:
                 starting.append(name)
         return NodeGroup(pool=pool, ready=tuple(sorted(ready)), starting=tuple(sorted(starting)),
                          stopping=tuple(sorted(stopping)))
+
+    def _delete_orphan(self, pool: str, node: Mapping[str, Any]) -> None:
+        """Delete a Node of the pool whose NodeClaim is gone. Karpenter's kwok provider creates the
+        Node after it reports the launch, and deletes only the claim on termination: a claim
+        deleted before its Node registered leaves the Node behind, which nothing else removes."""
+        if node["metadata"].get("deletionTimestamp"):
+            return
+        name = node["metadata"]["name"]
+        try:
+            self.core.delete_node(name)
+        except ApiException as exc:
+            if exc.status != 404:
+                raise api_error(exc, f"deleting node {name} of pool {pool}", pool) from exc
+        except Exception as exc:  # noqa: BLE001
+            raise api_error(exc, f"deleting node {name} of pool {pool}", pool) from exc
+        log.info("pool %s: deleted node %s, whose NodeClaim is gone", pool, name)
 
     # --- acting -------------------------------------------------------------------------------
     def add_nodes(self, pool: str, count: int) -> list[str]:
@@ -248,32 +277,31 @@ class KarpenterNodes:
 
     def remove_nodes(self, pool: str, names: Sequence[str]) -> list[str]:
         template_of(self.config, pool, self.provisioner)
-        claims, by_name = self._members(pool)
-        index: dict[str, dict[str, Any]] = {}
-        for claim in claims:
-            index[claim["metadata"]["name"]] = claim
-            node_name = (claim.get("status") or {}).get("nodeName")
-            if node_name:
-                index[node_name] = claim
+        index: dict[str, tuple[dict[str, Any] | None, dict[str, Any] | None]] = {}
+        for name, claim, node in self._members(pool):
+            index[name] = (claim, node)
+            if claim is not None:
+                index[claim["metadata"]["name"]] = (claim, node)
         removed: list[str] = []
         for name in dict.fromkeys(names):
-            claim = index.get(name)
             try:
-                if claim is None:
-                    node = read_node(self.core, name)
-                    if node is not None:
-                        log.warning("not removing node %s: no NodeClaim of pool %s made it", name, pool)
+                if name not in index:
+                    if read_node(self.core, name) is not None:
+                        log.warning("not removing node %s: crossdock did not ask Karpenter for it in pool %s",
+                                    name, pool)
                         continue
                     removed.append(name)  # already gone
                     continue
-                node = self._node_of(claim, by_name)
+                claim, node = index[name]
                 node_name = node["metadata"]["name"] if node else None
-                if not owned(claim, pool, self.provisioner) or not self.removal.removable(
-                        node, node_name or name, pool, self.provisioner):
+                if not self.removal.removable(node, node_name or name, pool, self.provisioner):
                     continue
                 if node_name:
                     self.removal.cordon(node_name)
-                self.custom.delete_cluster_custom_object(GROUP, VERSION, "nodeclaims", claim["metadata"]["name"])
+                if claim is not None:
+                    self.custom.delete_cluster_custom_object(GROUP, VERSION, "nodeclaims", claim["metadata"]["name"])
+                elif node is not None:
+                    self._delete_orphan(pool, node)
             except ApiException as exc:
                 if exc.status != 404:
                     raise api_error(exc, f"removing node {name} of pool {pool}", pool) from exc
@@ -281,5 +309,5 @@ class KarpenterNodes:
                 raise api_error(exc, f"removing node {name} of pool {pool}", pool) from exc
             removed.append(name)
         if removed:
-            log.info("pool %s: deleted the NodeClaims of %s", pool, ", ".join(removed))
+            log.info("pool %s: removed %s through Karpenter", pool, ", ".join(removed))
         return removed

@@ -8,7 +8,7 @@ Job whose completion index maps to the array's task ids.
 
 Placement: the pool's node selector and tolerations, the GPU product (``nvidia.com/gpu.product``
 values known for the requested models), and when crossdock chose the nodes a required
-nodeAffinity on ``kubernetes.io/hostname`` so its binpack/spread decision holds. When it did
+nodeAffinity on the nodes' names (``matchFields`` ``metadata.name``) so its binpack/spread decision holds. When it did
 not, the queue's placement becomes a hard topology spread (``spread``) or a preferred pod
 affinity to the job's own group (``binpack``), for kube-scheduler to honour.
 """
@@ -53,6 +53,7 @@ IMAGE_ENV = "CROSSDOCK_IMAGE"
 GANG_GATE = "crossdock.io/gang"
 """The scheduling gate a gang's pods are created with (see gangs.py)."""
 LABEL_HOSTNAME = "kubernetes.io/hostname"
+FIELD_NODE_NAME = "metadata.name"
 LABEL_GPU_PRODUCT = "nvidia.com/gpu.product"
 GPU_RESOURCE = "nvidia.com/gpu"
 GPU_SHARED_RESOURCE = "nvidia.com/gpu.shared"
@@ -155,20 +156,24 @@ def resources(job: Job, cfg: ClusterConfig, opts: Options) -> dict[str, dict[str
 
 
 def _node_affinity(job: Job, pool: Pool, opts: Options) -> dict[str, Any] | None:
-    terms: list[dict[str, Any]] = []
+    # Nodes are named by metadata.name (matchFields), not by the hostname label: the two differ
+    # on some clouds and on Karpenter's kwok nodes (hostname = the NodeClaim's name).
+    fields: list[dict[str, Any]] = []
     hosts = sorted(set(job.nodes))
     if hosts:
-        terms.append({"key": LABEL_HOSTNAME, "operator": "In", "values": hosts})
+        fields.append({"key": FIELD_NODE_NAME, "operator": "In", "values": hosts})
+    if job.spec.exclude:
+        fields.append({"key": FIELD_NODE_NAME, "operator": "NotIn", "values": sorted(set(job.spec.exclude))})
+    exprs: list[dict[str, Any]] = []
     req = job.spec.gpu_request()
     models = req.allowed_models() if req is not None else []
     products = sorted({p for m in models for p in opts.gpu_products.get(m.lower(), (m,))})
     if len(products) > 1:  # one product is a plain nodeSelector (below)
-        terms.append({"key": LABEL_GPU_PRODUCT, "operator": "In", "values": products})
-    if job.spec.exclude:
-        terms.append({"key": LABEL_HOSTNAME, "operator": "NotIn", "values": sorted(set(job.spec.exclude))})
-    if not terms:
+        exprs.append({"key": LABEL_GPU_PRODUCT, "operator": "In", "values": products})
+    if not fields and not exprs:
         return None
-    return {"requiredDuringSchedulingIgnoredDuringExecution": {"nodeSelectorTerms": [{"matchExpressions": terms}]}}
+    term = {k: v for k, v in (("matchExpressions", exprs), ("matchFields", fields)) if v}
+    return {"requiredDuringSchedulingIgnoredDuringExecution": {"nodeSelectorTerms": [term]}}
 
 
 def _node_selector(job: Job, pool: Pool, opts: Options) -> dict[str, str]:

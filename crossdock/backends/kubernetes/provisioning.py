@@ -16,7 +16,8 @@ Every node crossdock asks for carries ``crossdock.io/provisioner`` and ``crossdo
 crossdock pod that is not terminating (the caller drains first). A node being removed is
 cordoned before it goes.
 
-A node is *ready* when its ``Ready`` condition is True, *stopping* once removal began (the
+A node is *ready* when its ``Ready`` condition is True and no system taint (``node.kubernetes.io/…``,
+``karpenter.sh/…``) is left on it, *stopping* once removal began (the
 ``crossdock.io/removing`` annotation or a deletionTimestamp), *starting* otherwise. ``add_nodes``
 never takes a pool past ``max_nodes``: ready and starting nodes count.
 
@@ -155,7 +156,15 @@ def _meta(obj: Mapping[str, Any]) -> dict[str, Any]:
     return dict(obj.get("metadata") or {})
 
 
+SYSTEM_TAINTS = ("node.kubernetes.io/", "karpenter.sh/")
+"""Taint prefixes of a node that is not up yet or is going (not-ready, unreachable, unregistered,
+disrupted): such a node takes no work, whatever its Ready condition says."""
+
+
 def is_ready(node: Mapping[str, Any]) -> bool:
+    """Ready condition True and no system taint: the node takes work now."""
+    if any(str(t.get("key", "")).startswith(SYSTEM_TAINTS) for t in (node.get("spec") or {}).get("taints") or []):
+        return False
     return any(c.get("type") == "Ready" and c.get("status") == "True"
                for c in (node.get("status") or {}).get("conditions") or [])
 
