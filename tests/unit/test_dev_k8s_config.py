@@ -86,3 +86,26 @@ def test_kwok_config_keeps_upstream_stages_first_then_crossdocks():
     names = [d["metadata"]["name"] for d in docs]
     assert names == ["a", "b", "c", *(s["metadata"]["name"] for s in POD_STAGES)]
     assert docs[3:] == list(POD_STAGES)
+
+
+def test_karpenter_offers_each_dev_template_once_and_runs_on_loopback_without_leader_election(tmp_path):
+    import json
+
+    from crossdock.dev.k8s import karpenter
+
+    types = json.loads(karpenter.instance_types_json(karpenter.templates()))
+    assert len({t["name"] for t in types}) == len(karpenter.INSTANCE_TEMPLATES)
+    env = karpenter.env(tmp_path, {"karpenter-metrics": 1, "karpenter-health": 2}, tmp_path / "it.json")
+    assert env["DISABLE_LEADER_ELECTION"] == "true" and env["KUBECONFIG"] == str(tmp_path / "kubeconfig")
+    assert (env["METRICS_PORT"], env["HEALTH_PROBE_PORT"], env["INSTANCE_TYPES_FILE_PATH"]) == \
+        ("1", "2", str(tmp_path / "it.json"))
+
+
+def test_karpenter_templates_from_the_environment_are_checked(monkeypatch):
+    from crossdock.dev.k8s import ControlPlaneError, karpenter
+
+    monkeypatch.setenv("CROSSDOCK_KARPENTER_TEMPLATES", '[{"cpus": 2, "memory_mib": 4096}]')
+    assert [(t.cpus, t.memory_mib) for t in karpenter.templates()] == [(2, 4096)]
+    monkeypatch.setenv("CROSSDOCK_KARPENTER_TEMPLATES", '[{"cpus": 0}]')
+    with pytest.raises(ControlPlaneError, match="CROSSDOCK_KARPENTER_TEMPLATES"):
+        karpenter.templates()

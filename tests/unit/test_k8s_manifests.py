@@ -184,9 +184,10 @@ def test_gang_is_an_indexed_job_one_worker_per_node() -> None:
     assert group == "7-2"
     anti = pod_spec(man)["affinity"]["podAntiAffinity"]["requiredDuringSchedulingIgnoredDuringExecution"]
     assert anti == [{"labelSelector": {"matchLabels": {m.LABEL_GROUP: "7-2"}}, "topologyKey": "kubernetes.io/hostname"}]
-    hosts = pod_spec(man)["affinity"]["nodeAffinity"]["requiredDuringSchedulingIgnoredDuringExecution"][
-        "nodeSelectorTerms"][0]["matchFields"][0]
-    assert hosts["values"] == ["a100-0", "a100-1", "a100-2", "a100-3"]
+    terms = pod_spec(man)["affinity"]["nodeAffinity"]["requiredDuringSchedulingIgnoredDuringExecution"][
+        "nodeSelectorTerms"]
+    assert [t["matchFields"] for t in terms] == [[{"key": "metadata.name", "operator": "In", "values": [n]}]
+                                                 for n in ("a100-0", "a100-1", "a100-2", "a100-3")]
     assert pod_spec(man)["schedulingGates"] == [{"name": m.GANG_GATE}]  # released whole by the backend
     assert "schedulingGates" not in pod_spec(job().manifest())
     rank = next(e for e in container(man)["env"] if e["name"] == "SLURM_NODEID")

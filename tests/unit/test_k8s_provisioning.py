@@ -11,7 +11,7 @@ from crossdock.backends.kubernetes import provisioning as pv
 from crossdock.backends.kubernetes.nodes import node_of, pool_of
 from crossdock.queue.config import NodeTemplate, parse_config
 from crossdock.queue.errors import ConfigError
-from crossdock.queue.ports import NodeGroup
+from crossdock.queue.ports import BackendUnavailable, NodeGroup
 
 CFG = parse_config({
     "priority_classes": {"p": {"value": 1}},
@@ -152,3 +152,11 @@ def test_only_nodes_crossdock_made_for_the_pool_are_its_own():
     assert pv.owned(node, "gpu", "kwok")
     assert not pv.owned(node, "cpu", "kwok") and not pv.owned(node, "gpu", "karpenter")
     assert not pv.owned({"metadata": {"labels": {"crossdock.io/pool": "gpu-auto"}}}, "gpu", "kwok")
+
+
+def test_another_clouds_node_class_is_named_group_kind_name():
+    assert kp.node_class_ref("karpenter.k8s.aws/EC2NodeClass/default") == \
+        {"group": "karpenter.k8s.aws", "kind": "EC2NodeClass", "name": "default"}
+    assert kp.node_class_ref(None) is None
+    with pytest.raises(BackendUnavailable, match="CROSSDOCK_KARPENTER_NODE_CLASS='EC2NodeClass': write group/Kind/name"):
+        kp.node_class_ref("EC2NodeClass")

@@ -6,7 +6,9 @@
 when a job names none), ``CROSSDOCK_K8S_TTL_SECONDS`` (``ttlSecondsAfterFinished``, default
 3600), ``CROSSDOCK_K8S_DEADLINE_SLACK_SECONDS`` (the Job-level deadline beyond the time limit,
 default 300: it also counts time spent Pending, so it is only a backstop for the pod-level one),
-``CROSSDOCK_K8S_SYNC_PRIORITY_CLASSES`` (``0`` to leave PriorityClasses alone).
+``CROSSDOCK_K8S_SYNC_PRIORITY_CLASSES`` (``0`` to leave PriorityClasses alone),
+``CROSSDOCK_KARPENTER_NODE_CLASS`` (``group/Kind/name`` of the node class that ``provisioner:
+karpenter`` pools launch from; default: a KWOKNodeClass per pool).
 """
 
 from __future__ import annotations
@@ -54,12 +56,14 @@ class KubernetesSettings(BaseModel):
     ttl_seconds_after_finished: int | None = Field(3600, ge=0)
     deadline_slack_seconds: int = Field(300, ge=0)
     sync_priority_classes: bool = True
+    karpenter_node_class: str | None = Field(None, pattern=r"^[^/\s]+/[^/\s]+/[^/\s]+$")
 
     ENV: ClassVar[dict[str, str]] = {
         "namespace": "CROSSDOCK_K8S_NAMESPACE", "image": "CROSSDOCK_K8S_IMAGE",
         "ttl_seconds_after_finished": "CROSSDOCK_K8S_TTL_SECONDS",
         "deadline_slack_seconds": "CROSSDOCK_K8S_DEADLINE_SLACK_SECONDS",
         "sync_priority_classes": "CROSSDOCK_K8S_SYNC_PRIORITY_CLASSES",
+        "karpenter_node_class": "CROSSDOCK_KARPENTER_NODE_CLASS",
     }
 
     @classmethod

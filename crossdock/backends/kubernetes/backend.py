@@ -99,7 +99,8 @@ class KubernetesBackend:
 
     def __init__(self, config: ClusterConfig, api_client: client.ApiClient, *, namespace: str = "default",
                  store: Any = None, image: str = "python:3.11-slim", ttl_seconds_after_finished: int | None = 3600,
-                 deadline_slack_seconds: int = 300, watch: bool = True, sync_timeout: float = 30.0) -> None:
+                 deadline_slack_seconds: int = 300, watch: bool = True, sync_timeout: float = 30.0,
+                 karpenter_node_class: str | None = None) -> None:
         self.config = config
         self.api = api_client
         self.core = client.CoreV1Api(api_client)
@@ -112,7 +113,7 @@ class KubernetesBackend:
         self.options = m.Options(namespace=namespace, image=image, ttl_seconds_after_finished=ttl_seconds_after_finished,
                                  deadline_slack_seconds=deadline_slack_seconds)
         self._gpu_products: dict[str, tuple[str, ...]] | None = None
-        self.provisioners = provisioning.Provisioners(config, api_client)
+        self.provisioners = provisioning.Provisioners(config, api_client, karpenter_node_class=karpenter_node_class)
         self._informers: tuple[Informer, Informer] | None = None
         self._lock = threading.Lock()
 

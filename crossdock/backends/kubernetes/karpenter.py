@@ -9,7 +9,8 @@ outside its pod-driven provisioning: **NodeClaims**. Per pool, crossdock keeps
   ``budgets: [{nodes: "0"}]``) stops consolidation and drift replacement, ``expireAfter: Never``
   stops expiry. The core is the only one deciding how many nodes the pool has;
 * a node class, by default a KWOKNodeClass ``crossdock-<pool>`` (Karpenter's kwok cloud
-  provider); another cloud's class can be named instead (``node_class=``);
+  provider); another cloud's class can be named instead (``CROSSDOCK_KARPENTER_NODE_CLASS`` =
+  ``group/Kind/name``, e.g. ``karpenter.k8s.aws/EC2NodeClass/default``, which crossdock uses as is);
 * one NodeClaim ``<pool>-<hex>`` per node, owned by the NodePool, created by ``add_nodes`` and
   deleted by ``remove_nodes``. Karpenter launches the instance, registers the Node (removing its
   ``karpenter.sh/unregistered`` taint), and on deletion drains and terminates it.
@@ -50,6 +51,18 @@ HASH_ANNOTATIONS = ("karpenter.sh/nodepool-hash", "karpenter.sh/nodepool-hash-ve
 KWOK_OVERHEAD_MILLICPU, KWOK_OVERHEAD_MIB = 100, 10
 """The kube-reserved overhead Karpenter's kwok provider takes from each instance type."""
 ZONE = "local-a"
+
+
+def node_class_ref(text: str | None) -> dict[str, str] | None:
+    """``group/Kind/name`` (``CROSSDOCK_KARPENTER_NODE_CLASS``) → a nodeClassRef; None: crossdock's
+    own KWOKNodeClass per pool."""
+    if not text:
+        return None
+    parts = text.split("/")
+    if len(parts) != 3 or not all(parts):
+        raise BackendUnavailable(f"CROSSDOCK_KARPENTER_NODE_CLASS={text!r}: write group/Kind/name,"
+                                 " e.g. karpenter.k8s.aws/EC2NodeClass/default", retryable=False)
+    return dict(zip(("group", "kind", "name"), parts))
 
 
 def nodepool_name(pool: str) -> str:

@@ -157,23 +157,21 @@ def resources(job: Job, cfg: ClusterConfig, opts: Options) -> dict[str, dict[str
 
 def _node_affinity(job: Job, pool: Pool, opts: Options) -> dict[str, Any] | None:
     # Nodes are named by metadata.name (matchFields), not by the hostname label: the two differ
-    # on some clouds and on Karpenter's kwok nodes (hostname = the NodeClaim's name).
-    fields: list[dict[str, Any]] = []
-    hosts = sorted(set(job.nodes))
-    if hosts:
-        fields.append({"key": FIELD_NODE_NAME, "operator": "In", "values": hosts})
-    if job.spec.exclude:
-        fields.append({"key": FIELD_NODE_NAME, "operator": "NotIn", "values": sorted(set(job.spec.exclude))})
+    # on some clouds and on Karpenter's kwok nodes (hostname = the NodeClaim's name). A field
+    # requirement takes one value, so each chosen node is a term of its own (terms are ORed).
+    excluded = [{"key": FIELD_NODE_NAME, "operator": "NotIn", "values": [n]} for n in sorted(set(job.spec.exclude))]
     exprs: list[dict[str, Any]] = []
     req = job.spec.gpu_request()
     models = req.allowed_models() if req is not None else []
     products = sorted({p for m in models for p in opts.gpu_products.get(m.lower(), (m,))})
     if len(products) > 1:  # one product is a plain nodeSelector (below)
         exprs.append({"key": LABEL_GPU_PRODUCT, "operator": "In", "values": products})
-    if not fields and not exprs:
+    pinned = [[{"key": FIELD_NODE_NAME, "operator": "In", "values": [n]}] for n in sorted(set(job.nodes))]
+    terms = [{k: v for k, v in (("matchExpressions", exprs), ("matchFields", fields + excluded)) if v}
+             for fields in (pinned or [[]])]
+    if terms == [{}]:
         return None
-    term = {k: v for k, v in (("matchExpressions", exprs), ("matchFields", fields)) if v}
-    return {"requiredDuringSchedulingIgnoredDuringExecution": {"nodeSelectorTerms": [term]}}
+    return {"requiredDuringSchedulingIgnoredDuringExecution": {"nodeSelectorTerms": terms}}
 
 
 def _node_selector(job: Job, pool: Pool, opts: Options) -> dict[str, str]:

@@ -21,7 +21,7 @@ A node is *ready* when its ``Ready`` condition is True and no system taint (``no
 ``crossdock.io/removing`` annotation or a deletionTimestamp), *starting* otherwise. ``add_nodes``
 never takes a pool past ``max_nodes``: ready and starting nodes count.
 
-How a cluster running cluster-autoscaler would be driven instead: see ``docs/autoscaling.md``.
+How a cluster running cluster-autoscaler would be driven instead: ``docs/node-pools.md``.
 """
 
 from __future__ import annotations
@@ -32,7 +32,7 @@ import re
 import secrets
 import time
 from collections.abc import Iterable, Mapping, Sequence
-from typing import Any, Protocol
+from typing import Any
 
 from kubernetes import client
 from kubernetes.client.rest import ApiException
@@ -42,7 +42,7 @@ from crossdock.backends.kubernetes import nodes
 from crossdock.backends.kubernetes.informer import list_all
 from crossdock.queue.config import ClusterConfig, NodeTemplate, Pool
 from crossdock.queue.errors import ConfigError
-from crossdock.queue.ports import BackendUnavailable, NodeGroup
+from crossdock.queue.ports import BackendUnavailable, NodeGroup, ProvisionsNodes
 
 log = logging.getLogger(__name__)
 
@@ -56,14 +56,6 @@ DEFAULT_MAX_PODS = 110
 PROVISIONERS = ("kwok", "karpenter")
 
 _TAINT = re.compile(r"^(?P<key>[^=:\s]+)(=(?P<value>[^:\s]*))?:(?P<effect>NoSchedule|PreferNoSchedule|NoExecute)$")
-
-
-class Provider(Protocol):
-    def node_group(self, pool: str) -> NodeGroup: ...
-
-    def add_nodes(self, pool: str, count: int) -> list[str]: ...
-
-    def remove_nodes(self, pool: str, names: Sequence[str]) -> list[str]: ...
 
 
 def dns_name(text: str) -> str:
@@ -220,17 +212,18 @@ class Removal:
                                     "metadata": {"annotations": {ANNOTATION_REMOVING: str(int(time.time()))}}})
 
     def removable(self, node: Mapping[str, Any] | None, name: str, pool_name: str, provisioner: str) -> bool:
-        """Whether crossdock may remove ``node`` now (logs why not)."""
-        if node is not None and not owned(node, pool_name, provisioner):
+        """Whether crossdock may remove ``node`` (None: it has none yet) now; logs why not."""
+        if node is None:
+            return True
+        if not owned(node, pool_name, provisioner):
             log.warning("not removing node %s: crossdock's %s provisioner did not create it for pool %s",
                         name, provisioner, pool_name)
             return False
-        if node is not None:
-            running = self.busy(name)
-            if running:
-                log.warning("not removing node %s of pool %s: crossdock pods still run there: %s",
-                            name, pool_name, ", ".join(running[:5]))
-                return False
+        running = self.busy(name)
+        if running:
+            log.warning("not removing node %s of pool %s: crossdock pods still run there: %s",
+                        name, pool_name, ", ".join(running[:5]))
+            return False
         return True
 
 
@@ -325,12 +318,14 @@ def group_of(pool: str, found: Iterable[Mapping[str, Any]]) -> NodeGroup:
 class Provisioners:
     """The provider of each autoscaled pool, by its ``provisioner``; what the backend delegates to."""
 
-    def __init__(self, config: ClusterConfig, api_client: client.ApiClient) -> None:
+    def __init__(self, config: ClusterConfig, api_client: client.ApiClient, *,
+                 karpenter_node_class: str | None = None) -> None:
         self.config = config
         self.api_client = api_client
-        self._providers: dict[str, Provider] = {}
+        self.karpenter_node_class = karpenter_node_class
+        self._providers: dict[str, ProvisionsNodes] = {}
 
-    def of(self, pool: str) -> Provider:
+    def of(self, pool: str) -> ProvisionsNodes:
         spec = self.config.pools.get(pool)
         if spec is None:
             raise ConfigError([f"pools.{pool}: no such pool; known: {', '.join(self.config.pools) or 'none'}"])
@@ -343,7 +338,8 @@ class Provisioners:
             if kind == "kwok":
                 self._providers[kind] = KwokNodes(self.config, core)
             else:
-                from crossdock.backends.kubernetes.karpenter import KarpenterNodes
+                from crossdock.backends.kubernetes.karpenter import KarpenterNodes, node_class_ref
 
-                self._providers[kind] = KarpenterNodes(self.config, core, client.CustomObjectsApi(self.api_client))
+                self._providers[kind] = KarpenterNodes(self.config, core, client.CustomObjectsApi(self.api_client),
+                                                       node_class=node_class_ref(self.karpenter_node_class))
         return self._providers[kind]

@@ -41,7 +41,11 @@ with only ``crossdock.io/exit-code`` it terminates at once; with neither it runs
 until deleted. Use ``restartPolicy: Never`` for these pods: kwok does not restart
 containers.
 
-Modules: ``build`` (pinned releases, cache, build.sh), ``pki`` (certificates, kubeconfigs),
+Karpenter (its kwok cloud provider) runs beside the plane, started by ``up`` after it and
+recorded apart (``addons`` in state.json): see ``karpenter``.
+
+Modules: ``build`` (pinned releases, cache, build.sh), ``karpenter`` (Karpenter's CRDs, instance
+types and process), ``pki`` (certificates, kubeconfigs),
 ``components`` (each component's flags, kwok's config), ``nodes`` and ``stages`` (fake nodes
 and their pod lifecycle), ``state`` (state directory, lock, state.json), ``processes``
 (start, identify, stop by PID), ``api`` (HTTPS client, readiness), ``controlplane`` (up,

@@ -236,6 +236,7 @@ def test_up_is_idempotent_and_down_stops_every_process(k8s_binaries: Path, tmp_p
         kubeconfig = k8s.up(state, pools=pools)
         first = k8s.status(state)
         assert first.running
+        assert first.addons["karpenter"]["alive"]  # beside the plane, recorded apart
         assert kubeconfig == k8s.kubeconfig_path(state) and kubeconfig.is_file()
 
         started = time.monotonic()
@@ -266,8 +267,8 @@ def test_up_is_idempotent_and_down_stops_every_process(k8s_binaries: Path, tmp_p
     finally:
         k8s.down(state)
     after = k8s.status(state)
-    assert not after.running and not after.processes
-    for info in first.processes.values():
+    assert not after.running and not after.processes and not after.addons
+    for info in [*first.processes.values(), *first.addons.values()]:
         assert not Path(f"/proc/{info['pid']}").exists() or \
             Path(f"/proc/{info['pid']}/stat").read_text().split(") ")[1][0] == "Z"
     k8s.down(state)  # idempotent
