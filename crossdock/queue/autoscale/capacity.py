@@ -28,6 +28,7 @@ from types import MappingProxyType
 from typing import Iterable, Mapping, Sequence
 
 import numpy as np
+from pydantic import BaseModel
 
 from crossdock.queue.config import ClusterConfig, NodeTemplate, Pool
 from crossdock.queue.models import Job
@@ -122,7 +123,7 @@ def _frozen(value: object) -> object:
         return tuple(_frozen(v) for v in value)
     if isinstance(value, dict):
         return tuple(sorted((k, _frozen(v)) for k, v in value.items()))
-    if hasattr(value, "__dict__") and hasattr(value, "model_fields"):
+    if isinstance(value, BaseModel):
         return (type(value).__name__, _frozen(value.__dict__))
     return value
 
