@@ -46,7 +46,7 @@ WAITING_REASONS = frozenset({Reason.NONE, Reason.RESOURCES, Reason.PRIORITY, Rea
 """Pending reasons more capacity can end; held, dependent, throttled, over-quota or preempting jobs
 do not ask for nodes."""
 PLACEMENT_FIELDS = ("cpus_per_task", "ntasks", "nodes", "ntasks_per_node", "mem_per_node_mib", "mem_per_cpu_mib",
-                    "time_limit_seconds", "exclusive", "placement", "anti_affinity", "topology")
+                    "time_limit_seconds", "exclusive", "placement", "anti_affinity", "topology", "nice")
 PLACEMENT_COLLECTIONS = ("gres", "gpus", "nodelist", "exclude", "node_selector", "tolerations")
 """The JobSpec fields :func:`build_request` reads for a job's fit (the job's own ``queue``, ``pools``
 and class decide the rest); jobs equal in these have equal requests. ``tests/unit/autoscale``
@@ -118,13 +118,19 @@ def pool_template(pool_name: str, pool: Pool, snapshot: Snapshot) -> NodeTemplat
 
 # --- pending jobs -> demands -----------------------------------------------------------------------
 
+_SCALARS = frozenset({str, int, float, bool, type(None)})
+
+
 def _frozen(value: object) -> object:
-    if isinstance(value, (list, tuple)):
-        return tuple(_frozen(v) for v in value)
-    if isinstance(value, dict):
-        return tuple(sorted((k, _frozen(v)) for k, v in value.items()))
+    kind = type(value)
+    if kind in _SCALARS:
+        return value
+    if kind is list or kind is tuple:
+        return tuple([_frozen(v) for v in value])
+    if kind is dict:
+        return tuple(sorted([(k, _frozen(v)) for k, v in value.items()]))
     if isinstance(value, BaseModel):
-        return (type(value).__name__, _frozen(value.__dict__))
+        return (kind.__name__, *[_frozen(v) for v in value.__dict__.values()])
     return value
 
 
@@ -146,16 +152,19 @@ def demands(jobs: Iterable[Job], config: ClusterConfig) -> list[Demand]:
     (priority, nice, id). Jobs over a per-job limit, or whose request the core cannot compute, are
     left out: no node will ever run them."""
     groups: dict[tuple, list[Job]] = {}
-    for job in sorted(jobs, key=lambda j: (-j.priority, j.spec.nice, j.id)):
+    for job in jobs:
         groups.setdefault(_shape_of(job), []).append(job)
     out = []
     for members in groups.values():
+        first = min(members, key=lambda j: j.id)
         try:
-            req = build_request(members[0], config)
+            req = build_request(first, config)
         except Exception:  # a spec the cycle sets aside (InvalidSpec) asks for nothing
             continue
         if req.limit_error is None:
-            out.append(Demand(req, tuple(j.id for j in members)))
+            out.append(Demand(req, tuple(sorted(j.id for j in members))))
+    # jobs of one shape share priority and nice (both are in the shape)
+    out.sort(key=lambda d: (-d.request.priority, d.request.nice, d.jobs[0]))
     return out
 
 
@@ -205,13 +214,29 @@ def fits_now(world: World, wanted: Sequence[Demand]) -> list[Demand]:
 
 # --- hypothetical nodes ----------------------------------------------------------------------------
 
-@dataclass
-class _Slot:
-    """``count`` nodes of the template in one state (a saved inventory row and its anti-affinity groups)."""
+@dataclass(frozen=True)
+class _State:
+    """One template node's state: its saved inventory row, its anti-affinity groups, and what it
+    has free (CPU, memory, idle GPUs, the largest free GPU share, room for workers)."""
 
-    count: int
     saved: tuple
     groups: frozenset
+    free: tuple[int, int, int, int, int]
+    key: tuple
+
+    def may_fit(self, req: Request) -> bool:
+        """False only where the real filters would refuse too (a shortcut past full nodes)."""
+        cpu, mem, gpus, share, pods = self.free
+        return (pods > 0 and cpu >= req.cpu_milli and mem >= req.memory_mib and gpus >= req.gpus
+                and share >= req.gpu_share_milli)
+
+
+@dataclass
+class _Slot:
+    """``count`` nodes of the template in one state."""
+
+    count: int
+    state: _State
     new: bool
     """Added by this estimate (not one of the pool's starting nodes)."""
     order: int
@@ -224,24 +249,67 @@ class _Template:
         self.node, self.config = node, config
         self.inv = Inventory([node])
         self.state = CycleState(self.inv, config, now)
-        self.empty = self.inv.save(0)
+        self.empty = self._current()
 
-    def _load(self, saved: tuple, groups: frozenset) -> None:
-        self.inv.group_nodes = {g: {0} for g in groups}
-        self.inv.restore(0, saved)
+    def _current(self) -> _State:
+        inv = self.inv
+        saved = inv.save(0)
+        groups = frozenset(g for g, s in inv.group_nodes.items() if s)
+        free = (int(inv.cpu_free[0]), int(inv.mem_free[0]), int(inv.gpu_free[0]), int(inv.share_top[0]),
+                int(inv.pods_alloc[0] - inv.pods_used[0]))
+        slices = tuple(sorted((p, tuple(v)) for p, v in saved[4].items()))
+        return _State(saved, groups, free, (saved[:3], saved[3].tobytes(), slices, groups))
 
-    def fill(self, saved: tuple, groups: frozenset, req: Request, cap: int) -> tuple[int, tuple, frozenset]:
+    def _load(self, st: _State) -> None:
+        self.inv.group_nodes = {g: {0} for g in st.groups}
+        self.inv.restore(0, st.saved)
+
+    def fill(self, st: _State, req: Request, cap: int) -> tuple[int, _State]:
         """How many of ``req`` (at most ``cap``) one node in this state takes, and the state after."""
-        self._load(saved, groups)
+        if not st.may_fit(req):
+            return 0, st
+        self._load(st)
         profile = profile_of(self.config, req)
         n = 0
         while n < cap and place(self.state, profile, req) is not None:
             n += 1
-        return n, self.inv.save(0), frozenset(g for g, s in self.inv.group_nodes.items() if s)
+        return n, self._current() if n else st
 
-    def score(self, slot: _Slot, req: Request) -> int:
-        self._load(slot.saved, slot.groups)
+    def score(self, st: _State, req: Request) -> int:
+        self._load(st)
         return int(profile_of(self.config, req).score(self.state, req, np.zeros(1, np.int64))[0])
+
+
+class _Slots:
+    """The estimate's nodes: slots in opening order, nodes in equal states merged."""
+
+    def __init__(self, tpl: _Template, starting: int):
+        self.tpl = tpl
+        self.all: list[_Slot] = [_Slot(starting, tpl.empty, False, 0)] if starting > 0 else []
+        self.opened = 0
+
+    def add(self, count: int, st: _State, new: bool) -> None:
+        for slot in self.all:
+            if slot.new == new and slot.state.key == st.key:
+                slot.count += count
+                return
+        self.all.append(_Slot(count, st, new, len(self.all)))
+
+    def move(self, slot: _Slot, count: int, st: _State) -> None:
+        """``count`` nodes of ``slot`` are now in state ``st``."""
+        slot.count -= count
+        self.add(count, st, slot.new)
+
+    def open(self, count: int, st: _State) -> None:
+        self.opened += count
+        self.add(count, st, True)
+
+    def ranked(self, req: Request) -> list[_Slot]:
+        """The slots that may hold ``req``, best-scoring first (ties: opened first)."""
+        fit = [s for s in self.all if s.count and s.state.may_fit(req)]
+        if len(fit) <= 1:
+            return fit
+        return sorted(fit, key=lambda s: (-self.tpl.score(s.state, req), s.order))
 
 
 def estimate(pool_name: str, node: Node, wanted: Sequence[Demand], config: ClusterConfig, *,
@@ -249,19 +317,14 @@ def estimate(pool_name: str, node: Node, wanted: Sequence[Demand], config: Clust
     """New nodes shaped like ``node`` (see :func:`template_node`) that ``wanted`` needs, after the
     pool's ``starting`` nodes (the same shape) are filled; at most ``limit`` new nodes (None: any)."""
     tpl = _Template(node, config, now or datetime.now(timezone.utc))
-    slots: list[_Slot] = [_Slot(starting, tpl.empty, frozenset(), False, 0)] if starting > 0 else []
+    slots = _Slots(tpl, starting)
     room = math.inf if limit is None else max(0, limit)
-    opened = 0
     on_new: list[int] = []
     on_starting: list[int] = []
     never: list[int] = []
     over: list[int] = []
     requested = [0.0, 0.0, 0.0]
     order = sorted(range(len(wanted)), key=lambda k: (-size(wanted[k].request, node), k))
-
-    def split(slot: _Slot, nodes: int, saved: tuple, groups: frozenset) -> None:
-        slot.count -= nodes
-        slots.append(_Slot(nodes, saved, groups, slot.new, len(slots) + 1))
 
     def book(req: Request, ids: Sequence[int], new: bool) -> None:
         (on_new if new else on_starting).extend(ids)
@@ -273,78 +336,70 @@ def estimate(pool_name: str, node: Node, wanted: Sequence[Demand], config: Clust
     for k in order:
         req, ids = wanted[k].request, list(wanted[k].jobs)
         worker = dataclasses.replace(req, nodes=1) if req.nodes > 1 else req
-        if tpl.fill(tpl.empty, frozenset(), worker, 1)[0] == 0:
+        if tpl.fill(tpl.empty, worker, 1)[0] == 0:
             never.extend(ids)
             continue
-        ranked = sorted((s for s in slots if s.count), key=lambda s: (-tpl.score(s, worker), s.order))
         if req.nodes > 1:
             for job_id in ids:
-                got = _gang(tpl, ranked, worker, req.nodes, room - opened)
-                if got is None:
+                new = _gang(slots, worker, req.nodes, room)
+                if new is None:
                     over.append(job_id)
-                    continue
-                taken, fresh = got
-                for slot, nodes, saved, groups in taken:
-                    split(slot, nodes, saved, groups)
-                if fresh:
-                    n, saved, groups = tpl.fill(tpl.empty, frozenset(), worker, 1)
-                    slots.append(_Slot(fresh, saved, groups, True, len(slots) + 1))
-                    opened += fresh
-                book(req, [job_id], bool(fresh) or any(s.new for s, *_ in taken))
-                ranked = sorted((s for s in slots if s.count), key=lambda s: (-tpl.score(s, worker), s.order))
+                else:
+                    book(req, [job_id], new)
             continue
-        for slot in ranked:
+        for slot in slots.ranked(worker):
             if not ids:
                 break
-            f, saved, groups = tpl.fill(slot.saved, slot.groups, worker, len(ids))
+            f, after = tpl.fill(slot.state, worker, len(ids))
             if f == 0:
                 continue
             full = min(slot.count, len(ids) // f)
             if full:
                 book(req, ids[:full * f], slot.new)
                 ids = ids[full * f:]
-                split(slot, full, saved, groups)
+                slots.move(slot, full, after)
             if ids and slot.count and len(ids) < f:
-                _, saved, groups = tpl.fill(slot.saved, slot.groups, worker, len(ids))
                 book(req, ids, slot.new)
+                slots.move(slot, 1, tpl.fill(slot.state, worker, len(ids))[1])
                 ids = []
-                split(slot, 1, saved, groups)
         if ids:
-            f, saved, groups = tpl.fill(tpl.empty, frozenset(), worker, len(ids))
-            full = int(min(len(ids) // f, room - opened))
+            f, after = tpl.fill(tpl.empty, worker, len(ids))
+            full = int(min(len(ids) // f, room - slots.opened))
             if full:
-                slots.append(_Slot(full, saved, groups, True, len(slots) + 1))
+                slots.open(full, after)
                 book(req, ids[:full * f], True)
                 ids = ids[full * f:]
-                opened += full
-            if ids and opened < room and len(ids) < f:
-                _, saved, groups = tpl.fill(tpl.empty, frozenset(), worker, len(ids))
-                slots.append(_Slot(1, saved, groups, True, len(slots) + 1))
+            if ids and slots.opened < room and len(ids) < f:
+                slots.open(1, tpl.fill(tpl.empty, worker, len(ids))[1])
                 book(req, ids, True)
                 ids = []
-                opened += 1
             over.extend(ids)
-    gpus = len(node.gpus)
+    opened = slots.opened
     return Estimate(pool_name, opened, tuple(on_new), tuple(on_starting), tuple(never), tuple(over),
-                    tuple(requested), (opened * node.cpu_milli, opened * node.memory_mib, opened * gpus))
+                    tuple(requested), (opened * node.cpu_milli, opened * node.memory_mib, opened * len(node.gpus)))
 
 
-def _gang(tpl: _Template, ranked: Sequence[_Slot], worker: Request, nodes: int, room: float):
-    """Distinct nodes for one gang: the best-scoring slots with room for a worker, then new nodes.
-    ``([(slot, nodes taken, state after, groups)], new nodes)``, or None when ``room`` is too small."""
+def _gang(slots: _Slots, worker: Request, nodes: int, room: float) -> bool | None:
+    """Place one gang on ``nodes`` distinct nodes: the best-scoring slots with room for a worker,
+    then new nodes; all or nothing (None when ``room`` leaves too few new nodes). Whether it
+    uses nodes this estimate adds."""
     taken = []
     need = nodes
-    for slot in ranked:
+    for slot in slots.ranked(worker):
         if not need:
             break
-        f, saved, groups = tpl.fill(slot.saved, slot.groups, worker, 1)
+        f, after = slots.tpl.fill(slot.state, worker, 1)
         if f:
             k = min(slot.count, need)
-            taken.append((slot, k, saved, groups))
+            taken.append((slot, k, after))
             need -= k
-    if need > room:
+    if need > room - slots.opened:
         return None
-    return taken, need
+    for slot, k, after in taken:
+        slots.move(slot, k, after)
+    if need:
+        slots.open(need, slots.tpl.fill(slots.tpl.empty, worker, 1)[1])
+    return bool(need) or any(slot.new for slot, _, _ in taken)
 
 
 def nodes_needed(pool: str, template: NodeTemplate, pending_requests: Sequence[Demand], snapshot: Snapshot,
@@ -385,9 +440,17 @@ class Growth:
 
 def grow(candidates: Mapping[str, tuple[Node, int, int | None]], wanted: Sequence[Demand], config: ClusterConfig,
          now: datetime) -> Growth:
-    """Spread ``wanted`` over autoscaled pools: first onto every pool's starting nodes (config
-    order), then, repeatedly, the least-waste option among the pools not grown yet, until no pool
-    helps. ``candidates``: pool → (template node, starting nodes, limit on new nodes)."""
+    """Spread ``wanted`` over autoscaled pools. ``candidates``: pool → (template node, starting
+    nodes, limit on new nodes).
+
+    1. Every pool's starting nodes take what they can (config order).
+    2. Each demand (jobs of one shape) ranks the pools by the waste of its own estimate there —
+       cluster-autoscaler's least-waste expander, asked per shape rather than once for the whole
+       backlog, so that CPU jobs do not ride along on the GPU nodes a GPU backlog wins (ties: config
+       order).
+    3. Each pool estimates the demands that rank it first, together; jobs beyond its limit go to
+       their next pool, until none moves.
+    """
     order = [p for p in config.pools if p in candidates]
     chosen: dict[str, Estimate] = {}
     left = list(wanted)
@@ -398,24 +461,44 @@ def grow(candidates: Mapping[str, tuple[Node, int, int | None]], wanted: Sequenc
             if est.on_starting:
                 chosen[p] = est
                 left = _without(left, set(est.on_starting))
-    never: set[int] | None = None
-    over: dict[str, tuple[int, ...]] = {}
-    grown: set[str] = set()
-    while left:
-        options = {p: estimate(p, candidates[p][0], left, config, limit=candidates[p][2], now=now)
-                   for p in order if p not in grown}
-        for p, est in options.items():
-            never = set(est.never_fit) if never is None else never & set(est.never_fit)
-            if est.over_limit:
-                over[p] = est.over_limit
-        best = choose_pool(options.values(), order)
-        if best is None:
-            break
-        grown.add(best.pool)
-        prev = chosen.get(best.pool)
-        chosen[best.pool] = best if prev is None else dataclasses.replace(best, on_starting=prev.on_starting)
-        left = _without(left, set(best.on_new))
-    return Growth(chosen, tuple(sorted(never or ())), over)
+    never: list[int] = []
+    ranks: dict[tuple, list[str]] = {}
+    assigned: dict[str, list[Demand]] = {p: [] for p in order}
+    for d in left:
+        alone = [estimate(p, candidates[p][0], [d], config, now=now) for p in order]
+        useful = sorted((o for o in alone if o.on_new), key=lambda o: (round(o.waste, 9), order.index(o.pool)))
+        if not useful:
+            never.extend(d.jobs)
+            continue
+        ranks[d.request.shape_key()] = [o.pool for o in useful]
+        assigned[useful[0].pool].append(d)
+    results: dict[str, Estimate] = {}
+    over: dict[str, list[int]] = {}
+    dirty = [p for p in order if assigned[p]]
+    while dirty:
+        p = min(dirty, key=order.index)
+        dirty.remove(p)
+        est = results[p] = estimate(p, candidates[p][0], assigned[p], config, limit=candidates[p][2], now=now)
+        beyond = set(est.over_limit)
+        if not beyond:
+            continue
+        for d in assigned[p]:
+            spill = tuple(j for j in d.jobs if j in beyond)
+            ranked = ranks[d.request.shape_key()]
+            later = ranked[ranked.index(p) + 1:]
+            if spill and later:
+                assigned[later[0]].append(Demand(d.request, spill))
+                if later[0] not in dirty:
+                    dirty.append(later[0])
+            elif spill:
+                over.setdefault(p, []).extend(spill)
+        assigned[p] = _without(assigned[p], beyond)
+    for p, est in results.items():
+        if est.nodes:
+            prev = chosen.get(p)
+            chosen[p] = dataclasses.replace(est, over_limit=tuple(over.get(p, ())),
+                                            on_starting=prev.on_starting if prev else ())
+    return Growth(chosen, tuple(sorted(never)), {p: tuple(v) for p, v in over.items()})
 
 
 def _without(wanted: Sequence[Demand], ids: set[int]) -> list[Demand]:

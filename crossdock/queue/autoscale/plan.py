@@ -258,6 +258,9 @@ def _pools(pools: list[str], inputs: Inputs, state: AutoscaleState, nxt: Autosca
         if over and not limited:
             limited = why
             message += ("; " if message else "") + f"{len(over)} job(s) need more nodes than {why} allows"
+        elif add and add >= limit and not limited:
+            limited = why
+            message += f"; at its {'max_nodes' if why == 'MaxNodes' else 'spare nodes'}"
         if not add and not over and down.limited_by:
             limited, message = down.limited_by, down.message
         elif not add and down.message:

@@ -106,7 +106,7 @@ def test_identical_jobs_make_one_demand():
 def test_every_jobspec_field_is_sorted_into_placement_or_not():
     """A new JobSpec field must be added to PLACEMENT_FIELDS/COLLECTIONS when placement reads it."""
     not_placement = {"name", "user", "command", "script", "script_path", "python", "image", "args", "env", "export",
-                     "workdir", "stdout", "stderr", "nodes_max", "queue", "priority_class", "nice", "array",
+                     "workdir", "stdout", "stderr", "nodes_max", "queue", "priority_class", "array",
                      "dependency", "hold", "requeue", "backend", "pool", "partition"}
     placement = set(capacity.PLACEMENT_FIELDS) | set(capacity.PLACEMENT_COLLECTIONS)
     assert placement | not_placement == set(JobSpec.model_fields)
@@ -219,3 +219,25 @@ def test_demands_leave_out_jobs_over_a_per_job_limit():
     cfg = config(queues={"batch": {"per_job": {"cpu": 4}}})
     assert [d.jobs for d in demands([job(1, cpus=8), job(2, cpus=2)], cfg)] == [(2,)]
     assert isinstance(demands([job(3)], cfg)[0], Demand)
+
+
+def test_a_gang_on_starting_nodes_adds_none():
+    e = est([job(1, cpus=4, nodes=2)], starting=2)
+    assert e.nodes == 0 and e.on_starting == (1,) and e.on_new == ()
+
+
+def test_cpu_jobs_do_not_ride_along_on_the_nodes_a_gpu_backlog_wins():
+    backlog = [job(i, cpus=4, gpus=1) for i in range(16)] + [job(100 + i, cpus=4) for i in range(8)]
+    g = capacity.grow({"cpu": (CPU, 0, 10), "gpu": (GPU, 0, 10)}, demands(backlog, CFG), CFG, NOW)
+    assert sorted(g.chosen["cpu"].on_new) == list(range(100, 108)) and g.chosen["cpu"].nodes == 4
+    assert sorted(g.chosen["gpu"].on_new) == list(range(16)) and g.chosen["gpu"].nodes == 2
+
+
+def test_jobs_beyond_a_pools_limit_go_to_their_next_pool():
+    g = capacity.grow({"cpu": (CPU, 0, 1), "gpu": (GPU, 0, 10)}, demands([job(i, cpus=8) for i in range(3)], CFG),
+                      CFG, NOW)
+    assert g.chosen["cpu"].nodes == 1 and len(g.chosen["cpu"].on_new) == 1
+    assert g.chosen["gpu"].nodes == 1 and len(g.chosen["gpu"].on_new) == 2
+    g = capacity.grow({"cpu": (CPU, 0, 1), "gpu": (GPU, 0, 0)}, demands([job(i, cpus=8) for i in range(3)], CFG),
+                      CFG, NOW)
+    assert len(g.over_limit["gpu"]) == 2 and g.chosen["cpu"].over_limit == ()

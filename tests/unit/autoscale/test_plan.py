@@ -53,12 +53,21 @@ def test_held_and_dependent_jobs_ask_for_nothing():
 
 
 def test_max_nodes_and_spare_limit_the_growth():
+    cfg = config(queues={"batch": {"pools": ["cpu"]}})
     pending = [job(i, cpus=8) for i in range(20)]
-    decisions, _ = one(CFG, [], [], pending)
+    decisions, result = one(cfg, [], [], pending)
     assert decisions["cpu"].add == 10 and decisions["cpu"].limited_by == "MaxNodes"
+    assert len(result.reasons) == 10
     groups = {"cpu": NodeGroup("cpu", spare=3), "gpu": NodeGroup("gpu")}
-    decisions, _ = one(CFG, [], [], pending, groups=groups)
+    decisions, _ = one(cfg, [], [], pending, groups=groups)
     assert decisions["cpu"].add == 3 and decisions["cpu"].limited_by == "Spare"
+    assert "17 job(s) need more nodes" in decisions["cpu"].message
+
+
+def test_what_one_pool_cannot_take_overflows_to_the_next():
+    decisions, result = one(CFG, [], [], [job(i, cpus=8) for i in range(20)])
+    assert decisions["cpu"].add == 10 and decisions["cpu"].limited_by == "MaxNodes"
+    assert decisions["gpu"].add == 2 and len(result.reasons) == 20
 
 
 def test_min_nodes_raises_an_empty_pool():
