@@ -51,6 +51,12 @@ def test_legacy_stabilization(recs, desired, expected):
     assert reason == ("ScaleDownStabilized" if expected != desired else "")
 
 
+def test_legacy_window_can_raise_a_scale_down():
+    # stabilizeRecommendation takes the max of the window without clamping to current: an earlier
+    # recommendation of 2 (capped then) turns a recommendation of 0 on 1 replica into 2
+    assert explained(1, 0, 0, 2, None, [(0.0, 2)]) == (2, "ScaleDownStabilized")
+
+
 def test_legacy_window_counts_a_recommendation_at_its_edge():
     # stabilizeRecommendation drops only what is Before(cutoff): age 300 is still in the window
     assert explained(10, 3, 1, 100, None, [(300, 8)]) == (8, "ScaleDownStabilized")
