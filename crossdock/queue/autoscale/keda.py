@@ -117,10 +117,8 @@ def elastic_pass(elastic: Elastic, metric: float, *, current_replicas: int, last
     """:func:`scale_pass` for a queue's ``elastic`` block: ``metric`` is its backlog for
     ``queue_length`` (target ``per_replica``) or its requests per second for ``qps`` (target
     ``target``); ``max`` unset is KEDA's 100."""
+    # the config requires the one its metric uses (Elastic._target_and_bounds)
     per_replica = elastic.per_replica if elastic.metric == "queue_length" else elastic.target
-    if per_replica is None:
-        field = "per_replica" if elastic.metric == "queue_length" else "target"
-        raise ValueError(f"elastic.{field}: required for metric {elastic.metric}; set how much one replica serves")
     return scale_pass(metric=metric, per_replica=per_replica, activation=elastic.activation,
                       cooldown_seconds=elastic.cooldown_seconds, min_replicas=elastic.min,
                       max_replicas=DEFAULT_MAX_REPLICAS if elastic.max is None else elastic.max,

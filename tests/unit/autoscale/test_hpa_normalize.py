@@ -209,6 +209,17 @@ def test_scaling_with_rules(current, desired, lo, hi, up_rules, down_rules, up, 
     assert (replicas, reason) == (expected, "" if condition == "DesiredWithinRange" else condition)
 
 
+def test_windows_and_periods_end_strictly():
+    # getReplicasChangePerPeriod and stabilizeRecommendationWithBehaviors keep what is After(now - period):
+    # an event or a recommendation exactly one period old no longer counts
+    pods = default_behavior({"scaleUp": {"policies": [{"type": "Pods", "value": 4, "periodSeconds": 60}]}})
+    assert explained(10, 100, 1, 1000, pods, up=[(60.0, 4)]) == (14, "ScaleUpLimit")
+    assert explained(10, 100, 1, 1000, pods, up=[(59.9, 4)]) == (10, "ScaleUpLimit")
+    window = default_behavior({"scaleDown": {"stabilizationWindowSeconds": 60}})
+    assert explained(10, 3, 1, 100, window, [(60.0, 8)]) == (3, "")
+    assert explained(10, 3, 1, 100, window, [(59.9, 8)]) == (8, "ScaleDownStabilized")
+
+
 def test_select_policy_min_takes_the_smallest_change():
     # TestCalculateScaleUpLimitWithScalingRules: Pods 2 and Percent 50 from 1 replica, Min → 2
     both = [{"type": "Pods", "value": 2, "periodSeconds": 60}, {"type": "Percent", "value": 50, "periodSeconds": 60}]
