@@ -13,7 +13,7 @@ from dataclasses import dataclass, field
 from datetime import datetime, timezone
 from typing import Mapping, Sequence
 
-from crossdock.queue.autoscale import capacity, scaledown
+from crossdock.queue.autoscale import capacity, hpa, keda, scaledown
 from crossdock.queue.autoscale.capacity import World
 from crossdock.queue.config import MAX_COUNT, ClusterConfig
 from crossdock.queue.models import Job
@@ -168,7 +168,7 @@ def _windows(behavior: dict | None) -> tuple[float, float]:
     """How long recommendations and scale events matter: the longest stabilization window, the
     longest policy period (the legacy path: its 300 s window, and no policies)."""
     if behavior is None:
-        return 300.0, 0.0  # hpa.DOWNSCALE_STABILIZATION_SECONDS
+        return float(hpa.DOWNSCALE_STABILIZATION_SECONDS), 0.0
     rules = (behavior["scaleUp"], behavior["scaleDown"])
     window = max(float(r.get("stabilizationWindowSeconds") or 0) for r in rules)
     period = max([float(p["periodSeconds"]) for r in rules for p in r.get("policies") or ()] or [0.0])
@@ -177,7 +177,6 @@ def _windows(behavior: dict | None) -> tuple[float, float]:
 
 def _fleet(queue: str, inputs: Inputs, state: AutoscaleState, nxt: AutoscaleState, config: ClusterConfig,
            now: float) -> FleetDecision:
-    from crossdock.queue.autoscale import hpa, keda  # TODO(merge main): import at the top
     elastic = config.queues[queue].elastic
     current = int(inputs.fleets[queue])
     backlog = keda.backlog(inputs.jobs, queue)
@@ -192,9 +191,12 @@ def _fleet(queue: str, inputs: Inputs, state: AutoscaleState, nxt: AutoscaleStat
         scale_down_events=[(now - t, -c) for t, c in events if c < 0])
     if step.active:
         nxt.last_active[queue] = now
-    nxt.recommendations[queue] = [(t, r) for t, r in history if now - t <= window] + [(now, step.recommended)]
+    # The HPA keeps what its own passes saw and did: at zero replicas it is disabled (KEDA wakes the
+    # fleet), and KEDA's 0 ↔ 1 is not one of its scale events.
+    kept = [(t, r) for t, r in history if now - t <= window]
+    nxt.recommendations[queue] = kept + [(now, step.recommended)] if current else kept
     nxt.scale_events[queue] = [(t, c) for t, c in events if now - t < period]
-    if step.replicas != current:
+    if step.replicas != current and current and step.replicas:
         nxt.scale_events[queue].append((now, step.replicas - current))
     per = elastic.per_replica
     message = f"backlog {backlog}, {per:g} per replica: {step.recommended} recommended"
