@@ -66,4 +66,4 @@ def test_the_choice_is_a_queue_pool_and_never_later_than_staying(starts, current
     assert r.pool in ORDER
     incumbent = current or ORDER[0]
     if starts.get(incumbent) is not None and r.pool != incumbent:
-        assert starts[r.pool] <= starts[incumbent] - margin
+        assert starts[incumbent] - starts[r.pool] >= margin
