@@ -147,6 +147,8 @@ def plan(inputs: Inputs, state: AutoscaleState, config: ClusterConfig, now: floa
         timings[phase] = marks[-1] - marks[-2]
 
     nxt = AutoscaleState.from_dict(state.to_dict())
+    if not config.autoscaler.enabled:
+        return AutoscalePlan(state=nxt, timings={"total": 0.0})
     fleets = tuple(_fleet(q, inputs, state, nxt, config, now) for q in fleet_queues(config) if q in inputs.fleets)
     lap("fleets")
     pools = [p for p, pool in config.pools.items() if pool.provisioner and p in inputs.groups]
@@ -214,74 +216,72 @@ def _pools(pools: list[str], inputs: Inputs, state: AutoscaleState, nxt: Autosca
     lap("demands")
     left = capacity.fits_now(world, wanted)
     lap("fits_now")
-    auto = config.autoscaler
     candidates: dict[str, tuple] = {}
     limits: dict[str, tuple[int, str]] = {}
-    failed: dict[str, tuple[str, ...]] = {}
     for p in pools:
         group, pool = inputs.groups[p], config.pools[p]
-        failed[p] = tuple(n for n in group.starting if n in state.requested
-                          and now - state.requested[n] >= auto.max_node_provision_seconds)
-        starting = len(group.starting) - len(failed[p])
-        current = len(group.ready) + starting
-        limit, why = _limit(pool.max_nodes, group.spare, current)
-        limits[p] = (limit, why)
+        starting = len(group.starting) - len(scaledown.timed_out(group, state.requested, config, now))
+        limits[p] = _limit(pool.max_nodes, group.spare, len(group.ready) + starting)
         template = capacity.pool_template(p, pool, inputs.snapshot)
         if template is not None:
-            candidates[p] = (capacity.template_node(p, pool, template), starting, limit)
+            candidates[p] = (capacity.template_node(p, pool, template), starting, limits[p][0])
     growth = capacity.grow(candidates, left, config, when) if left else capacity.Growth()
     lap("estimate")
     jobs = {j.id: j for j in inputs.jobs}
-    out = []
-    for p in pools:
-        group, pool = inputs.groups[p], config.pools[p]
-        est = growth.chosen.get(p)
-        current = len(group.ready) + len(group.starting)
-        alive = current - len(failed[p])
-        add = est.nodes if est else 0
-        limit, why = limits[p]
-        limited, message = "", ""
-        if alive + add < pool.min_nodes and limit > add:
-            add = min(pool.min_nodes - alive, limit)
-            limited, message = "MinNodes", f"raising the pool to min_nodes {pool.min_nodes}"
-        down = scaledown.unneeded(p, group, world, jobs, config, since=state.unneeded_since,
-                                  requested=state.requested, last_scale_up=state.last_scale_up.get(p), now=now,
-                                  may_remove=add == 0)
-        waiting_ids = (est.on_new + est.on_starting) if est else ()
-        if est and est.on_new and add:
-            text = f"waiting for capacity: adding {add} node(s) to pool {p}"
-            reasons.update(dict.fromkeys(est.on_new, text))
-            message = message or f"adding {add} node(s) for {len(est.on_new)} pending job(s)"
-        if est and est.on_starting:
-            text = f"waiting for capacity: {alive - len(group.ready)} node(s) of pool {p} are starting"
-            reasons.update(dict.fromkeys(est.on_starting, text))
-            message = message or f"{len(est.on_starting)} pending job(s) wait for the starting node(s)"
-        over = growth.over_limit.get(p, ())
-        if over and not limited:
-            limited = why
-            message += ("; " if message else "") + f"{len(over)} job(s) need more nodes than {why} allows"
-        elif add and add >= limit and not limited:
-            limited = why
-            message += f"; at its {'max_nodes' if why == 'MaxNodes' else 'spare nodes'}"
-        if not add and not over and down.limited_by:
-            limited, message = down.limited_by, down.message
-        elif not add and down.message:
-            message = down.message if not message else f"{message}; {down.message}"
-        if down.failed:
-            limited = limited or "Provisioning"
-            message += ("; " if message else "") + (f"gave up {len(down.failed)} node(s) not ready after"
-                                                     f" {auto.max_node_provision_seconds:.0f} s")
-            nxt.failed[p] = nxt.failed.get(p, 0) + len(down.failed)
-        if not message and p not in candidates:
-            limited, message = "NoTemplate", "no node_template and no node of the pool to copy"
-        if add:
-            nxt.last_scale_up[p] = now
-        _track(nxt, group, down, now)
-        desired = current + add - len(down.remove)
-        out.append(NodeDecision(p, current, desired, add, down.remove, down.drain, limited, message,
-                                tuple(waiting_ids), down.failed))
+    known = {n for p in pools for g in [inputs.groups[p]] for n in (*g.ready, *g.starting, *g.stopping)}
+    nxt.unneeded_since = {n: t for n, t in nxt.unneeded_since.items() if n in known}
+    nxt.requested = {n: t for n, t in nxt.requested.items() if n in known}
+    out = [_pool(p, inputs.groups[p], growth, limits[p], p in candidates, world, jobs, state, nxt, config, now, reasons)
+           for p in pools]
     lap("decide")
     return out
+
+
+def _pool(p: str, group: NodeGroup, growth: "capacity.Growth", limit: tuple[int, str], has_template: bool,
+          world: World, jobs: Mapping[int, Job], state: AutoscaleState, nxt: AutoscaleState, config: ClusterConfig,
+          now: float, reasons: dict[int, str]) -> NodeDecision:
+    """One pool's decision: what the backlog adds (raised to ``min_nodes``), what scale-down removes,
+    the reasons of the jobs that wait for it, and the step that limited it."""
+    pool, (room, bound) = config.pools[p], limit
+    est = growth.chosen.get(p)
+    current = len(group.ready) + len(group.starting)
+    failed = scaledown.timed_out(group, state.requested, config, now)
+    alive = current - len(failed)
+    add = est.nodes if est else 0
+    steps: list[tuple[str, str]] = []  # (limited_by, message), the first limit named wins
+    if est and est.on_new:
+        reasons.update(dict.fromkeys(est.on_new, f"waiting for capacity: adding {add} node(s) to pool {p}"))
+        steps.append(("", f"adding {add} node(s) for {len(est.on_new)} pending job(s)"))
+    if est and est.on_starting:
+        text = f"waiting for capacity: {alive - len(group.ready)} node(s) of pool {p} are starting"
+        reasons.update(dict.fromkeys(est.on_starting, text))
+        steps.append(("", f"{len(est.on_starting)} pending job(s) wait for the starting node(s)"))
+    if alive + add < pool.min_nodes and room > add:
+        add = min(pool.min_nodes - alive, room)
+        steps.insert(0, ("MinNodes", f"raising the pool to min_nodes {pool.min_nodes}"))
+    over = growth.over_limit.get(p, ())
+    if over:
+        steps.append((bound, f"{len(over)} job(s) need more nodes than {bound} allows"))
+    elif add and add >= room:
+        steps.append((bound, "at its max_nodes" if bound == "MaxNodes" else "at its spare nodes"))
+    down = scaledown.unneeded(p, group, world, jobs, config, since=state.unneeded_since, requested=state.requested,
+                              last_scale_up=state.last_scale_up.get(p), now=now, may_remove=add == 0)
+    if down.failed:
+        steps.append(("Provisioning", f"gave up {len(down.failed)} node(s) not ready after"
+                                      f" {config.autoscaler.max_node_provision_seconds:.0f} s"))
+        nxt.failed[p] = nxt.failed.get(p, 0) + len(down.failed)
+    if down.message and not add:
+        steps.append((down.limited_by, down.message))
+    if not has_template and not steps:
+        steps.append(("NoTemplate", "no node_template and no node of the pool to copy"))
+    if add:
+        nxt.last_scale_up[p] = now
+    _track(nxt, group, down, now)
+    limited = next((why for why, _ in steps if why), "")
+    message = "; ".join(text for _, text in steps)
+    waiting = (est.on_new + est.on_starting) if est else ()
+    return NodeDecision(p, current, current + add - len(down.remove), add, down.remove, down.drain, limited, message,
+                        waiting, down.failed)
 
 
 def _limit(max_nodes: int | None, spare: int | None, current: int) -> tuple[int, str]:
@@ -293,15 +293,13 @@ def _limit(max_nodes: int | None, spare: int | None, current: int) -> tuple[int,
 
 
 def _track(nxt: AutoscaleState, group: NodeGroup, down: "scaledown.ScaleDown", now: float) -> None:
-    """The pool's nodes in the next state: unneeded since, and when each starting node was first seen."""
-    mine = set(group.ready) | set(group.starting) | set(group.stopping)
+    """The pool's nodes in the next state: since when each is unneeded, and when each starting node
+    was asked for (first seen starting, unless the loop recorded it when ``add_nodes`` answered)."""
     gone = set(down.remove)
-    nxt.unneeded_since = {n: t for n, t in nxt.unneeded_since.items() if n not in mine}
-    nxt.unneeded_since.update({n: t for n, t in down.unneeded.items() if n not in gone})
-    for n in group.ready:
-        nxt.requested.pop(n, None)
-    for n in gone:
-        nxt.requested.pop(n, None)
-    for n in group.starting:
-        if n not in gone:
+    for n in (*group.ready, *group.starting, *group.stopping):
+        nxt.unneeded_since.pop(n, None)
+        if n in gone or n not in group.starting:
+            nxt.requested.pop(n, None)
+        else:
             nxt.requested.setdefault(n, now)
+    nxt.unneeded_since.update({n: t for n, t in down.unneeded.items() if n not in gone})

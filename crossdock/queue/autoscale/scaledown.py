@@ -78,8 +78,7 @@ def unneeded(pool: str, group: NodeGroup, world: World, jobs: Mapping[int, Job],
     id, ``since``/``requested``/``last_scale_up`` from the last pass's state. ``may_remove`` False
     (the pool grows this pass) tracks unneeded nodes but removes none."""
     auto = config.autoscaler
-    failed = tuple(n for n in group.starting
-                   if n in requested and now - requested[n] >= auto.max_node_provision_seconds)
+    failed = timed_out(group, requested, config, now)
     inv = world.inv
     ready = [n for n in group.ready if n in inv.index and inv.schedulable[inv.index[n]]]
     util = utilisation(world, ready)
@@ -109,6 +108,10 @@ def unneeded(pool: str, group: NodeGroup, world: World, jobs: Mapping[int, Job],
         found[name] = since.get(name, now)
         drains[name] = tuple(sorted({a.job_id for a in allocs}))
     limited, message = "", ""
+    if blocked and not found:
+        first = next(iter(blocked.items()))
+        limited = "NonPreemptible" if any(w.startswith("NonPreemptible") for w in blocked.values()) else ""
+        message = f"{len(blocked)} node(s) below the threshold stay ({first[0]}: {first[1]})"
     removable = [n for n in found if now - found[n] >= auto.scale_down_unneeded_seconds]
     if found and not removable:
         limited = "Unneeded"
@@ -132,6 +135,12 @@ def unneeded(pool: str, group: NodeGroup, world: World, jobs: Mapping[int, Job],
         limited, message = "", f"retiring {len(chosen)} node(s) unneeded for ≥ {auto.scale_down_unneeded_seconds:.0f} s"
     drain = tuple(j for n in chosen for j in drains[n])
     return ScaleDown(pool, found, failed + tuple(chosen), drain, failed, blocked, limited, message)
+
+
+def timed_out(group: NodeGroup, requested: Mapping[str, float], config: ClusterConfig, now: float) -> tuple[str, ...]:
+    """The group's starting nodes asked for at least ``max_node_provision_seconds`` ago."""
+    limit = config.autoscaler.max_node_provision_seconds
+    return tuple(n for n in group.starting if n in requested and now - requested[n] >= limit)
 
 
 def _why_kept(allocs: list, jobs: Mapping[int, Job]) -> str | None:

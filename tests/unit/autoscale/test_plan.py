@@ -106,6 +106,19 @@ def test_no_removal_of_a_node_with_non_preemptible_work():
     placed = [running(1, "a", queue="serve")]
     decisions, _ = one(CFG, [node("a"), node("b", cpus=64)], placed, state=state)
     assert "a" not in decisions["cpu"].remove and decisions["cpu"].drain == ()
+    alone, _ = one(CFG, [node("a")], placed, state=state)
+    assert alone["cpu"].limited_by == "NonPreemptible" and "job 1" in alone["cpu"].message
+
+
+def test_disabled_decides_nothing():
+    decisions, result = one(config(autoscaler={"enabled": False}), [], [], [job(1, cpus=8)])
+    assert decisions == {} and result.reasons == {}
+
+
+def test_nodes_that_left_their_pool_leave_the_state():
+    state = AutoscaleState(unneeded_since={"gone": T0 - 10, "a": T0 - 10}, requested={"gone2": T0 - 10})
+    _, result = one(CFG, [node("a")], state=state)
+    assert result.state.unneeded_since == {"a": T0 - 10} and result.state.requested == {}
 
 
 @settings(max_examples=40, deadline=None, suppress_health_check=[HealthCheck.too_slow])
