@@ -126,6 +126,10 @@ class AutoscalePlan:
     """Pending job → explanation, for jobs waiting for capacity (reason ``WaitingForCapacity``)."""
     state: AutoscaleState = field(default_factory=AutoscaleState)
     timings: Mapping[str, float] = field(default_factory=dict)
+    """Seconds per phase (fleets, snapshot, demands, fits_now, estimate, decide) and in all (total)."""
+    never_fit: tuple[int, ...] = ()
+    """Pending jobs no empty node of any autoscaled pool's template can hold: adding nodes will not
+    start them (their cycle reason, e.g. ``Unschedulable``, stands)."""
 
 
 def plan(inputs: Inputs, state: AutoscaleState, config: ClusterConfig, now: float) -> AutoscalePlan:
@@ -154,10 +158,11 @@ def plan(inputs: Inputs, state: AutoscaleState, config: ClusterConfig, now: floa
     pools = [p for p, pool in config.pools.items() if pool.provisioner and p in inputs.groups]
     nodes: list[NodeDecision] = []
     reasons: dict[int, str] = {}
+    growth = capacity.Growth()
     if pools:
-        nodes = _pools(pools, inputs, state, nxt, config, now, reasons, lap)
+        nodes, growth = _pools(pools, inputs, state, nxt, config, now, reasons, lap)
     timings["total"] = marks[-1] - marks[0]
-    return AutoscalePlan(fleets, tuple(nodes), reasons, nxt, timings)
+    return AutoscalePlan(fleets, tuple(nodes), reasons, nxt, timings, growth.never_fit)
 
 
 def fleet_queues(config: ClusterConfig) -> list[str]:
@@ -208,7 +213,7 @@ def _fleet(queue: str, inputs: Inputs, state: AutoscaleState, nxt: AutoscaleStat
 
 
 def _pools(pools: list[str], inputs: Inputs, state: AutoscaleState, nxt: AutoscaleState, config: ClusterConfig,
-           now: float, reasons: dict[int, str], lap) -> list[NodeDecision]:
+           now: float, reasons: dict[int, str], lap) -> tuple[list[NodeDecision], "capacity.Growth"]:
     when = datetime.fromtimestamp(now, timezone.utc)
     world = World(inputs.snapshot, config, when)
     lap("snapshot")
@@ -234,7 +239,7 @@ def _pools(pools: list[str], inputs: Inputs, state: AutoscaleState, nxt: Autosca
     out = [_pool(p, inputs.groups[p], growth, limits[p], p in candidates, world, jobs, state, nxt, config, now, reasons)
            for p in pools]
     lap("decide")
-    return out
+    return out, growth
 
 
 def _pool(p: str, group: NodeGroup, growth: "capacity.Growth", limit: tuple[int, str], has_template: bool,

@@ -7,7 +7,7 @@ import random
 from datetime import datetime, timezone
 
 import pytest
-from as_builders import NOW, T0, config, job, node, running
+from as_builders import T0, config, job, node, running
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
@@ -38,6 +38,11 @@ def test_a_backlog_grows_the_pool_and_explains_why():
     assert decisions["gpu"].add == 0
     assert result.state.last_scale_up == {"cpu": T0}
     assert {"snapshot", "demands", "fits_now", "estimate", "decide", "total"} <= result.timings.keys()
+
+
+def test_jobs_no_template_holds_are_named():
+    decisions, result = one(CFG, [], [], [job(1, cpus=100), job(2, cpus=8)])
+    assert result.never_fit == (1,) and 1 not in result.reasons and decisions["cpu"].add == 1
 
 
 def test_jobs_that_fit_now_ask_for_no_nodes():

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from as_builders import NOW, T0, config, job, node, running
+from as_builders import NOW, T0, config, node, running
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
