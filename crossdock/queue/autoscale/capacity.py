@@ -22,6 +22,7 @@ from __future__ import annotations
 
 import dataclasses
 import math
+import operator
 from dataclasses import dataclass, field
 from datetime import datetime, timezone
 from types import MappingProxyType
@@ -134,12 +135,15 @@ def _frozen(value: object) -> object:
     return value
 
 
+_plain = operator.itemgetter(*PLACEMENT_FIELDS)
+_collections = operator.itemgetter(*PLACEMENT_COLLECTIONS)
+
+
 def _shape_of(job: Job) -> tuple:
     spec = job.spec.__dict__
     group = (job.array_job_id if job.array_job_id is not None else job.id) if spec["anti_affinity"] else None
-    plain = tuple([spec[k] for k in PLACEMENT_FIELDS])
-    rest = tuple([_frozen(spec[k]) if spec[k] else None for k in PLACEMENT_COLLECTIONS])
-    return (job.queue, job.priority_class, job.priority, job.preemptible, tuple(job.pools), group, plain, rest)
+    rest = tuple([_frozen(v) if v else None for v in _collections(spec)])
+    return (job.queue, job.priority_class, job.priority, job.preemptible, tuple(job.pools), group, _plain(spec), rest)
 
 
 def waiting(jobs: Iterable[Job]) -> list[Job]:

@@ -218,3 +218,15 @@ def test_the_pool_drains_after_the_backlog_is_gone():
     history = loop([24] * 10 + [0] * 30, cfg)
     added = sum(a for a, _ in history)
     assert added == 6 and sum(r for _, r in history) == added and flips(history) == 1
+
+
+def test_plan_is_pure_and_deterministic():
+    state = AutoscaleState(unneeded_since={"b": T0 - 3600}, requested={"s1": T0 - 10})
+    before = json.dumps(state.to_dict(), sort_keys=True)
+    groups = {"cpu": NodeGroup("cpu", ready=("a", "b"), starting=("s1",)), "gpu": NodeGroup("gpu")}
+    args = (CFG, [node("a"), node("b")], [running(1, "a", cpus=7)], [job(i, cpus=3) for i in range(5, 12)])
+    first = one(*args, groups=groups, state=state)[1]
+    second = one(*args, groups=groups, state=state)[1]
+    assert json.dumps(state.to_dict(), sort_keys=True) == before
+    assert first.nodes == second.nodes and first.reasons == second.reasons
+    assert first.state == second.state
