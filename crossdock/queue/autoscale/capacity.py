@@ -5,7 +5,9 @@ least-waste expander). Which nodes to retire is :mod:`.scaledown`'s.
 Pending jobs are grouped by request shape (:func:`demands`): jobs of one shape fit exactly the
 same nodes in the same state, so 50,000 pending jobs are a few hundred groups. Every fit is the
 scheduling core's own: the real filters and scores (:func:`~crossdock.queue.scheduler.placement.place`
-with the queue's profile) on a one-node inventory holding a hypothetical template node.
+with the queue's profile) on a one-node inventory holding a hypothetical template node. (The GPU
+fragmentation score needs the cycle's typical-pod cache, which hypothetical nodes lack: there it
+scores 0 and RequestedToCapacityRatio orders the nodes.)
 
 The estimate (:func:`estimate`) is First-Fit-Decreasing over groups, largest first (the sum of
 the CPU, memory and GPU fractions of the template a job takes, times its nodes, as

@@ -22,6 +22,7 @@ counted as failed.
 from __future__ import annotations
 
 from dataclasses import dataclass, field
+from datetime import datetime, timezone
 from typing import Mapping
 
 import numpy as np
@@ -33,6 +34,7 @@ from crossdock.queue.ports import NodeGroup
 from crossdock.queue.scheduler.framework import CycleState
 from crossdock.queue.scheduler.placement import place
 from crossdock.queue.scheduler.request import build_request
+from crossdock.queue.snapshot import Snapshot
 
 MAX_EMPTY_BULK = 10
 """cluster-autoscaler's ``--max-empty-bulk-delete``."""
@@ -71,12 +73,16 @@ def utilisation(world: World, names: list[str]) -> dict[str, tuple[float, bool]]
     return {n: (float(u), bool(g)) for n, u, g in zip(names, util.tolist(), gpu_nodes.tolist())}
 
 
-def unneeded(pool: str, group: NodeGroup, world: World, jobs: Mapping[int, Job], config: ClusterConfig, *,
+def unneeded(pool: str, group: NodeGroup, world: World | Snapshot, jobs: Mapping[int, Job], config: ClusterConfig, *,
              since: Mapping[str, float], requested: Mapping[str, float], last_scale_up: float | None, now: float,
              may_remove: bool = True) -> ScaleDown:
-    """The scale-down of ``pool`` this pass (see the module's docstring); ``jobs``: the active jobs by
-    id, ``since``/``requested``/``last_scale_up`` from the last pass's state. ``may_remove`` False
-    (the pool grows this pass) tracks unneeded nodes but removes none."""
+    """The scale-down of ``pool`` this pass (see the module's docstring). ``world``: the cluster (a
+    :class:`~.capacity.World`, which keeps the simulated moves for the next pool, or a snapshot);
+    ``jobs``: the active jobs by id; ``since``/``requested``/``last_scale_up`` from the last pass's
+    state; ``now`` in seconds (epoch). ``may_remove`` False (the pool grows this pass) tracks
+    unneeded nodes but removes none."""
+    if isinstance(world, Snapshot):
+        world = World(world, config, datetime.fromtimestamp(now, timezone.utc))
     auto = config.autoscaler
     failed = timed_out(group, requested, config, now)
     inv = world.inv

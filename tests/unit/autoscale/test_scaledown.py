@@ -89,6 +89,13 @@ def test_a_starting_node_past_the_provision_time_is_given_up():
     assert d.failed == ("s1",) and d.remove == ("s1",)
 
 
+def test_a_snapshot_will_do_for_the_world():
+    snap = Snapshot((node("a"),))
+    d = unneeded("cpu", NodeGroup("cpu", ready=("a",)), snap, {}, CFG, since={"a": LONG_AGO}, requested={},
+                 last_scale_up=None, now=T0)
+    assert d.remove == ("a",)
+
+
 def test_a_growing_pool_removes_nothing():
     d = down([node("a")], may_remove=False)
     assert d.remove == () and d.unneeded == {"a": LONG_AGO}
