@@ -241,3 +241,19 @@ def test_jobs_beyond_a_pools_limit_go_to_their_next_pool():
     g = capacity.grow({"cpu": (CPU, 0, 1), "gpu": (GPU, 0, 0)}, demands([job(i, cpus=8) for i in range(3)], CFG),
                       CFG, NOW)
     assert len(g.over_limit["gpu"]) == 2 and g.chosen["cpu"].over_limit == ()
+
+
+@settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(st.lists(st.tuples(st.integers(1, 64), st.integers(0, 8), st.integers(1, 3)), min_size=1, max_size=12),
+       st.integers(0, 2))
+def test_new_nodes_hold_what_is_booked_on_them_in_every_resource(shapes, starting):
+    jobs = [job(i, cpus=c, gpus=g, nodes=n, mem_per_node_mib=8000 * n) for i, (c, g, n) in enumerate(shapes)]
+    e = est(jobs, GPU, starting=starting)
+    by_id = {j.id: (c, g, n) for j, (c, g, n) in zip(jobs, shapes)}
+    assert sorted(e.on_new + e.on_starting + e.never_fit + e.over_limit) == sorted(by_id)
+    for i in e.on_new + e.on_starting:
+        assert by_id[i][2] <= e.nodes + starting  # a gang's workers on distinct nodes
+    cpu = sum(by_id[i][0] * by_id[i][2] for i in e.on_new + e.on_starting)
+    gpu = sum(by_id[i][1] * by_id[i][2] for i in e.on_new + e.on_starting)
+    assert cpu <= 64 * (e.nodes + starting) and gpu <= 8 * (e.nodes + starting)
+    assert e.requested[0] == 1000 * sum(by_id[i][0] * by_id[i][2] for i in e.on_new)
