@@ -193,3 +193,36 @@ def test_a_pool_grows_to_its_backlog_and_shrinks_back(pool_backend: KubernetesBa
     assert remaining == {keep}
     assert backend.remove_nodes(pool, extra) == extra  # already gone: idempotent
 
+
+
+def test_karpenter_leaves_pending_pods_to_crossdock(k8s_client: client.ApiClient, k8s_namespace: str) -> None:
+    """Karpenter's own provisioning for pending pods is off on crossdock's NodePools: a pod that only
+    the pool's nodes could hold makes Karpenter report it cannot schedule it, and no NodeClaim."""
+    core, custom = client.CoreV1Api(k8s_client), client.CustomObjectsApi(k8s_client)
+    try:
+        custom.list_cluster_custom_object(kp.GROUP, kp.VERSION, "nodepools", limit=1)
+    except ApiException as err:
+        k8s_unavailable(f"Karpenter's CRDs are not installed ({err.status}); python -m crossdock.dev.k8s up")
+    pool = f"np{secrets.token_hex(3)}"
+    backend = KubernetesBackend(config(pool, "karpenter"), k8s_client, namespace=k8s_namespace, watch=False)
+    backend.provisioners.of(pool).ensure(pool)  # what add_nodes does first
+    name = kp.nodepool_name(pool)
+    try:
+        wait_for("the NodePool Ready", lambda: any(
+            c["type"] == "Ready" and c["status"] == "True" for c in (custom.get_cluster_custom_object(
+                kp.GROUP, kp.VERSION, "nodepools", name).get("status") or {}).get("conditions") or []))
+        core.create_namespaced_pod(k8s_namespace, {
+            "apiVersion": "v1", "kind": "Pod", "metadata": {"name": "wants-the-pool"},
+            "spec": {"nodeSelector": {"crossdock.io/pool": pool}, "restartPolicy": "Never",
+                     "containers": [{"name": "main", "image": "busybox",
+                                     "resources": {"requests": {"cpu": "1", "memory": "1Gi"}}}]}})
+        event = wait_for("Karpenter's verdict on the pod", lambda: next(
+            (e for e in core.list_namespaced_event(k8s_namespace, field_selector="involvedObject.name=wants-the-pool")
+             .items if e.reason == "FailedScheduling" and (e.message or "").startswith("Failed to schedule pod")),
+            None))
+        assert "limit" in event.message, event.message
+        assert custom.list_cluster_custom_object(kp.GROUP, kp.VERSION, "nodeclaims",
+                                                 label_selector=f"{kp.LABEL_NODEPOOL}={name}")["items"] == []
+    finally:
+        custom.delete_cluster_custom_object(kp.GROUP, kp.VERSION, "nodepools", name)
+        custom.delete_cluster_custom_object(kp.KWOK_GROUP, kp.KWOK_VERSION, kp.KWOK_CLASSES, name)
