@@ -336,7 +336,8 @@ def test_a_pod_pinned_by_name_matches_that_node_only() -> None:
     spec = pod_spec(job().on("kwok-np-abc-1").manifest())
 
     def node(name: str) -> dict:
-        return {"metadata": {"name": name, "labels": {**spec.get("nodeSelector", {}), "kubernetes.io/hostname": "np-abc"}},
+        labels = {**spec.get("nodeSelector", {}), "kubernetes.io/hostname": "np-abc"}
+        return {"metadata": {"name": name, "labels": labels},
                 "status": {"conditions": [{"type": "Ready", "status": "True"}]}}
 
     assert gangs.matches(spec, node("kwok-np-abc-1")) and not gangs.matches(spec, node("np-abc"))

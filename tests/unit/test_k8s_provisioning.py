@@ -158,5 +158,5 @@ def test_another_clouds_node_class_is_named_group_kind_name():
     assert kp.node_class_ref("karpenter.k8s.aws/EC2NodeClass/default") == \
         {"group": "karpenter.k8s.aws", "kind": "EC2NodeClass", "name": "default"}
     assert kp.node_class_ref(None) is None
-    with pytest.raises(BackendUnavailable, match="CROSSDOCK_KARPENTER_NODE_CLASS='EC2NodeClass': write group/Kind/name"):
+    with pytest.raises(BackendUnavailable, match="NODE_CLASS='EC2NodeClass': write group/Kind/name"):
         kp.node_class_ref("EC2NodeClass")

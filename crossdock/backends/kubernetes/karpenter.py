@@ -35,7 +35,7 @@ from kubernetes.client.rest import ApiException
 
 from crossdock.backends.kubernetes.informer import list_all
 from crossdock.backends.kubernetes.provisioning import (LABEL_NODE_POOL, Removal, api_error, dns_name, is_ready,
-                                                        is_stopping, label_value, new_name, node_labels, owned,
+                                                        is_stopping, label_value, new_name, node_labels,
                                                         read_node, resources, room, selector, taints, template_of)
 from crossdock.queue.config import ClusterConfig, NodeTemplate, Pool
 from crossdock.queue.ports import BackendUnavailable, NodeGroup

@@ -54,9 +54,9 @@ def missing_binaries() -> list[str]:
         missing.append("kwok-stages")
     if not (bin_dir().parent / "karpenter-crds" / "karpenter.sh_nodeclaims.yaml").is_file():
         missing.append("karpenter-crds")
-    stamp = bins / "karpenter.version"
-    if "karpenter" not in missing and (not stamp.is_file() or stamp.read_text().strip() != versions()["KARPENTER_VERSION"]):
-        missing.append(f"karpenter {versions()['KARPENTER_VERSION']}")
+    stamp, wanted = bins / "karpenter.version", versions()["KARPENTER_VERSION"]
+    if "karpenter" not in missing and (not stamp.is_file() or stamp.read_text().strip() != wanted):
+        missing.append(f"karpenter {wanted}")
     return missing
 
 

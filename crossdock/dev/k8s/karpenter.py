@@ -28,7 +28,7 @@ import yaml
 from crossdock.backends.kubernetes.karpenter import instance_type
 from crossdock.dev.k8s.api import Api, wait
 from crossdock.dev.k8s.build import bin_dir
-from crossdock.dev.k8s.errors import ControlPlaneError
+from crossdock.dev.k8s.errors import ControlPlaneError, MissingBinariesError
 from crossdock.dev.k8s.processes import Launcher, pid_alive, stop_pid, unrecorded
 from crossdock.dev.k8s.state import kubeconfig_path
 from crossdock.dev.proc import free_port
@@ -96,10 +96,6 @@ def install_crds(api: Api, timeout: float) -> None:
     wait("Karpenter's CRDs Established", established, timeout)
 
 
-def args() -> list[str]:
-    return ["--log-level=info"]
-
-
 def env(state: Path, ports: dict[str, int], instance_types: Path) -> dict[str, str]:
     return {
         **{k: v for k, v in os.environ.items() if k in ("PATH", "HOME", "LANG", "TZ")},
@@ -108,8 +104,6 @@ def env(state: Path, ports: dict[str, int], instance_types: Path) -> dict[str, s
         "METRICS_PORT": str(ports["karpenter-metrics"]),
         "HEALTH_PROBE_PORT": str(ports["karpenter-health"]),
         "INSTANCE_TYPES_FILE_PATH": str(instance_types),
-        # Karpenter batches pending pods for 1-10 s; crossdock asks with NodeClaims, which it
-        # launches at once, so the defaults stay.
         "LOG_LEVEL": "info",
     }
 
@@ -132,6 +126,8 @@ def ensure(state: Path, data: dict[str, Any], api: Api, timeout: float) -> None:
     if alive(data):
         return
     exe = str(bin_dir() / NAME)
+    if not os.access(exe, os.X_OK) or not crds_dir().is_dir():
+        raise MissingBinariesError(f"missing karpenter in {bin_dir()}; run: python -m crossdock.dev.k8s build")
     for pid, found in unrecorded(state):  # one left by a plane restarted from a checkout without add-ons
         if found == exe:
             stop_pid(pid, found)
@@ -141,6 +137,6 @@ def ensure(state: Path, data: dict[str, Any], api: Api, timeout: float) -> None:
     ports = {"karpenter-metrics": free_port(), "karpenter-health": free_port()}
     data.setdefault("ports", {}).update(ports)
     launch = Launcher(state, data)
-    launch.start(NAME, args(), append=True, env=env(state, ports, instance_types), section="addons")
+    launch.start(NAME, [], append=True, env=env(state, ports, instance_types), section="addons")
     wait("karpenter /readyz", lambda: _healthy(ports["karpenter-health"]), timeout,
          lambda: launch.check_alive(NAME, "addons"), 0.5)

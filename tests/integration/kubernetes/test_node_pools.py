@@ -92,8 +92,8 @@ def only_pool(backend: KubernetesBackend) -> str:
 
 def job(cfg: ClusterConfig, pool: str, run_seconds: float | None = None) -> Job:
     env = {} if run_seconds is None else {"CROSSDOCK_SIMULATE_RUN_SECONDS": str(run_seconds)}
-    return Job(id=secrets.randbelow(10**9) + 10**9, spec=JobSpec(command=["python", "work.py"], cpus_per_task=CPUS_PER_JOB,
-                                                                  env=env),
+    spec = JobSpec(command=["python", "work.py"], cpus_per_task=CPUS_PER_JOB, env=env)
+    return Job(id=secrets.randbelow(10**9) + 10**9, spec=spec,
                queue="batch", priority_class="batch", priority=500, preemptible=False, pools=[pool], pool=pool,
                backend="k8s")
 
