@@ -37,10 +37,12 @@ from kubernetes.utils import parse_quantity
 
 from crossdock.backends.kubernetes.external_metrics import (APISERVICE_NAME, BACKLOG_METRIC, GROUP, QUEUE_LABEL, VERSION,
                                                             ExternalMetricsAdapter, apiservice_manifest,
-                                                            service_manifest)
+                                                            service_manifest, store_backlog_source)
 from crossdock.dev.k8s import LABEL_POOL, components
 from crossdock.dev.k8s.state import read_state
 from crossdock.queue.autoscale.hpa import normalize, recommend
+from crossdock.queue.models import Job, JobSpec
+from crossdock.queue.states import JobState
 
 pytestmark = [pytest.mark.kubernetes, pytest.mark.autoscale]
 
@@ -236,55 +238,58 @@ class Replay:
 
 
 @pytest.fixture
-def adapter(k8s_client, k8s_kubeconfig, k8s_namespace, tmp_path):
-    """The adapter on loopback, registered through the aggregator; yields (adapter, runs by queue)."""
-    runs: dict[str, Run] = {}
-
-    def source(namespace: str, metric: str, labels: dict[str, str]) -> float | None:
-        queue = labels.get(QUEUE_LABEL, "")
-        if queue == READY_QUEUE:
-            return 0.0
-        run = runs.get(queue)
-        return None if run is None or namespace != k8s_namespace else run.serve()
-
-    front_proxy_ca = k8s_kubeconfig.parent / "pki" / "front-proxy-ca.crt"
-    server = ExternalMetricsAdapter(source, cert_dir=tmp_path / "certs",
-                                    client_ca_file=front_proxy_ca if front_proxy_ca.is_file() else None).start()
+def serve_metrics(k8s_client, k8s_kubeconfig, k8s_namespace, tmp_path):
+    """``serve_metrics(source)``: the adapter over ``source`` on loopback, registered as the
+    APIService and answering through the aggregator. At the end the namespace's HPAs and
+    Deployments go first (the namespace fixture then finds no pods coming back), then the
+    APIService and the adapter."""
     core = client.CoreV1Api(k8s_client)
     registration = client.ApiregistrationV1Api(k8s_client)
-    core.create_namespaced_service(k8s_namespace, service_manifest(k8s_namespace, "crossdock-metrics", server.port))
-    body = apiservice_manifest(k8s_namespace, "crossdock-metrics", server.port)
-    try:
-        registration.create_api_service(body)
-    except ApiException as err:
-        if err.status != 409:
-            raise
-        registration.replace_api_service(APISERVICE_NAME, {**body, "metadata": {
-            "name": APISERVICE_NAME,
-            "resourceVersion": registration.read_api_service(APISERVICE_NAME).metadata.resource_version}})
-    def reachable() -> bool:  # GET /apis/external.metrics.k8s.io/v1beta1/namespaces/NS/METRIC?labelSelector=…
-        try:
-            return bool(client.CustomObjectsApi(k8s_client).list_namespaced_custom_object(
-                GROUP, VERSION, k8s_namespace, BACKLOG_METRIC, label_selector=f"{QUEUE_LABEL}={READY_QUEUE}")["items"])
-        except ApiException:
-            return False
+    servers: list[ExternalMetricsAdapter] = []
 
-    wait_for("the external metrics API through the aggregator", reachable, 60)
-    try:
-        yield server, runs
-    finally:
-        autoscaling = client.AutoscalingV2Api(k8s_client)
-        apps = client.AppsV1Api(k8s_client)
-        autoscaling.delete_collection_namespaced_horizontal_pod_autoscaler(k8s_namespace)
-        apps.delete_collection_namespaced_deployment(k8s_namespace, propagation_policy="Foreground")
-        wait_for("the Deployments' pods gone",
-                 lambda: not core.list_namespaced_pod(k8s_namespace).items, 60)
+    def serve(source: Callable[[str, str, dict[str, str]], float | None]) -> ExternalMetricsAdapter:
+        def answer(namespace: str, metric: str, labels: dict[str, str]) -> float | None:
+            return 0.0 if labels.get(QUEUE_LABEL) == READY_QUEUE else source(namespace, metric, labels)
+
+        front_proxy_ca = k8s_kubeconfig.parent / "pki" / "front-proxy-ca.crt"
+        server = ExternalMetricsAdapter(answer, cert_dir=tmp_path / "certs",
+                                        client_ca_file=front_proxy_ca if front_proxy_ca.is_file() else None).start()
+        servers.append(server)
+        core.create_namespaced_service(k8s_namespace, service_manifest(k8s_namespace, "crossdock-metrics", server.port))
+        body = apiservice_manifest(k8s_namespace, "crossdock-metrics", server.port)
         try:
-            registration.delete_api_service(APISERVICE_NAME)
+            registration.create_api_service(body)
         except ApiException as err:
-            if err.status != 404:
+            if err.status != 409:
                 raise
-        server.close()
+            body["metadata"]["resourceVersion"] = registration.read_api_service(APISERVICE_NAME).metadata.resource_version
+            registration.replace_api_service(APISERVICE_NAME, body)
+
+        def reachable() -> bool:  # GET /apis/external.metrics.k8s.io/v1beta1/namespaces/NS/METRIC?labelSelector=…
+            try:
+                return bool(client.CustomObjectsApi(k8s_client).list_namespaced_custom_object(
+                    GROUP, VERSION, k8s_namespace, BACKLOG_METRIC,
+                    label_selector=f"{QUEUE_LABEL}={READY_QUEUE}")["items"])
+            except ApiException:
+                return False
+
+        wait_for("the external metrics API through the aggregator", reachable, 60)
+        return server
+
+    try:
+        yield serve
+    finally:
+        client.AutoscalingV2Api(k8s_client).delete_collection_namespaced_horizontal_pod_autoscaler(k8s_namespace)
+        client.AppsV1Api(k8s_client).delete_collection_namespaced_deployment(k8s_namespace)
+        wait_for("the Deployments' pods gone", lambda: not core.list_namespaced_pod(k8s_namespace).items, 60)
+        if servers:
+            try:
+                registration.delete_api_service(APISERVICE_NAME)
+            except ApiException as err:
+                if err.status != 404:
+                    raise
+        for server in servers:
+            server.close()
 
 
 @dataclasses.dataclass(frozen=True)
@@ -312,9 +317,15 @@ def compare(syncs: list[Sync], replay: Replay) -> list[Compared]:
     return out
 
 
-def test_crossdock_predicts_the_hpa_controllers_replicas_at_every_sync(adapter, k8s_client, k8s_kubeconfig,
+def test_crossdock_predicts_the_hpa_controllers_replicas_at_every_sync(serve_metrics, k8s_client, k8s_kubeconfig,
                                                                        k8s_namespace):
-    _server, runs = adapter
+    runs: dict[str, Run] = {}
+
+    def scripted(namespace: str, metric: str, labels: dict[str, str]) -> float | None:
+        run = runs.get(labels.get(QUEUE_LABEL, ""))
+        return None if run is None or namespace != k8s_namespace else run.serve()
+
+    serve_metrics(scripted)
     apps = client.AppsV1Api(k8s_client)
     autoscaling = client.AutoscalingV2Api(k8s_client)
     sync_period = controller_flag(k8s_kubeconfig, "horizontal-pod-autoscaler-sync-period",
@@ -370,3 +381,31 @@ def test_crossdock_predicts_the_hpa_controllers_replicas_at_every_sync(adapter, 
     replay = replays["behavior"]
     assert any(replay.raw(c.sync, c.sync.status) != replay.raw(c.sync, c.sync.status, tolerance=0.1)
                for c in behaved), "the per-direction tolerances never mattered"
+
+
+@pytest.mark.redis
+def test_a_queues_backlog_in_the_store_scales_a_deployment_through_the_hpa(serve_metrics, store, k8s_client,
+                                                                          k8s_namespace):
+    """The production source: pending + scheduled + running jobs of the queue, read through the
+    store, served to the real HPA; the Deployment follows ceil(backlog / per_replica)."""
+    server = serve_metrics(store_backlog_source(store.backlog, queues={"prep"}))
+    jobs = store.submit([Job(id=0, spec=JobSpec(command=["true"]), queue="prep") for _ in range(23)])
+    store.submit([Job(id=0, spec=JobSpec(command=["true"]), queue="other") for _ in range(50)])
+    running = jobs[0]
+    store.transition(running.id, JobState.SCHEDULED, bump_attempt=True)
+    store.transition(running.id, JobState.RUNNING, attempt=1)
+    apps = client.AppsV1Api(k8s_client)
+    apps.create_namespaced_deployment(k8s_namespace, deployment("prep"))
+    client.AutoscalingV2Api(k8s_client).create_namespaced_horizontal_pod_autoscaler(
+        k8s_namespace, hpa("prep", min_replicas=1, max_replicas=10, behavior=None))
+
+    def ready_replicas() -> int:
+        return apps.read_namespaced_deployment("prep", k8s_namespace).status.ready_replicas or 0
+
+    wait_for("3 ready replicas for a backlog of 23", lambda: ready_replicas() == 3, 60)
+    assert {s.value for s in server.served if s.labels.get(QUEUE_LABEL) == "prep"} == {23.0}
+
+    for job in jobs[1:14]:
+        store.cancel(job.id)
+    wait_for("1 replica for a backlog of 10, after the downscale stabilization", lambda: ready_replicas() == 1, 60)
+    assert [s.value for s in server.served if s.labels.get(QUEUE_LABEL) == "prep"][-1] == 10.0
