@@ -40,7 +40,7 @@ from crossdock.backends.kubernetes.external_metrics import (APISERVICE_NAME, BAC
                                                             service_manifest, store_backlog_source)
 from crossdock.dev.k8s import LABEL_POOL, components
 from crossdock.dev.k8s.state import read_state
-from crossdock.queue.autoscale.hpa import normalize, recommend
+from crossdock.queue.autoscale.hpa import default_behavior, normalize, recommend, tolerances
 from crossdock.queue.models import Job, JobSpec
 from crossdock.queue.states import JobState
 
@@ -172,7 +172,7 @@ def stored_behavior(autoscaling: client.AutoscalingV2Api, namespace: str, name: 
     for rules in behavior.values():
         if rules.get("tolerance") is not None:
             rules["tolerance"] = float(parse_quantity(rules["tolerance"]))
-    return behavior
+    return default_behavior(behavior)
 
 
 @dataclasses.dataclass
@@ -188,11 +188,8 @@ class Replay:
     down_events: list[tuple[float, int]] = dataclasses.field(default_factory=list)
 
     def tolerances(self) -> dict[str, float]:
-        if self.behavior is None:
-            return {}
-        up, down = self.behavior["scaleUp"].get("tolerance"), self.behavior["scaleDown"].get("tolerance")
-        return {"scale_up_tolerance": None if up is None else float(up),
-                "scale_down_tolerance": None if down is None else float(down)}
+        up, down = tolerances(self.behavior)
+        return {"scale_up_tolerance": up, "scale_down_tolerance": down}
 
     def predict(self, sync: Sync, raw: int, shift: float = 0.0) -> int:
         def aged(items: list[tuple[float, int]]) -> list[tuple[float, int]]:
