@@ -94,3 +94,18 @@ def test_registration_routes_through_an_external_name_service_to_localhost():
     assert spec["service"] == {"namespace": "crossdock", "name": "metrics", "port": 8443}
     assert (spec["group"], spec["version"], spec["insecureSkipTLSVerify"]) == ("external.metrics.k8s.io",
                                                                                "v1beta1", True)
+
+
+def test_the_cli_prints_the_registration_for_kubectl():
+    import json
+
+    from typer.testing import CliRunner
+
+    from crossdock.cli.main import app
+
+    result = CliRunner().invoke(app, ["metrics-adapter", "--print-manifests", "--port", "7443", "--namespace", "ml"])
+    assert result.exit_code == 0, result.output
+    service, apiservice = json.loads(result.output)["items"]
+    assert (service["kind"], service["metadata"]["namespace"], service["spec"]["ports"][0]["port"]) == (
+        "Service", "ml", 7443)
+    assert apiservice["spec"]["service"] == {"namespace": "ml", "name": "crossdock-metrics", "port": 7443}
