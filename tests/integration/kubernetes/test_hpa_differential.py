@@ -72,6 +72,15 @@ BEHAVIOR_SCRIPT = (
     + [30, 90] * 5
     + [50]
 )
+VALUE_TARGET = 40
+VALUE_SCRIPT = (    # a Value target: ratio = backlog / 40, times the Ready pods
+    [40] * 3 + [100]    # 2.5 × 1 ready pod
+    + [40] * 4 + [60]   # 1.5 × 3 ready pods, within the default policies' 15 s period
+    + [40] * 3 + [20] * 7 + [40] * 3   # halve, after the flag's window (behavior: {} sets none)
+    + [0] * 7           # zero wanted, minReplicas 1
+    + [40] * 2 + [320]  # 8 × 1 wanted, 5 allowed: the default policies (4 pods or 100 % per 15 s)
+    + [40] * 3 + [44, 36] * 3 + [40]   # ±10 %: exactly at the tolerance's edges
+)
 BEHAVIOR = {
     "scaleUp": {"stabilizationWindowSeconds": 2, "selectPolicy": "Max", "tolerance": "0.05",
                 "policies": [{"type": "Pods", "value": 2, "periodSeconds": 3},
@@ -89,15 +98,17 @@ class Sync:
     at: float           # time.monotonic() when the value was handed back
     value: float        # the backlog served
     spec: int           # Deployment spec.replicas: the scale the controller read
-    status: int         # Deployment status.replicas
-    settled: bool       # status caught up with spec (observedGeneration == generation, replicas equal)
+    status: int         # Deployment status.replicas (the AverageValue path's replica count)
+    ready: int          # its pods Running and Ready (the Value path's)
+    settled: bool       # status and pods caught up with spec (observedGeneration == generation, counts equal)
 
 
 class Run:
     """One HPA's script and the syncs served to it."""
 
-    def __init__(self, name: str, script: list[int], apps: client.AppsV1Api, namespace: str) -> None:
-        self.name, self.script, self.apps, self.namespace = name, script, apps, namespace
+    def __init__(self, name: str, script: list[int], api: client.ApiClient, namespace: str) -> None:
+        self.name, self.script, self.namespace = name, script, namespace
+        self.apps, self.core = client.AppsV1Api(api), client.CoreV1Api(api)
         self.syncs: list[Sync] = []
         self._lock = threading.Lock()
 
@@ -106,8 +117,11 @@ class Run:
             value = self.script[min(len(self.syncs), len(self.script) - 1)]
             dep = self.apps.read_namespaced_deployment(self.name, self.namespace)
             spec, status = dep.spec.replicas or 0, dep.status.replicas or 0
-            settled = dep.status.observed_generation == dep.metadata.generation and spec == status
-            self.syncs.append(Sync(time.monotonic(), float(value), spec, status, settled))
+            pods = self.core.list_namespaced_pod(self.namespace, label_selector=f"app={self.name}").items
+            ready = sum(p.status.phase == "Running" and any(
+                c.type == "Ready" and c.status == "True" for c in p.status.conditions or []) for p in pods)
+            settled = dep.status.observed_generation == dep.metadata.generation and spec == status == ready
+            self.syncs.append(Sync(time.monotonic(), float(value), spec, status, ready, settled))
             return float(value)
 
 
@@ -146,13 +160,14 @@ def deployment(name: str) -> dict[str, Any]:
                                          "resources": {"requests": {"cpu": "10m", "memory": "16Mi"}}}]}}}}
 
 
-def hpa(name: str, *, min_replicas: int, max_replicas: int, behavior: dict | None) -> dict[str, Any]:
+def hpa(name: str, *, min_replicas: int, max_replicas: int, behavior: dict | None,
+        target_type: str = "AverageValue", target: int = PER_REPLICA) -> dict[str, Any]:
     spec: dict[str, Any] = {
         "scaleTargetRef": {"apiVersion": "apps/v1", "kind": "Deployment", "name": name},
         "minReplicas": min_replicas, "maxReplicas": max_replicas,
         "metrics": [{"type": "External", "external": {
             "metric": {"name": BACKLOG_METRIC, "selector": {"matchLabels": {QUEUE_LABEL: name}}},
-            "target": {"type": "AverageValue", "averageValue": str(PER_REPLICA)}}}],
+            "target": {"type": target_type, "value" if target_type == "Value" else "averageValue": str(target)}}}],
     }
     if behavior is not None:
         spec["behavior"] = behavior
@@ -183,6 +198,8 @@ class Replay:
     max_replicas: int
     behavior: dict[str, Any] | None
     legacy_window: float
+    target_type: str = "AverageValue"
+    target: int = PER_REPLICA
     recommendations: list[tuple[float, int]] = dataclasses.field(default_factory=list)
     up_events: list[tuple[float, int]] = dataclasses.field(default_factory=list)
     down_events: list[tuple[float, int]] = dataclasses.field(default_factory=list)
@@ -204,28 +221,34 @@ class Replay:
                          behavior=self.behavior, recommendations=recommendations,
                          scale_up_events=aged(self.up_events), scale_down_events=aged(self.down_events))
 
-    def raw(self, sync: Sync, status: int, **tolerances: float | None) -> int:
-        return recommend(status, sync.value, PER_REPLICA, target_type="AverageValue",
-                         **(tolerances or self.tolerances()))
+    def raw(self, sync: Sync, **tolerances: float | None) -> int:
+        """``recommend`` with what the controller passes: the status replicas for AverageValue
+        (``GetExternalPerPodMetricReplicas``), the scale's replicas and the Ready pods for Value."""
+        tolerances = tolerances or self.tolerances()
+        if self.target_type == "AverageValue":
+            return recommend(sync.status, sync.value, self.target, target_type="AverageValue", **tolerances)
+        return recommend(sync.spec, sync.value, self.target, target_type="Value", ready_replicas=sync.ready,
+                         **tolerances)
 
-    def step(self, sync: Sync, actual: int, earlier_status: int) -> tuple[int, int, str]:
+    def step(self, sync: Sync, actual: int, before: Sync) -> tuple[int, int, str]:
         """(raw recommendation, prediction, how it was resolved) for one sync, then the history
         moves on as the controller's did.
 
         Resolved ``""``: exactly. ``"edge"``: with every age shifted by ±EPSILON (an entry at a
-        window's edge). ``"status"``: with the status the Deployment had at the previous sync, when
-        this sync's read found it catching up (the controller read the scale just before)."""
+        window's edge). ``"previous"``: with the replica counts of the previous sync, when this
+        sync's read found the Deployment catching up (the controller read them just before)."""
         if not self.recommendations:
             self.recommendations.append((sync.at, sync.spec))  # the controller's first pass: (0, current)
-        statuses = [sync.status] + ([earlier_status] if not sync.settled and earlier_status != sync.status else [])
-        tries = [(status, shift) for status in statuses for shift in (0.0, EPSILON, -EPSILON)]
-        raw = self.raw(sync, sync.status)
+        reads = [sync]
+        if not sync.settled and (before.status, before.ready) != (sync.status, sync.ready):
+            reads.append(dataclasses.replace(sync, status=before.status, ready=before.ready))
+        raw = self.raw(sync)
         predicted, how = self.predict(sync, raw), ""
-        for status, shift in tries:
-            candidate_raw = self.raw(sync, status)
-            if self.predict(sync, candidate_raw, shift) == actual:
-                raw, predicted = candidate_raw, actual
-                how = "" if (status, shift) == (sync.status, 0.0) else ("status" if status != sync.status else "edge")
+        for read, shift in [(read, shift) for read in reads for shift in (0.0, EPSILON, -EPSILON)]:
+            candidate = self.raw(read)
+            if self.predict(sync, candidate, shift) == actual:
+                raw, predicted = candidate, actual
+                how = "" if (read, shift) == (sync, 0.0) else ("previous" if read is not sync else "edge")
                 break
         self.recommendations.append((sync.at, raw))
         if self.behavior is not None and predicted != sync.spec:
@@ -301,6 +324,7 @@ class Compared:
         mark = "!!" if self.crossdock != self.controller else ("~ " if self.resolved else "  ")
         s = self.sync
         return (f"{mark}t={s.at - t0:6.2f} backlog={s.value:5.0f} spec={s.spec:2d} status={s.status:2d}"
+                f" ready={s.ready:2d}"
                 f"{' ' if s.settled else '*'} raw={self.raw:2d} crossdock={self.crossdock:2d}"
                 f" controller={self.controller:2d} {self.resolved}")
 
@@ -309,7 +333,7 @@ def compare(syncs: list[Sync], replay: Replay) -> list[Compared]:
     """Each sync but the last against what the controller set: the next sync's ``spec``."""
     out = []
     for before, sync, after in zip([syncs[0], *syncs], syncs, syncs[1:]):
-        raw, predicted, how = replay.step(sync, after.spec, before.status)
+        raw, predicted, how = replay.step(sync, after.spec, before)
         out.append(Compared(sync, raw, predicted, after.spec, how))
     return out
 
@@ -330,7 +354,9 @@ def test_crossdock_predicts_the_hpa_controllers_replicas_at_every_sync(serve_met
                                   components.HPA_SYNC_PERIOD_SECONDS)
     legacy_window = controller_flag(k8s_kubeconfig, "horizontal-pod-autoscaler-downscale-stabilization",
                                     components.HPA_DOWNSCALE_STABILIZATION_SECONDS)
-    cases = {"legacy": (LEGACY_SCRIPT, 0, 12, None), "behavior": (BEHAVIOR_SCRIPT, 1, 20, BEHAVIOR)}
+    cases = {"legacy": (LEGACY_SCRIPT, 0, 12, None, "AverageValue", PER_REPLICA),
+             "behavior": (BEHAVIOR_SCRIPT, 1, 20, BEHAVIOR, "AverageValue", PER_REPLICA),
+             "value": (VALUE_SCRIPT, 1, 16, {}, "Value", VALUE_TARGET)}
     for name in cases:
         apps.create_namespaced_deployment(k8s_namespace, deployment(name))
     wait_for("one ready replica per Deployment", lambda: all(
@@ -338,14 +364,15 @@ def test_crossdock_predicts_the_hpa_controllers_replicas_at_every_sync(serve_met
 
     # Each queue has its source before its HPA exists: the HPA's first sync is the first request seen.
     for name, (script, *_) in cases.items():
-        runs[name] = Run(name, list(script), apps, k8s_namespace)
+        runs[name] = Run(name, list(script), k8s_client, k8s_namespace)
     replays = {}
-    for name, (_script, lo, hi, behavior) in cases.items():
-        autoscaling.create_namespaced_horizontal_pod_autoscaler(
-            k8s_namespace, hpa(name, min_replicas=lo, max_replicas=hi, behavior=behavior))
+    for name, (_script, lo, hi, behavior, target_type, target) in cases.items():
+        autoscaling.create_namespaced_horizontal_pod_autoscaler(k8s_namespace, hpa(
+            name, min_replicas=lo, max_replicas=hi, behavior=behavior, target_type=target_type, target=target))
         replays[name] = Replay(lo, hi, stored_behavior(autoscaling, k8s_namespace, name, legacy_window),
-                               legacy_window)
-    assert (replays["legacy"].behavior, replays["behavior"].behavior is not None) == (None, True)
+                               legacy_window, target_type, target)
+    assert replays["legacy"].behavior is None and replays["behavior"].behavior is not None
+    assert replays["value"].behavior["scaleDown"]["stabilizationWindowSeconds"] == legacy_window
 
     longest = max(len(script) for script, *_ in cases.values())
     wait_for("every script served, plus one sync to see its last decision",
@@ -360,8 +387,8 @@ def test_crossdock_predicts_the_hpa_controllers_replicas_at_every_sync(serve_met
         differ = [c for c in compared if c.crossdock != c.controller]
         report.append(f"{name}: {len(compared)} syncs compared, {len(differ)} differ,"
                       f" {sum(c.resolved == 'edge' for c in compared)} resolved at a window's edge,"
-                      f" {sum(c.resolved == 'status' for c in compared)} with the previous status"
-                      f" ({sum(not s.settled for s in syncs)} read while the Deployment's status caught up);"
+                      f" {sum(c.resolved == 'previous' for c in compared)} with the previous sync's counts"
+                      f" ({sum(not s.settled for s in syncs)} read while the Deployment caught up);"
                       f" replicas {sorted({s.spec for s in syncs})}")
         table = f"{name}:\n" + "\n".join(c.row(syncs[0].at) for c in compared)
         print(table)  # shown by pytest with the outcome of a failing test, or with -s
@@ -371,14 +398,17 @@ def test_crossdock_predicts_the_hpa_controllers_replicas_at_every_sync(serve_met
     assert not failures, "\n".join(report) + "\n\n" + "\n\n".join(failures)
 
     # The traces went where they were meant to: the legacy cap (1 → 4 → 8), max and zero; the
-    # behavior policies limiting a step up; the tolerance keeping a replica count.
-    legacy, behaved = results["legacy"], results["behavior"]
+    # behavior policies limiting a step up; the tolerances keeping a replica count; Ready pods
+    # multiplying a Value target's ratio.
+    legacy, behaved, valued = results["legacy"], results["behavior"], results["value"]
     assert {0, 4, 8, 12} <= {c.controller for c in legacy}
     assert any(c.sync.spec < c.controller < c.raw for c in behaved), "no rate-limited scale-up"
     assert any(c.raw == c.sync.spec != math.ceil(c.sync.value / PER_REPLICA) for c in legacy), "no tolerance"
     replay = replays["behavior"]
-    assert any(replay.raw(c.sync, c.sync.status) != replay.raw(c.sync, c.sync.status, tolerance=0.1)
-               for c in behaved), "the per-direction tolerances never mattered"
+    assert any(replay.raw(c.sync) != replay.raw(c.sync, tolerance=0.1) for c in behaved), \
+        "the per-direction tolerances never mattered"
+    assert any(c.raw > math.ceil(c.sync.value / VALUE_TARGET) for c in valued), "Ready pods never counted"
+    assert any(c.sync.spec < c.controller < c.raw for c in valued), "the default policies never limited"
 
 
 @pytest.mark.redis
