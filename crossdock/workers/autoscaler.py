@@ -159,9 +159,10 @@ class Autoscaler:
                 continue
             if reached != d.current:
                 log.info("autoscaler: fleet %s of %s %s -> %s (%s)", fleet.name, d.queue, d.current, reached,
-                         fleet_reason(d))
+                         fleet_reason(d, reached))
                 changes.append({"target": f"fleet:{d.queue}", "event": "fleet_scaled", "queue": d.queue,
                                 "fleet": fleet.name, "from": d.current, "to": reached, "desired": d.desired,
+                                "backlog": d.backlog, "recommended": d.recommended,
                                 "limited_by": d.limited_by, "reason": fleet_reason(d, reached)})
         return changes
 
@@ -221,12 +222,12 @@ class Autoscaler:
 
 # --- what a pass shows -----------------------------------------------------------------------------
 def fleet_reason(d: FleetDecision, reached: int | None = None) -> str:
-    text = f"backlog {d.backlog}: {d.recommended} recommended, {d.desired} desired"
-    if d.limited_by:
-        text += f" (limited by {d.limited_by})"
+    """The plan's own message, else the decision's numbers; and how far a scale-in got."""
+    text = d.message or f"backlog {d.backlog}: {d.recommended} recommended, {d.desired} desired" + (
+        f" (limited by {d.limited_by})" if d.limited_by else "")
     if reached is not None and reached != d.desired:
         text += f"; {reached} reached (busy replicas are not stopped)"
-    return text + (f"; {d.message}" if d.message else "")
+    return text
 
 
 def node_reason(d: NodeDecision, what: str) -> str:
