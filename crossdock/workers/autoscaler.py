@@ -152,7 +152,10 @@ class Autoscaler:
             if fleet is None or d.desired == d.current:
                 continue
             try:
-                busy = frozenset(self.busy()) if self.busy and d.desired < d.current else frozenset()
+                # an actuator of this process (the local fleet) asks its own replicas; a backend's
+                # fleet (a Deployment) is told which workers run a task now
+                asks = self.busy is not None and d.desired < d.current and fleet.backend not in self.actuators
+                busy = frozenset(self.busy()) if asks else frozenset()
                 reached = self.fleet_actuator(fleet.backend).scale_fleet(fleet, d.desired, busy=busy)
             except (*EXPECTED, TypeError) as exc:
                 errors[f"fleet:{d.queue}"] = self._skip(f"scaling the fleet of {d.queue}", exc)

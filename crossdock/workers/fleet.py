@@ -41,9 +41,12 @@ from crossdock.workers.supervision import start_worker, stop_worker, worker_queu
 log = logging.getLogger(__name__)
 
 INSPECT_SECONDS = 1.0
+"""How long a replica has to answer (it usually does in milliseconds; a silent one counts as busy)."""
+BROADCAST_SECONDS = 0.5
+"""How long :func:`celery_busy` collects answers (a broadcast waits its whole timeout)."""
 
 
-def celery_busy(app: Celery, timeout: float = INSPECT_SECONDS) -> Callable[[], set[str]]:
+def celery_busy(app: Celery, timeout: float = BROADCAST_SECONDS) -> Callable[[], set[str]]:
     """A ``busy`` for the autoscaler: every worker that has an active or reserved task, by node
     name and by the host part of it."""
 
