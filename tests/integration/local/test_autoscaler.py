@@ -214,3 +214,35 @@ def test_the_leader_runs_the_autoscaler_right_after_new_jobs_arrive(rt, fake, sc
     finally:
         stop.set()
         t.join(5)
+
+
+def test_a_failing_pass_backs_off_on_its_own_and_shows_in_health(rt, fake, sched, tmp_path):
+    """The autoscaler is one part of the leader's turn: when it fails, it backs off while the
+    cycle goes on scheduling, and ``crossdock health`` names it."""
+    from crossdock.workers.health import _scheduler_part
+
+    fake.add_nodes("cpu", 1)
+
+    def broken(*_a):
+        raise BackendUnavailable("the plan's backend is away")
+
+    sched.autoscaler.plan_fn = broken
+    stop = threading.Event()
+    t = threading.Thread(target=sched.run, args=(stop,), daemon=True)
+    t.start()
+    try:
+        job, = submit(rt, tmp_path, 1)
+        deadline = time.monotonic() + 10
+        while (rt.store.get(job.id).state is JobState.PENDING or not sched.parts["autoscale"].failures) \
+                and time.monotonic() < deadline:
+            time.sleep(0.02)
+        assert rt.store.get(job.id).state is JobState.SCHEDULED  # the cycle went on
+        report = sched.report()
+        assert report["parts"]["autoscale"]["state"] == "backing-off"
+        assert report["parts"]["cycle"]["state"] == "running"
+        part = _scheduler_part({**report, "thread_alive": True, "restarts": 0})
+        assert not part["ok"]
+        assert "autoscale backing-off (BackendUnavailable: the plan's backend is away" in part["detail"]
+    finally:
+        stop.set()
+        t.join(5)
