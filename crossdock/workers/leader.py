@@ -16,7 +16,7 @@ import threading
 import time
 import uuid
 from dataclasses import dataclass
-from typing import Mapping, Sequence
+from typing import Callable, Mapping, Sequence
 
 from crossdock.backends.redis_store.store import STORE_UNAVAILABLE, utcnow
 from crossdock.gcpause import collection_paused
@@ -216,22 +216,29 @@ class Scheduler:
         if not self.leader:
             stop.wait(cfg.lease_seconds / 3)
             return
+        autoscale = [("autoscale", self.rt.config.autoscaler.interval_seconds, self.autoscaler.pass_once)
+                     ] if self.autoscaler.wanted() else []
+        follow = [("reconcile", reconcile_every, self.reconcile), ("retention", RETENTION_EVERY_SECONDS, self.expire)]
+        # the autoscaler goes first: a backlog spike is answered before the cycle that admits
+        # what fits now (a cycle over thousands of new jobs takes a second)
+        self._steps(autoscale, due)
         self.parts["cycle"].call(self.cycle_once)
-        steps = [("reconcile", reconcile_every, self.reconcile), ("retention", RETENTION_EVERY_SECONDS, self.expire)]
-        if self.autoscaler.wanted():
-            steps.append(("autoscale", self.rt.config.autoscaler.interval_seconds, self.autoscaler.pass_once))
+        self._steps(follow, due)
+        # the next cycle, or the next step if one is due sooner
+        soonest = min(due[step] for step, _every, _fn in autoscale + follow) - time.monotonic()
+        if self._wait_for_work(stop, min(cfg.interval_seconds, max(soonest, 0.05))):
+            # new jobs: the autoscaler looks at once (at most every ARRIVAL_AUTOSCALE_SECONDS
+            # while they keep arriving)
+            due["autoscale"] = min(due["autoscale"], self._autoscaled_at + ARRIVAL_AUTOSCALE_SECONDS)
+
+    def _steps(self, steps: list[tuple[str, float, Callable[[], object]]], due: dict[str, float]) -> None:
+        """Run the steps that are due, each in its own part."""
         for step, every, fn in steps:
             if time.monotonic() >= due[step]:
                 due[step] = time.monotonic() + every
                 if step == "autoscale":
                     self._autoscaled_at = time.monotonic()
                 self.parts[step].call(fn)
-        # the next cycle, or the next step if one is due sooner
-        soonest = min(due[step] for step, _every, _fn in steps) - time.monotonic()
-        if self._wait_for_work(stop, min(cfg.interval_seconds, max(soonest, 0.05))):
-            # a backlog spike: the autoscaler looks right after the next cycle (at most every
-            # ARRIVAL_AUTOSCALE_SECONDS while jobs keep arriving)
-            due["autoscale"] = min(due["autoscale"], self._autoscaled_at + ARRIVAL_AUTOSCALE_SECONDS)
 
     def report(self) -> dict:
         """How this loop is doing, for ``crossdock health``."""
