@@ -114,8 +114,10 @@ class LocalFleet:
         return [r.proc.pid for reps in self.fleets.values() for r in reps]
 
     def report(self) -> list[dict[str, Any]]:
+        """The replicas as ``crossdock health`` checks workers; those stopping on purpose are left out."""
         return [{"pid": r.proc.pid, "alive": r.proc.poll() is None, "queues": r.queues, "restarts": 0,
-                 "fleet": name, "draining": r.draining} for name, reps in self.fleets.items() for r in reps]
+                 "fleet": name, "draining": r.draining}
+                for name, reps in self.fleets.items() for r in reps if not r.stopping]
 
     def stop(self) -> None:
         with self._lock:

@@ -6,6 +6,7 @@ what the loop does with a decision."""
 
 from __future__ import annotations
 
+import json
 import threading
 import time
 
@@ -246,3 +247,31 @@ def test_a_failing_pass_backs_off_on_its_own_and_shows_in_health(rt, fake, sched
     finally:
         stop.set()
         t.join(5)
+
+
+def test_crossdock_autoscale_shows_each_fleet_and_pool_with_its_last_change(rt, fake, sched):
+    import os
+    import subprocess
+    import sys
+
+    def cli(*args):
+        return subprocess.run([sys.executable, "-m", "crossdock", "autoscale", *args], env=dict(os.environ),
+                              capture_output=True, text=True, timeout=60)
+
+    out = cli()
+    assert out.returncode == 0 and "no autoscaling pass yet" in out.stdout, out.stderr
+    sched.script.next = AutoscalePlan(
+        fleets=(FleetDecision("prep", backlog=9, current=0, recommended=5, desired=4, limited_by="ScaleUpLimit"),),
+        nodes=(NodeDecision("cpu", current=0, desired=3, add=3, waiting=(1, 2), limited_by="MaxNodes"),),
+        state=AutoscaleState())
+    sched.autoscaler.pass_once()
+    out = cli()
+    assert out.returncode == 0, out.stderr
+    fleet_row = next(line.split() for line in out.stdout.splitlines() if line.split()[:1] == ["prep"])
+    pool_row = next(line.split() for line in out.stdout.splitlines() if line.split()[:1] == ["cpu"])
+    assert fleet_row[:7] == ["prep", "fake/prep", "9", "0", "5", "4", "ScaleUpLimit"] and fleet_row[7] == "0→4"
+    # the pool as the pass found it (no node yet), what it decided, and what it did
+    assert pool_row[:6] == ["cpu", "0", "0", "3", "2", "MaxNodes"] and pool_row[6] == "0→3"
+    data = json.loads(cli("--json").stdout)
+    assert data["fleets"][0]["last_change"]["event"] == "fleet_scaled"
+    assert data["pools"][0]["last_change"]["nodes"] == ["cpu-1", "cpu-2", "cpu-3"]
