@@ -71,3 +71,50 @@ def test_a_deployment_follows_scale_fleet_and_busy_pods_survive_a_scale_in(k8s_c
         _wait_for("every pod deleted", lambda: not live_pods(core, ns) or None)
     finally:
         apps.delete_namespaced_deployment("workers", ns)
+
+
+@pytest.mark.redis
+def test_the_autoscaler_scales_a_deployment_fleet_and_tells_it_the_busy_workers(k8s_client, k8s_namespace, runtime,
+                                                                                 tmp_path, monkeypatch):
+    """The loop with a Kubernetes fleet: replicas read and set through /scale, the workers that run
+    a task (as Celery's remote control would name them: the pod's name) passed to the scale-in."""
+    import yaml
+
+    from crossdock.queue.autoscale.plan import AutoscalePlan, AutoscaleState, FleetDecision
+    from crossdock.runtime import Runtime
+    from crossdock.workers.autoscaler import Autoscaler
+
+    ns = k8s_namespace
+    cfg = tmp_path / "fleet.yaml"
+    cfg.write_text(yaml.safe_dump({
+        "priority_classes": {"p": {"value": 1}}, "pools": {"cpu": {"backend": "k8s"}},
+        "queues": {"prep": {"priority_class": "p", "pools": ["cpu"], "elastic": {
+            "metric": "queue_length", "per_replica": 1, "max": 4,
+            "fleet": {"backend": "k8s", "name": "workers", "namespace": ns}}}}}))
+    monkeypatch.setenv("CROSSDOCK_CONFIG", str(cfg))
+    rt = Runtime.from_env()
+    rt.backends.use("k8s", KubernetesBackend(rt.config, k8s_client, namespace=ns, watch=False))
+    apps, core = client.AppsV1Api(k8s_client), client.CoreV1Api(k8s_client)
+    apps.create_namespaced_deployment(ns, deployment("workers", 0))
+    busy: set[str] = set()
+    decided = []
+    loop = Autoscaler(rt, "leader-k8s", lambda pending, active: None, lambda *a: None, busy=lambda: busy,
+                      plan_fn=lambda inputs, state, config, now: decided.pop(0)(inputs))
+    try:
+        decided.append(lambda i: AutoscalePlan(fleets=(FleetDecision("prep", 3, i.fleets["prep"], 3, 3),),
+                                               state=AutoscaleState()))
+        loop.pass_once()
+        assert apps.read_namespaced_deployment_scale("workers", ns).spec.replicas == 3
+        pods = _wait_for("3 ready pods", lambda: (p := live_pods(core, ns)) and len(p) == 3
+                         and all(map(ready, p.values())) and p)
+        busy |= set(sorted(pods)[:2])
+        decided.append(lambda i: AutoscalePlan(fleets=(FleetDecision("prep", 0, i.fleets["prep"], 0, 1),),
+                                               state=AutoscaleState()))
+        loop.pass_once()
+        assert apps.read_namespaced_deployment_scale("workers", ns).spec.replicas == 2
+        _wait_for("the idle pod deleted", lambda: set(live_pods(core, ns)) == busy)
+        ev = [e for e in rt.store.events() if e.get("event") == "fleet_scaled"]
+        assert [(e["from"], e["to"]) for e in ev] == [("0", "3"), ("3", "2")]
+        assert "2 reached (busy replicas are not stopped)" in ev[-1]["reason"]
+    finally:
+        apps.delete_namespaced_deployment("workers", ns)
