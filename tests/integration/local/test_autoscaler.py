@@ -275,3 +275,43 @@ def test_crossdock_autoscale_shows_each_fleet_and_pool_with_its_last_change(rt, 
     data = json.loads(cli("--json").stdout)
     assert data["fleets"][0]["last_change"]["event"] == "fleet_scaled"
     assert data["pools"][0]["last_change"]["nodes"] == ["cpu-1", "cpu-2", "cpu-3"]
+
+
+def test_a_pool_grows_for_its_backlog_runs_it_and_shrinks_back(rt, fake, tmp_path, monkeypatch):
+    """The real plan in the live loop, closed by the fake backend: pending jobs that fit no node get
+    nodes of the pool's template, run there, and the nodes go once unneeded (times shortened)."""
+    from crossdock.backends.fake.backend import RUN_SECONDS_ENV
+    from crossdock.workers import tasks as worker_tasks
+
+    rt.config.autoscaler.scale_down_unneeded_seconds = 0.5
+    rt.config.autoscaler.scale_down_delay_after_add_seconds = 0
+    worker_tasks.runtime.cache_clear()
+    monkeypatch.setattr(worker_tasks, "runtime", lambda: rt)  # the dispatch task uses this runtime and fake
+
+    def send(name, args, kind):
+        if name == "crossdock.dispatch_batch":
+            worker_tasks.dispatch_batch.apply(args=args).get()
+        elif name == "crossdock.dispatch":
+            worker_tasks.dispatch.apply(args=args).get()
+
+    sched = Scheduler(rt, send, holder="leader-pool")
+    jobs = service.submit(rt, [JobSpec(command=["true"], workdir=str(tmp_path), queue="batch", cpus_per_task=1,
+                                       env={RUN_SECONDS_ENV: "0.3"}) for _ in range(5)])
+    stop = threading.Event()
+    t = threading.Thread(target=sched.run, args=(stop, 0.2), daemon=True)
+    t.start()
+    try:
+        deadline = time.monotonic() + 60
+        while time.monotonic() < deadline and not all(j.state is JobState.COMPLETED for j in rt.store.get_many(
+                [j.id for j in jobs])):
+            time.sleep(0.05)
+        assert {j.state for j in rt.store.get_many([j.id for j in jobs])} == {JobState.COMPLETED}
+        added = [e for e in autoscale_events(rt) if e["event"] == "nodes_added"]
+        assert sum(len(e["nodes"].split(",")) for e in added) == 3  # 5 one-CPU jobs on 2-CPU nodes, max 3
+        while time.monotonic() < deadline and fake.node_group("cpu").ready:
+            time.sleep(0.05)
+        assert fake.node_group("cpu").ready == ()
+        assert sorted(fake.removed) == ["cpu-1", "cpu-2", "cpu-3"]
+    finally:
+        stop.set()
+        t.join(5)
