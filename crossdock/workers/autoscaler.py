@@ -211,9 +211,11 @@ class Autoscaler:
         empty = [n for n in d.remove if not on_node.get(n)]
         removed = backend.remove_nodes(d.pool, empty) if empty else []
         if removed:
+            failed = [n for n in removed if n in d.failed]
+            why = f"{len(failed)} not ready in time, {len(removed) - len(failed)} unneeded" if failed else "unneeded"
             changes.append({"target": target, "event": "nodes_removed", "pool": d.pool, "from": d.current,
-                            "to": d.current - len(removed), "nodes": removed, "limited_by": d.limited_by,
-                            "reason": node_reason(d, "unneeded")})
+                            "to": d.current - len(removed), "nodes": removed, "failed": failed or None,
+                            "limited_by": d.limited_by, "reason": node_reason(d, why)})
         return changes
 
     def _mark_waiting(self, pending: Sequence[Job]) -> None:
