@@ -38,7 +38,7 @@ def config(jobs: int) -> dict:
     }
 
 
-def one_run(tmp: Path, url: str, jobs: int) -> float:
+def one_run(tmp: Path, jobs: int) -> float:
     from crossdock import service
     from crossdock.backends.fake.backend import FakeBackend
     from crossdock.queue.models import JobSpec
@@ -93,7 +93,7 @@ def main() -> None:
     cfg.write_text(yaml.safe_dump(config(args.jobs)))
     os.environ.update({"CROSSDOCK_REDIS_URL": url, "CROSSDOCK_CONFIG": str(cfg), "CROSSDOCK_STATE_DIR": str(tmp)})
     try:
-        times = [one_run(tmp, url, args.jobs) for _ in range(args.runs)]
+        times = [one_run(tmp, args.jobs) for _ in range(args.runs)]
     finally:
         embedded.stop(tmp)
     median = statistics.median(times)
