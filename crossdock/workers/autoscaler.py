@@ -185,7 +185,7 @@ class Autoscaler:
                     if added:
                         changes.append({"target": target, "event": "nodes_added", "pool": d.pool, "from": d.current,
                                         "to": d.current + len(added), "nodes": added, "limited_by": d.limited_by,
-                                        "reason": node_reason(d, f"{len(d.waiting)} pending jobs need capacity")})
+                                        "reason": node_reason(d, f"{len(added)} added")})
                 if d.remove:
                     changes += self._retire(d, backend, on_node)
             except (*EXPECTED, TypeError) as exc:
@@ -205,7 +205,7 @@ class Autoscaler:
             nodes = sorted({n for j in draining for n in j.nodes if n in d.remove})
             changes.append({"target": target, "event": "nodes_drained", "pool": d.pool, "nodes": nodes,
                             "jobs": [j.id for j in draining],
-                            "reason": node_reason(d, "preemptible work requeued before the nodes go")})
+                            "reason": node_reason(d, "preemptible work requeued before its nodes go")})
         # a node goes only once nothing runs on it; one that still runs work the plan did not
         # drain (it started since the snapshot) stays
         empty = [n for n in d.remove if not on_node.get(n)]
@@ -236,10 +236,9 @@ def fleet_reason(d: FleetDecision, reached: int | None = None) -> str:
 
 
 def node_reason(d: NodeDecision, what: str) -> str:
-    text = f"{what}; {d.current} -> {d.desired} desired"
-    if d.limited_by:
-        text += f" (limited by {d.limited_by})"
-    return text + (f"; {d.message}" if d.message else "")
+    """What was done, then the plan's own message, else the decision's numbers."""
+    return f"{what}: " + (d.message or f"{d.current} -> {d.desired} desired" + (
+        f" (limited by {d.limited_by})" if d.limited_by else ""))
 
 
 def decisions(result: AutoscalePlan, groups: Mapping[str, NodeGroup], fleets: Mapping[str, Fleet],
