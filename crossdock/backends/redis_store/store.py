@@ -20,6 +20,7 @@ from redis.backoff import NoBackoff
 from redis.retry import Retry
 
 from crossdock.backends.redis_store import scripts
+from crossdock.backends.redis_store.autoscale import AutoscaleRecords
 from crossdock.backends.redis_store.codec import (encode_fields, facts_from_record, hash_to_job, history_record,
                                                   job_to_hash, nodes_from_json, nodes_to_json)
 from crossdock.backends.redis_store.keys import Keys
@@ -90,6 +91,8 @@ class JobStore:
         self._lease = self.r.register_script(scripts.LEASE)
         self._release = self.r.register_script(scripts.RELEASE)
         self._archive = self.r.register_script(scripts.ARCHIVE)
+        self.autoscale = AutoscaleRecords(self.r, self.k, STREAM_MAXLEN)
+        """The autoscaler's state, last decisions and change events."""
 
     @classmethod
     def from_url(cls, url: str, prefix: str = "cd", actor: str = "crossdock") -> "JobStore":
