@@ -197,19 +197,24 @@ class JobStore:
 
     def backlog(self) -> dict[str, int]:
         """Jobs pending, scheduled or running, per queue: what a queue's replicas have to work
-        through (autoscaling's metric). One round trip for the ids, one for their queues."""
+        through (autoscaling's metric, counted as ``keda.backlog`` counts it: held jobs need no
+        replica). One round trip for the ids, one for their queues and reasons."""
         with self.r.pipeline(transaction=False) as pipe:
             pipe.zrange(self.k.pending, 0, -1)
             pipe.zrange(self.k.active, 0, -1)
             pending, active = pipe.execute()
         with self.r.pipeline(transaction=False) as pipe:
             for i in (*pending, *active):
-                pipe.hget(self.k.job(int(i)), "queue")
-            queues = pipe.execute()
+                pipe.hmget(self.k.job(int(i)), "queue", "state", "reason")
+            rows = pipe.execute()
+        held = {Reason.JOB_HELD_USER.value, Reason.JOB_HELD_ADMIN.value}
         counts: dict[str, int] = {}
-        for queue in queues:
-            if queue is not None:  # a job removed between the two round trips
-                counts[queue] = counts.get(queue, 0) + 1
+        for queue, state, reason in rows:
+            if queue is None:  # a job removed between the two round trips
+                continue
+            if state == JobState.PENDING.value and reason in held:
+                continue
+            counts[queue] = counts.get(queue, 0) + 1
         return counts
 
     def all_ids(self, limit: int | None = None) -> list[int]:
