@@ -26,7 +26,7 @@ from crossdock.dev.slurm.daemons import (
     wait,
     wait_nodes_ready,
 )
-from crossdock.dev.slurm.layout import NODES, ClusterError, Layout
+from crossdock.dev.slurm.layout import ELASTIC_NODES, NODES, ClusterError, Layout
 from crossdock.dev.slurm.packages import ensure_packages
 
 log = logging.getLogger(__name__)
@@ -72,7 +72,7 @@ def up(state_dir: str | os.PathLike[str] | None = None, with_rest: bool = True, 
 
 
 def _check_ports_free(layout: Layout, with_rest: bool) -> None:
-    ports = [layout.ctld_port] + [layout.node_port(i) for i in range(len(NODES))]
+    ports = [layout.ctld_port] + [layout.node_port(i) for i in range(len(NODES) + len(ELASTIC_NODES))]
     ports += [layout.restd_port] if with_rest else []
     for port in ports:
         if not port_is_free(port):
@@ -145,7 +145,8 @@ def down(state_dir: str | os.PathLike[str] | None = None, port_base: int | None 
     if live_pid(layout.pidfile("slurmctld"), "slurmctld"):
         _cancel_all_jobs(layout)
     stopped = []
-    for name, binary in reversed(layout.daemons()):
+    # Elastic nodes' slurmd run only while powered up (started by the ResumeProgram).
+    for name, binary in [*((f"slurmd-{n.name}", "slurmd") for n in ELASTIC_NODES), *reversed(layout.daemons())]:
         pid = live_pid(layout.pidfile(name), binary)
         if pid:
             stop(pid)
@@ -163,7 +164,8 @@ def status(state_dir: str | os.PathLike[str] | None = None, port_base: int | Non
     daemons = {name: {"pid": live_pid(layout.pidfile(name), binary)} for name, binary in layout.daemons()}
     core_up = all(v["pid"] for k, v in daemons.items() if not k.startswith("slurmrestd"))
     nodes = node_states(layout) if core_up and layout.conf.exists() else {}
-    nodes_up = len(nodes) == len(NODES) and all(s.rstrip("*~#") in READY_NODE_STATES for s in nodes.values())
+    always_on = [nodes.get(n.name, "") for n in NODES]
+    nodes_up = all(s.rstrip("*~#") in READY_NODE_STATES for s in always_on)
     rest = all(v["pid"] for k, v in daemons.items() if k.startswith("slurmrestd"))
     return {
         "dir": str(layout.root),
