@@ -37,9 +37,13 @@ def up(state_dir: str | os.PathLike[str] | None = None, with_rest: bool = True, 
     layout = Layout.of(state_dir, port_base)
     current = status(layout.root, port_base=layout.port_base)
     if current["up"] and (current["rest"] or not with_rest):
-        _reconfigure_if_changed(layout)
-        return layout.env_file
-    if any(d["pid"] for d in current["daemons"].values()):
+        if not _needs_restart(layout):
+            _reconfigure_if_changed(layout)
+            return layout.env_file
+        log.warning("slurm.conf's nodes or power saving changed, which slurmctld takes only at a start:"
+                    " restarting the cluster (%s)", layout.root)
+        down(layout.root, port_base=layout.port_base)
+    elif any(d["pid"] for d in current["daemons"].values()):
         # Half up: start over rather than guess which half is sound.
         down(layout.root, port_base=layout.port_base)
     started = time.monotonic()
@@ -80,6 +84,18 @@ def _check_ports_free(layout: Layout, with_rest: bool) -> None:
                 f"port {port} on 127.0.0.1 is taken (another cluster? `status --dir` shows which is up);"
                 f" stop it or give this one other ports with CROSSDOCK_SLURM_PORT_BASE"
             )
+
+
+RESTART_KEYS = ("NodeName=", "PartitionName=", "ResumeProgram=", "SuspendProgram=", "SuspendTime=")
+"""slurm.conf lines ``scontrol reconfigure`` cannot apply on 22.05 (nodes added or removed, power
+saving turned on the first time)."""
+
+
+def _needs_restart(layout: Layout) -> bool:
+    def lines(text: str) -> list[str]:
+        return [line for line in text.splitlines() if line.startswith(RESTART_KEYS)]
+
+    return lines(layout.conf.read_text()) != lines(render_slurm_conf(layout))
 
 
 def _reconfigure_if_changed(layout: Layout) -> None:
