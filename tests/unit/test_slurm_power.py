@@ -148,14 +148,17 @@ def slurm_job(job_id: int, crossdock_id: int, state: str = "PENDING", restarts: 
 def test_an_attempt_slurm_requeued_onto_a_node_that_failed_to_resume_is_cancelled_and_node_fail():
     failed = node("elastic3", "down", "CLOUD", "POWERED_DOWN", "NOT_RESPONDING")
     driver = Driver([failed, node("elastic1")],
-                    [slurm_job(50, 1), slurm_job(51, 2), slurm_job(52, 3, restarts=0), slurm_job(53, 4, "RUNNING", 0, reason="None")])
+                    [slurm_job(50, 1), slurm_job(51, 2), slurm_job(52, 3, restarts=0, reason="Priority"),
+                     slurm_job(53, 4, "RUNNING", 0, reason="None"),
+                     slurm_job(54, 5, restarts=0, reason="ReqNodeNotAvail,_UnavailableNodes:elastic3")])
     backend = SlurmBackend(driver, config=config())
     jobs = [job(1, nodes=["elastic3"], attempts=1, backend_ref="50"),  # stranded
             job(2, nodes=["elastic1"], attempts=1, backend_ref="51"),  # requeued, its node is fine
             job(3, nodes=["elastic3"], attempts=1, backend_ref="52"),  # never started: Slurm resumes it
-            job(4, nodes=["elastic1"], attempts=1, backend_ref="53")]
+            job(4, nodes=["elastic1"], attempts=1, backend_ref="53"),
+            job(5, nodes=["elastic3"], attempts=1, backend_ref="54")]  # placed from a stale inventory
     got = backend.status(jobs)
     assert {i: (s.state, s.reason) for i, s in got.items()} == {
         1: (JobState.NODE_FAIL, "ResumeFailed"), 2: (JobState.PENDING, "BeginTime"),
-        3: (JobState.PENDING, "BeginTime"), 4: (JobState.RUNNING, "None")}
-    assert driver.cancelled == ["50"]
+        3: (JobState.PENDING, "Priority"), 4: (JobState.RUNNING, "None"), 5: (JobState.NODE_FAIL, "ResumeFailed")}
+    assert driver.cancelled == ["50", "54"]

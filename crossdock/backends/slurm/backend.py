@@ -490,13 +490,14 @@ class SlurmBackend(PowerSave, StartEstimates):
         return out
 
     def _strand_checks(self, jobs: Sequence[Job], out: dict[int, BackendStatus]) -> None:
-        """Attempts Slurm requeued that can never start where crossdock put them: pinned
-        (``--nodelist``) to a node whose resume failed (DOWN after ``ResumeTimeout``), where Slurm
-        would keep them pending for ever (``ReqNodeNotAvail``). Each is cancelled in Slurm (it is
+        """Attempts that can never start where crossdock put them: pinned (``--nodelist``) to a node
+        whose resume failed (DOWN after ``ResumeTimeout``), where Slurm would keep them pending for
+        ever — requeued there by Slurm, or placed there from an inventory that did not show the
+        failure yet (``ReqNodeNotAvail``). Each is cancelled in Slurm (it is
         pending: nothing of it runs) and reported NODE_FAIL, which the follower requeues as a new
         attempt that the scheduler places elsewhere. One node listing, only when such a job exists."""
         waiting = [j for j in jobs if j.nodes and j.id in out and out[j.id].state is JobState.PENDING
-                   and int(out[j.id].extra.get("restarts", "0")) > 0]
+                   and (int(out[j.id].extra.get("restarts", "0")) > 0 or out[j.id].reason.startswith("ReqNodeNotAvail"))]
         if not waiting:
             return
         failed = resume_failed(self.driver.nodes())
