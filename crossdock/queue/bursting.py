@@ -14,7 +14,7 @@ order; other jobs keep the first pool):
 
 - a backend that ``EstimatesStart`` answers itself (Slurm: ``sbatch --test-only``);
 - any other pool (Kubernetes) gets :func:`backlog_start`: the jobs already waiting in its backend
-  queue over the pool's throughput (one job per time limit of each job running there), plus the
+  queue, and those estimated before it in this cycle, over the pool's throughput (one job per time limit of each job running there), plus the
   time a new node takes (``provision_seconds``) when the pool's provisioner must add one first —
   the leader passes 0 for now: no backend reports its provisioning time yet.
 """
@@ -64,11 +64,11 @@ def throughput(snapshot: Snapshot, pool: str) -> float:
     return rate
 
 
-def backlog_start(snapshot: Snapshot, pool: str, *, provision_seconds: float = 0.0) -> float | None:
+def backlog_start(snapshot: Snapshot, pool: str, *, ahead: int = 0, provision_seconds: float = 0.0) -> float | None:
     """Expected start (seconds) in a pool whose backend does not estimate: the jobs waiting in its
-    backend queue ahead of this one over its :func:`throughput`, plus ``provision_seconds`` when a
-    node must be added first (0: the pool cannot grow)."""
-    return expected_start(snapshot.backend_queued.get(pool, 0), throughput(snapshot, pool),
+    backend queue, and ``ahead`` more routed before this one, over its :func:`throughput`, plus
+    ``provision_seconds`` when a node must be added first (0: the pool cannot grow)."""
+    return expected_start(snapshot.backend_queued.get(pool, 0) + ahead, throughput(snapshot, pool),
                           provision_seconds=provision_seconds)
 
 

@@ -114,7 +114,7 @@ class Scheduler:
         if not wanted:
             return snap
         starts: dict[int, dict[str, float | None]] = {}
-        for job, pools in wanted:
+        for rank, (job, pools) in enumerate(wanted):
             by_pool = starts[job.id] = {}
             for pool in pools:
                 kind = config.pools[pool].backend
@@ -122,8 +122,8 @@ class Scheduler:
                     backend = self.rt.backends(kind)
                     if self.rt.backends.capabilities(kind).estimates_start and isinstance(backend, EstimatesStart):
                         by_pool[pool] = backend.estimate_start(job, pool)
-                    else:
-                        by_pool[pool] = backlog_start(snap, pool)
+                    else:  # the jobs before it in this cycle may queue there too
+                        by_pool[pool] = backlog_start(snap, pool, ahead=rank)
                 except UNAVAILABLE as exc:
                     log.warning("start estimate of job %s in %s unavailable: %s", job.id, pool, exc)
                     by_pool[pool] = None

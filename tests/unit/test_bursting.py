@@ -95,6 +95,7 @@ def test_a_pool_s_backlog_start_is_the_jobs_ahead_over_what_its_running_jobs_fre
     assert throughput(snap, "kube") == pytest.approx(0.02)
     assert backlog_start(snap, "kube") == pytest.approx(200.0)  # 4 ahead at 0.02/s
     assert backlog_start(snap, "kube", provision_seconds=30) == pytest.approx(230.0)
+    assert backlog_start(snap, "kube", ahead=1) == pytest.approx(250.0)
     assert backlog_start(snap, "hpc") is None  # nothing runs there with a limit: unknown
     no_limit = build_snapshot(Records([], [running(3, "cpu1", "hpc", limit_s=None)], NODES), cfg)
     assert throughput(no_limit, "hpc") == 0.0
