@@ -104,3 +104,18 @@ def test_the_power_programs_start_and_stop_one_slurmd_per_node_with_their_own_pa
         assert 'scontrol show hostnames "$1"' in text and "exec </dev/null" in text
     assert 'slurmd -b -N "$node"' in resume and "/srv/cluster/etc/resume-fail" in resume
     assert "/srv/cluster/run/slurmd-\"$node\".pid" in suspend and 'kill "$pid"' in suspend
+
+
+def test_a_running_cluster_whose_nodes_or_power_saving_changed_is_restarted_not_reconfigured(tmp_path):
+    from crossdock.dev.slurm.cluster import _needs_restart
+
+    layout = Layout(tmp_path, 20000)
+    layout.etc.mkdir()
+    current = render_slurm_conf(layout)
+    layout.conf.write_text(current)
+    assert not _needs_restart(layout)
+    layout.conf.write_text(current.replace("KillWait=5", "KillWait=6"))  # reconfigure takes that
+    assert not _needs_restart(layout)
+    before = "\n".join(x for x in current.splitlines() if "elastic" not in x and not x.startswith("Suspend"))
+    layout.conf.write_text(before)  # as written before the elastic nodes existed
+    assert _needs_restart(layout)

@@ -24,7 +24,7 @@ from crossdock.backends.slurm.power import power_state
 from crossdock.dev.slurm.config import RESUME_TIMEOUT_S, SUSPEND_TIME_S, SUSPEND_TIMEOUT_S
 from crossdock.dev.slurm.layout import ELASTIC_NODES, Layout
 from crossdock.queue.config import parse_config
-from crossdock.queue.models import JobSpec
+from crossdock.queue.models import Job, JobSpec
 from crossdock.queue.states import JobState
 
 pytestmark = [pytest.mark.slurm, pytest.mark.autoscale, pytest.mark.redis, pytest.mark.celery]
@@ -168,3 +168,21 @@ def test_a_resume_that_fails_requeues_and_the_job_runs_exactly_once_on_another_n
     assert powers(backend)[first] == "failed"
     other = ELASTIC[1] if first == ELASTIC[0] else ELASTIC[0]
     assert out.read_text().split() == ["ran", "on", other]  # exactly one run, never on the failed node
+
+
+@pytest.mark.parametrize("driver", ["cli", "rest"])
+def test_both_drivers_see_the_same_node_group_and_estimate_through_slurm(driver, slurm_cluster, jobs_dir):
+    """slurmrestd's /nodes carries the power flags sinfo --json does; the will-run test and power
+    changes go through the REST driver's CLI fallback (v0.0.38 has neither)."""
+    cfg = parse_config({**config("power_save"), "pools": {
+        "elastic": {"backend": "slurm", "partition": "elastic", "provisioner": "power_save"},
+        "hpc": {"backend": "slurm", "partition": "gpu-a100"}}})
+    cli = SlurmBackend.from_env(slurm_cluster, config=cfg)
+    backend = SlurmBackend.from_env(slurm_cluster, driver=driver, config=cfg)
+    assert backend.node_group("elastic") == cli.node_group("elastic")
+    nodes = {n.name: n for n in backend.inventory().nodes}
+    assert {nodes[n].labels["slurm.power"] for n in ELASTIC} <= {"on", "powered_down", "powering_up", "powering_down"}
+    assert all(not nodes[n].schedulable for n in ELASTIC if nodes[n].labels["slurm.power"] != "on")
+    job = Job(id=1, spec=JobSpec(command=["true"], workdir=str(jobs_dir)), queue="batch")
+    assert backend.estimate_start(job, "hpc") is not None  # an idle node: about now
+    assert backend.estimate_start(job, "hpc") < 60
