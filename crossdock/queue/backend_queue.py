@@ -40,11 +40,11 @@ def probe(empty: Snapshot, job: Job, config: ClusterConfig, now: datetime) -> Pl
 
 
 def _burst(job: Job, key: tuple, default: Placement, target: dict, empty: Snapshot, room: dict[str, int],
-           snap: Snapshot, config: ClusterConfig, now: datetime) -> Placement | None:
-    """Bursting: of the job's queue's pools with room whose empty node could run it (probed once
+           snap: Snapshot, config: ClusterConfig, now: datetime, pools: list[str]) -> Placement | None:
+    """Bursting: of the job's queue's ``pools`` with room whose empty node could run it (probed once
     per shape and pool), the one :func:`crossdock.queue.bursting.route_pool` picks by expected start."""
     fits: dict[str, Placement] = {default.pool: default} if room.get(default.pool, 0) > 0 else {}
-    for pool in bursting_queues(config).get(job.queue, ()):
+    for pool in pools:
         if pool in fits or room.get(pool, 0) <= 0:
             continue
         if (key, pool) not in target:
@@ -87,6 +87,7 @@ def admit_to_backend_queues(result: CycleResult, snap: Snapshot, pending: Sequen
     quota_queues = {name for name, q in config.queues.items() if q.quota.model_dump(exclude_defaults=True)}
     empty = Snapshot(nodes=tuple(n for n in snap.nodes if n.pool in pools), jobs=snap.jobs, usage=snap.usage)
     target: dict[tuple, Placement | None] = {}
+    bursting = bursting_queues(config) if snap.start_estimates else {}
     added: list[Placement] = []
     held: dict[int, list[Placement]] = {}  # throttled arrays' extra tasks, until their pool is known to be one
     for job in sorted((by_id[i] for i, why in result.pending.items() if why in WAITING_REASONS and i in by_id),
@@ -104,8 +105,8 @@ def admit_to_backend_queues(result: CycleResult, snap: Snapshot, pending: Sequen
                 update={"dependency": None, "array": None})})
             target[key] = probe(empty, alone, config, now)
         found = target[key]
-        if found is not None and snap.start_estimates.get(job.id):
-            found = _burst(job, key, found, target, empty, room, snap, config, now)
+        if found is not None and job.queue in bursting and snap.start_estimates.get(job.id):
+            found = _burst(job, key, found, target, empty, room, snap, config, now, bursting[job.queue])
         if found is None or room.get(found.pool, 0) <= 0:
             continue
         room[found.pool] -= 1

@@ -21,7 +21,7 @@ from typing import Sequence
 from crossdock.backends.redis_store.store import STORE_UNAVAILABLE, utcnow
 from crossdock.gcpause import collection_paused
 from crossdock.queue.assembly import Records, accrue_usage, build_snapshot, dependency_targets
-from crossdock.queue.bursting import backlog_start, estimates_view, to_estimate
+from crossdock.queue.bursting import backlog_start, bursting_queues, estimates_view, to_estimate
 from crossdock.queue.cycle import CycleResult, facts_of, order, run_cycle
 from crossdock.queue.dispatch import dispatch_groups
 from crossdock.queue.models import Job
@@ -110,9 +110,9 @@ class Scheduler:
         for the first pending jobs of queues whose pools span backends, each pool's estimate from
         its backend when it ``EstimatesStart`` (its own cost is bounded), else from the pool's backlog."""
         config = self.rt.config
-        wanted = to_estimate(order(pending), config)
-        if not wanted:
+        if not bursting_queues(config):
             return snap
+        wanted = to_estimate(order(pending), config)
         starts: dict[int, dict[str, float | None]] = {}
         for rank, (job, pools) in enumerate(wanted):
             by_pool = starts[job.id] = {}
