@@ -39,6 +39,12 @@ def probe(empty: Snapshot, job: Job, config: ClusterConfig, now: datetime) -> Pl
     return result.admitted[0] if result.admitted else None
 
 
+def _alone(job: Job) -> Job:
+    """The job as a probe places it: its own shape, no dependency, no array."""
+    return job.model_copy(update={"array_job_id": None, "spec": job.spec.model_copy(
+        update={"dependency": None, "array": None})})
+
+
 def _burst(job: Job, key: tuple, default: Placement, target: dict, empty: Snapshot, room: dict[str, int],
            snap: Snapshot, config: ClusterConfig, now: datetime, pools: list[str]) -> Placement | None:
     """Bursting: of the job's queue's ``pools`` with room whose empty node could run it (probed once
@@ -48,10 +54,8 @@ def _burst(job: Job, key: tuple, default: Placement, target: dict, empty: Snapsh
         if pool in fits or room.get(pool, 0) <= 0:
             continue
         if (key, pool) not in target:
-            alone = job.model_copy(update={"array_job_id": None, "spec": job.spec.model_copy(
-                update={"dependency": None, "array": None})})
             only = replace(empty, nodes=tuple(n for n in empty.nodes if n.pool == pool))
-            target[(key, pool)] = probe(only, alone, config, now)
+            target[(key, pool)] = probe(only, _alone(job), config, now)
         if target[(key, pool)] is not None:
             fits[pool] = target[(key, pool)]
     if not fits:
@@ -101,9 +105,7 @@ def admit_to_backend_queues(result: CycleResult, snap: Snapshot, pending: Sequen
                 continue
         key = (job.queue, job.priority_class, build_request(job, config).shape_key())
         if key not in target:
-            alone = job.model_copy(update={"array_job_id": None, "spec": job.spec.model_copy(
-                update={"dependency": None, "array": None})})
-            target[key] = probe(empty, alone, config, now)
+            target[key] = probe(empty, _alone(job), config, now)
         found = target[key]
         if found is not None and job.queue in bursting and snap.start_estimates.get(job.id):
             found = _burst(job, key, found, target, empty, room, snap, config, now, bursting[job.queue])

@@ -493,9 +493,9 @@ class SlurmBackend(PowerSave, StartEstimates):
         """Attempts that can never start where crossdock put them: pinned (``--nodelist``) to a node
         whose resume failed (DOWN after ``ResumeTimeout``), where Slurm would keep them pending for
         ever — requeued there by Slurm, or placed there from an inventory that did not show the
-        failure yet (``ReqNodeNotAvail``). Each is cancelled in Slurm (it is
-        pending: nothing of it runs) and reported NODE_FAIL, which the follower requeues as a new
-        attempt that the scheduler places elsewhere. One node listing, only when such a job exists."""
+        failure yet (``ReqNodeNotAvail``). Each is cancelled in Slurm (it is pending: nothing of it
+        runs) and reported NODE_FAIL, which the follower requeues as a new attempt that the
+        scheduler places elsewhere. One node listing, only when such a job exists."""
         waiting = [j for j in jobs if j.nodes and j.id in out and out[j.id].state is JobState.PENDING
                    and (int(out[j.id].extra.get("restarts", "0")) > 0 or out[j.id].reason.startswith("ReqNodeNotAvail"))]
         if not waiting:
@@ -510,7 +510,7 @@ class SlurmBackend(PowerSave, StartEstimates):
             except SlurmError as exc:  # the next pass looks again
                 log.warning("job %s: cancelling Slurm job %s stranded on %s failed: %s", job.id, st.ref, lost, exc)
                 continue
-            log.warning("job %s: Slurm job %s requeued onto %s, which failed to resume; requeued by crossdock",
+            log.warning("job %s: Slurm job %s waits for %s, which failed to resume; cancelled, crossdock requeues it",
                         job.id, st.ref, ",".join(lost))
             out[job.id] = replace(st, state=JobState.NODE_FAIL, reason=RESUME_FAILED)
 

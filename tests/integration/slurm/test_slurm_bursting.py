@@ -24,6 +24,7 @@ from crossdock.backends.slurm.request import parse_tag
 from crossdock.queue.models import JobSpec
 from crossdock.queue.states import JobState
 from crossdock.workers import tasks as worker_tasks
+from crossdock.workers import leader
 from crossdock.workers.leader import Scheduler
 
 pytestmark = [pytest.mark.slurm, pytest.mark.autoscale, pytest.mark.redis]
@@ -68,8 +69,9 @@ def crossdock(slurm_cluster, tmp_path, redis_url, monkeypatch):
     def send(name: str, args: list, kind: str) -> None:
         getattr(worker_tasks, name.split(".", 1)[1]).apply(args=args).get()
 
+    monkeypatch.setattr(leader, "INVENTORY_REFRESH_SECONDS", 0.0)  # read the backends every step
     sched = Scheduler(rt, send)
-    sched.rt, sched.kube = rt, kube
+    sched.kube = kube
     yield sched
     for job in rt.store.get_many(rt.store.active_ids()):
         if job.backend == "slurm":
@@ -80,7 +82,6 @@ def crossdock(slurm_cluster, tmp_path, redis_url, monkeypatch):
 def step(sched: Scheduler, until, what: str, timeout: float = 60):
     deadline = time.monotonic() + timeout
     while True:
-        sched._inventory.clear()  # read the backends every step (the loop caches for 10 s)
         sched.cycle_once()
         sched.reconcile()
         if until():

@@ -57,7 +57,7 @@ def powers(backend: SlurmBackend) -> dict[str, str]:
 
 def reset_elastic(slurm_cluster: dict[str, str]) -> None:
     """Every elastic node powered down and usable again (a failed resume leaves a node DOWN)."""
-    env = {**slurm_cluster, "SLURM_CONF": slurm_cluster["SLURM_CONF"]}
+    env = slurm_cluster
     backend = SlurmBackend.from_env(env)
     Layout.of(slurm_cluster["CROSSDOCK_SLURM_DIR"]).resume_fail_file.unlink(missing_ok=True)
     failed = [n for n, p in powers(backend).items() if p == "failed"]
@@ -144,7 +144,7 @@ def test_a_resume_that_fails_requeues_and_the_job_runs_exactly_once_on_another_n
     resume fails (DOWN after ResumeTimeout, Slurm requeues its job); crossdock requeues the job as a
     new attempt, which runs on another node."""
     rt, backend = crossdock.rt, crossdock.backend
-    env = {**slurm_cluster}
+    env = slurm_cluster
     fail_file = Layout.of(slurm_cluster["CROSSDOCK_SLURM_DIR"]).resume_fail_file
     power_log = Layout.of(slurm_cluster["CROSSDOCK_SLURM_DIR"]).power_log
     fail_file.write_text("\n".join(ELASTIC[:2]) + "\n")
