@@ -15,16 +15,17 @@ import logging
 import threading
 import time
 import uuid
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Callable, Mapping, Sequence
 
 from crossdock.backends.redis_store.store import STORE_UNAVAILABLE, utcnow
 from crossdock.gcpause import collection_paused
 from crossdock.queue.assembly import Records, accrue_usage, build_snapshot, dependency_targets
-from crossdock.queue.cycle import CycleResult, facts_of, run_cycle
+from crossdock.queue.bursting import backlog_start, bursting_queues, estimates_view, to_estimate
+from crossdock.queue.cycle import CycleResult, facts_of, order, run_cycle
 from crossdock.queue.dispatch import dispatch_groups
 from crossdock.queue.models import Job
-from crossdock.queue.ports import Inventory, ScalesFleet
+from crossdock.queue.ports import EstimatesStart, Inventory, ScalesFleet
 from crossdock.queue.snapshot import Node, Snapshot
 from crossdock.queue.states import JobState, Reason
 from crossdock.runtime import Runtime
@@ -113,6 +114,30 @@ class Scheduler:
         store.save_usage(usage, now)
         return usage
 
+    def start_estimates(self, snap: Snapshot, pending: list[Job]) -> Snapshot:
+        """The snapshot with the expected starts bursting routes by (:mod:`crossdock.queue.bursting`):
+        for the first pending jobs of queues whose pools span backends, each pool's estimate from
+        its backend when it ``EstimatesStart`` (its own cost is bounded), else from the pool's backlog."""
+        config = self.rt.config
+        if not bursting_queues(config):
+            return snap
+        wanted = to_estimate(order(pending), config)
+        starts: dict[int, dict[str, float | None]] = {}
+        for rank, (job, pools) in enumerate(wanted):
+            by_pool = starts[job.id] = {}
+            for pool in pools:
+                kind = config.pools[pool].backend
+                try:
+                    backend = self.rt.backends(kind)
+                    if self.rt.backends.capabilities(kind).estimates_start and isinstance(backend, EstimatesStart):
+                        by_pool[pool] = backend.estimate_start(job, pool)
+                    else:  # the jobs before it in this cycle may queue there too
+                        by_pool[pool] = backlog_start(snap, pool, ahead=rank)
+                except UNAVAILABLE as exc:
+                    log.warning("start estimate of job %s in %s unavailable: %s", job.id, pool, exc)
+                    by_pool[pool] = None
+        return replace(snap, start_estimates=estimates_view(starts))
+
     def _known_nodes(self) -> list[Node]:
         """The nodes of the last inventory, without asking any backend."""
         nodes = [n for _at, inv in self._inventory.values() for n in inv.nodes]
@@ -128,7 +153,7 @@ class Scheduler:
             self.accrue(self._known_nodes(), store.get_many(store.active_ids()))
             return CycleStats(seconds=time.perf_counter() - t0)
         active = store.get_many(store.active_ids())
-        snap = self.snapshot(pending, active)
+        snap = self.start_estimates(self.snapshot(pending, active), pending)
         with collection_paused():
             result = run_cycle(snap, pending, self.rt.config, utcnow())
         self.commit(result, {j.id: j for j in [*pending, *active]}, dict(snap.running_per_array))
