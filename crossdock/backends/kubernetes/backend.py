@@ -35,6 +35,7 @@ from crossdock.backends.kubernetes import gangs
 from crossdock.backends.kubernetes import manifests as m
 from crossdock.backends.kubernetes import nodes, provisioning
 from crossdock.backends.kubernetes import states
+from crossdock.backends.kubernetes.fleet import DeploymentFleets
 from crossdock.backends.kubernetes.informer import Informer, body, list_all
 from crossdock.queue.config import ClusterConfig
 from crossdock.queue.models import Job
@@ -95,7 +96,7 @@ def _array_tasks(kjobs: Mapping[str, tuple[dict[str, Any], bool]]) -> dict[tuple
 class KubernetesBackend:
     kind = "k8s"
     capabilities = Capabilities(arrays=True, batches=True, reowns_claims=True, backend_queue=True, logs=True,
-                                provisioners=provisioning.PROVISIONERS)
+                                provisioners=provisioning.PROVISIONERS, fleets=True)
 
     def __init__(self, config: ClusterConfig, api_client: client.ApiClient, *, namespace: str = "default",
                  store: Any = None, image: str = "python:3.11-slim", ttl_seconds_after_finished: int | None = 3600,
@@ -148,6 +149,13 @@ class KubernetesBackend:
 
     def remove_nodes(self, pool: str, names: Sequence[str]) -> list[str]:
         return self.provisioners.of(pool).remove_nodes(pool, names)
+
+    # --- worker fleets (ScalesFleet: a Deployment's /scale, fleet.py) -------------------------
+    def fleet_replicas(self, fleet: Any) -> int:
+        return DeploymentFleets(self.api, api_error).replicas(fleet)
+
+    def scale_fleet(self, fleet: Any, replicas: int, busy: Iterable[str] = frozenset()) -> int:
+        return DeploymentFleets(self.api, api_error).scale(fleet, replicas, frozenset(busy))
 
     # --- dispatch ---------------------------------------------------------------------------
     def manifest(self, job: Job, array_tasks: Sequence[Job] | None = None) -> dict[str, Any]:
