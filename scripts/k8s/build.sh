@@ -72,21 +72,29 @@ fi
 
 karpenter_crds="$bin_dir/../karpenter-crds"
 if [[ $force == 1 || ! -x "$bin_dir/karpenter" || ! -s "$karpenter_crds/karpenter.sh_nodeclaims.yaml" \
-      || "$(cat "$bin_dir/karpenter.version" 2>/dev/null)" != "$KARPENTER_VERSION" ]]; then
+      || "$(cat "$bin_dir/karpenter.version" 2>/dev/null)" != "$KARPENTER_VERSION+loopback" ]]; then
   step "karpenter $KARPENTER_VERSION (its kwok cloud provider)"
   # No replace directives either: its own module graph. The main package is kwok/, hence the rename.
   mkdir -p "$stage/karpenter"
-  GOBIN="$stage/karpenter" nice -n 10 "$go_bin" install -trimpath -ldflags "-s -w" \
-      "sigs.k8s.io/karpenter/kwok@$KARPENTER_VERSION"
   karpenter_dir="$(cd "$stage" && "$go_bin" mod download -json "sigs.k8s.io/karpenter@$KARPENTER_VERSION" \
       | sed -n 's/^[[:space:]]*"Dir": "\(.*\)",$/\1/p')"
+  # Its metrics and health servers bind ":<port>" (every interface) and no flag changes that:
+  # build from a copy of the module whose operator.go binds both to 127.0.0.1 (the module cache
+  # is read-only and `go build -overlay` refuses files in it), so the dev plane stays on loopback.
+  cp -r "$karpenter_dir" "$stage/karpenter/src" && chmod -R u+w "$stage/karpenter/src"
+  operator_go="$stage/karpenter/src/pkg/operator/operator.go"
+  sed -i 's/fmt.Sprintf(":%d"/fmt.Sprintf("127.0.0.1:%d"/' "$operator_go"
+  [[ "$(grep -c '"127.0.0.1:%d"' "$operator_go")" == 2 ]] \
+    || { echo "karpenter $KARPENTER_VERSION: its bind addresses moved; update the loopback patch" >&2; exit 1; }
+  (cd "$stage/karpenter/src" && nice -n 10 "$go_bin" build -trimpath -ldflags "-s -w" \
+      -o "$stage/karpenter/kwok" ./kwok)
   mkdir -p "$stage/karpenter-crds"
   cp "$karpenter_dir"/kwok/charts/crds/*.yaml "$karpenter_dir"/kwok/apis/crds/*.yaml "$stage/karpenter-crds/"
   chmod 0644 "$stage/karpenter-crds/"*.yaml
   mv -f "$stage/karpenter/kwok" "$bin_dir/karpenter"
   rm -rf "$karpenter_crds"
   mv "$stage/karpenter-crds" "$karpenter_crds"
-  echo "$KARPENTER_VERSION" > "$bin_dir/karpenter.version"
+  echo "$KARPENTER_VERSION+loopback" > "$bin_dir/karpenter.version"
 fi
 
 stages_dir="$bin_dir/../kwok-stages"

@@ -54,7 +54,8 @@ def missing_binaries() -> list[str]:
         missing.append("kwok-stages")
     if not (bin_dir().parent / "karpenter-crds" / "karpenter.sh_nodeclaims.yaml").is_file():
         missing.append("karpenter-crds")
-    stamp, wanted = bins / "karpenter.version", versions()["KARPENTER_VERSION"]
+    # "+loopback": built with scripts/k8s/build.sh's overlay that binds its servers to 127.0.0.1
+    stamp, wanted = bins / "karpenter.version", versions()["KARPENTER_VERSION"] + "+loopback"
     if "karpenter" not in missing and (not stamp.is_file() or stamp.read_text().strip() != wanted):
         missing.append(f"karpenter {wanted}")
     return missing
