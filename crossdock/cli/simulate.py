@@ -198,7 +198,8 @@ def scenario(path: Path = typer.Argument(Path("configs/scenarios/mixed-gpu-clust
 
 
 ELASTIC_COLUMNS = (("setup", "setup"), ("node_hours", "node-hours"), ("wait_p50_s", "wait p50 s"),
-                   ("wait_p95_s", "wait p95 s"), ("never_started", "never started"), ("scale_events", "scale events"),
+                   ("wait_p95_s", "wait p95 s"), ("wait_p99_s", "wait p99 s"), ("waited", "waited > 1 s"),
+                   ("never_started", "never started"), ("scale_events", "scale events"),
                    ("nodes_added", "nodes added"))
 
 

@@ -22,6 +22,7 @@ import time
 from datetime import datetime, timezone
 from typing import Callable
 
+from crossdock.queue.autoscale import plan as autoscale_plan
 from crossdock.queue.config import ClusterConfig
 from crossdock.queue.models import GpuRequest, Job, JobSpec
 from crossdock.queue.ports import NodeGroup
@@ -55,14 +56,10 @@ class CrossdockPlan:
     name = "crossdock"
 
     def __init__(self, config: ClusterConfig, planner: Callable | None = None, idle_s: float | None = None):
-        if planner is None:
-            from crossdock.queue.autoscale.plan import plan as planner
-        from crossdock.queue.autoscale.plan import AutoscaleState
-
-        self.planner, self.config = planner, config
+        self.planner, self.config = planner or autoscale_plan.plan, config
         self.interval_s = config.autoscaler.interval_seconds
         self.idle_s = idle_s
-        self.state = AutoscaleState()
+        self.state = autoscale_plan.AutoscaleState()
         self.passes = 0
         self.wall_s = 0.0
         self._nodes: dict[str, Node] = {}
@@ -74,8 +71,6 @@ class CrossdockPlan:
             version, at = self._seen
             if version == sim.version and now - at < self.idle_s:
                 return Actions()
-        from crossdock.queue.autoscale.plan import Inputs
-
         nodes, allocs, jobs = [], [], []
         for job in sim.pending:
             jobs.append(self._record(sim, job)[0])
@@ -88,7 +83,7 @@ class CrossdockPlan:
             ready = sim.nodes(pool, UP)
             nodes.extend(self._node(sim, pool, n) for n in ready)
             groups[pool] = NodeGroup(pool, ready=tuple(ready), starting=tuple(sim.nodes(pool, STARTING)))
-        inputs = Inputs(snapshot=Snapshot(tuple(nodes), tuple(allocs)), jobs=tuple(jobs), groups=groups)
+        inputs = autoscale_plan.Inputs(snapshot=Snapshot(tuple(nodes), tuple(allocs)), jobs=tuple(jobs), groups=groups)
         t0 = time.perf_counter()
         result = self.planner(inputs, self.state, self.config, EPOCH + now)
         self.wall_s += time.perf_counter() - t0

@@ -144,6 +144,7 @@ def plot_elastic(sc: ElasticScenario, results: dict[str, ElasticResult], path: s
 
     series = {r.setup: (r.samples[:, 0], r.samples[:, 1:-1].sum(axis=1)) for r in results.values()}
     rows = [(r.setup, r.summary()) for r in results.values()]
-    metrics = [("node_hours", "node-hours"), ("wait_p50_s", "queue wait p50 (s)"),
-               ("wait_p95_s", "queue wait p95 (s)"), ("never_started", "jobs never started")]
+    metrics = [("node_hours", "node-hours"), ("wait_p95_s", "queue wait p95 (s)"),
+               ("wait_p99_s", "queue wait p99 (s)"), ("waited", "jobs that waited > 1 s"),
+               ("never_started", "jobs never started")]
     return plot_elastic_day(series, rows, metrics, path, title=f"{sc.name}: one day, same arrivals")
