@@ -12,7 +12,9 @@
   0.1, scale-up cap ``max(2·current, 4)``, downscale stabilization over 300 s), 0 only after
   ``cooldown_seconds`` without activity; a cluster-autoscaler-like follower scans every
   ``scan_s`` (10 s) and adds a node per replica without one, and removes an excess node once it
-  has been empty for ``scale_down_unneeded_seconds``. Nothing it removes runs work.
+  has been empty for ``scale_down_unneeded_seconds`` and no node was added to the pool for
+  ``scale_down_delay_after_add_seconds`` (the same ``autoscaler`` block crossdock reads, named
+  after cluster-autoscaler's flags). Nothing it removes runs work.
 """
 
 from __future__ import annotations
@@ -151,6 +153,7 @@ class KedaPoll:
         self.recommendations: dict[str, list[tuple[float, int]]] = {name: [] for name in self.queues}
         self.last_active: dict[str, float] = {}
         self.unneeded_since: dict[str, float] = {}
+        self.last_add: dict[str, float] = {}
         self.polls = 0
 
     def _poll(self, sim: ElasticSim, now: float) -> None:
@@ -184,12 +187,16 @@ class KedaPoll:
             self._poll(sim, now)
         actions = Actions()
         unneeded = self.config.autoscaler.scale_down_unneeded_seconds
+        delay = self.config.autoscaler.scale_down_delay_after_add_seconds
         for name, q in self.queues.items():
             pool = q.pools[0]
             ready, starting = sim.nodes(pool, UP), sim.nodes(pool, STARTING)
             excess = len(ready) + len(starting) - max(self.replicas[name], sim.pools[pool].min_nodes)
             if excess < 0:
                 actions.add[pool] = -excess
+                self.last_add[pool] = now
+            if now - self.last_add.get(pool, -math.inf) < delay:
+                excess = 0  # cluster-autoscaler's scale-down delay after add
             empty = [n for n in ready if not sim.jobs_on(n)]
             for n in ready:
                 if n in empty and excess > 0:
