@@ -150,6 +150,14 @@ class ScalingRules(_Cfg):
     policies: list[ScalingPolicy] | None = None
     tolerance: float | None = Field(None, ge=0, le=1e6)
 
+    @field_validator("policies")
+    @classmethod
+    def _some_policy(cls, policies: list[ScalingPolicy] | None) -> list[ScalingPolicy] | None:
+        if policies is not None and not policies:
+            raise ValueError("must specify at least one policy (as the API server requires);"
+                             " leave policies out for the defaults, or set selectPolicy: Disabled")
+        return policies
+
 
 class Behavior(_Cfg):
     scaleUp: ScalingRules | None = None
@@ -180,6 +188,16 @@ class Elastic(_Cfg):
     """HPA's ``behavior`` with its field names; None: HPA's legacy path (no behavior set)."""
     fleet: Fleet | None = None
     """What the replicas are; None: only the pools' nodes follow the backlog."""
+
+    @model_validator(mode="after")
+    def _target_and_bounds(self) -> "Elastic":
+        needed = "per_replica" if self.metric == "queue_length" else "target"
+        if getattr(self, needed) is None:
+            what = "jobs one replica serves" if needed == "per_replica" else "requests per second one replica serves"
+            raise ValueError(f"{needed}: required for metric {self.metric}; set the {what}")
+        if self.max is not None and self.min > self.max:
+            raise ValueError(f"min: {self.min} is above max {self.max}; lower min or raise max")
+        return self
 
 
 class Queue(_Cfg):
@@ -323,7 +341,7 @@ def _format_errors(exc: ValidationError) -> list[str]:
     lines: list[str] = []
     errs = exc.errors()
     # A union such as ``Elastic | "none"`` reports one error per branch; keep the deeper one.
-    deep = [err["loc"] for err in errs if err["type"] != "literal_error"]
+    deep = [err["loc"] for err in errs if not (err["loc"] and str(err["loc"][-1]).startswith("literal["))]
     for err in errs:
         branch_of = err["loc"][:-1]
         if (err["type"] == "literal_error" and str(err["loc"][-1]).startswith("literal[")
