@@ -8,9 +8,11 @@
   :class:`~crossdock.queue.ports.NodeGroup`) and its node decisions are carried out.
 - :class:`KedaPoll` — a KEDA ScaledObject per elastic queue, its replicas being the pool's worker
   nodes (as Slinky scales Slurm NodeSets with KEDA): every ``poll_s`` (KEDA's pollingInterval,
-  30 s) ``desired = ceil(backlog / per_replica)`` with the HPA's legacy path on top (tolerance
-  0.1, scale-up cap ``max(2·current, 4)``, downscale stabilization over 300 s), 0 only after
-  ``cooldown_seconds`` without activity; a cluster-autoscaler-like follower scans every
+  30 s; the HPA's own 15 s sync is folded into it) ``desired = ceil(backlog / per_replica)``:
+  activation 0 → 1, then the HPA's legacy path (tolerance 0.1, scale-up cap
+  ``max(2·current, 4)``, downscale stabilization over 300 s), 0 only after ``cooldown_seconds``
+  without activity — crossdock's :mod:`~crossdock.queue.autoscale.keda` and ``hpa`` functions,
+  checked against KEDA's and kube-controller-manager's cases; a cluster-autoscaler-like follower scans every
   ``scan_s`` (10 s) and adds a node per replica without one, and removes an excess node once it
   has been empty for ``scale_down_unneeded_seconds`` and no node was added to the pool for
   ``scale_down_delay_after_add_seconds`` (the same ``autoscaler`` block crossdock reads, named
@@ -24,6 +26,7 @@ import time
 from datetime import datetime, timezone
 from typing import Callable
 
+from crossdock.queue.autoscale import keda
 from crossdock.queue.autoscale import plan as autoscale_plan
 from crossdock.queue.config import ClusterConfig
 from crossdock.queue.models import GpuRequest, Job, JobSpec
@@ -35,6 +38,8 @@ from crossdock.sim.trace import MILLI
 
 EPOCH = datetime(2026, 1, 5, tzinfo=timezone.utc).timestamp()
 """Simulated second 0 as a Unix time (a Monday, 00:00 UTC): ``plan()`` gets ``EPOCH + t``."""
+STABILIZATION_S = 300.0
+"""The HPA's legacy downscale stabilization window (the recommendations kept for it)."""
 
 
 def _at(t: float) -> datetime:
@@ -143,10 +148,8 @@ class KedaPoll:
 
     name = "KEDA-like poll"
 
-    def __init__(self, config: ClusterConfig, poll_s: float = 30.0, scan_s: float = 10.0,
-                 stabilization_s: float = 300.0, tolerance: float = 0.1):
+    def __init__(self, config: ClusterConfig, poll_s: float = 30.0, scan_s: float = 10.0):
         self.config, self.poll_s, self.interval_s = config, poll_s, scan_s
-        self.stabilization_s, self.tolerance = stabilization_s, tolerance
         self.queues = {name: q for name, q in config.queues.items()
                        if q.elastic != "none" and q.elastic.metric == "queue_length"}
         self.replicas = {name: 0 for name in self.queues}
@@ -157,30 +160,23 @@ class KedaPoll:
         self.polls = 0
 
     def _poll(self, sim: ElasticSim, now: float) -> None:
+        """KEDA's activation and cooldown, the HPA's legacy path (a ScaledObject without
+        ``behavior``): crossdock's :func:`keda.elastic_pass`, equal to KEDA's and the HPA's."""
         self.polls += 1
         for name, q in self.queues.items():
-            e, pool = q.elastic, self.config.pools[q.pools[0]]
             backlog = sum(1 for j in sim.pending if j.queue == name) + sum(
                 1 for j in sim.running.values() if j.queue == name)
-            top = min(e.max or pool.max_nodes, pool.max_nodes)
             current = self.replicas[name]
-            if backlog > e.activation:
+            history = self.recommendations[name] or [(now, current)]
+            step = keda.elastic_pass(q.elastic, backlog, current_replicas=current,
+                                     last_active=self.last_active.get(name), now=now,
+                                     recommendations=[(now - t, r) for t, r in history],
+                                     scale_up_events=[], scale_down_events=[])
+            if step.active:
                 self.last_active[name] = now
-            elif now - self.last_active.get(name, -math.inf) >= e.cooldown_seconds:
-                self.replicas[name] = e.min
-                continue
-            low = max(e.min, 1)
-            want = math.ceil(backlog / e.per_replica)
-            if current and abs(backlog / (e.per_replica * current) - 1) <= self.tolerance:
-                want = current
-            recs = [(t, r) for t, r in self.recommendations[name] if now - t < self.stabilization_s]
-            recs.append((now, want))
-            self.recommendations[name] = recs
-            stable = max(r for _, r in recs)
-            if current == 0:
-                self.replicas[name] = max(low, min(want, top))
-            else:
-                self.replicas[name] = max(low, min(stable, max(2 * current, 4), top))
+            self.recommendations[name] = [(t, r) for t, r in history if now - t < STABILIZATION_S] + [
+                (now, step.recommended)]
+            self.replicas[name] = min(step.replicas, self.config.pools[q.pools[0]].max_nodes)
 
     def tick(self, sim: ElasticSim, now: float) -> Actions:
         if now % self.poll_s < 1e-9 or self.polls == 0:
