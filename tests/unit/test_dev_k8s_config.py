@@ -72,6 +72,14 @@ def test_controller_flags(name, signs):
     assert got["kubeconfig"] == got["authentication-kubeconfig"] == f"/state/conf/{name}.kubeconfig"
     assert got["secure-port"] == str(PORTS[name]) and got["leader-elect"] == "false"
     assert ("service-account-private-key-file" in got) == signs
+    assert ("horizontal-pod-autoscaler-sync-period" in got) == signs
+
+
+def test_the_hpa_controller_runs_on_a_short_clock():
+    got = flags(components.controller_args("kube-controller-manager", PORTS, PKI, CONF))
+    assert got["horizontal-pod-autoscaler-sync-period"] == f"{components.HPA_SYNC_PERIOD_SECONDS}s"
+    assert (got["horizontal-pod-autoscaler-downscale-stabilization"]
+            == f"{components.HPA_DOWNSCALE_STABILIZATION_SECONDS}s")
 
 
 def test_kwok_flags():

@@ -192,6 +192,23 @@ class JobStore:
             pipe.zcard(self.k.active)
             return sum(int(n) for n in pipe.execute())
 
+    def backlog(self) -> dict[str, int]:
+        """Jobs pending, scheduled or running, per queue: what a queue's replicas have to work
+        through (autoscaling's metric). One round trip for the ids, one for their queues."""
+        with self.r.pipeline(transaction=False) as pipe:
+            pipe.zrange(self.k.pending, 0, -1)
+            pipe.zrange(self.k.active, 0, -1)
+            pending, active = pipe.execute()
+        with self.r.pipeline(transaction=False) as pipe:
+            for i in (*pending, *active):
+                pipe.hget(self.k.job(int(i)), "queue")
+            queues = pipe.execute()
+        counts: dict[str, int] = {}
+        for queue in queues:
+            if queue is not None:  # a job removed between the two round trips
+                counts[queue] = counts.get(queue, 0) + 1
+        return counts
+
     def all_ids(self, limit: int | None = None) -> list[int]:
         end = -1 if limit is None else limit - 1
         return [int(i) for i in self.r.zrevrange(self.k.all_jobs, 0, end)][::-1]

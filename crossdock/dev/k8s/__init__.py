@@ -41,6 +41,12 @@ with only ``crossdock.io/exit-code`` it terminates at once; with neither it runs
 until deleted. Use ``restartPolicy: Never`` for these pods: kwok does not restart
 containers.
 
+The controller-manager syncs HPAs every second and stabilizes scale-downs over 5 s
+(``components.HPA_SYNC_PERIOD_SECONDS``, ``HPA_DOWNSCALE_STABILIZATION_SECONDS``; upstream's
+defaults are 15 s and 5 min). External metrics reach it through the aggregation layer: an
+APIService whose Service is an ExternalName for ``localhost`` (see
+``crossdock.backends.kubernetes.external_metrics``).
+
 Modules: ``build`` (pinned releases, cache, build.sh), ``pki`` (certificates, kubeconfigs),
 ``components`` (each component's flags, kwok's config), ``nodes`` and ``stages`` (fake nodes
 and their pod lifecycle), ``state`` (state directory, lock, state.json), ``processes``

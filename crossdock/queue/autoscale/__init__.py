@@ -5,7 +5,9 @@
 - :mod:`.keda` — queue-length scaling on top of it, with KEDA's semantics (activation, cooldown,
   scale to and from zero); the backlog is what crossdock knows exactly.
 - :mod:`.capacity` — how many nodes of a pool's template pending jobs need (placed with the real
-  filters and scores on hypothetical nodes), which pool to grow, which nodes to retire.
+  filters and scores on hypothetical nodes), and which pool to grow (least waste);
+- :mod:`.scaledown` — which nodes to retire (unneeded for a while under a utilisation threshold,
+  their work movable, never non-preemptible work) and which starting nodes to give up.
 - :mod:`.plan` — one pass over every elastic queue and autoscaled pool: the decisions, each with
   the step that limited it, and the state the next pass needs.
 - :mod:`.burst` — which backend a job goes to when its queue spans several, by expected start.

@@ -87,6 +87,19 @@ def test_cancel_pending_is_immediate_and_placed_is_flagged(store):
     assert not store.transition(b.id, JobState.RUNNING, unless="cancel_requested")
 
 
+def test_backlog_counts_pending_scheduled_and_running_jobs_per_queue(store):
+    assert store.backlog() == {}
+    a, b, c, d = store.submit([new(), new(), new(), new()])
+    other, = store.submit([Job(id=0, spec=JobSpec(name="o", command=["true"]), queue="other")])
+    store.transition(b.id, JobState.SCHEDULED, bump_attempt=True)
+    store.transition(c.id, JobState.SCHEDULED, bump_attempt=True)
+    store.transition(c.id, JobState.RUNNING, attempt=1)
+    store.cancel(d.id)
+    assert store.backlog() == {"q": 3, "other": 1}
+    store.transition(c.id, JobState.COMPLETED, fields={"exit_code": 0})
+    assert store.backlog() == {"q": 2, "other": 1}
+
+
 def test_dispatch_claim_is_taken_once(store):
     j, = store.submit([new()])
     assert store.claim_dispatch([j.id], 1, "a")[0]
