@@ -170,6 +170,8 @@ def scenario(path: Path = typer.Argument(Path("configs/scenarios/mixed-gpu-clust
              seed: int = typer.Option(42, "--seed"),
              pods: Optional[Path] = typer.Option(None, "--pods", help="elastic scenarios: a pod list with submit "
                                                  "times instead of the file's trace.pods"),
+             keda_factors: str = typer.Option("", "--keda-per-replica", help="elastic scenarios: also run the "
+                                              "KEDA-like poll with every per_replica times these factors, e.g. 0.5,0.75"),
              as_json: bool = typer.Option(False, "--json"),
              plot: Optional[Path] = typer.Option(None, "--plot", help="write the comparison chart to this PNG")) -> None:
     """The reference what-if: each setup of a scenario file on the same arrivals. A file with
@@ -179,7 +181,7 @@ def scenario(path: Path = typer.Argument(Path("configs/scenarios/mixed-gpu-clust
     from crossdock.sim.scenario import ScenarioError, load_scenario, run_scenario
 
     if scenario_kind(path) == "elastic":
-        _elastic(path, seed, pods, as_json, plot)
+        _elastic(path, seed, pods, keda_factors, as_json, plot)
         return
     try:
         sc = load_scenario(path)
@@ -203,13 +205,20 @@ ELASTIC_COLUMNS = (("setup", "setup"), ("node_hours", "node-hours"), ("wait_p50_
                    ("nodes_added", "nodes added"))
 
 
-def _elastic(path: Path, seed: int, pods: Optional[Path], as_json: bool, plot: Optional[Path]) -> None:
+def _elastic(path: Path, seed: int, pods: Optional[Path], keda_factors: str, as_json: bool,
+             plot: Optional[Path]) -> None:
     from crossdock.sim.elastic_scenario import load_elastic, plot_elastic, run_elastic
     from crossdock.sim.scenario import ScenarioError
 
     try:
+        factors = [float(f) for f in keda_factors.split(",") if f.strip()]
+    except ValueError:
+        _fail(f"--keda-per-replica: {keda_factors!r} is not a comma-separated list of numbers, e.g. 0.5,0.75")
+    if any(f <= 0 for f in factors):
+        _fail(f"--keda-per-replica: {keda_factors!r}: every factor must be > 0")
+    try:
         sc, config = load_elastic(path)
-        results = run_elastic(sc, config, seed=seed, pods=pods)
+        results = run_elastic(sc, config, seed=seed, pods=pods, keda_factors=factors)
     except (ScenarioError, ValueError) as exc:
         _fail(str(exc))
     if plot is not None:

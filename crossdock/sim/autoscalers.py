@@ -144,14 +144,19 @@ class CrossdockPlan:
 
 
 class KedaPoll:
-    """See the module docstring; ``poll_s`` must be a multiple of ``scan_s``."""
+    """See the module docstring; ``poll_s`` must be a multiple of ``scan_s``. ``per_replica_factor``
+    scales every queue's ``per_replica`` (how the count-based poll responds to its one knob)."""
 
     name = "KEDA-like poll"
 
-    def __init__(self, config: ClusterConfig, poll_s: float = 30.0, scan_s: float = 10.0):
+    def __init__(self, config: ClusterConfig, poll_s: float = 30.0, scan_s: float = 10.0, per_replica_factor: float = 1.0):
         self.config, self.poll_s, self.interval_s = config, poll_s, scan_s
+        if per_replica_factor != 1.0:
+            self.name = f"{self.name} ×{per_replica_factor:g}"
         self.queues = {name: q for name, q in config.queues.items()
                        if q.elastic != "none" and q.elastic.metric == "queue_length"}
+        self.elastic = {name: q.elastic.model_copy(update={"per_replica": q.elastic.per_replica * per_replica_factor})
+                        for name, q in self.queues.items()}
         self.replicas = {name: 0 for name in self.queues}
         self.recommendations: dict[str, list[tuple[float, int]]] = {name: [] for name in self.queues}
         self.last_active: dict[str, float] = {}
@@ -168,7 +173,7 @@ class KedaPoll:
                 1 for j in sim.running.values() if j.queue == name)
             current = self.replicas[name]
             history = self.recommendations[name] or [(now, current)]
-            step = keda.elastic_pass(q.elastic, backlog, current_replicas=current,
+            step = keda.elastic_pass(self.elastic[name], backlog, current_replicas=current,
                                      last_active=self.last_active.get(name), now=now,
                                      recommendations=[(now - t, r) for t, r in history],
                                      scale_up_events=[], scale_down_events=[])

@@ -109,16 +109,19 @@ def scenario_day(sc: ElasticScenario, seed: int, pods: str | Path | None = None)
 def run_day(config: ClusterConfig, day: Sequence[DayJob], route: dict[str, str], *, seed: int = 42,
             setups: Sequence[str] = SETUPS, hours: float = 24.0, drain_hours: float = 1.0,
             provision_s: float = 60.0, keda_poll_s: float = 30.0, keda_scan_s: float = 10.0,
-            planner: Callable | None = None, plan_idle_s: float | None = None) -> dict[str, ElasticResult]:
-    """The same arrivals under each setup (``static``, ``crossdock``, ``keda``)."""
+            planner: Callable | None = None, plan_idle_s: float | None = None,
+            keda_factors: Sequence[float] = ()) -> dict[str, ElasticResult]:
+    """The same arrivals under each setup (``static``, ``crossdock``, ``keda``), and the KEDA-like
+    poll again with every ``per_replica`` times each of ``keda_factors`` (setups ``keda×F``)."""
     out = {}
-    for name in setups:
+    for name in [*setups, *(f"keda×{f:g}" for f in keda_factors)]:
         if name == "static":
             scaler, initial = StaticPeak(), "max"
         elif name == "crossdock":
             scaler, initial = CrossdockPlan(config, planner, idle_s=plan_idle_s), "min"
-        elif name == "keda":
-            scaler, initial = KedaPoll(config, keda_poll_s, keda_scan_s), "min"
+        elif name == "keda" or name.startswith("keda×"):
+            factor = float(name.partition("×")[2] or 1)
+            scaler, initial = KedaPoll(config, keda_poll_s, keda_scan_s, per_replica_factor=factor), "min"
         else:
             raise ValueError(f"unknown setup {name!r}; choose from {', '.join(SETUPS)}")
         sim = ElasticSim(config, elastic_jobs(config, day, route), scaler, horizon_s=(hours + drain_hours) * 3600,
@@ -132,17 +135,19 @@ def run_day(config: ClusterConfig, day: Sequence[DayJob], route: dict[str, str],
 
 
 def run_elastic(sc: ElasticScenario, config: ClusterConfig, seed: int = 42, pods: str | Path | None = None,
-                setups: Sequence[str] = SETUPS, planner: Callable | None = None) -> dict[str, ElasticResult]:
+                setups: Sequence[str] = SETUPS, planner: Callable | None = None,
+                keda_factors: Sequence[float] = ()) -> dict[str, ElasticResult]:
     day = scenario_day(sc, seed, pods)
     return run_day(config, day, sc.route.model_dump(), seed=seed, setups=setups, hours=DAY_S / 3600,
                    drain_hours=sc.drain_hours, provision_s=sc.provision_seconds, keda_poll_s=sc.keda.poll_seconds,
-                   keda_scan_s=sc.keda.scan_seconds, planner=planner, plan_idle_s=sc.plan_idle_seconds)
+                   keda_scan_s=sc.keda.scan_seconds, planner=planner, plan_idle_s=sc.plan_idle_seconds,
+                   keda_factors=keda_factors)
 
 
 def plot_elastic(sc: ElasticScenario, results: dict[str, ElasticResult], path: str | Path) -> Path:
     from crossdock.sim.plot import plot_elastic_day
 
-    series = {r.setup: (r.samples[:, 0], r.samples[:, 1:-1].sum(axis=1)) for r in results.values()}
+    series = {r.setup: (r.samples[:, 0], r.samples[:, 1:-1].sum(axis=1)) for k, r in results.items() if k in SETUPS}
     rows = [(r.setup, r.summary()) for r in results.values()]
     metrics = [("node_hours", "node-hours"), ("wait_p95_s", "queue wait p95 (s)"),
                ("wait_p99_s", "queue wait p99 (s)"), ("waited", "jobs that waited > 1 s"),

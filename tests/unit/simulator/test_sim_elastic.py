@@ -146,3 +146,15 @@ def test_simulate_scenario_names_a_bad_route(tmp_path):
     out = CliRunner().invoke(app, ["scenario", str(path)])
     assert out.exit_code == 2
     assert "route.gpu: unknown queue 'gpus'" in out.output
+
+
+@pytest.mark.parametrize("factor, nodes", [(1.0, 3), (0.5, 6)])
+def test_the_keda_like_setup_sizes_the_pool_by_count_over_per_replica(factor, nodes):
+    # 24 one-GPU jobs, per_replica 8 (×factor): 0 → 1 at the first poll after them, then the
+    # HPA's legacy path (scale-up cap max(2·current, 4)) to ceil(24 / per_replica)
+    config = small_config()
+    scaler = KedaPoll(config, per_replica_factor=factor)
+    sim = ElasticSim(config, elastic_jobs(config, spike(5.0, 24), ROUTE), scaler, horizon_s=300, provision_s=60.0)
+    r = sim.run()
+    assert r.nodes_added == nodes and scaler.replicas["gpu"] == nodes
+    assert r.first_scale_up == 30.0
