@@ -148,3 +148,16 @@ def result(rt: Runtime, job: Job, who: Caller) -> bytes | None:
 def sign_payload(rt: Runtime, who: Caller, payload: str) -> str:
     """The seal a runner checks before it unpickles ``payload`` for one of ``who``'s jobs."""
     return signing.sign_text(signing.user_key(rt.settings.state_dir, who.name), "payload", payload)
+
+
+def autoscaling(rt: Runtime) -> dict:
+    """The autoscaler's last pass with each fleet's and pool's last change (``crossdock autoscale``):
+    ``{"at", "fleets": [...], "pools": [...]}``, each row with ``last_change`` (its event, or None);
+    ``at`` is None before any pass."""
+    passed = rt.store.autoscale.decisions() or {"at": None, "fleets": [], "pools": []}
+    changes = rt.store.autoscale.last_changes()
+    for row in passed["fleets"]:
+        row["last_change"] = changes.get(f"fleet:{row['queue']}")
+    for row in passed["pools"]:
+        row["last_change"] = changes.get(f"pool:{row['pool']}")
+    return passed

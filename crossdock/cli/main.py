@@ -12,7 +12,7 @@ import typer.core
 from typer.core import TyperGroup
 from typer.main import get_group
 
-from crossdock.cli import admin, jobs, keys, metrics
+from crossdock.cli import admin, autoscale, jobs, keys, metrics
 from crossdock.cli.common import one_line
 
 # Typer vendors its own click (typer._click) in recent versions; older ones use click itself.
@@ -57,6 +57,7 @@ app.command()(jobs.wait)
 app.command()(admin.info)
 app.command()(admin.up)
 app.command()(admin.health)
+app.command()(autoscale.autoscale)
 app.command("issue-key")(keys.issue_key)
 app.command("metrics-adapter")(metrics.metrics_adapter)
 app.add_typer(admin.config_app, name="config")

@@ -10,9 +10,11 @@ them running (follow records the nodes).
 from __future__ import annotations
 
 import logging
+from dataclasses import replace
 from datetime import datetime
 from typing import Sequence
 
+from crossdock.queue.bursting import bursting_queues, route_pool
 from crossdock.queue.config import ClusterConfig
 from crossdock.queue.models import Job
 from crossdock.queue.scheduler.decisions import CycleResult, Placement
@@ -37,13 +39,39 @@ def probe(empty: Snapshot, job: Job, config: ClusterConfig, now: datetime) -> Pl
     return result.admitted[0] if result.admitted else None
 
 
+def _alone(job: Job) -> Job:
+    """The job as a probe places it: its own shape, no dependency, no array."""
+    return job.model_copy(update={"array_job_id": None, "spec": job.spec.model_copy(
+        update={"dependency": None, "array": None})})
+
+
+def _burst(job: Job, key: tuple, default: Placement, target: dict, empty: Snapshot, room: dict[str, int],
+           snap: Snapshot, config: ClusterConfig, now: datetime, pools: list[str]) -> Placement | None:
+    """Bursting: of the job's queue's ``pools`` with room whose empty node could run it (probed once
+    per shape and pool), the one :func:`crossdock.queue.bursting.route_pool` picks by expected start."""
+    fits: dict[str, Placement] = {default.pool: default} if room.get(default.pool, 0) > 0 else {}
+    for pool in pools:
+        if pool in fits or room.get(pool, 0) <= 0:
+            continue
+        if (key, pool) not in target:
+            only = replace(empty, nodes=tuple(n for n in empty.nodes if n.pool == pool))
+            target[(key, pool)] = probe(only, _alone(job), config, now)
+        if target[(key, pool)] is not None:
+            fits[pool] = target[(key, pool)]
+    if not fits:
+        return default  # no room anywhere: it waits (the caller checks the room)
+    return fits[route_pool(job, list(fits), default.pool if default.pool in fits else next(iter(fits)), snap, config)]
+
+
 def admit_to_backend_queues(result: CycleResult, snap: Snapshot, pending: Sequence[Job], config: ClusterConfig,
                             now: datetime) -> list[Placement]:
     """Admit jobs the cycle left waiting for room to pools with a ``backend_queue``, without nodes.
 
     Each pool takes at most its ``backend_queue`` less the jobs already waiting in it
     (``snap.backend_queued``). A job goes to the first such pool of its own where an empty node
-    could run it (:func:`probe`, once per job shape, on the pools' nodes with nothing on them).
+    could run it (:func:`probe`, once per job shape, on the pools' nodes with nothing on them), or,
+    for a job of a queue that bursts between backends, to the one of its pools where it is expected
+    to start first (:mod:`crossdock.queue.bursting`).
     An array's throttled tasks (``JobArrayTaskLimit``) go only when the array has free slots at
     the start of the cycle and all its tasks of this cycle land in one pool: the group's
     submission then carries the throttle (``%free slots``), which the backend enforces. Returns
@@ -63,6 +91,7 @@ def admit_to_backend_queues(result: CycleResult, snap: Snapshot, pending: Sequen
     quota_queues = {name for name, q in config.queues.items() if q.quota.model_dump(exclude_defaults=True)}
     empty = Snapshot(nodes=tuple(n for n in snap.nodes if n.pool in pools), jobs=snap.jobs, usage=snap.usage)
     target: dict[tuple, Placement | None] = {}
+    bursting = bursting_queues(config) if snap.start_estimates else {}
     added: list[Placement] = []
     held: dict[int, list[Placement]] = {}  # throttled arrays' extra tasks, until their pool is known to be one
     for job in sorted((by_id[i] for i, why in result.pending.items() if why in WAITING_REASONS and i in by_id),
@@ -76,10 +105,10 @@ def admit_to_backend_queues(result: CycleResult, snap: Snapshot, pending: Sequen
                 continue
         key = (job.queue, job.priority_class, build_request(job, config).shape_key())
         if key not in target:
-            alone = job.model_copy(update={"array_job_id": None, "spec": job.spec.model_copy(
-                update={"dependency": None, "array": None})})
-            target[key] = probe(empty, alone, config, now)
+            target[key] = probe(empty, _alone(job), config, now)
         found = target[key]
+        if found is not None and job.queue in bursting and snap.start_estimates.get(job.id):
+            found = _burst(job, key, found, target, empty, room, snap, config, now, bursting[job.queue])
         if found is None or room.get(found.pool, 0) <= 0:
             continue
         room[found.pool] -= 1

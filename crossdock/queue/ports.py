@@ -10,7 +10,7 @@ method is a small Protocol beside it (``SupportsArrays``, ``SweepsOrphans`` …)
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Any, Iterable, Mapping, Protocol, Sequence, runtime_checkable
+from typing import Any, Collection, Iterable, Mapping, Protocol, Sequence, runtime_checkable
 
 from crossdock.queue.errors import CrossdockError
 from crossdock.queue.models import Job
@@ -196,8 +196,10 @@ class ScalesFleet(Protocol):
     def fleet_replicas(self, fleet: Any) -> int:
         """How many replicas the fleet has now."""
 
-    def scale_fleet(self, fleet: Any, replicas: int) -> int:
-        """Set the fleet's replicas; a scale-in stops only idle replicas. Return the count reached."""
+    def scale_fleet(self, fleet: Any, replicas: int, busy: Collection[str] = frozenset()) -> int:
+        """Set the fleet's replicas; a scale-in stops only idle replicas, never one that runs a task
+        (``busy``: the replicas the caller knows to be busy, by host name — a pod's name). Return
+        the count reached: above ``replicas`` when fewer idle replicas than asked could go."""
 
 
 @runtime_checkable

@@ -187,6 +187,12 @@ class Follower:
                                                     attempt=job.attempts, cancelled=bool(stop and stop.cancel),
                                                     pipe=pipe)
                     changes.extend([None] * queued)
+                elif state is JobState.NODE_FAIL and job.spec.requeue:
+                    # The backend lost this attempt's node (a Slurm node that failed to resume): a
+                    # new attempt, as for a job whose watcher vanished (``lost``); a cancel wins.
+                    store.requeue(job.id, actor=kind, reason=reason, attempt=job.attempts, unless="cancel_requested",
+                                  only_from=(JobState.NODE_FAIL,), pipe=pipe)
+                    changes.append(None)
             outcomes = pipe.execute()
         for change, outcome in zip(changes, outcomes):
             if change is None:

@@ -15,20 +15,22 @@ import logging
 import threading
 import time
 import uuid
-from dataclasses import dataclass
-from typing import Sequence
+from dataclasses import dataclass, replace
+from typing import Callable, Mapping, Sequence
 
 from crossdock.backends.redis_store.store import STORE_UNAVAILABLE, utcnow
 from crossdock.gcpause import collection_paused
 from crossdock.queue.assembly import Records, accrue_usage, build_snapshot, dependency_targets
-from crossdock.queue.cycle import CycleResult, facts_of, run_cycle
+from crossdock.queue.bursting import backlog_start, bursting_queues, estimates_view, to_estimate
+from crossdock.queue.cycle import CycleResult, facts_of, order, run_cycle
 from crossdock.queue.dispatch import dispatch_groups
 from crossdock.queue.models import Job
-from crossdock.queue.ports import Inventory
+from crossdock.queue.ports import EstimatesStart, Inventory, ScalesFleet
 from crossdock.queue.snapshot import Node, Snapshot
 from crossdock.queue.states import JobState, Reason
 from crossdock.runtime import Runtime
 from crossdock.workers.app import SendTask
+from crossdock.workers.autoscaler import Autoscaler, Busy, capacity_reasons
 from crossdock.workers.follow import UNAVAILABLE, Follower
 from crossdock.workers.loops import Part, resilient
 
@@ -36,6 +38,7 @@ log = logging.getLogger(__name__)
 
 INVENTORY_REFRESH_SECONDS = 10.0
 RETENTION_EVERY_SECONDS = 60.0
+ARRIVAL_AUTOSCALE_SECONDS = 0.2
 
 
 @dataclass
@@ -47,14 +50,21 @@ class CycleStats:
 
 
 class Scheduler:
-    def __init__(self, rt: Runtime, send: SendTask, holder: str | None = None):
+    def __init__(self, rt: Runtime, send: SendTask, holder: str | None = None,
+                 fleets: Mapping[str, ScalesFleet] | None = None, busy: Busy | None = None):
         self.rt, self.send = rt, send
         self.holder = holder or f"scheduler-{uuid.uuid4().hex[:8]}"
         self.follower = Follower(rt.store, rt.backends, send, self.holder,
                                  lambda: {p.backend for p in rt.config.pools.values()})
+        self.autoscaler = Autoscaler(rt, self.holder, self.snapshot, send, fleets, busy,
+                                     nodes_changed=lambda kind: self._inventory.pop(kind, None))
+        """Run as a step of the leader's turn (``fleets``: actuators by backend kind that the
+        backends do not provide, the local fleet of ``crossdock up``)."""
         self._inventory: dict[str, tuple[float, Inventory]] = {}
+        self._autoscaled_at = 0.0
         self.leader = False
-        self.parts = {name: Part(f"{self.holder} {name}") for name in ("loop", "cycle", "reconcile", "retention")}
+        self.parts = {name: Part(f"{self.holder} {name}") for name in ("loop", "cycle", "reconcile", "retention",
+                                                                      "autoscale")}
         """Each step's state (running, backing off...) and last error, for ``crossdock health``."""
 
     # --- reading ---------------------------------------------------------------------------
@@ -104,6 +114,30 @@ class Scheduler:
         store.save_usage(usage, now)
         return usage
 
+    def start_estimates(self, snap: Snapshot, pending: list[Job]) -> Snapshot:
+        """The snapshot with the expected starts bursting routes by (:mod:`crossdock.queue.bursting`):
+        for the first pending jobs of queues whose pools span backends, each pool's estimate from
+        its backend when it ``EstimatesStart`` (its own cost is bounded), else from the pool's backlog."""
+        config = self.rt.config
+        if not bursting_queues(config):
+            return snap
+        wanted = to_estimate(order(pending), config)
+        starts: dict[int, dict[str, float | None]] = {}
+        for rank, (job, pools) in enumerate(wanted):
+            by_pool = starts[job.id] = {}
+            for pool in pools:
+                kind = config.pools[pool].backend
+                try:
+                    backend = self.rt.backends(kind)
+                    if self.rt.backends.capabilities(kind).estimates_start and isinstance(backend, EstimatesStart):
+                        by_pool[pool] = backend.estimate_start(job, pool)
+                    else:  # the jobs before it in this cycle may queue there too
+                        by_pool[pool] = backlog_start(snap, pool, ahead=rank)
+                except UNAVAILABLE as exc:
+                    log.warning("start estimate of job %s in %s unavailable: %s", job.id, pool, exc)
+                    by_pool[pool] = None
+        return replace(snap, start_estimates=estimates_view(starts))
+
     def _known_nodes(self) -> list[Node]:
         """The nodes of the last inventory, without asking any backend."""
         nodes = [n for _at, inv in self._inventory.values() for n in inv.nodes]
@@ -119,7 +153,7 @@ class Scheduler:
             self.accrue(self._known_nodes(), store.get_many(store.active_ids()))
             return CycleStats(seconds=time.perf_counter() - t0)
         active = store.get_many(store.active_ids())
-        snap = self.snapshot(pending, active)
+        snap = self.start_estimates(self.snapshot(pending, active), pending)
         with collection_paused():
             result = run_cycle(snap, pending, self.rt.config, utcnow())
         self.commit(result, {j.id: j for j in [*pending, *active]}, dict(snap.running_per_array))
@@ -158,7 +192,7 @@ class Scheduler:
                 store.request_preempt(pre.victim_id, pre.grace_seconds)
                 self.send("crossdock.preempt", [pre.victim_id, pre.grace_seconds], victim.backend)
         store.update_nominations([p.job_id for p in result.admitted] + list(result.cancelled), result.nominations)
-        store.set_reasons(result.pending, result.explanations)
+        store.set_reasons(*capacity_reasons(result.pending, result.explanations, self.autoscaler.waiting))
 
     def reconcile(self) -> None:
         self.follower.reconcile()
@@ -168,22 +202,26 @@ class Scheduler:
         return self.rt.store.expire_finished(cfg.min_job_age_seconds, cfg.history_days * 86400)
 
     # --- the loop --------------------------------------------------------------------------
-    def _wait_for_work(self, stop: threading.Event, interval: float, tick: float = 0.05) -> None:
+    def _wait_for_work(self, stop: threading.Event, interval: float, tick: float = 0.05) -> bool:
         """Sleep until the next cycle is due, or until new jobs arrive (the pending index grows):
-        a submission is scheduled within ``tick`` s rather than up to ``interval`` s later."""
+        a submission is scheduled within ``tick`` s rather than up to ``interval`` s later.
+        True when woken by new jobs."""
         store = self.rt.store
         deadline = time.monotonic() + interval
         seen = store.pending_count()
         while not stop.wait(min(tick, max(deadline - time.monotonic(), 0))):
-            if time.monotonic() >= deadline or store.pending_count() > seen:
-                return
+            if time.monotonic() >= deadline:
+                return False
+            if store.pending_count() > seen:
+                return True
+        return False
 
     def run(self, stop: threading.Event, reconcile_every: float = 2.0) -> None:
         """Schedule while leader, wait while standby, until ``stop``. A failing cycle, reconcile or
         retention step backs off on its own while the others go on; a failure to reach the lease
         or the pending index (the store is away) backs off the whole loop. Nothing escapes but a
         stop (see :mod:`crossdock.workers.loops`)."""
-        due = {"reconcile": 0.0, "retention": 0.0}
+        due = {"reconcile": 0.0, "retention": 0.0, "autoscale": 0.0}
         try:
             resilient(self.parts["loop"], stop, lambda: self._turn(stop, reconcile_every, due))
         finally:
@@ -203,14 +241,29 @@ class Scheduler:
         if not self.leader:
             stop.wait(cfg.lease_seconds / 3)
             return
+        autoscale = [("autoscale", self.rt.config.autoscaler.interval_seconds, self.autoscaler.pass_once)
+                     ] if self.autoscaler.wanted() else []
+        follow = [("reconcile", reconcile_every, self.reconcile), ("retention", RETENTION_EVERY_SECONDS, self.expire)]
+        # the autoscaler goes first: a backlog spike is answered before the cycle that admits
+        # what fits now (a cycle over thousands of new jobs takes a second)
+        self._steps(autoscale, due)
         self.parts["cycle"].call(self.cycle_once)
-        for step, every, fn in (("reconcile", reconcile_every, self.reconcile),
-                                ("retention", RETENTION_EVERY_SECONDS, self.expire)):
+        self._steps(follow, due)
+        # the next cycle, or the next step if one is due sooner
+        soonest = min(due[step] for step, _every, _fn in autoscale + follow) - time.monotonic()
+        if self._wait_for_work(stop, min(cfg.interval_seconds, max(soonest, 0.05))):
+            # new jobs: the autoscaler looks at once (at most every ARRIVAL_AUTOSCALE_SECONDS
+            # while they keep arriving)
+            due["autoscale"] = min(due["autoscale"], self._autoscaled_at + ARRIVAL_AUTOSCALE_SECONDS)
+
+    def _steps(self, steps: list[tuple[str, float, Callable[[], object]]], due: dict[str, float]) -> None:
+        """Run the steps that are due, each in its own part."""
+        for step, every, fn in steps:
             if time.monotonic() >= due[step]:
                 due[step] = time.monotonic() + every
+                if step == "autoscale":
+                    self._autoscaled_at = time.monotonic()
                 self.parts[step].call(fn)
-        # the next cycle, or the next follow if it is due sooner
-        self._wait_for_work(stop, min(cfg.interval_seconds, max(due["reconcile"] - time.monotonic(), 0.05)))
 
     def report(self) -> dict:
         """How this loop is doing, for ``crossdock health``."""

@@ -1,5 +1,6 @@
 """What ``crossdock up`` runs and keeps running: the scheduling loop (a thread), a Celery worker
-(a process) and, on the embedded default, the Redis server in the state directory.
+(a process), the local worker fleets the autoscaler scales (``fleet.py``) and, on the embedded
+default, the Redis server in the state directory.
 
 :meth:`Service.supervise` calls :meth:`Service.check` every half second: a loop thread that
 ended, a worker that exited or an embedded Redis that died is restarted, up to ``RESTART_LIMIT``
@@ -66,11 +67,12 @@ def worker_queues(rt: Runtime) -> str:
 
 
 def start_worker(rt: Runtime, concurrency: int, logfile: Path | None = None,
-                 loglevel: str = "WARNING") -> subprocess.Popen:
-    """A Celery worker for every backend queue the config uses, in its own session, that dies with
-    this process."""
-    argv = [sys.executable, "-m", "celery", "-A", WORKER_MODULE, "worker", "-Q", worker_queues(rt),
-            "-c", str(concurrency), "-P", "prefork", "--without-gossip", "--without-mingle", "--loglevel", loglevel]
+                 loglevel: str = "WARNING", queues: str | None = None, nodename: str | None = None) -> subprocess.Popen:
+    """A Celery worker for every backend queue the config uses (or ``queues``), in its own
+    session, that dies with this process."""
+    argv = [sys.executable, "-m", "celery", "-A", WORKER_MODULE, "worker", "-Q", queues or worker_queues(rt),
+            "-c", str(concurrency), "-P", "prefork", "--without-gossip", "--without-mingle", "--loglevel", loglevel,
+            *(["-n", nodename] if nodename else [])]
     env = {**rt.child_env(), PARENT_PID_ENV: str(os.getpid())}
     out = open(logfile, "ab") if logfile else None
     try:
@@ -226,7 +228,14 @@ class Service:
                           ("redis", "the embedded Redis"))}
         self.worker: subprocess.Popen | None = None
         self.thread: threading.Thread | None = None
-        self.scheduler = Scheduler(rt, celery_sender(make_app(rt.redis_url))) if scheduler else None
+        self.fleet = None
+        self.scheduler = None
+        if scheduler:
+            from crossdock.workers.fleet import LocalFleet, celery_busy  # it starts workers as this module does
+
+            app = make_app(rt.redis_url)
+            self.fleet = LocalFleet(rt, app, logfile, on_change=self._record_pids)
+            self.scheduler = Scheduler(rt, celery_sender(app), fleets={"local": self.fleet}, busy=celery_busy(app))
         if workers:
             self._start_worker()
         if self.scheduler:
@@ -234,8 +243,11 @@ class Service:
 
     def _start_worker(self) -> None:
         self.worker = start_worker(self.rt, self.concurrency, self.logfile)
+        self._record_pids()
+
+    def _record_pids(self) -> None:
         if self.lock:
-            self.lock.record([self.worker.pid])
+            self.lock.record(([self.worker.pid] if self.worker else []) + (self.fleet.pids() if self.fleet else []))
 
     def _start_scheduler(self) -> None:
         assert self.scheduler is not None
@@ -263,6 +275,12 @@ class Service:
                       self.worker.returncode)
             _killpg(self.worker.pid, signal.SIGKILL)  # pool children it may have left
             self._start_worker()
+        if self.fleet is not None:
+            try:
+                self.fleet.check()
+            except Exception as exc:  # the broker away: the fleet is checked again in half a second
+                log.warning("checking the local fleet failed: %s", exc)
+            self._record_pids()
 
     def supervise(self, done: threading.Event, every: float = 0.5) -> str | None:
         """Check and report every ``every`` s until ``done``; the line saying why if it gives up."""
@@ -291,7 +309,8 @@ class Service:
                 "redis": {"url": self.rt.redis_url, "embedded": self.embedded_redis,
                           "pid": embedded.pid(state_dir) if self.embedded_redis else None,
                           "restarts": self.restarts["redis"].total},
-                "workers": [worker] if worker else [], "scheduler": scheduler}
+                "workers": ([worker] if worker else []) + (self.fleet.report() if self.fleet else []),
+                "scheduler": scheduler}
 
     def write_report(self) -> None:
         path = self.rt.settings.state_dir / "up.json"
@@ -308,5 +327,7 @@ class Service:
             stop_worker(self.worker)
         if self.thread:
             self.thread.join(SCHEDULER_JOIN_SECONDS)
+        if self.fleet:
+            self.fleet.stop()
         if self.lock:
             self.lock.record([])

@@ -77,3 +77,45 @@ def test_the_backend_finds_the_env_file_the_dev_cluster_writes(tmp_path, monkeyp
 
 def test_env_lines_split_at_the_first_equals_sign():
     assert parse_env("A=1\nB=x=y\n\nnot a pair\n") == {"A": "1", "B": "x=y"}
+
+
+def test_only_the_elastic_nodes_power_save_and_they_start_powered_down():
+    from crossdock.dev.slurm.layout import ELASTIC_NODES
+
+    text = render_slurm_conf(LAYOUT)
+    for index, node in enumerate(ELASTIC_NODES, start=len(NODES)):
+        (line,) = [x for x in conf_lines(text, "NodeName") if x.startswith(f"NodeName={node.name} ")]
+        assert f" Port={20010 + index} " in line and line.endswith(" State=CLOUD")
+    assert all(x.endswith("State=UNKNOWN") for x in conf_lines(text, "NodeName") if "elastic" not in x)
+    assert conf_lines(text, "SuspendExcNodes") == ["SuspendExcNodes=cpu[1-2],gpu-a100-1,gpu-l4-1"]
+    assert conf_lines(text, "SuspendExcParts") == ["SuspendExcParts=cpu,gpu-a100,gpu-l4,high"]
+    assert conf_lines(text, "ResumeProgram") == ["ResumeProgram=/srv/cluster/etc/resume.sh"]
+    assert "power_save_interval=1" in conf_lines(text, "SlurmctldParameters")[0]
+    parts = {x.split()[0].split("=")[1]: x for x in conf_lines(text, "PartitionName")}
+    assert "Nodes=elastic[1-3]" in parts["elastic"] and "elastic" not in parts["high"]
+
+
+def test_the_power_programs_start_and_stop_one_slurmd_per_node_with_their_own_path():
+    from crossdock.dev.slurm.config import render_resume_program, render_suspend_program
+
+    resume, suspend = render_resume_program(LAYOUT), render_suspend_program(LAYOUT)
+    for text in (resume, suspend):
+        assert text.startswith("#!/bin/sh\n") and "\nPATH=/usr/sbin:/usr/bin:/sbin:/bin\n" in text
+        assert 'scontrol show hostnames "$1"' in text and "exec </dev/null" in text
+    assert 'slurmd -b -N "$node"' in resume and "/srv/cluster/etc/resume-fail" in resume
+    assert "/srv/cluster/run/slurmd-\"$node\".pid" in suspend and 'kill "$pid"' in suspend
+
+
+def test_a_running_cluster_whose_nodes_or_power_saving_changed_is_restarted_not_reconfigured(tmp_path):
+    from crossdock.dev.slurm.cluster import _needs_restart
+
+    layout = Layout(tmp_path, 20000)
+    layout.etc.mkdir()
+    current = render_slurm_conf(layout)
+    layout.conf.write_text(current)
+    assert not _needs_restart(layout)
+    layout.conf.write_text(current.replace("KillWait=5", "KillWait=6"))  # reconfigure takes that
+    assert not _needs_restart(layout)
+    before = "\n".join(x for x in current.splitlines() if "elastic" not in x and not x.startswith("Suspend"))
+    layout.conf.write_text(before)  # as written before the elastic nodes existed
+    assert _needs_restart(layout)

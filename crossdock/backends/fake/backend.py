@@ -38,6 +38,7 @@ from types import MappingProxyType
 from typing import Any, Callable, Sequence
 
 from crossdock.backends.fake import CAPABILITIES
+from crossdock.backends.fake.elastic import FakeFleets, FakeNodes
 from crossdock.queue.config import ClusterConfig
 from crossdock.queue.models import Job
 from crossdock.queue.ports import BackendStatus, Inventory
@@ -88,12 +89,16 @@ def declared_nodes(cfg: ClusterConfig | None, kind: str = "fake", down: frozense
     return tuple(out)
 
 
-class FakeBackend:
+class FakeBackend(FakeFleets, FakeNodes):
+    """Also scales fleets and provisions pools' nodes in memory (``elastic.py``)."""
+
     kind = "fake"
     capabilities = CAPABILITIES
 
     def __init__(self, config: ClusterConfig | None = None, store: Any = None, *, start_on_submit: bool = True,
-                 clock: Callable[[], float] = time.monotonic):
+                 clock: Callable[[], float] = time.monotonic, node_start_seconds: float = 0.0):
+        FakeFleets.__init__(self)
+        FakeNodes.__init__(self, config, clock, self.kind, node_start_seconds)
         self.config, self.store = config, store
         self.start_on_submit = start_on_submit
         self.clock = clock
@@ -108,7 +113,7 @@ class FakeBackend:
 
     # --- the Backend protocol ---------------------------------------------------------------
     def inventory(self) -> Inventory:
-        return Inventory(declared_nodes(self.config, self.kind, frozenset(self.down)))
+        return Inventory(declared_nodes(self.config, self.kind, frozenset(self.down)) + self.provisioned_nodes())
 
     def submit(self, job: Job, fresh: bool = False) -> str:
         with self._lock:

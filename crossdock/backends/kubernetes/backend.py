@@ -33,6 +33,7 @@ from crossdock.backends.kubernetes import gangs
 from crossdock.backends.kubernetes import manifests as m
 from crossdock.backends.kubernetes import nodes
 from crossdock.backends.kubernetes import states
+from crossdock.backends.kubernetes.fleet import DeploymentFleets
 from crossdock.backends.kubernetes.informer import Informer, body, list_all
 from crossdock.queue.config import ClusterConfig
 from crossdock.queue.models import Job
@@ -92,7 +93,8 @@ def _array_tasks(kjobs: Mapping[str, tuple[dict[str, Any], bool]]) -> dict[tuple
 
 class KubernetesBackend:
     kind = "k8s"
-    capabilities = Capabilities(arrays=True, batches=True, reowns_claims=True, backend_queue=True, logs=True)
+    capabilities = Capabilities(arrays=True, batches=True, reowns_claims=True, backend_queue=True, logs=True,
+                                fleets=True)
 
     def __init__(self, config: ClusterConfig, api_client: client.ApiClient, *, namespace: str = "default",
                  store: Any = None, image: str = "python:3.11-slim", ttl_seconds_after_finished: int | None = 3600,
@@ -133,6 +135,13 @@ class KubernetesBackend:
                 raise api_error(exc, "listing nodes") from exc
             self._gpu_products = nodes.gpu_products(raw_nodes)
         return dict(self._gpu_products)
+
+    # --- worker fleets (ScalesFleet: a Deployment's /scale, fleet.py) -------------------------
+    def fleet_replicas(self, fleet: Any) -> int:
+        return DeploymentFleets(self.api, api_error).replicas(fleet)
+
+    def scale_fleet(self, fleet: Any, replicas: int, busy: Iterable[str] = frozenset()) -> int:
+        return DeploymentFleets(self.api, api_error).scale(fleet, replicas, frozenset(busy))
 
     # --- dispatch ---------------------------------------------------------------------------
     def manifest(self, job: Job, array_tasks: Sequence[Job] | None = None) -> dict[str, Any]:

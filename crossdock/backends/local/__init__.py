@@ -4,7 +4,9 @@ from __future__ import annotations
 
 from crossdock.queue.ports import Capabilities
 
-CAPABILITIES = Capabilities(heartbeat=True)
+CAPABILITIES = Capabilities(heartbeat=True, fleets=True)
+"""``fleets``: a queue's ``elastic.fleet`` may be local — Celery worker processes that ``crossdock up``
+runs and the autoscaler scales (``crossdock.workers.fleet``; the backend object itself scales nothing)."""
 
 
 def create(ctx):

@@ -70,6 +70,22 @@ class Keys:
         """STRING JSON of the last inventory, for `crossdock info` without backend calls."""
         return f"{self.prefix}:inventory"
 
+    # the autoscaler (crossdock.workers.autoscaler; records in redis_store/autoscale.py)
+    @property
+    def autoscale_state(self) -> str:
+        """STRING JSON of the ``AutoscaleState`` the next pass starts from (recommendations, events...)."""
+        return f"{self.prefix}:autoscale:state"
+
+    @property
+    def autoscale_decisions(self) -> str:
+        """STRING JSON of the last pass: every fleet's and pool's decision, for ``crossdock autoscale``."""
+        return f"{self.prefix}:autoscale:decisions"
+
+    @property
+    def autoscale_changes(self) -> str:
+        """HASH ``fleet:<queue>`` | ``pool:<pool>`` -> JSON of its last change (when, from, to, why)."""
+        return f"{self.prefix}:autoscale:changes"
+
     # per job
     def job(self, job_id: int) -> str:
         """HASH: spec (JSON) and status fields of one job."""

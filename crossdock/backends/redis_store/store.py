@@ -20,6 +20,7 @@ from redis.backoff import NoBackoff
 from redis.retry import Retry
 
 from crossdock.backends.redis_store import scripts
+from crossdock.backends.redis_store.autoscale import AutoscaleRecords
 from crossdock.backends.redis_store.codec import (encode_fields, facts_from_record, hash_to_job, history_record,
                                                   job_to_hash, nodes_from_json, nodes_to_json)
 from crossdock.backends.redis_store.keys import Keys
@@ -90,6 +91,8 @@ class JobStore:
         self._lease = self.r.register_script(scripts.LEASE)
         self._release = self.r.register_script(scripts.RELEASE)
         self._archive = self.r.register_script(scripts.ARCHIVE)
+        self.autoscale = AutoscaleRecords(self.r, self.k, STREAM_MAXLEN)
+        """The autoscaler's state, last decisions and change events."""
 
     @classmethod
     def from_url(cls, url: str, prefix: str = "cd", actor: str = "crossdock") -> "JobStore":
@@ -194,19 +197,24 @@ class JobStore:
 
     def backlog(self) -> dict[str, int]:
         """Jobs pending, scheduled or running, per queue: what a queue's replicas have to work
-        through (autoscaling's metric). One round trip for the ids, one for their queues."""
+        through (autoscaling's metric, counted as ``keda.backlog`` counts it: held jobs need no
+        replica). One round trip for the ids, one for their queues and reasons."""
         with self.r.pipeline(transaction=False) as pipe:
             pipe.zrange(self.k.pending, 0, -1)
             pipe.zrange(self.k.active, 0, -1)
             pending, active = pipe.execute()
         with self.r.pipeline(transaction=False) as pipe:
             for i in (*pending, *active):
-                pipe.hget(self.k.job(int(i)), "queue")
-            queues = pipe.execute()
+                pipe.hmget(self.k.job(int(i)), "queue", "state", "reason")
+            rows = pipe.execute()
+        held = {Reason.JOB_HELD_USER.value, Reason.JOB_HELD_ADMIN.value}
         counts: dict[str, int] = {}
-        for queue in queues:
-            if queue is not None:  # a job removed between the two round trips
-                counts[queue] = counts.get(queue, 0) + 1
+        for queue, state, reason in rows:
+            if queue is None:  # a job removed between the two round trips
+                continue
+            if state == JobState.PENDING.value and reason in held:
+                continue
+            counts[queue] = counts.get(queue, 0) + 1
         return counts
 
     def all_ids(self, limit: int | None = None) -> list[int]:

@@ -32,6 +32,16 @@ from typing import Any, Literal
 
 from crossdock.queue.ports import BackendStatus, Capabilities, Inventory
 from crossdock.backends.slurm.cli import CliDriver
+from crossdock.backends.slurm.estimate import StartEstimates
+from crossdock.backends.slurm.power import (
+    POWER_LABEL,
+    POWERED_DOWN,
+    PROVISIONER,
+    UNSCHEDULABLE_FLAGS,
+    PowerSave,
+    power_state,
+    resume_failed,
+)
 from crossdock.backends.slurm.driver import (
     SlurmDriver,
     SlurmError,
@@ -54,7 +64,8 @@ log = logging.getLogger(__name__)
 
 ACTIVE_NODE_STATES = frozenset({"idle", "mixed", "allocated", "completing"})
 GPU_TYPES_REFRESH_SECONDS = 60.0
-UNSCHEDULABLE_FLAGS = frozenset({"drain", "draining", "drained", "down", "maintenance", "not_responding", "fail", "power_down"})
+RESUME_FAILED = "ResumeFailed"
+"""The reason of an attempt stranded on a node that did not come up (``_strand_checks``)."""
 # Worst first: how an array whose tasks ended differently is summed up.
 _ARRAY_OUTCOME = (JobState.NODE_FAIL, JobState.OUT_OF_MEMORY, JobState.TIMEOUT, JobState.FAILED,
                   JobState.CANCELLED, JobState.PREEMPTED)
@@ -90,9 +101,10 @@ class ClusterView:
     """Jobs holding resources that crossdock did not submit."""
 
 
-class SlurmBackend:
+class SlurmBackend(PowerSave, StartEstimates):
     kind = "slurm"
-    capabilities = Capabilities(arrays=True, batches=True, reowns_claims=True, backend_queue=True)
+    capabilities = Capabilities(arrays=True, batches=True, reowns_claims=True, backend_queue=True,
+                                provisioners=(PROVISIONER,), estimates_start=True)
 
     def __init__(
         self,
@@ -119,6 +131,7 @@ class SlurmBackend:
         self._gpu_types: dict[str, dict[str, str]] = {}
         """Node → crossdock's GPU model name (upper-cased) → the GRES type as the node spells it."""
         self._gpu_types_at = float("-inf")
+        self._estimates, self._estimate_window, self._power = {}, [float("-inf"), 0], {}
 
     @classmethod
     def from_env(cls, env: Mapping[str, str], driver: str = "cli", **kwargs: Any) -> "SlurmBackend":
@@ -179,12 +192,21 @@ class SlurmBackend:
                 types.setdefault(model.upper(), kind)
             gpus += [GpuDevice(f"{n.name}:{len(gpus) + i}", len(gpus) + i, model) for i in range(count)]
         base = n.state.rstrip("*~#!%$@^-")
+        power = self._power[n.name] = power_state(n)
         schedulable = base in ACTIVE_NODE_STATES and not (set(n.flags) & UNSCHEDULABLE_FLAGS)
+        if power == POWERED_DOWN and self._powered_by_crossdock(pool_cfg):
+            schedulable = False  # spare: the autoscaler powers it up (see crossdock.backends.slurm.power)
         return Node(
             name=n.name, pool=pool, backend=self.kind, cpu_milli=n.cpus * 1000, memory_mib=n.memory_mib,
-            gpus=tuple(gpus), labels=MappingProxyType({"slurm.partitions": ",".join(n.partitions)}),
+            gpus=tuple(gpus), labels=MappingProxyType({"slurm.partitions": ",".join(n.partitions), POWER_LABEL: power}),
             gpu_sharing=False, schedulable=schedulable,
         )
+
+    def _powered_by_crossdock(self, pool_cfg: Any) -> bool:
+        """A ``power_save`` pool's powered-down nodes wait for the autoscaler; any other pool's are
+        powered up by Slurm when a job is placed there."""
+        enabled = self.config is not None and self.config.autoscaler.enabled
+        return enabled and pool_cfg is not None and pool_cfg.provisioner == PROVISIONER
 
     def gpu_types(self, job: Job) -> dict[str, str]:
         """crossdock's GPU model name (upper-cased) → the GRES type Slurm knows, on the job's
@@ -464,7 +486,33 @@ class SlurmBackend:
                 native_state=st.slurm_state, extra={"restarts": str(st.restarts)},
             )
         out.update(self._vanished(gone, refs))
+        self._strand_checks(jobs, out)
         return out
+
+    def _strand_checks(self, jobs: Sequence[Job], out: dict[int, BackendStatus]) -> None:
+        """Attempts that can never start where crossdock put them: pinned (``--nodelist``) to a node
+        whose resume failed (DOWN after ``ResumeTimeout``), where Slurm would keep them pending for
+        ever — requeued there by Slurm, or placed there from an inventory that did not show the
+        failure yet (``ReqNodeNotAvail``). Each is cancelled in Slurm (it is pending: nothing of it
+        runs) and reported NODE_FAIL, which the follower requeues as a new attempt that the
+        scheduler places elsewhere. One node listing, only when such a job exists."""
+        waiting = [j for j in jobs if j.nodes and j.id in out and out[j.id].state is JobState.PENDING
+                   and (int(out[j.id].extra.get("restarts", "0")) > 0 or out[j.id].reason.startswith("ReqNodeNotAvail"))]
+        if not waiting:
+            return
+        failed = resume_failed(self.driver.nodes())
+        for job in waiting:
+            st, lost = out[job.id], sorted(set(job.nodes) & failed)
+            if not lost:
+                continue
+            try:
+                self.driver.cancel(st.ref)
+            except SlurmError as exc:  # the next pass looks again
+                log.warning("job %s: cancelling Slurm job %s stranded on %s failed: %s", job.id, st.ref, lost, exc)
+                continue
+            log.warning("job %s: Slurm job %s waits for %s, which failed to resume; cancelled, crossdock requeues it",
+                        job.id, st.ref, ",".join(lost))
+            out[job.id] = replace(st, state=JobState.NODE_FAIL, reason=RESUME_FAILED)
 
     def _vanished(self, jobs: list[Job], refs: Mapping[int, str]) -> dict[int, BackendStatus]:
         """Jobs Slurm no longer knows that crossdock asked to stop: a pending array task that is

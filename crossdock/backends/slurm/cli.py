@@ -12,7 +12,7 @@ import os
 import re
 import subprocess
 import tempfile
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 
 from crossdock.backends.slurm.driver import (
     UNAVAILABLE_PATTERNS,
@@ -23,6 +23,7 @@ from crossdock.backends.slurm.driver import (
     SlurmUnavailable,
     SubmitRejected,
     SubmitRequest,
+    WillRun,
     parse_gpu_gres,
     parse_node,
     tres_memory_mib,
@@ -93,7 +94,9 @@ class CliDriver:
 
     # --- plumbing ---------------------------------------------------------------------------
 
-    def _run(self, argv: list[str], *, stdin: str | None = None, env: Mapping[str, str] | None = None) -> str:
+    def _run(self, argv: list[str], *, stdin: str | None = None, env: Mapping[str, str] | None = None,
+             stderr: bool = False) -> str:
+        """Run one tool; its stdout (``stderr=True``: its stderr, where ``sbatch --test-only`` answers)."""
         try:
             done = subprocess.run(
                 argv,
@@ -112,7 +115,7 @@ class CliDriver:
             if UNAVAILABLE_PATTERNS.search(message):
                 raise SlurmUnavailable(f"{argv[0]}: {message}")
             raise SlurmError(f"{' '.join(argv[:2])} failed ({done.returncode}): {message}")
-        return done.stdout
+        return done.stderr if stderr else done.stdout
 
     # --- SlurmDriver ------------------------------------------------------------------------
 
@@ -184,6 +187,17 @@ class CliDriver:
     def release(self, job_id: str) -> None:
         self._run(["scontrol", "release", job_id])
 
+    def update_nodes(self, names: Sequence[str], state: str) -> None:
+        self._run(["scontrol", "update", f"nodename={','.join(names)}", f"state={state}"])
+
+    def will_run(self, request: SubmitRequest) -> WillRun:
+        argv = ["sbatch", "--test-only", *sbatch_options(request)]
+        out = self._run(argv, stdin=request.script, env={**self.env, **request.env}, stderr=True)
+        m = _WILL_RUN.search(out)
+        if m is None:
+            raise SlurmError(f"sbatch --test-only: no start time in {out.strip()!r}")
+        return WillRun(m["start"], tuple(node_names(m["nodes"])), m["partition"])
+
     # --- accounting (only with slurmdbd) ----------------------------------------------------
 
     def accounting_enabled(self) -> bool:
@@ -203,6 +217,9 @@ class CliDriver:
         )
         return parse_sacct(out)
 
+
+_WILL_RUN = re.compile(r"to start at (?P<start>\S+) using \d+ processors on nodes (?P<nodes>\S+) in partition (?P<partition>\S+)")
+"""``sbatch: Job 7 to start at 2026-12-01T11:50:42 using 8 processors on nodes cpu1 in partition cpu``"""
 
 SACCT_FIELDS = "JobID,JobName,State,ExitCode,Reason,Partition,NodeList,User"
 

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import re
 from dataclasses import dataclass, field
-from typing import Any, Protocol, runtime_checkable
+from typing import Any, Protocol, Sequence, runtime_checkable
 
 from crossdock.backends.slurm.states import decode_wait_status, expand_array_tasks, node_names
 from crossdock.queue.ports import BackendError, BackendUnavailable, SubmitFailed
@@ -165,6 +165,21 @@ class SlurmDriver(Protocol):
     def hold(self, job_id: str) -> None: ...
 
     def release(self, job_id: str) -> None: ...
+
+    def update_nodes(self, names: Sequence[str], state: str) -> None:
+        """``scontrol update nodename=<names> state=<state>`` (``power_up``, ``power_down_asap``…)."""
+
+    def will_run(self, request: SubmitRequest) -> WillRun:
+        """When and where Slurm would start ``request`` if submitted now (``sbatch --test-only``)."""
+
+
+@dataclass(frozen=True)
+class WillRun:
+    """Slurm's answer to a will-run test: the expected start (controller's local time, ISO) and nodes."""
+
+    start: str
+    nodes: tuple[str, ...] = ()
+    partition: str = ""
 
 
 # --- v0.0.38 object parsing (shared by squeue/sinfo --json and slurmrestd) -----------------

@@ -4,8 +4,8 @@ Two ways in: a unix socket with ``rest_auth/local`` (requests run as slurmrestd'
 or TCP with a JWT (``X-SLURM-USER-NAME``/``X-SLURM-USER-TOKEN``; requests run as the token's
 user). Uses the standard library's ``http.client`` with one kept-alive connection per thread.
 
-v0.0.38 has no requeue, hold or release endpoint; those go to ``fallback`` (a CLI driver)
-when one is given and raise :class:`Unsupported` otherwise. The ``job`` object accepts
+v0.0.38 has no requeue, hold, release, node update (power up/down) or will-run endpoint; those
+go to ``fallback`` (a CLI driver) when one is given and raise :class:`Unsupported` otherwise. The ``job`` object accepts
 sbatch's long option names, which is how ``nodelist`` and ``exclude`` get through although
 the published schema lists neither.
 """
@@ -20,7 +20,7 @@ import socket
 import threading
 import subprocess
 import time
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 from urllib.parse import quote, urlsplit
 
@@ -35,6 +35,7 @@ from crossdock.backends.slurm.driver import (
     SubmitRejected,
     SubmitRequest,
     Unsupported,
+    WillRun,
     parse_job,
     parse_node,
 )
@@ -277,3 +278,9 @@ class RestDriver:
 
     def release(self, job_id: str) -> None:
         self._fallback("release").release(job_id)
+
+    def update_nodes(self, names: Sequence[str], state: str) -> None:
+        self._fallback("node update (/node/{name} is read-only)").update_nodes(names, state)
+
+    def will_run(self, request: SubmitRequest) -> WillRun:
+        return self._fallback("will-run test (sbatch --test-only)").will_run(request)

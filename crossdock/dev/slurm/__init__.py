@@ -12,9 +12,15 @@ The token is deliberately not called ``SLURM_JWT``: with that set, srun switches
 and fails. ``down(dir)`` cancels every job and stops each daemon by the PID in its pidfile.
 
 Cluster: nodes cpu1, cpu2 (8 CPUs, 16 GB), gpu-a100-1 (16 CPUs, 8 fake A100), gpu-l4-1
-(8 CPUs, 4 fake L4); partitions cpu (default), gpu-a100, gpu-l4 and high (every node, higher
-priority tier, preempts the others by requeue). No cgroups: a "GPU" job only gets
+(8 CPUs, 4 fake L4); partitions cpu (default), gpu-a100, gpu-l4 and high (those four nodes,
+higher priority tier, preempts the others by requeue). No cgroups: a "GPU" job only gets
 CUDA_VISIBLE_DEVICES.
+
+Power saving: partition elastic, nodes elastic[1-3] (4 CPUs, 8 GB, ``State=CLOUD``), start
+powered down. slurmctld's ResumeProgram (``etc/resume.sh``) starts a node's slurmd with ``-b``;
+its SuspendProgram (``etc/suspend.sh``) stops it by its pidfile after ``SuspendTime`` (15 s) idle.
+Nodes named in ``etc/resume-fail`` are left off by the ResumeProgram (a failed resume: DOWN after
+``ResumeTimeout``, 15 s). Every other node and partition is excluded from power saving.
 
 Modules: ``layout`` (nodes, partitions, every path and port), ``config`` (slurm.conf and
 gres.conf text, the state directory), ``packages`` (apt), ``daemons`` (start, watch, stop),

@@ -26,7 +26,7 @@ from crossdock.dev.slurm.daemons import (
     wait,
     wait_nodes_ready,
 )
-from crossdock.dev.slurm.layout import NODES, ClusterError, Layout
+from crossdock.dev.slurm.layout import ELASTIC_NODES, NODES, ClusterError, Layout
 from crossdock.dev.slurm.packages import ensure_packages
 
 log = logging.getLogger(__name__)
@@ -37,9 +37,13 @@ def up(state_dir: str | os.PathLike[str] | None = None, with_rest: bool = True, 
     layout = Layout.of(state_dir, port_base)
     current = status(layout.root, port_base=layout.port_base)
     if current["up"] and (current["rest"] or not with_rest):
-        _reconfigure_if_changed(layout)
-        return layout.env_file
-    if any(d["pid"] for d in current["daemons"].values()):
+        if not _needs_restart(layout):
+            _reconfigure_if_changed(layout)
+            return layout.env_file
+        log.warning("slurm.conf's nodes or power saving changed, which slurmctld takes only at a start:"
+                    " restarting the cluster (%s)", layout.root)
+        down(layout.root, port_base=layout.port_base)
+    elif any(d["pid"] for d in current["daemons"].values()):
         # Half up: start over rather than guess which half is sound.
         down(layout.root, port_base=layout.port_base)
     started = time.monotonic()
@@ -72,7 +76,7 @@ def up(state_dir: str | os.PathLike[str] | None = None, with_rest: bool = True, 
 
 
 def _check_ports_free(layout: Layout, with_rest: bool) -> None:
-    ports = [layout.ctld_port] + [layout.node_port(i) for i in range(len(NODES))]
+    ports = [layout.ctld_port] + [layout.node_port(i) for i in range(len(NODES) + len(ELASTIC_NODES))]
     ports += [layout.restd_port] if with_rest else []
     for port in ports:
         if not port_is_free(port):
@@ -80,6 +84,18 @@ def _check_ports_free(layout: Layout, with_rest: bool) -> None:
                 f"port {port} on 127.0.0.1 is taken (another cluster? `status --dir` shows which is up);"
                 f" stop it or give this one other ports with CROSSDOCK_SLURM_PORT_BASE"
             )
+
+
+RESTART_KEYS = ("NodeName=", "PartitionName=", "ResumeProgram=", "SuspendProgram=", "SuspendTime=")
+"""slurm.conf lines ``scontrol reconfigure`` cannot apply on 22.05 (nodes added or removed, power
+saving turned on the first time)."""
+
+
+def _needs_restart(layout: Layout) -> bool:
+    def lines(text: str) -> list[str]:
+        return [line for line in text.splitlines() if line.startswith(RESTART_KEYS)]
+
+    return lines(layout.conf.read_text()) != lines(render_slurm_conf(layout))
 
 
 def _reconfigure_if_changed(layout: Layout) -> None:
@@ -145,7 +161,8 @@ def down(state_dir: str | os.PathLike[str] | None = None, port_base: int | None 
     if live_pid(layout.pidfile("slurmctld"), "slurmctld"):
         _cancel_all_jobs(layout)
     stopped = []
-    for name, binary in reversed(layout.daemons()):
+    # Elastic nodes' slurmd run only while powered up (started by the ResumeProgram).
+    for name, binary in [*((f"slurmd-{n.name}", "slurmd") for n in ELASTIC_NODES), *reversed(layout.daemons())]:
         pid = live_pid(layout.pidfile(name), binary)
         if pid:
             stop(pid)
@@ -163,7 +180,8 @@ def status(state_dir: str | os.PathLike[str] | None = None, port_base: int | Non
     daemons = {name: {"pid": live_pid(layout.pidfile(name), binary)} for name, binary in layout.daemons()}
     core_up = all(v["pid"] for k, v in daemons.items() if not k.startswith("slurmrestd"))
     nodes = node_states(layout) if core_up and layout.conf.exists() else {}
-    nodes_up = len(nodes) == len(NODES) and all(s.rstrip("*~#") in READY_NODE_STATES for s in nodes.values())
+    always_on = [nodes.get(n.name, "") for n in NODES]
+    nodes_up = all(s.rstrip("*~#") in READY_NODE_STATES for s in always_on)
     rest = all(v["pid"] for k, v in daemons.items() if k.startswith("slurmrestd"))
     return {
         "dir": str(layout.root),

@@ -5,14 +5,23 @@ from __future__ import annotations
 
 import os
 import pwd
+import shlex
 import shutil
 
 from crossdock.dev.proc import write_private
-from crossdock.dev.slurm.layout import NODES, PARTITIONS, RESTD_USER, Layout
+from crossdock.dev.slurm.layout import ALWAYS_ON, ELASTIC_NODES, ELASTIC_PARTITION, NODES, PARTITIONS, RESTD_USER, Layout
 
 # Deliberately short: slurm's credential lifetime is also the delay before a requeued job
 # may start again (cred_expire + 1 s); values under 5 are ignored.
 CRED_EXPIRE_S = 10
+
+# Power saving, shortened for tests (Slurm's defaults: SuspendTime off, SuspendTimeout 30 s,
+# ResumeTimeout 60 s, power_save_interval 10 s).
+SUSPEND_TIME_S = 15
+"""Idle seconds before Slurm powers an elastic node down by itself."""
+SUSPEND_TIMEOUT_S = 5
+RESUME_TIMEOUT_S = 15
+"""A node whose slurmd has not registered this long after its resume is set DOWN (its jobs requeued)."""
 
 
 def render_slurm_conf(layout: Layout) -> str:
@@ -64,12 +73,14 @@ def render_slurm_conf(layout: Layout) -> str:
         "JobAcctGatherType=jobacct_gather/linux",
         "AccountingStorageType=accounting_storage/none",
         "GresTypes=gpu",
+        *power_save_lines(layout),
     ]
-    for index, node in enumerate(NODES):
+    for index, node in enumerate((*NODES, *ELASTIC_NODES)):
         gres = f" Gres=gpu:{node.gpu_type}:{node.gpus}" if node.gpus else ""
+        state = "CLOUD" if node in ELASTIC_NODES else "UNKNOWN"
         lines.append(
             f"NodeName={node.name} NodeHostname=localhost NodeAddr=127.0.0.1 Port={d.node_port(index)}"
-            f" CPUs={node.cpus} RealMemory={node.memory_mib}{gres} State=UNKNOWN"
+            f" CPUs={node.cpus} RealMemory={node.memory_mib}{gres} State={state}"
         )
     for part in PARTITIONS:
         extra = " Default=YES" if part.default else ""
@@ -79,6 +90,73 @@ def render_slurm_conf(layout: Layout) -> str:
             f" MaxTime=INFINITE State=UP{extra}"
         )
     return "\n".join(lines) + "\n"
+
+
+def power_save_lines(layout: Layout) -> list[str]:
+    """Slurm's power saving for the elastic nodes only: every other node and partition is excluded,
+    so nothing the other tests use ever powers down."""
+    if not ELASTIC_NODES:
+        return []
+    kept = [p.name for p in PARTITIONS if p.name != ELASTIC_PARTITION]
+    return [
+        f"ResumeProgram={layout.resume_program}",
+        f"SuspendProgram={layout.suspend_program}",
+        f"SuspendTime={SUSPEND_TIME_S}",
+        f"SuspendTimeout={SUSPEND_TIMEOUT_S}",
+        f"ResumeTimeout={RESUME_TIMEOUT_S}",
+        "SuspendRate=0",
+        "ResumeRate=0",
+        f"SuspendExcNodes={ALWAYS_ON}",
+        f"SuspendExcParts={','.join(kept)}",
+        # idle_on_node_suspend: a node that failed to resume (DOWN) is idle again once powered
+        # down, so it may be tried again; power_save_interval: act within a second.
+        "SlurmctldParameters=idle_on_node_suspend,power_save_interval=1,power_save_min_interval=0",
+        # Powered-down CLOUD nodes are hidden from sinfo and the API otherwise.
+        "PrivateData=cloud",
+    ]
+
+
+def render_resume_program(layout: Layout) -> str:
+    """slurmctld runs it as ``prog <hostlist>`` with only SLURM_CONF in the environment, every
+    descriptor closed and no PATH: it starts each node's slurmd with ``-b`` (boot time = now,
+    which is what tells slurmctld the node was resumed), except those named in the fail file."""
+    fail, log = shlex.quote(str(layout.resume_fail_file)), shlex.quote(str(layout.power_log))
+    return f"""#!/bin/sh
+# Slurm's ResumeProgram for the local cluster (written by crossdock.dev.slurm).
+PATH=/usr/sbin:/usr/bin:/sbin:/bin
+export PATH
+# slurmctld closes every descriptor: without a stdin the daemon's first file (its log) would be
+# descriptor 0, which it then points at /dev/null when it daemonizes, and its jobs fail to launch.
+exec </dev/null
+for node in $(scontrol show hostnames "$1"); do
+    if [ -f {fail} ] && grep -qx "$node" {fail}; then
+        echo "$(date +%s.%N) resume $node: left off (named in {fail})" >>{log}
+        continue
+    fi
+    echo "$(date +%s.%N) resume $node" >>{log}
+    # A CLOUD node's address is reset to its name when it powers down.
+    scontrol update nodename="$node" nodeaddr=127.0.0.1 nodehostname=localhost >>{log} 2>&1
+    slurmd -b -N "$node" >>{log} 2>&1
+done
+"""
+
+
+def render_suspend_program(layout: Layout) -> str:
+    """Stops each node's slurmd by the PID in its pidfile (checked to be a slurmd)."""
+    pids, log = shlex.quote(str(layout.pids)), shlex.quote(str(layout.power_log))
+    return f"""#!/bin/sh
+# Slurm's SuspendProgram for the local cluster (written by crossdock.dev.slurm).
+PATH=/usr/sbin:/usr/bin:/sbin:/bin
+export PATH
+exec </dev/null
+for node in $(scontrol show hostnames "$1"); do
+    pid=$(cat {pids}/slurmd-"$node".pid 2>/dev/null) || continue
+    if [ "$(cat /proc/"$pid"/comm 2>/dev/null)" = slurmd ]; then
+        kill "$pid"
+        echo "$(date +%s.%N) suspend $node (slurmd $pid)" >>{log}
+    fi
+done
+"""
 
 
 def render_gres_conf(layout: Layout) -> str:
@@ -119,8 +197,15 @@ def prepare(layout: Layout, fresh_state: bool) -> None:
         shutil.rmtree(layout.state, ignore_errors=True)
         shutil.rmtree(layout.spool, ignore_errors=True)
     layout.state.mkdir(parents=True, exist_ok=True)
-    for node in NODES:
+    for node in (*NODES, *ELASTIC_NODES):
         (layout.spool / node.name).mkdir(parents=True, exist_ok=True)
+    # slurmctld refuses power-saving programs that are not absolute, executable, or that group
+    # or others may write.
+    for path, text in ((layout.resume_program, render_resume_program(layout)),
+                       (layout.suspend_program, render_suspend_program(layout))):
+        path.write_text(text)
+        path.chmod(0o755)
+    layout.resume_fail_file.unlink(missing_ok=True)
     # munged wants its socket directory world-executable and not writable by others;
     # slurmrestd drops privileges before it binds, so its directory belongs to slurm.
     for path in (layout.runtime.parent, layout.runtime, layout.munge_dir):

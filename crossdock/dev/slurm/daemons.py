@@ -80,7 +80,7 @@ def wait_nodes_ready(layout: Layout, timeout: float = READY_TIMEOUT_S) -> None:
     def ready() -> bool:
         check_alive(layout, [(f"slurmd-{n.name}", "slurmd") for n in NODES])
         states = node_states(layout)
-        return len(states) == len(NODES) and all(s.rstrip("*~#") in READY_NODE_STATES for s in states.values())
+        return all(states.get(n.name, "").rstrip("*~#") in READY_NODE_STATES for n in NODES)
 
     wait(ready, timeout, "nodes to be idle", layout.logs / "slurmctld.log")
 

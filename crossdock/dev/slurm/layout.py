@@ -37,12 +37,25 @@ NODES: tuple[NodeSpec, ...] = (
     NodeSpec("gpu-a100-1", 16, 64000, "a100", 8),
     NodeSpec("gpu-l4-1", 8, 32000, "l4", 4),
 )
+"""The nodes that are always on: ``up`` starts their slurmd and waits for them."""
+ELASTIC_NODES: tuple[NodeSpec, ...] = (
+    NodeSpec("elastic1", 4, 8000),
+    NodeSpec("elastic2", 4, 8000),
+    NodeSpec("elastic3", 4, 8000),
+)
+"""Power-saved nodes (``State=CLOUD``): they start powered down; Slurm's ResumeProgram starts
+their slurmd when a job or ``scontrol update … state=power_up`` needs them, its SuspendProgram
+stops it after ``SuspendTime`` idle."""
+ALWAYS_ON = "cpu[1-2],gpu-a100-1,gpu-l4-1"
 PARTITIONS: tuple[PartitionSpec, ...] = (
     PartitionSpec("cpu", "cpu[1-2]", 1, default=True),
     PartitionSpec("gpu-a100", "gpu-a100-1", 1),
     PartitionSpec("gpu-l4", "gpu-l4-1", 1),
-    PartitionSpec("high", "ALL", 10, preempt_mode="OFF"),
+    # The always-on nodes only: a partition holding an elastic node could not be kept awake.
+    PartitionSpec("high", ALWAYS_ON, 10, preempt_mode="OFF"),
+    PartitionSpec("elastic", "elastic[1-3]", 1),
 )
+ELASTIC_PARTITION = "elastic"
 
 
 class ClusterError(RuntimeError):
@@ -102,7 +115,15 @@ class Layout:
     restd_port = property(lambda self: self.port_base + 3)
 
     def node_port(self, index: int) -> int:
+        """The slurmd port of ``(*NODES, *ELASTIC_NODES)[index]``."""
         return self.port_base + 10 + index
+
+    # Power saving: the programs slurmctld runs, and the file naming nodes whose resume is to
+    # fail (tests write it; the ResumeProgram then leaves those nodes off).
+    resume_program = property(lambda self: self.etc / "resume.sh")
+    suspend_program = property(lambda self: self.etc / "suspend.sh")
+    resume_fail_file = property(lambda self: self.etc / "resume-fail")
+    power_log = property(lambda self: self.logs / "power.log")
 
     @property
     def restd_url(self) -> str:

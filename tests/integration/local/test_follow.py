@@ -79,3 +79,18 @@ def test_a_job_the_backend_forgot_is_marked_lost(runtime, scripted):
     sched.reconcile()
     got = runtime.store.get(job.id)
     assert (got.state, got.reason) == (JobState.NODE_FAIL, "NodeLost")
+
+
+@pytest.mark.parametrize("requeue", [True, False], ids=["requeue", "no-requeue"])
+def test_a_node_failure_the_backend_reports_is_a_new_attempt_when_the_spec_allows(runtime, scripted, requeue):
+    """A Slurm node that failed to resume strands its job: the backend reports NODE_FAIL."""
+    sched = Scheduler(runtime, lambda *a: None)
+    job = placed(runtime.store, requeue=requeue)
+    scripted.report = BackendStatus("77", JobState.NODE_FAIL, reason="ResumeFailed")
+    sched.reconcile()
+    got = runtime.store.get(job.id)
+    assert [e["to"] for e in runtime.store.events(job.id)][-2:] == (["NODE_FAIL", "PENDING"] if requeue
+                                                                     else ["SCHEDULED", "NODE_FAIL"])
+    assert got.state is (JobState.PENDING if requeue else JobState.NODE_FAIL)
+    assert got.reason == "ResumeFailed"
+    assert got.backend_ref == (None if requeue else "77")  # a new attempt has no backend object yet

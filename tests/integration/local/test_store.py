@@ -98,6 +98,10 @@ def test_backlog_counts_pending_scheduled_and_running_jobs_per_queue(store):
     assert store.backlog() == {"q": 3, "other": 1}
     store.transition(c.id, JobState.COMPLETED, fields={"exit_code": 0})
     assert store.backlog() == {"q": 2, "other": 1}
+    assert store.hold(a.id, True)  # a held job needs no replica until it is released
+    assert store.backlog() == {"q": 1, "other": 1}
+    assert store.hold(a.id, False)
+    assert store.backlog() == {"q": 2, "other": 1}
 
 
 def test_dispatch_claim_is_taken_once(store):

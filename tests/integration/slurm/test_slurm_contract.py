@@ -39,6 +39,9 @@ def test_inventory_lists_partitions_nodes_and_gpus(backend):
     assert {p.name for p in view.partitions} >= {"cpu", "gpu-a100", "gpu-l4", "high"}
     assert "high" in next(n for n in view.nodes if n.name == "gpu-l4-1").partitions
     nodes = {n.name: n for n in backend.inventory().nodes}
+    # The power-saved elastic nodes are listed too, in their own pool, with their power state.
+    elastic = {n: nodes.pop(n) for n in ("elastic1", "elastic2", "elastic3")}
+    assert {n.pool for n in elastic.values()} == {"elastic"} and all("slurm.power" in n.labels for n in elastic.values())
     assert set(nodes) == {"cpu1", "cpu2", "gpu-a100-1", "gpu-l4-1"}
     assert (nodes["cpu1"].pool, nodes["cpu1"].backend, nodes["cpu1"].cpu_milli, nodes["cpu1"].memory_mib) == (
         "cpu", "slurm", 8000, 16000)

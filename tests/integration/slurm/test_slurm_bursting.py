@@ -1,0 +1,127 @@
+"""Bursting on the real Slurm cluster: a queue whose pools are a Slurm partition and a Kubernetes
+pool sends the jobs that fit nowhere to Kubernetes while Slurm's own estimate (``sbatch
+--test-only``) is far, takes them back once the partition drains, and never puts a job on both.
+
+The Kubernetes side is the fake backend standing in as kind ``k8s`` (its pool's nodes declared,
+its jobs in memory): what is under test is the routing, Slurm's estimate and the leader's wiring;
+the store, the scheduling cycle, the dispatch tasks and the follower are the real ones, run in
+this process (cycle and follow driven step by step).
+"""
+
+from __future__ import annotations
+
+import time
+import uuid
+from dataclasses import replace
+
+import pytest
+import yaml
+
+from crossdock import service
+from crossdock.backends.fake import CAPABILITIES as FAKE_CAPABILITIES
+from crossdock.backends.fake.backend import FakeBackend
+from crossdock.backends.slurm.request import parse_tag
+from crossdock.queue.models import JobSpec
+from crossdock.queue.states import JobState
+from crossdock.workers import tasks as worker_tasks
+from crossdock.workers import leader
+from crossdock.workers.leader import Scheduler
+
+pytestmark = [pytest.mark.slurm, pytest.mark.autoscale, pytest.mark.redis]
+
+CONFIG = {
+    "priority_classes": {"batch": {"value": 500}},
+    "pools": {"hpc": {"backend": "slurm", "partition": "gpu-l4", "backend_queue": 10},
+              "kube": {"backend": "k8s", "selector": {"pool": "cpu"}, "backend_queue": 10,
+                       "nodes": [{"name": "kube-0", "cpus": 8, "memory_mib": 16000}]}},
+    "queues": {"burst": {"priority_class": "batch", "pools": ["hpc", "kube"]},
+               "slurm_only": {"priority_class": "batch", "pools": ["hpc"]},
+               "kube_only": {"priority_class": "batch", "pools": ["kube"]}},
+    "default_queue": "burst",
+    "autoscaler": {"burst_margin_seconds": 60},
+    "scheduler": {"interval_seconds": 0.3, "lease_seconds": 2},
+}
+
+
+class KubeStandIn(FakeBackend):
+    """The fake backend as a Kubernetes pool: a queue of its own (pods may wait), no estimator."""
+
+    kind = "k8s"
+    capabilities = replace(FAKE_CAPABILITIES, backend_queue=True)
+
+
+@pytest.fixture
+def crossdock(slurm_cluster, tmp_path, redis_url, monkeypatch):
+    from crossdock.runtime import Runtime
+
+    cfg = tmp_path / "crossdock.yaml"
+    cfg.write_text(yaml.safe_dump(CONFIG))
+    env = {"CROSSDOCK_REDIS_URL": redis_url, "CROSSDOCK_STATE_DIR": str(tmp_path / "state"),
+           "CROSSDOCK_CONFIG": str(cfg), "CROSSDOCK_PREFIX": f"b{uuid.uuid4().hex[:10]}",
+           "CROSSDOCK_SLURM_ENV": slurm_cluster["CROSSDOCK_SLURM_ENV"]}
+    for k, v in env.items():
+        monkeypatch.setenv(k, v)
+    rt = Runtime.from_env(start_redis=False)
+    kube = KubeStandIn(rt.config, rt.store)
+    rt.backends.use("k8s", kube)
+    monkeypatch.setattr(worker_tasks, "runtime", lambda: rt)  # the dispatch tasks run in this process
+
+    def send(name: str, args: list, kind: str) -> None:
+        getattr(worker_tasks, name.split(".", 1)[1]).apply(args=args).get()
+
+    monkeypatch.setattr(leader, "INVENTORY_REFRESH_SECONDS", 0.0)  # read the backends every step
+    sched = Scheduler(rt, send)
+    sched.kube = kube
+    yield sched
+    for job in rt.store.get_many(rt.store.active_ids()):
+        if job.backend == "slurm":
+            rt.backends("slurm").cancel(job)
+    rt.backends.close()
+
+
+def step(sched: Scheduler, until, what: str, timeout: float = 60):
+    deadline = time.monotonic() + timeout
+    while True:
+        sched.cycle_once()
+        sched.reconcile()
+        if until():
+            return
+        assert time.monotonic() < deadline, f"timed out after {timeout}s waiting for {what}"
+        time.sleep(0.3)
+
+
+def spec(tmp_path, queue: str, *, sleep: int = 1, limit_s: int = 120, fake_run_s: float | None = None) -> JobSpec:
+    env = {"CROSSDOCK_SIMULATE_RUN_SECONDS": str(fake_run_s)} if fake_run_s is not None else {}
+    return JobSpec(command=["sleep", str(sleep)], cpus_per_task=8, time_limit_seconds=limit_s, queue=queue,
+                   workdir=str(tmp_path), stdout="/dev/null", env=env)
+
+
+def test_overflow_bursts_to_kubernetes_while_slurm_is_saturated_and_comes_back_as_it_drains(crossdock, jobs_dir):
+    sched, rt, kube = crossdock, crossdock.rt, crossdock.kube
+    store = rt.store
+    # Saturate both: a 10-minute-limit job on the Slurm node, a long one on the Kubernetes node.
+    hog, = service.submit(rt, [spec(jobs_dir, "slurm_only", sleep=20, limit_s=600)])
+    busy, = service.submit(rt, [spec(jobs_dir, "kube_only", fake_run_s=600)])
+    step(sched, lambda: {store.get(hog.id).state, store.get(busy.id).state} == {JobState.RUNNING}, "both pools busy")
+    slurm = rt.backends("slurm")
+    # Slurm's own estimate for one more 8-CPU job: when the hog's limit ends (about 10 minutes).
+    probe, = service.submit(rt, [spec(jobs_dir, "burst")])
+    estimate = slurm.estimate_start(store.get(probe.id), "hpc")
+    assert estimate is not None and 500 < estimate <= 600, estimate
+    # Everything fits nowhere: the Kubernetes pool's backlog (none ahead) is far sooner.
+    overflow = [probe, *service.submit(rt, [spec(jobs_dir, "burst", fake_run_s=1) for _ in range(2)])]
+    step(sched, lambda: all(store.get(j.id).state is not JobState.PENDING for j in overflow), "the overflow routed")
+    assert {store.get(j.id).pool for j in overflow} == {"kube"}
+    # The hog ends: Slurm drains, and the next jobs of the queue run there again.
+    step(sched, lambda: store.get(hog.id).state is JobState.COMPLETED, "the Slurm node to drain", timeout=60)
+    back = service.submit(rt, [spec(jobs_dir, "burst") for _ in range(2)])
+    step(sched, lambda: all(store.get(j.id).state is JobState.COMPLETED for j in back), "the jobs back on Slurm",
+         timeout=90)
+    assert {store.get(j.id).pool for j in back} == {"hpc"}
+    # A job never on both: each has objects in exactly one backend, for one attempt.
+    in_slurm = {parse_tag(j.comment)[0] for j in slurm.own_jobs() if parse_tag(j.comment)}
+    in_kube = {obj.job_id for obj in kube.jobs.values()}
+    for job in [*overflow, *back]:
+        assert (job.id in in_slurm) != (job.id in in_kube), job.id
+        assert store.get(job.id).attempts == 1
+    assert {j.id for j in overflow} <= in_kube and {j.id for j in back} <= in_slurm

@@ -1,0 +1,188 @@
+"""Slurm power saving on the real local cluster: crossdock powers elastic nodes up for its backlog
+and down when they are idle, and a node that fails to resume costs a job nothing but a new attempt.
+
+The cluster's partition ``elastic`` (elastic[1-3], 4 CPUs each) starts powered down; its
+ResumeProgram starts a node's slurmd (``slurmd -b``), its SuspendProgram stops it, and it leaves off
+the nodes named in the cluster's ``etc/resume-fail`` (a resume that fails: DOWN after ResumeTimeout).
+The test itself stands in for the autoscaler loop: it calls ``add_nodes``/``remove_nodes``.
+"""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import time
+import uuid
+from pathlib import Path
+
+import pytest
+import yaml
+
+from crossdock import service
+from crossdock.backends.slurm import SlurmBackend
+from crossdock.backends.slurm.power import power_state
+from crossdock.dev.slurm.config import RESUME_TIMEOUT_S, SUSPEND_TIME_S, SUSPEND_TIMEOUT_S
+from crossdock.dev.slurm.layout import ELASTIC_NODES, Layout
+from crossdock.queue.config import parse_config
+from crossdock.queue.models import Job, JobSpec
+from crossdock.queue.states import JobState
+
+pytestmark = [pytest.mark.slurm, pytest.mark.autoscale, pytest.mark.redis, pytest.mark.celery]
+
+ELASTIC = [n.name for n in ELASTIC_NODES]
+
+
+def config(provisioner: str | None) -> dict:
+    pool = {"backend": "slurm", "partition": "elastic", "max_nodes": len(ELASTIC)}
+    if provisioner:
+        pool["provisioner"] = provisioner
+    return {"priority_classes": {"batch": {"value": 500}}, "pools": {"elastic": pool},
+            "queues": {"batch": {"priority_class": "batch", "pools": ["elastic"]}}, "default_queue": "batch",
+            "scheduler": {"interval_seconds": 0.3, "lease_seconds": 2}}
+
+
+def wait_until(what: str, condition, timeout: float, interval: float = 0.2):
+    deadline = time.monotonic() + timeout
+    while True:
+        value = condition()
+        if value:
+            return value
+        assert time.monotonic() < deadline, f"timed out after {timeout:.0f}s waiting for {what}"
+        time.sleep(interval)
+
+
+def powers(backend: SlurmBackend) -> dict[str, str]:
+    return {n.name: power_state(n) for n in backend.driver.nodes() if n.name in ELASTIC}
+
+
+def reset_elastic(slurm_cluster: dict[str, str]) -> None:
+    """Every elastic node powered down and usable again (a failed resume leaves a node DOWN)."""
+    env = slurm_cluster
+    backend = SlurmBackend.from_env(env)
+    Layout.of(slurm_cluster["CROSSDOCK_SLURM_DIR"]).resume_fail_file.unlink(missing_ok=True)
+    failed = [n for n, p in powers(backend).items() if p == "failed"]
+    if failed:
+        subprocess.run(["scontrol", "update", f"nodename={','.join(failed)}", "state=resume"], env=env, check=False,
+                       capture_output=True)
+    up = [n for n, p in powers(backend).items() if p in ("on", "powering_up")]
+    if up:
+        subprocess.run(["scontrol", "update", f"nodename={','.join(up)}", "state=power_down_force"], env=env,
+                       check=False, capture_output=True)
+    wait_until("every elastic node powered down",
+               lambda: set(powers(backend).values()) == {"powered_down"}, SUSPEND_TIMEOUT_S + RESUME_TIMEOUT_S + 30)
+
+
+@pytest.fixture
+def crossdock(request, slurm_cluster, tmp_path, redis_url, monkeypatch):
+    """crossdock (Celery worker + scheduling loop) on the elastic partition, its nodes powered down."""
+    from crossdock.runtime import Runtime
+    from tests.conftest import Cluster
+
+    reset_elastic(slurm_cluster)
+    cfg = tmp_path / "crossdock.yaml"
+    cfg.write_text(yaml.safe_dump(config(request.param)))
+    env = {"CROSSDOCK_REDIS_URL": redis_url, "CROSSDOCK_STATE_DIR": str(tmp_path / "state"),
+           "CROSSDOCK_CONFIG": str(cfg), "CROSSDOCK_PREFIX": f"p{uuid.uuid4().hex[:10]}",
+           "CROSSDOCK_SLURM_ENV": slurm_cluster["CROSSDOCK_SLURM_ENV"]}
+    for k, v in env.items():
+        monkeypatch.setenv(k, v)
+    c = Cluster(Runtime.from_env(), tmp_path)
+    c.backend = SlurmBackend.from_env(slurm_cluster, config=parse_config(config(request.param)))
+    yield c
+    c.close()
+    reset_elastic(slurm_cluster)
+
+
+def job_spec(out: Path, cpus: int = 4, seconds: float = 1) -> JobSpec:
+    return JobSpec(command=["bash", "-c", f"sleep {seconds}; echo ran on $SLURMD_NODENAME"], cpus_per_task=cpus,
+                   workdir=str(out.parent), stdout=str(out))
+
+
+@pytest.mark.parametrize("crossdock", ["power_save"], indirect=True)
+def test_crossdock_powers_up_nodes_for_its_backlog_runs_it_and_they_power_down_when_idle(crossdock, jobs_dir):
+    rt, backend = crossdock.rt, crossdock.backend
+    outs = [jobs_dir / f"power-{uuid.uuid4().hex[:8]}-{i}.out" for i in range(2)]
+    jobs = service.submit(rt, [job_spec(o) for o in outs])  # one whole node each
+    group = backend.node_group("elastic")
+    assert (group.ready, group.starting, group.spare) == ((), (), 3)
+    # Powered-down nodes of a power_save pool wait for crossdock: the jobs wait with them.
+    crossdock.wait_cycles(3)
+    assert {rt.store.get(j.id).state for j in jobs} == {JobState.PENDING}
+    asked = time.monotonic()
+    names = backend.add_nodes("elastic", len(jobs))
+    assert names == ELASTIC[:2]
+    seen: dict[str, list[str]] = {n: ["powered_down"] for n in names}
+
+    def ready() -> bool:
+        for name, state in powers(backend).items():
+            if name in seen and seen[name][-1] != state:
+                seen[name].append(state)
+        return all(seen[n][-1] == "on" for n in names)
+
+    wait_until("the powered-up nodes to be ready", ready, RESUME_TIMEOUT_S, interval=0.05)
+    resumed = time.monotonic() - asked
+    assert all(seen[n] == ["powered_down", "powering_up", "on"] for n in names), seen
+    assert backend.add_nodes("elastic", 2) == [ELASTIC[2]] and backend.remove_nodes("elastic", [ELASTIC[2]])
+    done = crossdock.wait_all([j.id for j in jobs], timeout=60)
+    started = time.monotonic() - asked
+    assert {j.state for j in done} == {JobState.COMPLETED}
+    assert sorted(o.read_text().split()[-1] for o in outs) == names  # one run each, on the nodes powered up
+    print(f"power_up -> nodes ready {resumed:.2f}s; -> both jobs done {started:.2f}s")
+    # Idle again: crossdock retires one now (drained, then powered down); Slurm's SuspendTime the other.
+    assert backend.remove_nodes("elastic", [names[0], "cpu1"]) == [names[0]]
+    wait_until(f"{names[0]} powered down by crossdock", lambda: powers(backend)[names[0]] == "powered_down",
+               SUSPEND_TIMEOUT_S + 10)
+    wait_until("every elastic node powered down", lambda: set(powers(backend).values()) == {"powered_down"},
+               SUSPEND_TIME_S + SUSPEND_TIMEOUT_S + 15)
+    assert backend.node_group("elastic").spare == 3
+
+
+@pytest.mark.parametrize("crossdock", [None], indirect=True)
+def test_a_resume_that_fails_requeues_and_the_job_runs_exactly_once_on_another_node(crossdock, jobs_dir,
+                                                                                    slurm_cluster):
+    """No provisioner: Slurm powers nodes up when crossdock places a job there. The first node's
+    resume fails (DOWN after ResumeTimeout, Slurm requeues its job); crossdock requeues the job as a
+    new attempt, which runs on another node."""
+    rt, backend = crossdock.rt, crossdock.backend
+    env = slurm_cluster
+    fail_file = Layout.of(slurm_cluster["CROSSDOCK_SLURM_DIR"]).resume_fail_file
+    power_log = Layout.of(slurm_cluster["CROSSDOCK_SLURM_DIR"]).power_log
+    fail_file.write_text("\n".join(ELASTIC[:2]) + "\n")
+    log_before = power_log.read_text() if power_log.exists() else ""
+    # elastic3 taken by a job crossdock did not submit, so crossdock's lands on elastic1 or elastic2.
+    foreign = subprocess.run(["sbatch", "--parsable", "-p", "elastic", "-w", ELASTIC[2], "-c", "4", "-o", "/dev/null",
+                              "--wrap", "sleep 120"], env=env, capture_output=True, text=True, check=True).stdout.strip()
+    try:
+        wait_until("the foreign job to hold elastic3", lambda: powers(backend)[ELASTIC[2]] != "powered_down", 10)
+        out = jobs_dir / f"resume-{uuid.uuid4().hex[:8]}.out"
+        job, = service.submit(rt, [job_spec(out)])
+        first = wait_until("the failing resume", lambda: next(
+            (n for n in ELASTIC[:2] if f"resume {n}: left off" in power_log.read_text()[len(log_before):]), None), 30)
+        fail_file.write_text(first + "\n")  # the other node resumes from now on
+        done, = crossdock.wait_all([job.id], timeout=RESUME_TIMEOUT_S + 90)
+        events = [e["to"] for e in rt.store.events(job.id)]
+    finally:
+        subprocess.run(["scancel", foreign], env=env, check=False)
+    assert done.state is JobState.COMPLETED, events
+    assert "NODE_FAIL" in events and done.attempts >= 2
+    assert powers(backend)[first] == "failed"
+    other = ELASTIC[1] if first == ELASTIC[0] else ELASTIC[0]
+    assert out.read_text().split() == ["ran", "on", other]  # exactly one run, never on the failed node
+
+
+@pytest.mark.parametrize("driver", ["cli", "rest"])
+def test_both_drivers_see_the_same_node_group_and_estimate_through_slurm(driver, slurm_cluster, jobs_dir):
+    """slurmrestd's /nodes carries the power flags sinfo --json does; the will-run test and power
+    changes go through the REST driver's CLI fallback (v0.0.38 has neither)."""
+    cfg = parse_config({**config("power_save"), "pools": {
+        "elastic": {"backend": "slurm", "partition": "elastic", "provisioner": "power_save"},
+        "hpc": {"backend": "slurm", "partition": "gpu-a100"}}})
+    cli = SlurmBackend.from_env(slurm_cluster, config=cfg)
+    backend = SlurmBackend.from_env(slurm_cluster, driver=driver, config=cfg)
+    assert backend.node_group("elastic") == cli.node_group("elastic")
+    nodes = {n.name: n for n in backend.inventory().nodes}
+    assert {nodes[n].labels["slurm.power"] for n in ELASTIC} <= {"on", "powered_down", "powering_up", "powering_down"}
+    assert all(not nodes[n].schedulable for n in ELASTIC if nodes[n].labels["slurm.power"] != "on")
+    job = Job(id=1, spec=JobSpec(command=["true"], workdir=str(jobs_dir)), queue="batch")
+    assert backend.estimate_start(job, "hpc") is not None  # an idle node: about now
+    assert backend.estimate_start(job, "hpc") < 60
