@@ -180,9 +180,6 @@ class ElasticSim:
     def jobs_on(self, name: str) -> list[ElasticJob]:
         return [self.running[i] for i in self.on_slot.get(self.slot_of[name], ())]
 
-    def slot(self, name: str) -> int:
-        return self.slot_of[name]
-
     # --- nodes ---------------------------------------------------------------------------
     def _push(self, t: float, kind: int, payload: Any) -> None:
         self.seq += 1
