@@ -10,6 +10,7 @@ import threading
 import time
 from typing import Any
 
+from crossdock.backends.redis_store.embedded import shown
 from crossdock.backends.redis_store.store import probe
 from crossdock.runtime import Runtime
 from crossdock.workers.loops import RUNNING
@@ -88,7 +89,7 @@ def collect() -> dict[str, Any]:
     kind = "external" if rt.settings.redis_url else "embedded"
     restarts = f" (restarts {report['redis']['restarts']})" if fresh else ""
     parts.append({"name": "redis", "ok": why is None,
-                  "detail": f"{kind} {rt.redis_url}: {'reachable' if why is None else why}{restarts}"})
+                  "detail": f"{kind} {shown(rt.redis_url)}: {'reachable' if why is None else why}{restarts}"})
     try:
         kinds = sorted({p.backend for p in rt.config.pools.values()})
     except Exception as exc:  # a broken config is a health problem, not a traceback

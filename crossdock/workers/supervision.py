@@ -30,7 +30,7 @@ import threading
 import time
 from collections import deque
 from pathlib import Path
-from typing import Any
+from typing import Any, Protocol, Sequence
 
 from crossdock.backends.redis_store import embedded
 from crossdock.queue.errors import CrossdockError
@@ -211,12 +211,27 @@ class Restarts:
         self.total += 1
 
 
+class Part(Protocol):
+    """Another part a face hands the service to keep running (the multi-user socket server)."""
+
+    name: str
+
+    def start(self) -> None: ...
+
+    def alive(self) -> bool: ...
+
+    def report(self) -> dict[str, Any]: ...
+
+    def stop(self) -> None: ...
+
+
 class Service:
-    """The scheduler loop in a thread, a Celery worker process and (``embedded_redis``) the Redis of
-    the state directory, kept running by :meth:`check` and stopped together by :meth:`stop`."""
+    """The scheduler loop in a thread, a Celery worker process, (``embedded_redis``) the Redis of
+    the state directory and any other ``parts``, kept running by :meth:`check` and stopped
+    together by :meth:`stop`."""
 
     def __init__(self, rt: Runtime, workers: int = 2, scheduler: bool = True, logfile: Path | None = None,
-                 embedded_redis: bool = False, lock: UpLock | None = None):
+                 embedded_redis: bool = False, lock: UpLock | None = None, parts: Sequence[Part] = ()):
         self.rt, self.concurrency, self.logfile, self.lock = rt, workers, logfile, lock
         self.embedded_redis = embedded_redis
         self.stop_event = threading.Event()
@@ -224,9 +239,13 @@ class Service:
         self.restarts = {part: Restarts(what) for part, what in
                          (("scheduler", "the scheduler loop"), ("worker", "the Celery worker"),
                           ("redis", "the embedded Redis"))}
+        self.parts = list(parts)
+        self.restarts.update({part.name: Restarts(f"the {part.name} part") for part in self.parts})
         self.worker: subprocess.Popen | None = None
         self.thread: threading.Thread | None = None
         self.scheduler = Scheduler(rt, celery_sender(make_app(rt.redis_url))) if scheduler else None
+        for part in self.parts:  # first: one that cannot start (its socket is another's) leaves nothing running
+            part.start()
         if workers:
             self._start_worker()
         if self.scheduler:
@@ -263,6 +282,11 @@ class Service:
                       self.worker.returncode)
             _killpg(self.worker.pid, signal.SIGKILL)  # pool children it may have left
             self._start_worker()
+        for part in self.parts:
+            if not part.alive():
+                self.restarts[part.name].note()
+                log.error("the %s part stopped; starting it again", part.name)
+                part.start()
 
     def supervise(self, done: threading.Event, every: float = 0.5) -> str | None:
         """Check and report every ``every`` s until ``done``; the line saying why if it gives up."""
@@ -288,10 +312,11 @@ class Service:
             "restarts": self.restarts["scheduler"].total}
         return {"pid": os.getpid(), "started_at": self.started_at, "updated_at": time.time(),
                 "state_dir": str(state_dir), "config": str(self.rt.settings.config_path),
-                "redis": {"url": self.rt.redis_url, "embedded": self.embedded_redis,
+                "redis": {"url": embedded.shown(self.rt.redis_url), "embedded": self.embedded_redis,
                           "pid": embedded.pid(state_dir) if self.embedded_redis else None,
                           "restarts": self.restarts["redis"].total},
-                "workers": [worker] if worker else [], "scheduler": scheduler}
+                "workers": [worker] if worker else [], "scheduler": scheduler,
+                **{part.name: {**part.report(), "restarts": self.restarts[part.name].total} for part in self.parts}}
 
     def write_report(self) -> None:
         path = self.rt.settings.state_dir / "up.json"
@@ -304,6 +329,8 @@ class Service:
         own retries, ~5 s, so the thread, a daemon, is not waited for longer than
         ``SCHEDULER_JOIN_SECONDS``), then the worker's bounded warm shutdown."""
         self.stop_event.set()
+        for part in self.parts:
+            part.stop()
         if self.worker:
             stop_worker(self.worker)
         if self.thread:
