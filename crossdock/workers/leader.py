@@ -158,7 +158,12 @@ class Scheduler:
                 store.request_preempt(pre.victim_id, pre.grace_seconds)
                 self.send("crossdock.preempt", [pre.victim_id, pre.grace_seconds], victim.backend)
         store.update_nominations([p.job_id for p in result.admitted] + list(result.cancelled), result.nominations)
-        store.set_reasons(result.pending, result.explanations)
+        # Only the reasons that changed: with thousands pending, rewriting each one every cycle
+        # was most of the cycle's writes.
+        explanations = result.explanations or {}
+        changed = {i: r for i, r in result.pending.items()
+                   if (j := jobs.get(i)) is None or j.reason != r or (j.explanation or "") != (explanations.get(i) or "")}
+        store.set_reasons(changed, explanations)
 
     def reconcile(self) -> None:
         self.follower.reconcile()
@@ -203,14 +208,19 @@ class Scheduler:
         if not self.leader:
             stop.wait(cfg.lease_seconds / 3)
             return
+        started = time.monotonic()
         self.parts["cycle"].call(self.cycle_once)
+        took = time.monotonic() - started
         for step, every, fn in (("reconcile", reconcile_every, self.reconcile),
                                 ("retention", RETENTION_EVERY_SECONDS, self.expire)):
             if time.monotonic() >= due[step]:
                 due[step] = time.monotonic() + every
                 self.parts[step].call(fn)
-        # the next cycle, or the next follow if it is due sooner
-        self._wait_for_work(stop, min(cfg.interval_seconds, max(due["reconcile"] - time.monotonic(), 0.05)))
+        # The next cycle, or the next follow if it is due sooner; a cycle that took longer than
+        # the interval (thousands pending) is followed by as long a wait, so that the loop takes
+        # at most half a core from the workers and supervisors that run the jobs it admits.
+        interval = max(cfg.interval_seconds, took)
+        self._wait_for_work(stop, min(interval, max(due["reconcile"] - time.monotonic(), 0.05)))
 
     def report(self) -> dict:
         """How this loop is doing, for ``crossdock health``."""
