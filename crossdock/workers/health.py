@@ -85,6 +85,10 @@ def collect() -> dict[str, Any]:
             alive = w["alive"] and is_worker(w["pid"], state_dir)
             parts.append({"name": f"worker {w['pid']}", "ok": alive,
                           "detail": f"{'alive' if alive else 'dead'}, queues {w['queues']} (restarts {w['restarts']})"})
+        if report.get("socket"):  # up --multi-user
+            sock = report["socket"]
+            parts.append({"name": "socket", "ok": sock["alive"], "detail": f"{'serving' if sock['alive'] else 'down'}"
+                          f" users on {sock['path']} (restarts {sock['restarts']})"})
     why = probe(rt.redis_url)
     kind = "external" if rt.settings.redis_url else "embedded"
     restarts = f" (restarts {report['redis']['restarts']})" if fresh else ""

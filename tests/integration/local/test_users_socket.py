@@ -193,6 +193,12 @@ def test_redis_answers_no_one_without_the_services_password(service):
     assert r.stdout.splitlines() == ["socket True", "password file True"], r
     # Nor does a client of the service need it: the second user's whole session goes through the socket.
     assert "CROSSDOCK_REDIS_URL" not in service["env"]
+    # The service's own health names the socket among its parts, and never prints the password.
+    health = subprocess.run([service["python"], "-m", "crossdock", "health", "--json"], env=service["up_env"],
+                            capture_output=True, text=True, timeout=60)
+    parts = {p["name"]: p for p in json.loads(health.stdout)["parts"]}
+    assert parts["socket"]["ok"] and str(service["sock"]) in parts["socket"]["detail"], parts
+    assert secret.read_text().strip() not in health.stdout + service["log"].read_text()
 
 
 def test_the_second_users_jobs_run_as_it_through_the_socket(service):
