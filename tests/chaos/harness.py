@@ -316,8 +316,9 @@ class ChaosRun:
         self.ended.clear()
         while time.monotonic() < deadline:
             try:
-                jobs = self.rt.store.get_many(self.jobs)
-                self.ended.append((time.monotonic(), sum(j.state.terminal for j in jobs)))
+                # Two counters, not every job read: the store holds this run's jobs alone, and reading
+                # 2,000 of them twice a second took about a sixth of the whole run's CPU.
+                self.ended.append((time.monotonic(), len(self.jobs) - self.rt.store.unfinished_count()))
                 if self.ended[-1][1] == len(self.jobs):
                     break
             except STORE_DOWN:
