@@ -209,6 +209,9 @@ def test_the_second_users_jobs_run_as_it_through_the_socket(service):
     assert waited.returncode == 0, (waited, service["log"].read_text()[-2000:])
     out = service["work"] / f"out-{job_id}.txt"
     assert out.read_text().split() == [str(service["uid"])] and out.stat().st_uid == service["uid"]
+    logs, info = cli_as_second(service, "logs", str(job_id)), cli_as_second(service, "info", "--json")
+    assert logs.returncode == 0 and logs.stdout.split() == [str(service["uid"])], logs
+    assert info.returncode == 0 and [row["node"] for row in json.loads(info.stdout)] == ["localhost"], info
     # A Python job: its payload sealed by the service for the authenticated caller, its result
     # unsealed by the service for its owner alone.
     code = ("from crossdock import Client\nc = Client()\nh = c.submit(pow, 2, 10, stdout='/dev/null')\n"
