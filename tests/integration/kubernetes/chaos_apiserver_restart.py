@@ -13,17 +13,20 @@ The test starts a control plane of its own (``crossdock.dev.k8s.up`` in a tempor
 directory, on ports of its own): the API server it restarts is nobody else's.
 
 Not in CI yet: a plain ``pytest`` does not collect it (its name does not start with ``test_``);
-run it by path. With the ledger no job is judged wrong any more, but one run (seed 457785) left
-the 50 jobs of one batch dispatch SCHEDULED: the Celery worker that had claimed them died when
-Redis went away (kombu's ``restore_unacked`` failed on close, so the task waits out the 3,600 s
-visibility timeout) and the follower gives up on a claimed, unsubmitted dispatch only after
-``UNSUBMITTED_AFTER_SECONDS`` (600 s), past this test's 300 s. It goes back into CI (renamed
-``test_…``) once that is fixed and it passes three times in a row.
+run it by path. With the ledger no job is judged wrong any more (0 of 200 in two runs), but both
+runs left the jobs of claimed batch dispatches SCHEDULED (seed 457785: 50, seed 311131: 150): the
+Celery worker that had claimed them died mid-dispatch (SIGKILLed, or exiting when Redis went away
+as kombu's ``restore_unacked`` failed on close), so the task waits out the 3,600 s visibility
+timeout, and for a backend followed by status the follower gives up on a claimed, unsubmitted
+dispatch only after ``UNSUBMITTED_AFTER_SECONDS`` (600 s; the local backend's heartbeat path
+needs 60 s), past this test's 300 s. It goes back into CI (renamed ``test_…``) once that is fixed
+and it passes three times in a row.
 """
 
 from __future__ import annotations
 
 import random
+import shutil
 import tempfile
 import threading
 import time
@@ -153,6 +156,7 @@ def own_plane(k8s_binaries):
     finally:
         api.close()
         k8s.down(state)
+        shutil.rmtree(state, ignore_errors=True)
 
 
 def test_apiserver_restart_every_job_ends_once(own_plane):
