@@ -223,7 +223,7 @@ class Supervisor:
                     files.append(open(os.open(err, mode, 0o666), "wb"))
         finally:
             os.umask(old_umask)
-        env = job_environment(job, node, home=owner.home if owner else None)
+        env = job_environment(job, node, home=owner.home if owner else None, uid=owner.uid if owner else os.getuid())
         try:
             proc = subprocess.Popen(argv, cwd=job.spec.workdir or None, env=env, stdin=subprocess.DEVNULL,
                                     stdout=files[0], stderr=files[-1], start_new_session=True, close_fds=True,
