@@ -111,8 +111,10 @@ def plan(args: argparse.Namespace, env: Mapping[str, str]) -> Step:
 
 
 def next_step_id(env: Mapping[str, str]) -> int:
-    """0, 1, 2... for the job's successive sruns (a counter file per job attempt and user)."""
-    name = f"crossdock-steps-{env.get('SLURM_JOB_ID', '0')}-{env.get('CROSSDOCK_ATTEMPT', '0')}-{os.getuid()}"
+    """0, 1, 2... for the job's successive sruns: a counter file per job attempt, user and session
+    (the local backend starts each job in a session of its own; a pod has its own /tmp)."""
+    name = (f"crossdock-steps-{env.get('SLURM_JOB_ID', '0')}-{env.get('CROSSDOCK_ATTEMPT', '0')}-{os.getuid()}"
+            f"-{os.getsid(0)}")
     fd = os.open(os.path.join(tempfile.gettempdir(), name), os.O_RDWR | os.O_CREAT, 0o600)
     try:
         fcntl.flock(fd, fcntl.LOCK_EX)

@@ -73,7 +73,6 @@ def batch_environment(job: Job, *, nodes: Sequence[str], node: str, submit_dir: 
         "SLURM_JOB_PARTITION": job.pool or job.queue or "crossdock", "SLURM_JOB_QOS": job.priority_class or "normal",
         "SLURM_SUBMIT_DIR": submit_dir, "SLURM_SUBMIT_HOST": submit_host,
         "SLURM_NTASKS": spec.ntasks, "SLURM_NPROCS": spec.ntasks,
-        "SLURM_NTASKS_PER_NODE": spec.ntasks_per_node or spec.tasks_per_node(),
         "SLURM_TASKS_PER_NODE": counts_text(counts),
         "SLURM_CPUS_PER_TASK": spec.cpus_per_task, "SLURM_CPUS_ON_NODE": spec.cpus_per_node(),
         "SLURM_JOB_CPUS_PER_NODE": counts_text([spec.cpus_per_node()] * nnodes),
@@ -85,6 +84,8 @@ def batch_environment(job: Job, *, nodes: Sequence[str], node: str, submit_dir: 
         "SLURM_PRIO_PROCESS": 0, "SLURM_RESTART_COUNT": max(job.attempts - 1, 0),
         "SLURM_EXPORT_ENV": spec.export,
     }
+    if spec.ntasks_per_node is not None:  # as sbatch: only when asked for
+        env["SLURM_NTASKS_PER_NODE"] = spec.ntasks_per_node
     if uid is not None:
         env["SLURM_JOB_UID"] = uid
     if spec.mem_per_node_mib is not None:
