@@ -216,3 +216,19 @@ def test_kubernetes_workers_share_hostnames_and_consistent_ranks():
         assert (env["WORLD_SIZE"], env["MASTER_ADDR"], env["MASTER_PORT"], env["SLURM_JOB_NODELIST"],
                 env["SLURM_TASKS_PER_NODE"], env["SLURM_NTASKS"]) == ("2", "cd-7-1-0", "29500", "cd-7-1-[0-1]",
                                                                       "2(x2)", "4")
+    assert {(e["PET_NNODES"], e["PET_NODE_RANK"], e["PET_MASTER_ADDR"]) for e in workers} == {
+        ("2", "0", "cd-7-1-0"), ("2", "1", "cd-7-1-0")}
+
+
+def test_kubernetes_array_pod_runs_as_its_own_task(tmp_path):
+    spec = JobSpec(script='#!/bin/sh\necho "$SLURM_JOB_ID $SLURM_ARRAY_JOB_ID $SLURM_ARRAY_TASK_ID $SLURM_ARRAY_TASK_COUNT"'
+                          ' "$(scontrol show hostnames | wc -l | tr -d " ")"\n',
+                   array=ArraySpec(task_ids=[3, 5, 9]), workdir=str(tmp_path))
+    tasks = [Job(id=100 + t, spec=spec, attempts=1, array_job_id=100, array_task_id=t, queue="batch", pools=["cpu"],
+                 pool="cpu") for t in (3, 5, 9)]
+    man = m.build(tasks[0], CONFIG, array_tasks=tasks)
+    env = kubelet_env(man, 1, "cd-a100-1-1-zz9x")
+    env.update(PATH=os.environ["PATH"], CROSSDOCK_PYTHON=sys.executable, PYTHONPATH=str(ROOT))
+    done = subprocess.run(man["spec"]["template"]["spec"]["containers"][0]["command"], env=env, cwd=tmp_path,
+                          capture_output=True, text=True, timeout=60)
+    assert (done.returncode, done.stdout) == (0, "105 100 5 3 1\n"), done.stderr

@@ -286,12 +286,15 @@ RENDEZVOUS_PORT = 29500
 
 
 def rendezvous_environment(job: Job) -> dict[str, str]:
-    """What PyTorch's and MPI-style launchers read to find each other: worker 0 is the master."""
-    hosts = worker_hostnames(job)
-    return {"MASTER_ADDR": hosts[0], "MASTER_PORT": str(RENDEZVOUS_PORT),
-            "WORLD_SIZE": str(job.spec.nodes), "RANK": "$(CROSSDOCK_INDEX)", "NODE_RANK": "$(CROSSDOCK_INDEX)",
-            "GROUP_RANK": "$(CROSSDOCK_INDEX)", "NNODES": str(job.spec.nodes),
-            "NPROC_PER_NODE": str(job.spec.tasks_per_node())}
+    """What PyTorch reads to find the other workers, worker 0 being the master: MASTER_ADDR,
+    MASTER_PORT, WORLD_SIZE and RANK for ``init_method="env://"`` with one process per worker;
+    torchrun's ``PET_*`` defaults (``--nnodes``, ``--node-rank``, ``--master-addr``,
+    ``--master-port``) for a torchrun per worker, which then sets RANK and WORLD_SIZE per process."""
+    hosts, nnodes = worker_hostnames(job), str(job.spec.nodes)
+    return {"MASTER_ADDR": hosts[0], "MASTER_PORT": str(RENDEZVOUS_PORT), "WORLD_SIZE": nnodes,
+            "RANK": "$(CROSSDOCK_INDEX)", "NODE_RANK": "$(CROSSDOCK_INDEX)",
+            "PET_NNODES": nnodes, "PET_NODE_RANK": "$(CROSSDOCK_INDEX)", "PET_MASTER_ADDR": hosts[0],
+            "PET_MASTER_PORT": str(RENDEZVOUS_PORT)}
 
 
 def _labels(job: Job, pool_name: str, group: str) -> dict[str, str]:
