@@ -25,7 +25,6 @@ import fcntl
 import os
 import signal
 import subprocess
-import tempfile
 import threading
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
@@ -110,12 +109,16 @@ def plan(args: argparse.Namespace, env: Mapping[str, str]) -> Step:
     return Step(counts, nodes[:nnodes], cpus_per_task)
 
 
+def steps_file(env: Mapping[str, str], uid: int, session: int) -> str:
+    """The step counter of one job attempt run by ``uid`` in ``session`` (the local backend starts
+    each job in a session of its own and removes the file when the job ends; a pod has its own /tmp)."""
+    name = f"crossdock-steps-{env.get('SLURM_JOB_ID', '0')}-{env.get('CROSSDOCK_ATTEMPT', '0')}-{uid}-{session}"
+    return os.path.join(env.get("TMPDIR") or "/tmp", name)
+
+
 def next_step_id(env: Mapping[str, str]) -> int:
-    """0, 1, 2... for the job's successive sruns: a counter file per job attempt, user and session
-    (the local backend starts each job in a session of its own; a pod has its own /tmp)."""
-    name = (f"crossdock-steps-{env.get('SLURM_JOB_ID', '0')}-{env.get('CROSSDOCK_ATTEMPT', '0')}-{os.getuid()}"
-            f"-{os.getsid(0)}")
-    fd = os.open(os.path.join(tempfile.gettempdir(), name), os.O_RDWR | os.O_CREAT, 0o600)
+    """0, 1, 2... for the job's successive sruns."""
+    fd = os.open(steps_file(env, os.getuid(), os.getsid(0)), os.O_RDWR | os.O_CREAT, 0o600)
     try:
         fcntl.flock(fd, fcntl.LOCK_EX)
         text = os.read(fd, 32).decode() or "0"

@@ -30,19 +30,21 @@ EXPECTED = sorted([
 ])
 
 
-def _run(c, workdir: Path, backend: str) -> list[str]:
+def _run(c, workdir: Path, backend: str) -> tuple[int, list[str]]:
     sub = build_spec([], script_text=SCRIPT, script_path=str(workdir / "parity.sh"))
     job, = service.submit(c.rt, [sub.spec.model_copy(update={"workdir": str(workdir)})])
     done = c.wait(job.id, timeout=120)
     assert (done.state, done.backend) == (JobState.COMPLETED, backend), done
     out, = workdir.glob("parity-*.out")  # %x-%j: the backend's own job id
-    return sorted(out.read_text().splitlines())
+    return job.id, sorted(out.read_text().splitlines())
 
 
 @pytest.mark.redis
 @pytest.mark.celery
 def test_local_backend_gives_slurms_output(cluster, tmp_path):
-    assert _run(cluster, tmp_path, "local") == EXPECTED
+    job_id, lines = _run(cluster, tmp_path, "local")
+    assert lines == EXPECTED
+    assert not list(Path("/tmp").glob(f"crossdock-steps-{job_id}-*")), "srun's step counter outlived the job"
 
 
 @pytest.mark.slurm
@@ -52,4 +54,4 @@ def test_slurm_gives_the_same_output(slurm_crossdock, jobs_dir):  # noqa: F811 -
     workdir = jobs_dir / "parity"
     workdir.mkdir(mode=0o777)
     workdir.chmod(0o777)  # jobs run as the cluster's user
-    assert _run(slurm_crossdock, workdir, "slurm") == EXPECTED
+    assert _run(slurm_crossdock, workdir, "slurm")[1] == EXPECTED

@@ -48,6 +48,11 @@ def a_job(job_id: int = 7, **spec: Any) -> Job:
     return Job(id=job_id, spec=JobSpec(**fields), attempts=1, queue="batch", pools=["cpu"], pool="cpu")
 
 
+def local_env(tmp_path: Path) -> dict[str, str]:
+    """A local job's environment; srun's step counter under ``tmp_path`` (the supervisor removes it)."""
+    return {**job_environment(a_job(workdir=str(tmp_path)), "localhost", service_env={}), "TMPDIR": str(tmp_path)}
+
+
 def test_task_layout_is_slurms_block_distribution():
     assert task_counts(5, 2) == [3, 2] and task_counts(4, 2) == [2, 2] and task_counts(1, 2) == [1, 0]
     assert task_counts(3, 2, ntasks_per_node=2) == [2, 1]
@@ -109,7 +114,7 @@ def _run_script(script: str, env: dict[str, str], cwd: Path, timeout: float = 60
 
 
 def test_local_job_runs_srun_and_scontrol_from_its_path(tmp_path):
-    env = job_environment(a_job(workdir=str(tmp_path)), "localhost", service_env={})
+    env = local_env(tmp_path)
     assert env["PATH"].split(os.pathsep)[0] == BIN_DIR
     done = _run_script(SCRIPT, env, tmp_path)
     assert done.returncode == 0, done.stderr
@@ -117,7 +122,7 @@ def test_local_job_runs_srun_and_scontrol_from_its_path(tmp_path):
 
 
 def test_srun_returns_the_worst_exit_code_and_labels_lines(tmp_path):
-    env = job_environment(a_job(workdir=str(tmp_path)), "localhost", service_env={})
+    env = local_env(tmp_path)
     done = _run_script("#!/bin/sh\nsrun -l sh -c 'echo hi; exit $((SLURM_PROCID * 3))'\n", env, tmp_path)
     assert done.returncode == 3
     assert sorted(done.stdout.splitlines()) == ["0: hi", "1: hi"]
@@ -130,14 +135,14 @@ def test_srun_returns_the_worst_exit_code_and_labels_lines(tmp_path):
     (["no-such-command-here"], "execve(): no-such-command-here"),
 ])
 def test_srun_refuses_steps_the_allocation_cannot_hold(tmp_path, args, message):
-    env = job_environment(a_job(workdir=str(tmp_path)), "localhost", service_env={})
+    env = local_env(tmp_path)
     done = subprocess.run([f"{BIN_DIR}/srun", *args], env=env, cwd=tmp_path, capture_output=True, text=True,
                           timeout=30)
     assert done.returncode != 0 and message in done.stderr and "Traceback" not in done.stderr
 
 
 def test_srun_forwards_sigterm_to_every_task(tmp_path):
-    env = job_environment(a_job(workdir=str(tmp_path)), "localhost", service_env={})
+    env = local_env(tmp_path)
     task = ('trap "echo term > got.$SLURM_PROCID; exit 0" TERM; echo up > up.$SLURM_PROCID; '
             'while :; do sleep 0.05; done')
     proc = subprocess.Popen([f"{BIN_DIR}/srun", "sh", "-c", task], env=env, cwd=tmp_path)
@@ -193,7 +198,7 @@ def test_kubernetes_pod_runs_the_same_script_with_the_same_output(tmp_path):
     env = kubelet_env(man, 0, "cd-7-1-x2b9q")
     assert env["SLURMD_NODENAME"] == env["SLURM_JOB_NODELIST"] == "cd-7-1-x2b9q"
     # what the image provides: a PATH, and crossdock importable by $CROSSDOCK_PYTHON (here: this checkout)
-    env.update(PATH=os.environ["PATH"], CROSSDOCK_PYTHON=sys.executable, PYTHONPATH=str(ROOT))
+    env.update(PATH=os.environ["PATH"], CROSSDOCK_PYTHON=sys.executable, PYTHONPATH=str(ROOT), TMPDIR=str(tmp_path))
     done = subprocess.run(man["spec"]["template"]["spec"]["containers"][0]["command"], env=env, cwd=tmp_path,
                           capture_output=True, text=True, timeout=60, start_new_session=True)
     assert done.returncode == 0, done.stderr
@@ -228,7 +233,7 @@ def test_kubernetes_array_pod_runs_as_its_own_task(tmp_path):
                  pool="cpu") for t in (3, 5, 9)]
     man = m.build(tasks[0], CONFIG, array_tasks=tasks)
     env = kubelet_env(man, 1, "cd-a100-1-1-zz9x")
-    env.update(PATH=os.environ["PATH"], CROSSDOCK_PYTHON=sys.executable, PYTHONPATH=str(ROOT))
+    env.update(PATH=os.environ["PATH"], CROSSDOCK_PYTHON=sys.executable, PYTHONPATH=str(ROOT), TMPDIR=str(tmp_path))
     done = subprocess.run(man["spec"]["template"]["spec"]["containers"][0]["command"], env=env, cwd=tmp_path,
                           capture_output=True, text=True, timeout=60)
     assert (done.returncode, done.stdout) == (0, "105 100 5 3 1\n"), done.stderr
