@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import functools
 import os
+import socket
 import sys
 import time
 from pathlib import Path
@@ -60,6 +61,7 @@ def submit(ctx: typer.Context) -> None:
     # What --export asks for, as sbatch stores it at submit; crossdock's own secrets never.
     env = exportable(export_environment(sub.spec.export, sub.spec.env, exportable(dict(os.environ))))
     env.setdefault("SLURM_UMASK", submit_umask())  # the job's files follow the submitter's umask
+    env["SLURM_SUBMIT_HOST"] = socket.gethostname()  # as sbatch records it (backends that are not Slurm read it)
     try:
         workdir = str(Path(sub.spec.workdir or os.getcwd()).resolve())
     except (OSError, ValueError) as exc:  # a NUL in the path, a working directory since deleted

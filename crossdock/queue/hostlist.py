@@ -96,3 +96,48 @@ def _numbers(text: str, body: str, room: int, max_hosts: int) -> list[str]:
             raise HostlistError(text, f"expands to more than {max_hosts} hosts (range {item!r})")
         out.extend(str(n).zfill(len(lo)) for n in range(first, last + 1))
     return out
+
+
+def compress_hostlist(hosts: list[str] | tuple[str, ...]) -> str:
+    """The shortest usual hostlist of ``hosts``, as Slurm writes ``SLURM_JOB_NODELIST``: names that
+    differ only in a trailing number share one bracket group (``n1,n2,n3,n7`` -> ``n[1-3,7]``),
+    numbers sorted and duplicates dropped; zero-padded numbers keep their width (``n[01-10]``).
+    Groups keep the order of their first host; ``expand_hostlist`` gives the hosts back."""
+    groups: dict[tuple[str, int], set[int]] = {}
+    order: list[tuple[str, int] | str] = []
+    for host in hosts:
+        digits = len(host) - len(host.rstrip("0123456789"))
+        if not digits or "[" in host:
+            if host not in order:
+                order.append(host)
+            continue
+        prefix, number = host[:-digits], host[-digits:]
+        padded = len(number) if number.startswith("0") and len(number) > 1 else 0
+        if not padded and (prefix, len(number)) in groups:
+            padded = len(number)  # n10 joins n[01-09]
+        key = (prefix, padded)
+        if key not in groups:
+            groups[key] = set()
+            order.append(key)
+        groups[key].add(int(number))
+    parts: list[str] = []
+    for item in order:
+        if isinstance(item, str):
+            parts.append(item)
+            continue
+        prefix, width = item
+        numbers = sorted(groups[item])
+        if len(numbers) == 1:
+            parts.append(f"{prefix}{numbers[0]:0{width}d}")
+            continue
+        ranges: list[str] = []
+        start = prev = numbers[0]
+        for n in [*numbers[1:], None]:
+            if n is not None and n == prev + 1:
+                prev = n
+                continue
+            ranges.append(f"{start:0{width}d}" if start == prev else f"{start:0{width}d}-{prev:0{width}d}")
+            if n is not None:
+                start = prev = n
+        parts.append(f"{prefix}[{','.join(ranges)}]")
+    return ",".join(parts)

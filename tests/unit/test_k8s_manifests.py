@@ -190,8 +190,9 @@ def test_gang_is_an_indexed_job_one_worker_per_node() -> None:
                                                  for n in ("a100-0", "a100-1", "a100-2", "a100-3")]
     assert pod_spec(man)["schedulingGates"] == [{"name": m.GANG_GATE}]  # released whole by the backend
     assert "schedulingGates" not in pod_spec(job().manifest())
-    rank = next(e for e in container(man)["env"] if e["name"] == "SLURM_NODEID")
-    assert "job-completion-index" in rank["valueFrom"]["fieldRef"]["fieldPath"]
+    index = next(e for e in container(man)["env"] if e["name"] == "CROSSDOCK_INDEX")
+    assert "job-completion-index" in index["valueFrom"]["fieldRef"]["fieldPath"]
+    assert env(man)["SLURM_NODEID"] == "$(CROSSDOCK_INDEX)"  # the worker's rank, expanded by Kubernetes
     assert container(man)["resources"]["limits"]["nvidia.com/gpu"] == "8"  # per worker
 
 

@@ -191,7 +191,25 @@ class KubernetesBackend:
     def submit(self, job: Job, fresh: bool = False) -> str:
         """Create the Job; a replayed dispatch gets 409 and the existing Job, so ``fresh`` saves nothing."""
         manifest = self.manifest(job)
-        return self._create(manifest, {m.LABEL_JOB_ID: str(job.id), m.LABEL_ATTEMPT: str(job.attempts)})
+        ref = self._create(manifest, {m.LABEL_JOB_ID: str(job.id), m.LABEL_ATTEMPT: str(job.attempts)})
+        if job.spec.nodes > 1:
+            self._create_service(job, manifest["metadata"]["name"])
+        return ref
+
+    def _create_service(self, job: Job, name: str) -> None:
+        """The workers' headless Service (manifests.service), owned by the Job so it goes with it."""
+        ref = f"{self.namespace}/{name}"
+        try:
+            uid = json.loads(body(self.batch.read_namespaced_job(name, self.namespace, _preload_content=False)))[
+                "metadata"]["uid"]
+            svc = m.service(job, m.Options(namespace=self.namespace), owner_uid=uid)
+            body(self.core.create_namespaced_service(self.namespace, svc, _preload_content=False))
+            log.info("created Service %s", ref)
+        except ApiException as exc:
+            if exc.status != 409:  # a replayed dispatch finds it made
+                raise api_error(exc, f"creating Service {ref}") from exc
+        except Exception as exc:  # noqa: BLE001 - connection errors: the retry finds the Job and makes it
+            raise api_error(exc, f"creating Service {ref}") from exc
 
     def submit_array(self, tasks: Sequence[Job], throttle: int | None = None, fresh: bool = False) -> dict[int, str]:
         """``tasks`` of one array (same attempt) as one Indexed Job; returns job id → ref.

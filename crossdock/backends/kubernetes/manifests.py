@@ -22,6 +22,7 @@ from typing import Any
 
 from crossdock.queue.config import ClusterConfig, Pool
 from crossdock.queue.models import Job
+from crossdock.queue.slurm_env import batch_environment
 
 LABEL_JOB_ID = "crossdock.io/job-id"
 LABEL_ATTEMPT = "crossdock.io/attempt"
@@ -59,13 +60,19 @@ GPU_RESOURCE = "nvidia.com/gpu"
 GPU_SHARED_RESOURCE = "nvidia.com/gpu.shared"
 CONTAINER = "main"
 
+# srun and scontrol first on the PATH: $CROSSDOCK_BIN, else where the image's crossdock has them.
+_RUNTIME_PATH = ('[ -n "$CROSSDOCK_BIN" ] || CROSSDOCK_BIN=$("${CROSSDOCK_PYTHON:-python3}" -c '
+                 '"import crossdock.jobtools as j; print(j.BIN_DIR)" 2>/dev/null); '
+                 '[ -z "$CROSSDOCK_BIN" ] || PATH="$CROSSDOCK_BIN:$PATH"; export PATH; ')
 # Runs a crossdock script: the text comes in $CROSSDOCK_SCRIPT (never spliced into a command
 # line), is written out and executed with its own #! interpreter and the job's arguments.
-_SCRIPT_RUNNER = ('f="${TMPDIR:-/tmp}/crossdock-script-$$" && printf "%s" "$CROSSDOCK_SCRIPT" > "$f" '
+_SCRIPT_RUNNER = (_RUNTIME_PATH + 'f="${TMPDIR:-/tmp}/crossdock-script-$$" && printf "%s" "$CROSSDOCK_SCRIPT" > "$f" '
                   '&& chmod +x "$f" && exec "$f" "$@"')
-# Sets SLURM_ARRAY_TASK_ID from the completion index of an array Job, then runs "$@".
+# Sets the task's SLURM_ARRAY_TASK_ID and job id from the completion index of an array Job, then runs "$@".
 _ARRAY_RUNNER = ('i=0; for t in $CROSSDOCK_ARRAY_TASK_IDS; do [ "$i" = "$JOB_COMPLETION_INDEX" ] && '
-                 'export SLURM_ARRAY_TASK_ID="$t"; i=$((i+1)); done; exec "$@"')
+                 'export SLURM_ARRAY_TASK_ID="$t"; i=$((i+1)); done; '
+                 'i=0; for t in $CROSSDOCK_ARRAY_JOB_IDS; do [ "$i" = "$JOB_COMPLETION_INDEX" ] && '
+                 'export SLURM_JOB_ID="$t" SLURM_JOBID="$t" CROSSDOCK_JOB_ID="$t"; i=$((i+1)); done; exec "$@"')
 _PYTHON_RUNNER = ("import base64,os,sys,cloudpickle;"
                   "fn,a,k=cloudpickle.loads(base64.b64decode(os.environ['CROSSDOCK_PYTHON_PAYLOAD']));"
                   "fn(*a,**k)")
@@ -238,24 +245,56 @@ def _command(job: Job, array: bool) -> tuple[list[str], dict[str, str]]:
     return argv, env
 
 
-def _environment(job: Job, extra: Mapping[str, str]) -> list[dict[str, Any]]:
+COMPLETION_INDEX = "metadata.annotations['batch.kubernetes.io/job-completion-index']"
+
+
+def worker_hostnames(job: Job) -> list[str]:
+    """The stable hostnames of a multi-node job's workers: ``<Job name>-<index>``, resolvable
+    through the headless Service of the same name (the pods' subdomain)."""
+    name = job_name(job.id, job.attempts)
+    return [f"{name}-{i}" for i in range(job.spec.nodes)]
+
+
+def _environment(job: Job, extra: Mapping[str, str], *, indexed: bool,
+                 owner_ids: tuple[int, int] | None) -> list[dict[str, Any]]:
+    """The container's environment: the job's, then Slurm's (:mod:`crossdock.queue.slurm_env`).
+    What only the pod knows comes first, from the downward API, and the rest refers to it with
+    ``$(VAR)``, which Kubernetes expands from the variables defined before."""
     spec = job.spec
+    first: list[dict[str, Any]] = [{"name": "CROSSDOCK_POD_NAME", "valueFrom": {"fieldRef": {"fieldPath": "metadata.name"}}}]
+    if indexed:
+        first.append({"name": "CROSSDOCK_INDEX", "valueFrom": {"fieldRef": {"fieldPath": COMPLETION_INDEX}}})
+    if spec.nodes > 1:
+        hosts = worker_hostnames(job)
+        node, node_id = f"{job_name(job.id, job.attempts)}-$(CROSSDOCK_INDEX)", "$(CROSSDOCK_INDEX)"
+    else:
+        hosts, node, node_id = ["$(CROSSDOCK_POD_NAME)"], "$(CROSSDOCK_POD_NAME)", 0
     env = {k: v for k, v in spec.env.items() if k not in SIMULATE_ENV and k != IMAGE_ENV}
     env.update(extra)
-    env.update({
-        "CROSSDOCK_JOB_ID": str(job.id), "CROSSDOCK_ATTEMPT": str(job.attempts),
-        "SLURM_JOB_ID": str(job.id), "SLURM_JOB_NAME": spec.display_name(),
-        "SLURM_NNODES": str(spec.nodes), "SLURM_NTASKS": str(spec.ntasks),
-        "SLURM_CPUS_PER_TASK": str(spec.cpus_per_task),
-    })
-    if job.array_job_id is not None and job.array_task_id is not None:
-        env["SLURM_ARRAY_JOB_ID"] = str(job.array_job_id)
-        env["SLURM_ARRAY_TASK_ID"] = str(job.array_task_id)
-    out: list[dict[str, Any]] = [{"name": k, "value": v} for k, v in sorted(env.items())]
-    if spec.nodes > 1:  # the worker's rank: its completion index
-        out.append({"name": "SLURM_NODEID", "valueFrom": {"fieldRef": {
-            "fieldPath": "metadata.annotations['batch.kubernetes.io/job-completion-index']"}}})
-    return out
+    env.update(batch_environment(job, nodes=hosts, node=node, node_id=node_id, submit_dir=spec.workdir or "",
+                                 submit_host=spec.env.get("SLURM_SUBMIT_HOST", ""),
+                                 uid=owner_ids[0] if owner_ids else None))
+    env.pop("CUDA_VISIBLE_DEVICES", None)  # the device plugin sets it
+    env.update({"CROSSDOCK_JOB_ID": str(job.id), "CROSSDOCK_ATTEMPT": str(job.attempts)})
+    if spec.nodes > 1:
+        env.update(rendezvous_environment(job))
+    return first + [{"name": k, "value": v} for k, v in sorted(env.items())]
+
+
+RENDEZVOUS_PORT = 29500
+"""MASTER_PORT: PyTorch's default rendezvous port."""
+
+
+def rendezvous_environment(job: Job) -> dict[str, str]:
+    """What PyTorch reads to find the other workers, worker 0 being the master: MASTER_ADDR,
+    MASTER_PORT, WORLD_SIZE and RANK for ``init_method="env://"`` with one process per worker;
+    torchrun's ``PET_*`` defaults (``--nnodes``, ``--node-rank``, ``--master-addr``,
+    ``--master-port``) for a torchrun per worker, which then sets RANK and WORLD_SIZE per process."""
+    hosts, nnodes = worker_hostnames(job), str(job.spec.nodes)
+    return {"MASTER_ADDR": hosts[0], "MASTER_PORT": str(RENDEZVOUS_PORT), "WORLD_SIZE": nnodes,
+            "RANK": "$(CROSSDOCK_INDEX)", "NODE_RANK": "$(CROSSDOCK_INDEX)",
+            "PET_NNODES": nnodes, "PET_NODE_RANK": "$(CROSSDOCK_INDEX)", "PET_MASTER_ADDR": hosts[0],
+            "PET_MASTER_PORT": str(RENDEZVOUS_PORT)}
 
 
 def _labels(job: Job, pool_name: str, group: str) -> dict[str, str]:
@@ -314,10 +353,11 @@ def build(job: Job, cfg: ClusterConfig, opts: Options = Options(), *,
     argv, extra_env = _command(job, array)
     if array:
         extra_env["CROSSDOCK_ARRAY_TASK_IDS"] = " ".join(str(t.array_task_id) for t in array_tasks or ())
+        extra_env["CROSSDOCK_ARRAY_JOB_IDS"] = " ".join(str(t.id) for t in array_tasks or ())
     container: dict[str, Any] = {
         "name": CONTAINER,
         "image": spec.image or spec.env.get(IMAGE_ENV, opts.image),
-        "env": _environment(job, extra_env),
+        "env": _environment(job, extra_env, indexed=array or spec.nodes > 1, owner_ids=owner_ids),
         "resources": resources(job, cfg, opts),
     }
     if argv:
@@ -325,7 +365,7 @@ def build(job: Job, cfg: ClusterConfig, opts: Options = Options(), *,
     if spec.workdir:
         container["workingDir"] = spec.workdir
     if array:
-        container["env"] = [e for e in container["env"] if e["name"] != "SLURM_ARRAY_TASK_ID"]
+        container["env"] = [e for e in container["env"] if e["name"] != "SLURM_ARRAY_TASK_ID"]  # by index
     pc = cfg.priority_classes.get(job.priority_class)
     grace = pc.grace_seconds if pc is not None else opts.default_grace_seconds
     pod_spec: dict[str, Any] = {
@@ -382,6 +422,8 @@ def build(job: Job, cfg: ClusterConfig, opts: Options = Options(), *,
             job_spec.update(completionMode="Indexed", completions=spec.nodes, parallelism=spec.nodes)
             # Created gated; the backend releases every worker at once when all fit (gangs.py).
             pod_spec["schedulingGates"] = [{"name": GANG_GATE}]
+            # <name>-<index> resolves through the headless Service of the same name (service()).
+            pod_spec["subdomain"] = job_name(job.id, job.attempts)
         name = job_name(job.id, job.attempts)
     return {
         "apiVersion": "batch/v1",
@@ -389,3 +431,19 @@ def build(job: Job, cfg: ClusterConfig, opts: Options = Options(), *,
         "metadata": {"name": name, "namespace": opts.namespace, "labels": labels, "annotations": annotations},
         "spec": job_spec,
     }
+
+
+def service(job: Job, opts: Options = Options(), owner_uid: str | None = None) -> dict[str, Any]:
+    """The headless Service that gives a multi-node job's workers their DNS names
+    (``<Job name>-<index>.<Job name>``); owned by the Job (``owner_uid``), so it goes with it."""
+    name = job_name(job.id, job.attempts)
+    meta: dict[str, Any] = {"name": name, "namespace": opts.namespace,
+                            "labels": {LABEL_MANAGED_BY: MANAGED_BY, LABEL_JOB_ID: str(job.id),
+                                       LABEL_ATTEMPT: str(job.attempts)}}
+    if owner_uid:
+        meta["ownerReferences"] = [{"apiVersion": "batch/v1", "kind": "Job", "name": name, "uid": owner_uid,
+                                    "controller": False, "blockOwnerDeletion": False}]
+    return {"apiVersion": "v1", "kind": "Service", "metadata": meta,
+            "spec": {"clusterIP": "None", "publishNotReadyAddresses": True,
+                     "selector": {LABEL_GROUP: group_of(job)},
+                     "ports": [{"name": "rendezvous", "port": RENDEZVOUS_PORT, "targetPort": RENDEZVOUS_PORT}]}}

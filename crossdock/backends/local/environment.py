@@ -5,10 +5,13 @@ from __future__ import annotations
 import os
 import re
 import socket
+import sys
 from pathlib import Path
 
 from crossdock.queue.models import Job
+from crossdock.jobtools import BIN_DIR
 from crossdock.queue.environ import exportable
+from crossdock.queue.slurm_env import NO_ARRAY_TASK, batch_environment
 
 _PATTERN = re.compile(r"%(\d*)([%jJAaxuNnts])")
 
@@ -24,7 +27,7 @@ def expand(pattern: str, job: Job, node: str) -> str:
             "j": job.id, "J": job.id, "x": job.spec.display_name(), "u": job.spec.user or "nobody",
             "N": node.split(".")[0], "n": 0, "t": 0, "s": "batch",
             "A": job.array_job_id if job.array_job_id is not None else job.id,
-            "a": job.array_task_id if job.array_task_id is not None else 4294967294,
+            "a": job.array_task_id if job.array_task_id is not None else NO_ARRAY_TASK,
         }[code]
         text = str(value)
         return text.zfill(int(width)) if width and text.isdigit() else text
@@ -45,7 +48,7 @@ DEFAULT_PATH = "/usr/local/bin:/usr/bin:/bin"
 
 
 def job_environment(job: Job, node: str | None = None, service_env: dict[str, str] | None = None,
-                    home: str | None = None) -> dict[str, str]:
+                    home: str | None = None, uid: int | None = None) -> dict[str, str]:
     """What the job sees: the environment its submitter exported (stored at submit, as sbatch
     does; never the service's own, nor crossdock's secrets), plus Slurm's variables."""
     spec = job.spec
@@ -57,32 +60,11 @@ def job_environment(job: Job, node: str | None = None, service_env: dict[str, st
         env.setdefault("LOGNAME", spec.user)
     if home:
         env.setdefault("HOME", home)
-    nodes = ",".join(job.nodes) or node
-    slurm = {
-        "SLURM_JOB_ID": job.id, "SLURM_JOBID": job.id, "SLURM_JOB_NAME": spec.display_name(),
-        "SLURM_JOB_USER": spec.user, "SLURM_CPUS_PER_TASK": spec.cpus_per_task, "SLURM_NTASKS": spec.ntasks,
-        "SLURM_NPROCS": spec.ntasks, "SLURM_NNODES": spec.nodes, "SLURM_JOB_NUM_NODES": spec.nodes,
-        "SLURM_NODELIST": nodes, "SLURM_JOB_NODELIST": nodes, "SLURMD_NODENAME": node,
-        "SLURM_JOB_PARTITION": job.pool or job.queue, "SLURM_JOB_QOS": job.priority_class,
-        "SLURM_SUBMIT_DIR": spec.workdir or os.getcwd(), "SLURM_RESTART_COUNT": max(job.attempts - 1, 0),
-        "SLURM_CLUSTER_NAME": "crossdock", "SLURM_CPUS_ON_NODE": spec.cpus_per_node(),
-        "CROSSDOCK_JOB_ID": job.id, "CROSSDOCK_ATTEMPT": job.attempts,
-    }
-    if spec.mem_per_node_mib is not None:
-        slurm["SLURM_MEM_PER_NODE"] = spec.mem_per_node_mib
-    if spec.mem_per_cpu_mib is not None:
-        slurm["SLURM_MEM_PER_CPU"] = spec.mem_per_cpu_mib
-    if spec.time_limit_seconds is not None:
-        slurm["SLURM_TIME_LIMIT"] = -(-spec.time_limit_seconds // 60)  # Slurm's minutes, rounded up
-    if job.array_job_id is not None and job.array_task_id is not None and spec.array is not None:
-        ids = spec.array.task_ids
-        slurm.update({"SLURM_ARRAY_JOB_ID": job.array_job_id, "SLURM_ARRAY_TASK_ID": job.array_task_id,
-                      "SLURM_ARRAY_TASK_COUNT": len(ids), "SLURM_ARRAY_TASK_MIN": min(ids),
-                      "SLURM_ARRAY_TASK_MAX": max(ids)})
-    env.update({k: str(v) for k, v in slurm.items()})
-    if job.gpu_ids:
-        indexes = ",".join(g.rsplit(":", 1)[-1] for g in job.gpu_ids)
-        env.update({"CUDA_VISIBLE_DEVICES": indexes, "SLURM_JOB_GPUS": indexes, "GPU_DEVICE_ORDINAL": indexes})
-    elif spec.gpu_request() is None:
-        env["CUDA_VISIBLE_DEVICES"] = ""
+    env.update(batch_environment(
+        job, nodes=job.nodes or [node], node=node, submit_dir=spec.workdir or os.getcwd(),
+        submit_host=spec.env.get("SLURM_SUBMIT_HOST") or node, uid=uid,
+        gpu_indexes=[g.rsplit(":", 1)[-1] for g in job.gpu_ids]))
+    env.update({"CROSSDOCK_JOB_ID": str(job.id), "CROSSDOCK_ATTEMPT": str(job.attempts),
+                "CROSSDOCK_PYTHON": sys.executable})
+    env["PATH"] = f"{BIN_DIR}{os.pathsep}{env['PATH']}"  # srun and scontrol first, as on a Slurm node
     return env

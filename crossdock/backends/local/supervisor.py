@@ -31,6 +31,7 @@ from redis.retry import Retry
 from crossdock import signing
 from crossdock.backends.local import workspace
 from crossdock.backends.local.environment import job_environment, output_paths
+from crossdock.jobtools.srun import steps_file
 from crossdock.backends.local.owner import Owner, acting_as, owner_of, submit_umask
 from crossdock.backends.local.record import STORE_DOWN, record
 from crossdock.backends.redis_store.embedded import private_dir
@@ -161,6 +162,7 @@ class Supervisor:
         ending = "stale" if self.stale else "cancel" if self.cancelled else ending
         for f in files:
             f.close()
+        self.steps_file.unlink(missing_ok=True)  # srun's step counter, if the job ran srun
         if ending == "stale":
             log.warning("job %s attempt %s moved on while the store was out of reach; stopped it", job_id, attempt)
             return 0
@@ -223,7 +225,8 @@ class Supervisor:
                     files.append(open(os.open(err, mode, 0o666), "wb"))
         finally:
             os.umask(old_umask)
-        env = job_environment(job, node, home=owner.home if owner else None)
+        uid = owner.uid if owner else os.getuid()
+        env = job_environment(job, node, home=owner.home if owner else None, uid=uid)
         try:
             proc = subprocess.Popen(argv, cwd=job.spec.workdir or None, env=env, stdin=subprocess.DEVNULL,
                                     stdout=files[0], stderr=files[-1], start_new_session=True, close_fds=True,
@@ -232,6 +235,7 @@ class Supervisor:
         finally:
             for f in handed:  # the job holds its own copies
                 f.close()
+        self.steps_file = Path(steps_file(env, uid, proc.pid))  # the job's session is its pid
         return proc, files
 
     def _beat(self, job: Job, attempt: int, proc: subprocess.Popen, ws: Path, now: float) -> StopRequest | None:
