@@ -19,12 +19,12 @@ STATUS_FIELDS = ("state", "reason", "attempts", "queue", "priority_class", "prio
                  "array_job_id", "array_task_id", "backend", "pool", "backend_ref", "nodes", "gpu_ids",
                  "preempt_requested", "preempt_grace", "preempt_deadline", "cancel_requested", "dispatched", "pid",
                  "explanation", "alloc_cpu_milli", "alloc_mem_mib", "exit_code", "signal", "submit_time",
-                 "eligible_time", "scheduled_time", "start_time", "end_time")
+                 "eligible_time", "scheduled_time", "start_time", "end_time", "max_rss_kib")
 """Every field of a job hash besides ``spec``: exactly the status fields of :class:`Job`."""
 FIELDS = frozenset(("spec", *STATUS_FIELDS))
 _JSON = frozenset(("pools", "nodes", "gpu_ids"))
 _INT = frozenset(("attempts", "priority", "array_job_id", "array_task_id", "alloc_cpu_milli", "alloc_mem_mib",
-                  "exit_code", "signal", "pid"))
+                  "exit_code", "signal", "pid", "max_rss_kib"))
 _FLOAT = frozenset(("preempt_grace",))
 _BOOL = frozenset(("preemptible", "preempt_requested", "cancel_requested"))
 _TIME = frozenset(("submit_time", "eligible_time", "scheduled_time", "start_time", "end_time", "dispatched",
