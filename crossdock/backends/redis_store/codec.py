@@ -126,7 +126,7 @@ def history_record(job: Job) -> dict[str, Any]:
         "backend": job.backend, "pool": job.pool, "backend_ref": job.backend_ref, "nodes": job.nodes,
         "gpu_ids": job.gpu_ids, "alloc_cpu_milli": job.alloc_cpu_milli, "alloc_mem_mib": job.alloc_mem_mib,
         "submit_time": encode(job.submit_time), "start_time": encode(job.start_time),
-        "end_time": encode(job.end_time), "workdir": spec.workdir,
+        "end_time": encode(job.end_time), "workdir": spec.workdir, "max_rss_kib": job.max_rss_kib,
     }.items() if v not in (None, "", [])}
 
 
