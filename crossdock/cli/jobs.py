@@ -75,6 +75,8 @@ def submit(ctx: typer.Context) -> None:
         fail(str(exc))
     for w in sub.warnings:  # after admission: a refusal is its one line alone
         print(f"crossdock: warning: {w}", file=sys.stderr)
+    if not sub.dry_run:
+        _warn_without_scheduler(runtime(), jobs)
     if sub.dry_run:
         if sub.json:
             print_json(dry_run_json(sub.spec))
@@ -89,6 +91,22 @@ def submit(ctx: typer.Context) -> None:
     else:
         print(f"Submitted batch job {first}")
 
+
+
+def _warn_without_scheduler(rt, jobs: list[Job]) -> None:
+    """One warning when no scheduler holds the lease: the jobs wait PENDING until one runs.
+
+    A warning, not sbatch's failure: sbatch fails when slurmctld is unreachable because the
+    controller is where a job is queued. Here the queue is the store, and the store answered —
+    the jobs are safely queued and a scheduler started later (``crossdock up``) takes them, as
+    scripts that submit first and start the service after rely on. An unreachable store still
+    fails the submit."""
+    if rt.store.lease_holder() is not None:
+        return
+    first = jobs[0].array_job_id if jobs[0].array_job_id is not None else jobs[0].id
+    what = f"job {first}" if len(jobs) == 1 or jobs[0].array_job_id is not None else f"{len(jobs)} jobs"
+    print(f"crossdock: warning: no scheduler is running; {what} will wait PENDING until one starts:"
+          " run `crossdock up`", file=sys.stderr)
 
 
 def _script_text(data: bytes, where: str) -> str:
