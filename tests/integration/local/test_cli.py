@@ -129,3 +129,18 @@ def test_submit_with_a_broken_config_is_one_line(crossdock_env, tmp_path, text):
     r = cli({**crossdock_env, "CROSSDOCK_CONFIG": str(bad)}, "submit", "--wrap", "true")
     assert r.returncode == 2, r
     assert len(r.stderr.splitlines()) == 1 and r.stderr.startswith(f"crossdock: error: config {bad}"), r.stderr
+
+
+def test_a_real_submit_loads_no_heavy_module(crossdock_env, store):
+    heavy = ("typer", "click", "rich", "celery", "kombu", "numpy", "crossdock.queue.scheduler", "crossdock.workers",
+             "crossdock.dev", "crossdock.cli.app")
+    code = ("import atexit, sys\n"
+            f"heavy = {heavy!r}\n"
+            "atexit.register(lambda: print('loaded', sorted(m for m in sys.modules"
+            " if any(m == h or m.startswith(h + '.') for h in heavy)), file=sys.stderr))\n"
+            "sys.argv = ['crossdock', 'submit', '--wrap', 'true']\n"
+            "from crossdock.cli.main import main\nmain()\n")
+    r = subprocess.run([sys.executable, "-c", code], env={**os.environ, **crossdock_env}, capture_output=True,
+                       text=True, timeout=60)
+    assert r.returncode == 0 and r.stdout.startswith("Submitted batch job"), r
+    assert r.stderr.splitlines()[-1] == "loaded []", r.stderr
