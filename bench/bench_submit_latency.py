@@ -3,7 +3,10 @@ start (``python3 -I -S -c pass``) in the same run, rounds interleaved so that a 
 weighs on both alike; with ``--sbatch``, against ``sbatch --wrap true`` on the Slurm cluster
 the environment names (SLURM_CONF) too.
 
-    python bench/bench_submit_latency.py [--calls 20] [--rounds 3] [--sbatch]
+    python bench/bench_submit_latency.py [--calls 20] [--rounds 3] [--sbatch] [--baseline CHECKOUT]
+
+``--baseline`` times another checkout's ``crossdock submit`` too (PYTHONPATH=CHECKOUT), for
+before/after figures taken under the same load.
 
 Prints the median per-call milliseconds of each and the ratio crossdock / bare interpreter
 (target: <= 2). The store is an embedded Redis in a temporary directory; no scheduler runs.
@@ -29,6 +32,7 @@ LOOP = 'n=$1; shift; i=0; while [ "$i" -lt "$n" ]; do "$@" >/dev/null 2>&1 || ex
 
 
 def per_call_ms(argv: list[str], calls: int, env: dict[str, str]) -> float:
+    """Milliseconds per call of ``argv`` run ``calls`` times by one shell loop."""
     t0 = time.perf_counter()
     subprocess.run(["/bin/sh", "-c", LOOP, "sh", str(calls), *argv], check=True, env=env)
     return (time.perf_counter() - t0) * 1000 / calls
@@ -39,6 +43,7 @@ def main() -> None:
     ap.add_argument("--calls", type=int, default=20, help="calls per loop")
     ap.add_argument("--rounds", type=int, default=3)
     ap.add_argument("--sbatch", action="store_true", help="time sbatch on the cluster SLURM_CONF names too")
+    ap.add_argument("--baseline", type=Path, help="a checkout whose crossdock submit to time as well")
     args = ap.parse_args()
 
     tmp = Path(tempfile.mkdtemp(prefix="crossdock-bench-"))
@@ -61,11 +66,15 @@ def main() -> None:
         if not shutil.which("sbatch") or not os.environ.get("SLURM_CONF"):
             raise SystemExit("--sbatch: no sbatch on PATH or SLURM_CONF unset (export the local cluster's env)")
         paths["sbatch"] = ["sbatch", "--wrap", "true", "-o", "/dev/null"]
+    envs = {name: env for name in paths}
+    if args.baseline:
+        paths["baseline submit"] = paths["crossdock submit"]
+        envs["baseline submit"] = {**env, "PYTHONPATH": str(args.baseline.resolve())}
     times: dict[str, list[float]] = {name: [] for name in paths}
     try:
         for _ in range(args.rounds):
             for name, argv in paths.items():
-                times[name].append(per_call_ms(argv, args.calls, env))
+                times[name].append(per_call_ms(argv, args.calls, envs[name]))
     finally:
         embedded.stop(tmp)
     med = {name: statistics.median(t) for name, t in times.items()}
@@ -73,6 +82,8 @@ def main() -> None:
         print(f"{name:>18}: {ms:7.1f} ms per call (rounds: {', '.join(f'{t:.0f}' for t in times[name])})")
     print(f"ratio crossdock submit / bare interpreter: {med['crossdock submit'] / med['bare interpreter']:.2f}x"
           " (target <= 2)")
+    if args.baseline:
+        print(f"ratio baseline submit / bare interpreter: {med['baseline submit'] / med['bare interpreter']:.2f}x")
 
 
 if __name__ == "__main__":
