@@ -7,17 +7,26 @@ import sys
 from functools import lru_cache
 from typing import Any, NoReturn
 
-import typer
-from rich.console import Console
-
 from crossdock.queue.errors import ConfigError, CrossdockError
 from crossdock.runtime import Runtime
 
-# Pipes and CI logs get a wide console instead of rich's 80-column default.
-console = Console(width=None if sys.stdout.isatty() else 160)
-err_console = Console(stderr=True)
-
 EXIT_USAGE = 2
+
+
+@lru_cache(maxsize=None)
+def _console(stderr: bool):
+    from rich.console import Console
+
+    # Pipes and CI logs get a wide console instead of rich's 80-column default.
+    return Console(stderr=True) if stderr else Console(width=None if sys.stdout.isatty() else 160)
+
+
+def __getattr__(name: str):
+    """``console`` and ``err_console`` (rich) are made on first use: ``crossdock submit``, which
+    prints plain lines, never imports rich."""
+    if name in ("console", "err_console"):
+        return _console(name == "err_console")
+    raise AttributeError(name)
 
 
 @lru_cache(maxsize=2)
@@ -65,8 +74,9 @@ def one_line(text: str) -> str:
 
 def fail(message: str, code: int = EXIT_USAGE) -> NoReturn:
     """One line on stderr naming what is wrong and what is accepted; exit 2 for bad input."""
-    err_console.print(f"crossdock: error: {one_line(message)}", markup=False, highlight=False, soft_wrap=True)
-    raise typer.Exit(code)
+    sys.stderr.write(f"crossdock: error: {one_line(message)}\n")
+    sys.stderr.flush()
+    raise SystemExit(code)
 
 
 def print_json(data: Any) -> None:

@@ -2,12 +2,8 @@
 
 from __future__ import annotations
 
-import functools
-import os
-import socket
 import sys
 import time
-from pathlib import Path
 from typing import List, Optional
 
 import typer
@@ -15,11 +11,9 @@ from rich.live import Live
 
 from crossdock.cli.common import console, fail, gateway, print_json
 from crossdock.cli.render import job_row, queue_table, summary_table
-from crossdock.queue.environ import exportable
-from crossdock.queue.errors import CrossdockError, InvalidOption, NoSuchJob
+from crossdock.queue.errors import CrossdockError, NoSuchJob
 from crossdock.queue.models import Job
 from crossdock.queue.states import JobState
-from crossdock.settings import submit_umask
 
 RAW = {"allow_extra_args": True, "ignore_unknown_options": True, "help_option_names": []}
 
@@ -29,76 +23,9 @@ def submit(ctx: typer.Context) -> None:
 
     crossdock submit [OPTIONS] [SCRIPT [ARGS...]]   (SCRIPT from standard input when omitted)
     """
-    from crossdock.queue.sbatch import build_spec, dry_run_json, split_argv
-    from crossdock.queue.sbatch_formats import export_environment
+    from crossdock.cli import submit as submit_command
 
-    argv = list(ctx.args)
-    if argv[:1] in (["--help"], ["-h"]):
-        console.print(submit.__doc__)
-        raise typer.Exit(0)
-    gw = gateway(start_redis=False)  # parsing and --dry-run need no store
-    try:
-        options, script_path, script_args = split_argv(argv)
-        script_text = None
-        if script_path is not None:
-            try:
-                script_text = _script_text(Path(script_path).read_bytes(), script_path)
-            except OSError as exc:
-                fail(f"SCRIPT: cannot read {script_path!r}: {exc.strerror}")
-            except ValueError:  # a NUL in the name, which no file can have
-                fail(f"SCRIPT: {script_path!r} is not a file name (it holds a NUL character)")
-        build = functools.partial(build_spec, options, script_path=script_path, script_args=script_args,
-                                  max_array_size=gw.limits()["max_array_size"], environ=os.environ)
-        try:
-            sub = build(script_text)
-        except InvalidOption as exc:
-            # No script and no --wrap: like sbatch, read the script from standard input.
-            if exc.option != "SCRIPT" or script_text is not None or sys.stdin.isatty():
-                raise
-            sub = build(_script_text(sys.stdin.buffer.read(), "standard input"))
-    except InvalidOption as exc:
-        fail(str(exc))
-    # What --export asks for, as sbatch stores it at submit; crossdock's own secrets never.
-    env = exportable(export_environment(sub.spec.export, sub.spec.env, exportable(dict(os.environ))))
-    env.setdefault("SLURM_UMASK", submit_umask())  # the job's files follow the submitter's umask
-    env["SLURM_SUBMIT_HOST"] = socket.gethostname()  # as sbatch records it (backends that are not Slurm read it)
-    try:
-        workdir = str(Path(sub.spec.workdir or os.getcwd()).resolve())
-    except (OSError, ValueError) as exc:  # a NUL in the path, a working directory since deleted
-        fail(f"--chdir: cannot use {sub.spec.workdir or 'the current directory'!r} as the job's working directory: {exc}")
-    spec = sub.spec.model_copy(update={"env": env, "workdir": workdir})
-    try:
-        if sub.dry_run:  # admitted exactly as a submission is, against the same nodes; nothing stored
-            gw.check([spec])
-        else:
-            jobs = gateway().submit([spec], token=os.environ.get("CROSSDOCK_IDEMPOTENCY_TOKEN"))
-    except CrossdockError as exc:
-        fail(str(exc))
-    for w in sub.warnings:  # after admission: a refusal is its one line alone
-        print(f"crossdock: warning: {w}", file=sys.stderr)
-    if sub.dry_run:
-        if sub.json:
-            print_json(dry_run_json(sub.spec))
-        else:
-            console.print_json(data=dry_run_json(sub.spec))
-        return
-    first = jobs[0].array_job_id if jobs[0].array_job_id is not None else jobs[0].id
-    if sub.json:
-        print_json({"job_id": first, "jobs": [j.id for j in jobs]})
-    elif sub.parsable:
-        print(first)
-    else:
-        print(f"Submitted batch job {first}")
-
-
-
-def _script_text(data: bytes, where: str) -> str:
-    """A batch script as text: UTF-8, as it is stored and passed on; anything else is one line."""
-    try:
-        return data.decode("utf-8")
-    except UnicodeDecodeError as exc:
-        fail(f"SCRIPT: {where} is not UTF-8 text (byte 0x{data[exc.start]:02x} at offset {exc.start});"
-             " save it as UTF-8")
+    submit_command.run(list(ctx.args))
 
 
 def _jobs(refs: List[str]) -> list[Job]:

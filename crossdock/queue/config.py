@@ -8,7 +8,7 @@ is :func:`crossdock.configfile.load_config`'s job (runtime, CLI, client); this m
 
 from __future__ import annotations
 
-from typing import Any, Literal, Mapping
+from typing import Annotated, Any, Literal, Mapping
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
 
@@ -58,11 +58,13 @@ class PoolGpu(_Cfg):
 
 
 class NodeDecl(_Cfg):
-    """A node declared in config, for backends that cannot discover their nodes (local, simulator)."""
+    """A node declared in config, for backends that cannot discover their nodes (local, simulator).
+    ``cpus``/``memory_mib`` may say ``auto`` on a backend that measures its own node
+    (``Capabilities.sizes_nodes``: the local machine); a number is used as declared."""
 
     name: str = Field(min_length=1, max_length=255)
-    cpus: int = Field(ge=1, le=MAX_NODE_CPUS)
-    memory_mib: int = Field(ge=1, le=MAX_NODE_MEMORY_MIB)
+    cpus: Annotated[int, Field(ge=1, le=MAX_NODE_CPUS)] | Literal["auto"]
+    memory_mib: Annotated[int, Field(ge=1, le=MAX_NODE_MEMORY_MIB)] | Literal["auto"]
     gpus: int = Field(0, ge=0, le=MAX_NODE_GPUS)
     gpu_model: str | None = None
     labels: dict[str, str] = Field(default_factory=dict)
@@ -347,7 +349,7 @@ def _format_errors(exc: ValidationError) -> list[str]:
         if (err["type"] == "literal_error" and str(err["loc"][-1]).startswith("literal[")
                 and any(len(d) > len(branch_of) and d[:len(branch_of)] == branch_of for d in deep)):
             continue
-        loc = [str(p) for p in err["loc"] if not str(p).startswith(("literal[", "function-"))]
+        loc = [str(p) for p in err["loc"] if not str(p).startswith(("literal[", "function-", "constrained-"))]
         # union branches (Elastic | "none") put the branch name in loc; keep the user's path
         loc = [p for p in loc if p not in ("Elastic",)]
         msg = _message(err)
@@ -411,6 +413,12 @@ def _backend_errors(cfg: ClusterConfig, backends: Mapping[str, Capabilities]) ->
             offered = ", ".join(backends[pool.backend].provisioners) or "none"
             errors.append(f"pools.{name}.provisioner: {pool.provisioner!r} is not offered by {pool.backend}"
                           f" (offers: {offered}); remove provisioner or pick one it offers")
+        if pool.backend in backends and not backends[pool.backend].sizes_nodes:
+            for i, node in enumerate(pool.nodes):
+                for field in ("cpus", "memory_mib"):
+                    if getattr(node, field) == "auto":
+                        errors.append(f"pools.{name}.nodes[{i}].{field}: 'auto' needs a backend that measures its"
+                                      f" nodes; {pool.backend} does not — give a number")
     for qname, q in cfg.queues.items():
         fleet = q.elastic.fleet if q.elastic != "none" else None
         if fleet is None:

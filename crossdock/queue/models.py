@@ -366,6 +366,8 @@ class Job(_Model):
     scheduled_time: datetime | None = None
     start_time: datetime | None = None
     end_time: datetime | None = None
+    max_rss_kib: int | None = None
+    """The most resident memory the attempt was seen to use, where its backend measures it (local)."""
 
     @property
     def display_id(self) -> str:

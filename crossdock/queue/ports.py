@@ -64,6 +64,8 @@ class Capabilities:
     fleets: bool = False
     """Scales the replicas of an elastic queue's ``fleet`` (``ScalesFleet``)."""
     estimates_start: bool = False
+    sizes_nodes: bool = False
+    """Measures the CPUs and memory of the nodes a pool declares, so a declaration may say ``auto``."""
     """Tells when a job would start if sent now (``EstimatesStart``), for bursting between backends."""
 
 

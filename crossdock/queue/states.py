@@ -129,3 +129,5 @@ class Reason(StrEnum):
     CANCELLED_BY_USER = "CancelledByUser"
     NODE_LOST = "NodeLost"
     PREEMPTED = "Preempted"
+    OUT_OF_MEMORY = "OutOfMemory"
+    """Went past its memory request and was killed."""

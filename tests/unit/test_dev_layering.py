@@ -33,7 +33,7 @@ def test_production_module_does_not_import_dev(path):
 
 
 def test_the_cli_and_the_slurm_backend_load_without_dev():
-    code = ("import sys, crossdock.cli.main, crossdock.backends.slurm; "
+    code = ("import sys, crossdock.cli.app, crossdock.backends.slurm; "
             "print(sorted(m for m in sys.modules if m.startswith('crossdock.dev')))")
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True,
                          cwd=PACKAGE.parent).stdout

@@ -15,7 +15,7 @@ from crossdock.backends.local import CAPABILITIES
 from crossdock.queue.ports import BackendStatus, Inventory
 from crossdock.backends.local import gpus as gpu_discovery
 from crossdock.backends.redis_store.embedded import private_dir
-from crossdock.backends.local import workspace
+from crossdock.backends.local import resources, workspace
 from crossdock.backends.local.record import record
 from crossdock.backends.redis_store.store import JobStore
 from crossdock.queue.config import ClusterConfig
@@ -25,7 +25,9 @@ from crossdock.queue.states import JobState
 
 
 def local_nodes(cfg: ClusterConfig, discovered: list[gpu_discovery.DiscoveredGpu] | None) -> tuple[Node, ...]:
-    """Nodes of every local pool. Discovered GPUs replace the declared ones on the first node."""
+    """Nodes of every local pool. Discovered GPUs replace the declared ones on the first node;
+    ``cpus: auto`` / ``memory_mib: auto`` are this machine's (:mod:`.resources`), a number is kept
+    as declared (so a config that declares its node schedules the same on every machine)."""
     nodes = []
     for pool_name, pool in cfg.pools.items():
         if pool.backend != "local":
@@ -38,14 +40,14 @@ def local_nodes(cfg: ClusterConfig, discovered: list[gpu_discovery.DiscoveredGpu
             else:
                 devices = tuple(GpuDevice(f"{d.name}:{k}", k, d.gpu_model or pool.gpu.model or "GPU")
                                 for k in range(d.gpus))
-            nodes.append(Node(d.name, pool_name, "local", d.cpus * 1000, d.memory_mib, devices,
+            cpu_milli = resources.cpu_milli() if d.cpus == "auto" else d.cpus * 1000
+            mem = resources.memory_mib() if d.memory_mib == "auto" else d.memory_mib
+            nodes.append(Node(d.name, pool_name, "local", cpu_milli, mem, devices,
                               MappingProxyType(dict(d.labels)), gpu_sharing=pool.gpu.sharing))
         if not decls:
-            cpus = os.cpu_count() or 1
-            mem = os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES") // (1024 * 1024)
             devices = tuple(GpuDevice(f"localhost:{g.index}", g.index, gpu_discovery.short_model(g.name), g.memory_mib)
                             for g in discovered or [])
-            nodes.append(Node("localhost", pool_name, "local", cpus * 1000, mem, devices))
+            nodes.append(Node("localhost", pool_name, "local", resources.cpu_milli(), resources.memory_mib(), devices))
     return tuple(nodes)
 
 

@@ -2,7 +2,8 @@
 
 ``python -m crossdock.backends.local.supervisor JOB ATTEMPT KILL_WAIT [--daemonize]``. It starts the job in
 its own process group, marks it RUNNING, refreshes a heartbeat, enforces the time limit
-(SIGTERM, KillWait, SIGKILL -> TIMEOUT), obeys cancel and preempt requests, and records the
+(SIGTERM, KillWait, SIGKILL -> TIMEOUT) and the memory request (:mod:`memlimit`: killed past it ->
+OUT_OF_MEMORY), obeys cancel and preempt requests, and records the
 end state and exit code. Because it is detached, a worker that dies or restarts loses nothing.
 
 While the store is unreachable the job keeps running: RUNNING, heartbeats and the end wait and
@@ -30,6 +31,7 @@ from redis.retry import Retry
 
 from crossdock import signing
 from crossdock.backends.local import workspace
+from crossdock.backends.local.memlimit import MemoryLimit
 from crossdock.backends.local.environment import job_environment, output_paths
 from crossdock.jobtools.srun import steps_file
 from crossdock.backends.local.owner import Owner, acting_as, owner_of, submit_umask
@@ -138,6 +140,8 @@ class Supervisor:
         """The job moved on to another attempt or state while the store was out of reach."""
         self.cancelled = False
         """Cancelled while being dispatched (before RUNNING got through)."""
+        self.memory: MemoryLimit | None = None
+        """The attempt's memory limit, when the job asked for memory."""
 
     def run(self, job_id: int, attempt: int) -> int:
         ws = job_dir(self.state_dir, job_id, attempt)
@@ -149,11 +153,18 @@ class Supervisor:
             log.info("job %s attempt %s is %s (attempt %s): nothing to do", job_id, attempt, job.state, job.attempts)
             return 0
         node = job.nodes[0] if job.nodes else socket.gethostname()
+        mem_mib = job.spec.mem_per_node()  # 0: no request (--mem=0 is the whole node, as in Slurm)
+        if mem_mib:
+            self.memory = MemoryLimit.create(mem_mib * 1024 * 1024, f"crossdock-{job_id}-{attempt}")
         try:
             proc, files = self._start(job, node, ws)
         except (OSError, ValueError, CrossdockError) as exc:
             failed = workspace.Outcome(JobState.FAILED, f"LaunchFailed: {exc}", 127, None, None, time.time())
+            if self.memory is not None:
+                self.memory.close()
             return self._finish(job, attempt, failed, ws)
+        if self.memory is not None:
+            self.memory.attach(proc.pid)
         workspace.record_watcher(ws, proc.pid)
         started, ref = time.time(), f"local:{socket.gethostname()}:{proc.pid}"
         self._mark_running(job, attempt, proc, ref)
@@ -163,10 +174,16 @@ class Supervisor:
         for f in files:
             f.close()
         self.steps_file.unlink(missing_ok=True)  # srun's step counter, if the job ran srun
+        if self.memory is not None:
+            self.memory.close()
+            if ending == "exit" and self.memory.exceeded:  # the kernel's OOM killer may end it between polls
+                ending = "oom"
         if ending == "stale":
             log.warning("job %s attempt %s moved on while the store was out of reach; stopped it", job_id, attempt)
             return 0
-        return self._finish(job, attempt, self._outcome(proc.returncode, ending, started, ref), ws)
+        outcome = self._outcome(proc.returncode, ending, started, ref,
+                                self.memory.peak_kib if self.memory is not None else None)
+        return self._finish(job, attempt, outcome, ws)
 
     def _until_answered(self, call):
         """``call()`` once the store answers; None when it stays unreachable past the give-up time."""
@@ -263,7 +280,7 @@ class Supervisor:
         return stop
 
     def _watch(self, job: Job, attempt: int, proc: subprocess.Popen, ws: Path) -> str:
-        """Wait for the job to end; return why it ended: exit, timeout, cancel, preempt or stale."""
+        """Wait for the job to end; return why it ended: exit, timeout, oom, cancel, preempt or stale."""
         limit = job.spec.time_limit_seconds
         started = time.monotonic()
         next_beat = 0.0
@@ -284,6 +301,9 @@ class Supervisor:
                     elif ending == "exit" and stop is not None and stop.preempt:
                         ending, kill_at = "preempt", now + (stop.grace_seconds or self.kill_wait)
                         _killpg(proc.pid, signal.SIGTERM)
+            if ending == "exit" and self.memory is not None and self.memory.check():
+                ending = "oom"
+                _killpg(proc.pid, signal.SIGKILL)
             if ending == "exit" and limit is not None and now - started >= limit:
                 ending, kill_at = "timeout", now + self.kill_wait
                 _killpg(proc.pid, signal.SIGTERM)
@@ -298,19 +318,21 @@ class Supervisor:
         return ending
 
     @staticmethod
-    def _outcome(rc: int, ending: str, started: float, ref: str) -> workspace.Outcome:
+    def _outcome(rc: int, ending: str, started: float, ref: str, max_rss_kib: int | None = None) -> workspace.Outcome:
         exit_code, sig = (rc, None) if rc >= 0 else (None, -rc)
         if ending == "cancel":
             state, reason = JobState.CANCELLED, Reason.CANCELLED_BY_USER
         elif ending == "timeout":
             state, reason = JobState.TIMEOUT, Reason.TIME_LIMIT
+        elif ending == "oom":
+            state, reason = JobState.OUT_OF_MEMORY, Reason.OUT_OF_MEMORY
         elif ending == "preempt":
             state, reason = JobState.PREEMPTED, Reason.PREEMPTED
         elif rc == 0:
             state, reason = JobState.COMPLETED, Reason.NONE
         else:
             state, reason = JobState.FAILED, Reason.NON_ZERO_EXIT
-        return workspace.Outcome(state, reason, exit_code, sig, started, time.time(), ref)
+        return workspace.Outcome(state, reason, exit_code, sig, started, time.time(), ref, max_rss_kib)
 
     def _finish(self, job: Job, attempt: int, outcome: workspace.Outcome, ws: Path) -> int:
         """Persist the end first (a supervisor that dies now leaves it to the reconciler), then

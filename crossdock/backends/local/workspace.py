@@ -100,6 +100,7 @@ class Outcome:
     start_time: float | None
     end_time: float
     backend_ref: str = ""
+    max_rss_kib: int | None = None
 
 
 def write_outcome(ws: Path, outcome: Outcome) -> None:

@@ -20,7 +20,7 @@ STATUS_FIELDS = ("state", "reason", "attempts", "queue", "priority_class", "prio
                  "array_job_id", "array_task_id", "backend", "pool", "backend_ref", "nodes", "gpu_ids",
                  "preempt_requested", "preempt_grace", "preempt_deadline", "cancel_requested", "dispatched", "pid",
                  "explanation", "alloc_cpu_milli", "alloc_mem_mib", "exit_code", "signal", "submit_time",
-                 "eligible_time", "scheduled_time", "start_time", "end_time")
+                 "eligible_time", "scheduled_time", "start_time", "end_time", "max_rss_kib")
 """Every field of a job hash besides ``spec``: exactly the status fields of :class:`Job`."""
 SPEC_CACHE_SIZE, SPEC_CACHE_CHARS = 10_000, 16_384
 """Parsed specs kept (:func:`spec_from_json`): more than the pending jobs of a busy queue, each
@@ -28,7 +28,7 @@ at most that long (a spec with a large script is parsed each time), so at most ~
 FIELDS = frozenset(("spec", *STATUS_FIELDS))
 _JSON = frozenset(("pools", "nodes", "gpu_ids"))
 _INT = frozenset(("attempts", "priority", "array_job_id", "array_task_id", "alloc_cpu_milli", "alloc_mem_mib",
-                  "exit_code", "signal", "pid"))
+                  "exit_code", "signal", "pid", "max_rss_kib"))
 _FLOAT = frozenset(("preempt_grace",))
 _BOOL = frozenset(("preemptible", "preempt_requested", "cancel_requested"))
 _TIME = frozenset(("submit_time", "eligible_time", "scheduled_time", "start_time", "end_time", "dispatched",
@@ -153,7 +153,7 @@ def history_record(job: Job) -> dict[str, Any]:
         "backend": job.backend, "pool": job.pool, "backend_ref": job.backend_ref, "nodes": job.nodes,
         "gpu_ids": job.gpu_ids, "alloc_cpu_milli": job.alloc_cpu_milli, "alloc_mem_mib": job.alloc_mem_mib,
         "submit_time": encode(job.submit_time), "start_time": encode(job.start_time),
-        "end_time": encode(job.end_time), "workdir": spec.workdir,
+        "end_time": encode(job.end_time), "workdir": spec.workdir, "max_rss_kib": job.max_rss_kib,
     }.items() if v not in (None, "", [])}
 
 

@@ -108,3 +108,39 @@ def test_info_lists_the_local_node(crossdock_env):
     rows = json.loads(cli(crossdock_env, "info", "--json").stdout)
     assert rows[0]["node"] == "localhost" and rows[0]["cpus"] == 4
     assert rows[0]["gpus"] == {"A100": {"total": 2, "free": 2}}
+
+
+def test_submit_with_no_scheduler_warns_once_and_queues(crossdock_env, store):
+    r = cli(crossdock_env, "submit", "--array", "0-4", "--wrap", "true")
+    assert r.returncode == 0, r
+    job_id = int(r.stdout.split()[-1])
+    assert r.stderr.splitlines() == [f"crossdock: warning: no scheduler is running; job {job_id} will wait PENDING"
+                                     " until one starts: run `crossdock up`"]
+    assert len(store.pending_ids()) == 5  # queued all the same: a scheduler started later runs them
+    assert store.acquire_lease("scheduler-under-test", 30)
+    r = cli(crossdock_env, "submit", "--wrap", "true")
+    assert (r.returncode, r.stderr) == (0, ""), r
+
+
+@pytest.mark.parametrize("text", ["pools: [\n", "pools: 3\n", "\xff"], ids=["yaml", "schema", "not-utf8"])
+def test_submit_with_a_broken_config_is_one_line(crossdock_env, tmp_path, text):
+    bad = tmp_path / "bad.yaml"
+    bad.write_bytes(text.encode("latin-1"))
+    r = cli({**crossdock_env, "CROSSDOCK_CONFIG": str(bad)}, "submit", "--wrap", "true")
+    assert r.returncode == 2, r
+    assert len(r.stderr.splitlines()) == 1 and r.stderr.startswith(f"crossdock: error: config {bad}"), r.stderr
+
+
+def test_a_real_submit_loads_no_heavy_module(crossdock_env, store):
+    heavy = ("typer", "click", "rich", "celery", "kombu", "numpy", "crossdock.queue.scheduler", "crossdock.workers",
+             "crossdock.dev", "crossdock.cli.app")
+    code = ("import atexit, sys\n"
+            f"heavy = {heavy!r}\n"
+            "atexit.register(lambda: print('loaded', sorted(m for m in sys.modules"
+            " if any(m == h or m.startswith(h + '.') for h in heavy)), file=sys.stderr))\n"
+            "sys.argv = ['crossdock', 'submit', '--wrap', 'true']\n"
+            "from crossdock.cli.main import main\nmain()\n")
+    r = subprocess.run([sys.executable, "-c", code], env={**os.environ, **crossdock_env}, capture_output=True,
+                       text=True, timeout=60)
+    assert r.returncode == 0 and r.stdout.startswith("Submitted batch job"), r
+    assert r.stderr.splitlines()[-1] == "loaded []", r.stderr

@@ -19,7 +19,7 @@ def finished(store, state=JobState.COMPLETED, name="done", **kw) -> Job:
     job, = store.submit([Job(id=0, spec=JobSpec(name=name, user="ana", command=["true"]), queue="q", **kw)])
     store.transition(job.id, JobState.SCHEDULED, bump_attempt=True, fields={"nodes": ["n1"], "pool": "p",
                                                                             "backend": "local"})
-    store.transition(job.id, state, fields={"exit_code": 3 if state is JobState.FAILED else 0,
+    store.transition(job.id, state, fields={"exit_code": 3 if state is JobState.FAILED else 0, "max_rss_kib": 2048,
                                             "end_time": datetime.now(timezone.utc) - timedelta(hours=1)})
     return store.get(job.id)
 
@@ -34,8 +34,8 @@ def test_a_finished_job_moves_to_history_and_leaves_no_hot_key(store):
     assert job.id not in store.all_ids() and store.ids_by_name("ana", "done") == []
     assert not store.r.exists(store.k.job(job.id)) and not store.r.exists(store.k.job_events(job.id))
     rec, = [r for r in store.history() if r["id"] == job.id]
-    assert (rec["state"], rec["exit_code"], rec["user"], rec["name"], rec["nodes"]) == ("FAILED", 3, "ana", "done",
-                                                                                       ["n1"])
+    assert (rec["state"], rec["exit_code"], rec["user"], rec["name"], rec["nodes"], rec["max_rss_kib"]) == (
+        "FAILED", 3, "ana", "done", ["n1"], 2048)
     assert "command" not in rec and "env" not in rec
     assert store.history_facts([job.id])[job.id].state is JobState.FAILED
     assert store.get(running.id).state is JobState.PENDING  # unfinished work stays

@@ -1,0 +1,90 @@
+"""Per-call time of ``crossdock submit --wrap true`` in a shell loop, against a bare interpreter
+start (``python3 -I -S -c pass``) in the same run, rounds interleaved so that a busy machine
+weighs on both alike; with ``--sbatch``, against ``sbatch --wrap true`` on the Slurm cluster
+the environment names (SLURM_CONF) too.
+
+    python bench/bench_submit_latency.py [--calls 20] [--rounds 3] [--sbatch] [--baseline CHECKOUT]
+
+``--baseline`` times another checkout's ``crossdock submit`` too (PYTHONPATH=CHECKOUT), for
+before/after figures taken under the same load.
+
+Prints the median per-call milliseconds of each and the ratio crossdock / bare interpreter
+(target: <= 2). The store is an embedded Redis in a temporary directory; no scheduler runs.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import shutil
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+import uuid
+from pathlib import Path
+
+import yaml
+
+LOOP = 'n=$1; shift; i=0; while [ "$i" -lt "$n" ]; do "$@" >/dev/null 2>&1 || exit 1; i=$((i+1)); done'
+"""A shell loop running its arguments as one command n times (the argv is never a shell string)."""
+
+
+def per_call_ms(argv: list[str], calls: int, env: dict[str, str]) -> float:
+    """Milliseconds per call of ``argv`` run ``calls`` times by one shell loop."""
+    t0 = time.perf_counter()
+    subprocess.run(["/bin/sh", "-c", LOOP, "sh", str(calls), *argv], check=True, env=env)
+    return (time.perf_counter() - t0) * 1000 / calls
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--calls", type=int, default=20, help="calls per loop")
+    ap.add_argument("--rounds", type=int, default=3)
+    ap.add_argument("--sbatch", action="store_true", help="time sbatch on the cluster SLURM_CONF names too")
+    ap.add_argument("--baseline", type=Path, help="a checkout whose crossdock submit to time as well")
+    args = ap.parse_args()
+
+    tmp = Path(tempfile.mkdtemp(prefix="crossdock-bench-"))
+    from crossdock.backends.redis_store import embedded
+
+    url = embedded.ensure_running(tmp)
+    cfg = tmp / "crossdock.yaml"
+    cfg.write_text(yaml.safe_dump({
+        "priority_classes": {"batch": {"value": 100}},
+        "pools": {"local": {"backend": "local", "nodes": [{"name": "localhost", "cpus": 64, "memory_mib": 65536}]}},
+        "queues": {"batch": {"priority_class": "batch", "pools": ["local"]}},
+    }))
+    env = {**os.environ, "CROSSDOCK_REDIS_URL": url, "CROSSDOCK_CONFIG": str(cfg), "CROSSDOCK_STATE_DIR": str(tmp),
+           "CROSSDOCK_PREFIX": f"bench{uuid.uuid4().hex[:6]}"}
+    exe = Path(sys.executable).with_name("crossdock")
+    crossdock = [str(exe)] if exe.exists() else [sys.executable, "-m", "crossdock"]
+    paths = {"bare interpreter": ["python3", "-I", "-S", "-c", "pass"],
+             "crossdock submit": [*crossdock, "submit", "--wrap", "true"]}
+    if args.sbatch:
+        if not shutil.which("sbatch") or not os.environ.get("SLURM_CONF"):
+            raise SystemExit("--sbatch: no sbatch on PATH or SLURM_CONF unset (export the local cluster's env)")
+        paths["sbatch"] = ["sbatch", "--wrap", "true", "-o", "/dev/null"]
+    envs = {name: env for name in paths}
+    if args.baseline:
+        paths["baseline submit"] = paths["crossdock submit"]
+        envs["baseline submit"] = {**env, "PYTHONPATH": str(args.baseline.resolve())}
+    times: dict[str, list[float]] = {name: [] for name in paths}
+    try:
+        for _ in range(args.rounds):
+            for name, argv in paths.items():
+                times[name].append(per_call_ms(argv, args.calls, envs[name]))
+    finally:
+        embedded.stop(tmp)
+    med = {name: statistics.median(t) for name, t in times.items()}
+    for name, ms in med.items():
+        print(f"{name:>18}: {ms:7.1f} ms per call (rounds: {', '.join(f'{t:.0f}' for t in times[name])})")
+    print(f"ratio crossdock submit / bare interpreter: {med['crossdock submit'] / med['bare interpreter']:.2f}x"
+          " (target <= 2)")
+    if args.baseline:
+        print(f"ratio baseline submit / bare interpreter: {med['baseline submit'] / med['bare interpreter']:.2f}x")
+
+
+if __name__ == "__main__":
+    main()
