@@ -15,7 +15,6 @@
 from __future__ import annotations
 
 import re
-import signal as _signal
 from datetime import datetime, timedelta
 
 from crossdock.queue.errors import InvalidOption
@@ -95,6 +94,10 @@ def _clock_and_date(words: list[str], now: datetime) -> datetime:
     return at
 
 
+# Linux's numbers (what Slurm's sig_name2num gives on Linux); a table, as the pure core imports no ``signal``.
+SIGNALS = {name: n for n, name in enumerate(
+    "HUP INT QUIT ILL TRAP ABRT BUS FPE KILL USR1 SEGV USR2 PIPE ALRM TERM STKFLT CHLD CONT STOP TSTP TTIN TTOU"
+    " URG XCPU XFSZ VTALRM PROF WINCH IO PWR SYS".split(), start=1)}
 _SIGNAL = re.compile(r"(?:([RB]{1,2}):)?([^@]+)(?:@(.*))?", re.ASCII)
 
 
@@ -106,8 +109,7 @@ def parse_signal(value: str, option: str = "--signal") -> KillSignal:
     if name.isdigit():
         number = int(name) if len(name) < 4 else 0
     else:
-        found = getattr(_signal, name if name.startswith("SIG") else f"SIG{name}", None)
-        number = int(found) if isinstance(found, _signal.Signals) else 0
+        number = SIGNALS.get(name.removeprefix("SIG"), 0)
     seconds = 60
     if m[3] is not None:
         if not m[3].isdigit() or len(m[3]) > 5 or int(m[3]) > 0xFFFF:

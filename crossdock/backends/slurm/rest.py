@@ -92,6 +92,11 @@ def job_properties(req: SubmitRequest, base_env: Mapping[str, str]) -> dict[str,
         "standard_output": req.stdout,
         "standard_error": req.stderr,
         "nice": req.nice or None,
+        "constraints": req.constraint,
+        "kill_warning_signal": req.signal,
+        "time_minimum": req.time_min_minutes,
+        "reservation": req.reservation,
+        "licenses": req.licenses,
         "argv": list(req.args) or None,
     }
     job.update({k: v for k, v in optional.items() if v not in (None, "")})
