@@ -12,7 +12,7 @@ from typing import List, Optional
 import typer
 from rich.live import Live
 
-from crossdock.cli.common import console, fail, print_json, runtime, sender
+from crossdock.cli.common import console, fail, fail_each, print_json, runtime, sender
 from crossdock.cli.render import job_row, queue_table, summary_table
 from crossdock.queue.environ import exportable
 from crossdock.queue.errors import CrossdockError, InvalidOption, NoSuchJob
@@ -32,9 +32,15 @@ def submit(ctx: typer.Context) -> None:
     from crossdock.queue.sbatch import build_spec, dry_run_json, split_argv
     from crossdock.queue.sbatch_formats import export_environment
 
+    from crossdock.queue.admission import advisories
+    from crossdock.queue.sbatch_help import help_text
+
     argv = list(ctx.args)
-    if argv[:1] in (["--help"], ["-h"]):
-        console.print(submit.__doc__)
+    if argv[:1] in (["--help"], ["-h"], ["--usage"]):
+        print(help_text())
+        raise typer.Exit(0)
+    if argv[:1] in (["--version"], ["-V"]):
+        print(version_text())
         raise typer.Exit(0)
     rt = runtime(start_redis=False)  # parsing and --dry-run need no store
     try:
@@ -57,7 +63,10 @@ def submit(ctx: typer.Context) -> None:
                 raise
             sub = build(_script_text(sys.stdin.buffer.read(), "standard input"))
     except InvalidOption as exc:
-        fail(str(exc))
+        fail_each([str(e) for e in getattr(exc, "errors", [exc])])
+    if sub.help or sub.version:
+        print(help_text() if sub.help else version_text())
+        raise typer.Exit(0)
     # What --export asks for, as sbatch stores it at submit; crossdock's own secrets never.
     env = exportable(export_environment(sub.spec.export, sub.spec.env, exportable(dict(os.environ))))
     env.setdefault("SLURM_UMASK", submit_umask())  # the job's files follow the submitter's umask
@@ -68,12 +77,12 @@ def submit(ctx: typer.Context) -> None:
     spec = sub.spec.model_copy(update={"env": env, "workdir": workdir})
     try:
         if sub.dry_run:  # admitted exactly as a submission is, against the same nodes; nothing stored
-            service.check(rt, [spec], service.load_inventory(rt, store_optional=True))
+            jobs = service.check(rt, [spec], service.load_inventory(rt, store_optional=True))
         else:
             jobs = service.submit(runtime(), [spec], token=os.environ.get("CROSSDOCK_IDEMPOTENCY_TOKEN"))
     except CrossdockError as exc:
         fail(str(exc))
-    for w in sub.warnings:  # after admission: a refusal is its one line alone
+    for w in [*sub.warnings, *advisories(spec, rt.config, jobs[0].pools)]:  # after admission: a refusal is its one line alone
         print(f"crossdock: warning: {w}", file=sys.stderr)
     if sub.dry_run:
         if sub.json:
@@ -89,6 +98,12 @@ def submit(ctx: typer.Context) -> None:
     else:
         print(f"Submitted batch job {first}")
 
+
+
+def version_text() -> str:
+    from crossdock import __version__
+
+    return f"crossdock {__version__}"
 
 
 def _script_text(data: bytes, where: str) -> str:

@@ -114,14 +114,16 @@ def _with_features(constraint: str, cfg: ClusterConfig, pools: tuple[str, ...]) 
     return tuple(keep)
 
 
-def advisories(spec: JobSpec, cfg: ClusterConfig, resolved: Resolved) -> list[str]:
-    """Warnings for options only some pools honour (``--reservation``, ``--licenses``, ``--deadline``:
-    Slurm pools); one line each."""
-    others = [p for p in resolved.pools if cfg.pools[p].partition is None]
+def advisories(spec: JobSpec, cfg: ClusterConfig, pools: Sequence[str]) -> list[str]:
+    """Warnings for the options only Slurm pools honour, when the job may run elsewhere; one line each."""
+    others = [p for p in pools if cfg.pools[p].partition is None]
     if not others:
         return []
+    sig = spec.kill_signal
     given = [(o, v) for o, v in (("--reservation", spec.reservation), ("--licenses", spec.licenses),
-                                  ("--deadline", spec.deadline and spec.deadline.isoformat())) if v]
+                                  ("--deadline", spec.deadline and spec.deadline.isoformat()),
+                                  ("--time-min", spec.time_min_seconds and f"{spec.time_min_seconds // 60}"),
+                                  ("--signal", sig and f"{sig.number}@{sig.seconds}")) if v]
     return [f"{o}={v}: only Slurm pools honour it; ignored if the job runs in pool(s) {', '.join(others)}"
             for o, v in given]
 

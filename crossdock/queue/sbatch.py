@@ -274,7 +274,8 @@ def _no_effect(why: str) -> Apply:
 
 OPTIONS: tuple[OptionDef, ...] = (
     OptionDef("job-name", "J", "required", _store("name"), "job name (default: the script's file name)", "SBATCH_JOB_NAME"),
-    OptionDef("partition", "p", "required", _nonempty("partition"), "crossdock queue or pool", "SBATCH_PARTITION"),
+    OptionDef("partition", "p", "required", _nonempty("partition"), "queues, pools or pools' Slurm partitions, comma list",
+              "SBATCH_PARTITION"),
     OptionDef("qos", "q", "required", _nonempty("priority_class"), "priority class", "SBATCH_QOS"),
     OptionDef("time", "t", "required", _store("time_limit_seconds", parse_time), "time limit", "SBATCH_TIMELIMIT"),
     OptionDef("cpus-per-task", "c", "required", _store("cpus_per_task", parse_count), "CPUs per task"),
@@ -518,7 +519,7 @@ def split_argv(argv: Sequence[str]) -> tuple[list[str], str | None, list[str]]:
     passes ``-t 5`` to the script.
     """
     tokens = [(w, None) for w in argv]
-    _, stop = _scan(tokens)
+    _, stop = _scan_tokens(tokens, [])  # bad options are reported by build_spec, all together
     options = list(argv[:stop])
     rest = list(argv[stop:])
     if options and options[-1] == "--":
