@@ -700,6 +700,7 @@ def build_spec(
             else:
                 errors.append(InvalidDirective(MAGIC, word, "options only, e.g. #SBATCH --time=10", line))
         _apply_all(given, script_settings, ctx, from_script=True)
+        errors.sort(key=lambda e: getattr(e, "line", 0))  # the script's problems in line order
 
     env_settings = _env_settings(environ, ctx) if environ else {}
 
@@ -831,6 +832,13 @@ def dry_run_json(spec: JobSpec) -> dict[str, Any]:
         "requeue": spec.requeue,
         "nodelist": list(spec.nodelist),
         "exclude": list(spec.exclude),
+        "constraint": spec.constraint,
+        "signal": None if spec.kill_signal is None else spec.kill_signal.model_dump(),
+        "time_min_seconds": spec.time_min_seconds,
+        "begin": None if spec.begin is None else spec.begin.isoformat(),
+        "deadline": None if spec.deadline is None else spec.deadline.isoformat(),
+        "reservation": spec.reservation,
+        "licenses": spec.licenses,
         "command": list(spec.command) if spec.command is not None else None,
         "script_path": spec.script_path,
         "args": list(spec.args),

@@ -31,7 +31,7 @@ _UNITS = {"s": 1, "sec": 1, "second": 1, "seconds": 1, "m": 60, "min": 60, "minu
           "w": 604800, "week": 604800, "weeks": 604800}
 _WORDS = {"midnight": 0, "elevenses": 11, "noon": 12, "fika": 15, "teatime": 16}
 _NOW = re.compile(r"now(?:([+-])(\d{1,9})([a-z]*))?", re.ASCII)
-_ISO = re.compile(r"(\d{4})-(\d{1,2})-(\d{1,2})(?:T(\d{1,2}):(\d{1,2})(?::(\d{1,2}))?)?", re.ASCII)
+_ISO = re.compile(r"(\d{4})-(\d{1,2})-(\d{1,2})(?:t(\d{1,2}):(\d{1,2})(?::(\d{1,2}))?)?", re.ASCII)
 _CLOCK = re.compile(r"(\d{1,2}):(\d{1,2})(?::(\d{1,2}))?\s*(am|pm)?", re.ASCII)
 _DATE = re.compile(r"(\d{2})([/.]?)(\d{2})(?:\2(\d{2}))?", re.ASCII)
 
