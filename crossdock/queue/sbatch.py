@@ -150,7 +150,8 @@ class _Ctx:
     max_array_size: int
     warnings: list[str]
     errors: list[InvalidOption] = field(default_factory=list)
-    now: datetime = field(default_factory=lambda: datetime.now(timezone.utc))
+    now: datetime = field(default_factory=lambda: datetime.now(timezone.utc).astimezone())
+    """Dates and times of day are read in its zone: the submit host's, as sbatch reads them."""
 
 
 Apply = Callable[[Settings, "str | None", str, _Ctx], None]
@@ -677,7 +678,7 @@ def build_spec(
     holding one per line.
     """
     warnings: list[str] = []
-    ctx = _Ctx(max_array_size=max_array_size, warnings=warnings, now=now or datetime.now(timezone.utc))
+    ctx = _Ctx(max_array_size=max_array_size, warnings=warnings, now=now or datetime.now(timezone.utc).astimezone())
     errors = ctx.errors
 
     script_settings: Settings = {}
