@@ -77,7 +77,9 @@ def submit(ctx: typer.Context) -> None:
     spec = sub.spec.model_copy(update={"env": env, "workdir": workdir})
     try:
         if sub.dry_run:  # admitted exactly as a submission is, against the same nodes; nothing stored
-            jobs = service.check(rt, [spec], service.load_inventory(rt, store_optional=True))
+            nodes = service.load_inventory(rt, store_optional=True)
+            jobs = service.check(rt, [spec], nodes)
+            start = service.test_only(rt, jobs[0], nodes)
         else:
             jobs = service.submit(runtime(), [spec], token=os.environ.get("CROSSDOCK_IDEMPOTENCY_TOKEN"))
     except CrossdockError as exc:
@@ -85,6 +87,8 @@ def submit(ctx: typer.Context) -> None:
     for w in [*sub.warnings, *advisories(spec, rt.config, jobs[0].pools)]:  # after admission: a refusal is its one line alone
         print(f"crossdock: warning: {w}", file=sys.stderr)
     if sub.dry_run:
+        # as sbatch --test-only says it, on stderr; the normalized spec on stdout
+        print(f"crossdock: {start.line(jobs[0].queue)}", file=sys.stderr)
         if sub.json:
             print_json(dry_run_json(sub.spec))
         else:
