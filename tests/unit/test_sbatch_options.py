@@ -182,3 +182,27 @@ def test_spec_bounds_reported_together():
 def test_begin_is_read_in_the_clock_given():
     later = NOW + timedelta(days=1)
     assert build_spec(["--begin=now+1hour", "--wrap", "true"], now=later).spec.begin == at(2026, 3, 11, 15, 30, 15)
+
+
+@pytest.mark.parametrize("value,ids,running", [
+    pytest.param("[0-3]", [0, 1, 2, 3], None, id="brackets"),
+    pytest.param("[0-3,5]%2", [0, 1, 2, 3, 5], 2, id="brackets-throttle"),
+])
+def test_array_in_brackets(value, ids, running):
+    array = spec(f"--array={value}").spec.array
+    assert (array.task_ids, array.max_running) == (ids, running)
+
+
+@pytest.mark.parametrize("value,deps", [
+    pytest.param("afterok:7_[1-3]", [(7, 1), (7, 2), (7, 3)], id="task-list"),
+    pytest.param("afterok:7_[1-2]:8_2", [(7, 1), (7, 2), (8, 2)], id="task-list-and-task"),
+    pytest.param("afterok:7_*", [(7, None)], id="all-tasks"),
+])
+def test_array_task_dependencies(value, deps):
+    got = spec(f"--dependency={value}").spec.dependency.deps
+    assert [(d.job_id, d.array_task) for d in got] == deps
+
+
+def test_an_empty_dependency_clears_the_scripts():
+    assert spec(script="#SBATCH -d afterok:5\ntrue\n").spec.dependency is not None
+    assert spec("--dependency=", script="#SBATCH -d afterok:5\ntrue\n").spec.dependency is None
