@@ -121,7 +121,6 @@ def advisories(spec: JobSpec, cfg: ClusterConfig, pools: Sequence[str]) -> list[
         return []
     sig = spec.kill_signal
     given = [(o, v) for o, v in (("--reservation", spec.reservation), ("--licenses", spec.licenses),
-                                  ("--deadline", spec.deadline and spec.deadline.isoformat()),
                                   ("--time-min", spec.time_min_seconds and f"{spec.time_min_seconds // 60}"),
                                   ("--signal", sig and f"{sig.number}@{sig.seconds}")) if v]
     return [f"{o}={v}: only Slurm pools honour it; ignored if the job runs in pool(s) {', '.join(others)}"

@@ -326,7 +326,7 @@ OPTIONS: tuple[OptionDef, ...] = (
               "[{R|B}:]sig_num[@sig_time]: signal before the time limit", "SBATCH_SIGNAL"),
     OptionDef("time-min", None, "required", _store("time_min_seconds", parse_time), "minimum time limit (backfill)"),
     OptionDef("begin", "b", "required", _when("begin"), "defer until: now+1hour, 16:00, 2026-01-02T10:00, tomorrow"),
-    OptionDef("deadline", None, "required", _when("deadline"), "remove the job if it cannot end by then"),
+    OptionDef("deadline", None, "required", _when("deadline"), "cancel the job if it can no longer end by then"),
     OptionDef("reservation", None, "required", _nonempty("reservation"), "Slurm reservation (Slurm pools only)",
               "SBATCH_RESERVATION"),
     OptionDef("licenses", "L", "required", _store("licenses", parse_licenses), "licenses: name[:count],... (Slurm pools)"),

@@ -123,3 +123,16 @@ def test_slurm_only_options_warn_when_other_pools_may_run_the_job():
     assert all("pool(s) plain" in line for line in lines)
     assert advisories(spec, CFG, ["hpc"]) == []
     assert advisories(JobSpec(command=["true"]), CFG, ["plain"]) == []
+
+
+@pytest.mark.parametrize("argv,cancelled", [
+    pytest.param(["-t", "60", "--deadline=now+30minutes"], True, id="cannot-end-in-time"),
+    pytest.param(["-t", "60", "--deadline=now+2hours"], False, id="ends-in-time"),
+    pytest.param(["-t", "60", "--time-min=20", "--deadline=now+30minutes"], False, id="time-min-fits"),
+    pytest.param(["-t", "60", "--hold", "--deadline=now+30minutes"], True, id="held-too"),
+])
+def test_deadline_cancels_a_job_that_can_no_longer_end_in_time(argv, cancelled):
+    (j,) = jobs_for(*argv, "-p", "plain")
+    result = run_cycle(Snapshot(nodes=tuple(NODES)), [j.model_copy(update={"id": 1})], CFG, NOW)
+    assert (result.cancelled == {1: Reason.DEADLINE}) is cancelled
+    assert (1 in result.cancelled) is cancelled
