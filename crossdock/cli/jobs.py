@@ -84,7 +84,8 @@ def submit(ctx: typer.Context) -> None:
             jobs = service.submit(runtime(), [spec], token=os.environ.get("CROSSDOCK_IDEMPOTENCY_TOKEN"))
     except CrossdockError as exc:
         fail(str(exc))
-    for w in [*sub.warnings, *advisories(spec, rt.config, jobs[0].pools)]:  # after admission: a refusal is its one line alone
+    signals = lambda pool: rt.backends.capabilities(rt.config.pools[pool].backend).signals  # noqa: E731
+    for w in [*sub.warnings, *advisories(spec, rt.config, jobs[0].pools, signals)]:  # after admission: a refusal is its one line alone
         print(f"crossdock: warning: {w}", file=sys.stderr)
     if sub.dry_run:
         # as sbatch --test-only says it, on stderr; the normalized spec on stdout

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 from datetime import datetime
-from typing import Sequence, get_args
+from typing import Callable, Sequence, get_args
 
 from pydantic import ValidationError
 
@@ -114,17 +114,20 @@ def _with_features(constraint: str, cfg: ClusterConfig, pools: tuple[str, ...]) 
     return tuple(keep)
 
 
-def advisories(spec: JobSpec, cfg: ClusterConfig, pools: Sequence[str]) -> list[str]:
-    """Warnings for the options only Slurm pools honour, when the job may run elsewhere; one line each."""
+def advisories(spec: JobSpec, cfg: ClusterConfig, pools: Sequence[str],
+               signals: Callable[[str], bool] = lambda pool: False) -> list[str]:
+    """Warnings for options some pools ignore, when the job may run there; one line each.
+    ``signals``: whether a pool's backend delivers ``--signal`` (``Capabilities.signals``)."""
     others = [p for p in pools if cfg.pools[p].partition is None]
-    if not others:
-        return []
     sig = spec.kill_signal
     given = [(o, v) for o, v in (("--reservation", spec.reservation), ("--licenses", spec.licenses),
-                                  ("--time-min", spec.time_min_seconds and f"{spec.time_min_seconds // 60}"),
-                                  ("--signal", sig and f"{sig.number}@{sig.seconds}")) if v]
-    return [f"{o}={v}: only Slurm pools honour it; ignored if the job runs in pool(s) {', '.join(others)}"
-            for o, v in given]
+                                  ("--time-min", spec.time_min_seconds and f"{spec.time_min_seconds // 60}")) if v]
+    lines = [f"{o}={v}: only Slurm pools honour it; ignored if the job runs in pool(s) {', '.join(others)}"
+             for o, v in given if others]
+    deaf = [p for p in pools if not signals(p)]
+    if sig is not None and deaf:
+        lines.append(f"--signal={sig.number}@{sig.seconds}: not delivered if the job runs in pool(s) {', '.join(deaf)}")
+    return lines
 
 
 def check_limits(spec: JobSpec, cfg: ClusterConfig, queue: str) -> None:

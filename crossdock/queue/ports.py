@@ -65,6 +65,8 @@ class Capabilities:
     """Scales the replicas of an elastic queue's ``fleet`` (``ScalesFleet``)."""
     estimates_start: bool = False
     """Tells when a job would start if sent now (``EstimatesStart``), for bursting between backends."""
+    signals: bool = False
+    """Delivers ``--signal`` (``JobSpec.kill_signal``) before the time limit."""
 
 
 @dataclass(frozen=True)

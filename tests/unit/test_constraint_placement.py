@@ -118,10 +118,11 @@ def test_begin_defers_the_job_until_its_time():
 def test_slurm_only_options_warn_when_other_pools_may_run_the_job():
     spec = build_spec(["--reservation=r", "-L", "matlab", "--signal=USR1", "--time-min=5", "--wrap", "true"],
                       now=NOW).spec
-    lines = advisories(spec, CFG, ["hpc", "plain"])
+    lines = advisories(spec, CFG, ["hpc", "plain"], signals=lambda pool: pool == "hpc")
     assert [line.split("=")[0] for line in lines] == ["--reservation", "--licenses", "--time-min", "--signal"]
-    assert all("pool(s) plain" in line for line in lines)
-    assert advisories(spec, CFG, ["hpc"]) == []
+    assert all(line.endswith("pool(s) plain") for line in lines)
+    assert advisories(spec, CFG, ["hpc"], signals=lambda pool: True) == []
+    assert advisories(spec, CFG, ["hpc", "plain"], signals=lambda pool: True)[-1].startswith("--time-min")
     assert advisories(JobSpec(command=["true"]), CFG, ["plain"]) == []
 
 
