@@ -98,6 +98,7 @@ def _clock_and_date(words: list[str], now: datetime) -> datetime:
 SIGNALS = {name: n for n, name in enumerate(
     "HUP INT QUIT ILL TRAP ABRT BUS FPE KILL USR1 SEGV USR2 PIPE ALRM TERM STKFLT CHLD CONT STOP TSTP TTIN TTOU"
     " URG XCPU XFSZ VTALRM PROF WINCH IO PWR SYS".split(), start=1)}
+_NAMES = {n: name for name, n in SIGNALS.items()}
 _SIGNAL = re.compile(r"(?:([RB]{1,2}):)?([^@]+)(?:@(.*))?", re.ASCII)
 
 
@@ -122,9 +123,10 @@ def parse_signal(value: str, option: str = "--signal") -> KillSignal:
 
 
 def format_signal(sig: KillSignal) -> str:
-    """Back to sbatch's form, for Slurm: ``B:10@90``."""
+    """Back to sbatch's form, for Slurm: ``B:USR1@90``."""
     flags = ("R" if sig.reservation else "") + ("B" if sig.batch_only else "")
-    return f"{flags + ':' if flags else ''}{sig.number}@{sig.seconds}"
+    name = _NAMES.get(sig.number, str(sig.number))
+    return f"{flags + ':' if flags else ''}{name}@{sig.seconds}"
 
 
 _FEATURE = re.compile(r"[A-Za-z0-9_.\-=:]+(?:\*\d+)?", re.ASCII)

@@ -576,8 +576,8 @@ def test_array_task_alone_is_a_plain_job_with_its_task_environment():
 
 @pytest.mark.parametrize("argv,expected", [
     pytest.param(["-C", "a100&[rack1|rack2]"], "--constraint=a100&[rack1|rack2]", id="constraint-as-is"),
-    pytest.param(["--signal=B:USR1@90"], "--signal=B:10@90", id="signal"),
-    pytest.param(["--signal=R:TERM"], "--signal=R:15@60", id="signal-default-time"),
+    pytest.param(["--signal=B:USR1@90"], "--signal=B:USR1@90", id="signal"),
+    pytest.param(["--signal=R:TERM"], "--signal=R:TERM@60", id="signal-default-time"),
     pytest.param(["--time-min=1:30"], "--time-min=2", id="time-min-minutes"),
     pytest.param(["--reservation=maint"], "--reservation=maint", id="reservation"),
     pytest.param(["-L", "matlab:2,ansys"], "--licenses=matlab:2,ansys:1", id="licenses"),
