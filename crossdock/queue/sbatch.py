@@ -427,17 +427,6 @@ def _missing(written: str) -> InvalidOption:
     return InvalidOption(written, None, f"a value after {written}")
 
 
-def _scan(tokens: Sequence[tuple[str, int | None]]) -> tuple[list[_Given], int]:
-    """getopt_long with '+': the options given, and the index of the first non-option word.
-
-    Every unknown option and missing value is reported, not only the first."""
-    errors: list[InvalidOption] = []
-    given, stop = _scan_tokens(tokens, errors)
-    if errors:
-        raise errors[0] if len(errors) == 1 else InvalidOptions(errors)
-    return given, stop
-
-
 def _at_line(exc: InvalidOption, line: int | None) -> InvalidOption:
     if line is None or isinstance(exc, InvalidDirective):
         return exc
