@@ -519,7 +519,10 @@ _WORDS = st.one_of(
         ["-t", "--time=1:30", "-c", "0", "4", "-N", "2-1", "--mem", "1K", "--mem-per-cpu=2G", "-G", "a100:2",
          "--gpus-per-node", "-a", "0-15:4%2", "-d", "afterok:1?after:2", "-w", "n[1-3]", "-x", "n2", "--nice",
          "--nice=7", "-H", "--export", "ALL,A=1", "-o", "none", "--", "-", "--exclusive", "--gres", "gpu:0",
-         "-n", "1", "--ntasks-per-node=3", "-J", "", "--wrap", "x", "script.sh", "-Hc", "--par", "-Z"]
+         "-n", "1", "--ntasks-per-node=3", "-J", "", "--wrap", "x", "script.sh", "-Hc", "--par", "-Z",
+         "-C", "a&[b|c]", "--signal", "B:USR1@5", "-b", "now+1hour", "--deadline=now", "--mem-per-gpu=1G",
+         "--cpus-per-gpu", "2", "--ntasks-per-gpu=1", "-L", "a:2", "-M", "--get-user-env", "--time-min=1",
+         "--dependency=", "-a", "[0-3]", "-d", "afterok:1_[1-2]"]
     ),
     st.text(max_size=12),
 )
