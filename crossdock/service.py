@@ -17,6 +17,7 @@ from crossdock.queue.admission import admit
 from crossdock.queue.errors import PermissionDenied
 from crossdock.queue.models import Job, JobSpec
 from crossdock.queue.snapshot import Node
+from crossdock.queue.trial import Trial, trial
 from crossdock.runtime import Runtime
 from crossdock.settings import is_admin, user_name
 
@@ -83,6 +84,17 @@ def check(rt: Runtime, specs: Iterable[JobSpec], nodes: Sequence[Node] | None = 
                 job = job.model_copy(update={"array_job_id": -1 - group})
             jobs.append(job)
     return jobs
+
+
+def test_only(rt: Runtime, job: Job, nodes: Sequence[Node]) -> Trial:
+    """Where and when the scheduler would start ``job`` (checked by :func:`check`), among the jobs
+    the store holds now; an unreachable store counts as an empty queue. Stores nothing."""
+    try:
+        pending = rt.store.get_many(rt.store.pending_ids())
+        active = rt.store.get_many(rt.store.active_ids())
+    except RedisError:
+        pending, active = [], []
+    return trial(job, pending, active, nodes, rt.config, datetime.now(timezone.utc))
 
 
 def submit(rt: Runtime, specs: Iterable[JobSpec], token: str | None = None,

@@ -79,5 +79,12 @@ def fail(message: str, code: int = EXIT_USAGE) -> NoReturn:
     raise SystemExit(code)
 
 
+def fail_each(messages: list[str], code: int = EXIT_USAGE) -> NoReturn:
+    """Several problems, one ``crossdock: error:`` line each, then exit as :func:`fail` does."""
+    for message in messages[:-1]:
+        sys.stderr.write(f"crossdock: error: {one_line(message)}\n")
+    fail(messages[-1], code)
+
+
 def print_json(data: Any) -> None:
     sys.stdout.write(json.dumps(data, indent=2, default=str) + "\n")

@@ -6,18 +6,19 @@ the rest of the CLI is imported), nor the scheduler, Celery or the dev tools
 from __future__ import annotations
 
 import functools
-import inspect
 import os
 import socket
 import sys
 from pathlib import Path
 
-from crossdock.cli.common import fail, gateway, print_json
+from crossdock.cli.common import fail, fail_each, gateway, print_json
+from crossdock.queue.admission import advisories
 from crossdock.queue.environ import exportable
 from crossdock.queue.errors import CrossdockError, InvalidOption
 from crossdock.queue.models import Job
 from crossdock.queue.sbatch import build_spec, dry_run_json, split_argv
 from crossdock.queue.sbatch_formats import export_environment
+from crossdock.queue.sbatch_help import help_text
 from crossdock.settings import submit_umask
 
 
@@ -26,8 +27,11 @@ def run(argv: list[str]) -> None:
 
     crossdock submit [OPTIONS] [SCRIPT [ARGS...]]   (SCRIPT from standard input when omitted)
     """
-    if argv[:1] in (["--help"], ["-h"]):
-        print(inspect.cleandoc(run.__doc__ or ""))
+    if argv[:1] in (["--help"], ["-h"], ["--usage"]):
+        print(help_text())
+        raise SystemExit(0)
+    if argv[:1] in (["--version"], ["-V"]):
+        print(version_text())
         raise SystemExit(0)
     gw = gateway(start_redis=False)  # parsing and --dry-run need no store
     try:
@@ -50,7 +54,10 @@ def run(argv: list[str]) -> None:
                 raise
             sub = build(_script_text(sys.stdin.buffer.read(), "standard input"))
     except InvalidOption as exc:
-        fail(str(exc))
+        fail_each([str(e) for e in getattr(exc, "errors", [exc])])
+    if sub.help or sub.version:
+        print(help_text() if sub.help else version_text())
+        raise SystemExit(0)
     # What --export asks for, as sbatch stores it at submit; crossdock's own secrets never.
     env = exportable(export_environment(sub.spec.export, sub.spec.env, exportable(dict(os.environ))))
     env.setdefault("SLURM_UMASK", submit_umask())  # the job's files follow the submitter's umask
@@ -60,18 +67,30 @@ def run(argv: list[str]) -> None:
     except (OSError, ValueError) as exc:  # a NUL in the path, a working directory since deleted
         fail(f"--chdir: cannot use {sub.spec.workdir or 'the current directory'!r} as the job's working directory: {exc}")
     spec = sub.spec.model_copy(update={"env": env, "workdir": workdir})
+    start = None
     try:
         if sub.dry_run:  # admitted exactly as a submission is, against the same nodes; nothing stored
-            gw.check([spec])
+            jobs = gw.check([spec])
+            if not gw.remote:  # where and when it would start, as sbatch --test-only says
+                from crossdock import service
+
+                start = service.test_only(gw.rt, jobs[0], service.load_inventory(gw.rt, store_optional=True))
         else:
             jobs = gateway().submit([spec], token=os.environ.get("CROSSDOCK_IDEMPOTENCY_TOKEN"))
     except CrossdockError as exc:
         fail(str(exc))
-    for w in sub.warnings:  # after admission: a refusal is its one line alone
+    warnings = list(sub.warnings)
+    if not gw.remote:  # options some of the job's pools ignore (the socket's service has the config)
+        rt = gw.rt
+        signals = lambda pool: rt.backends.capabilities(rt.config.pools[pool].backend).signals  # noqa: E731
+        warnings += advisories(spec, rt.config, jobs[0].pools, signals)
+    for w in warnings:  # after admission: a refusal is its one line alone
         print(f"crossdock: warning: {w}", file=sys.stderr)
     if not sub.dry_run:
         _warn_without_scheduler(gateway(), jobs)
     if sub.dry_run:
+        if start is not None:  # as sbatch --test-only says it, on stderr; the normalized spec on stdout
+            print(f"crossdock: {start.line(jobs[0].queue)}", file=sys.stderr)
         if sub.json:
             print_json(dry_run_json(sub.spec))
         else:
@@ -87,6 +106,12 @@ def run(argv: list[str]) -> None:
     else:
         print(f"Submitted batch job {first}")
 
+
+
+def version_text() -> str:
+    from crossdock import __version__
+
+    return f"crossdock {__version__}"
 
 
 def _warn_without_scheduler(gw, jobs: list[Job]) -> None:

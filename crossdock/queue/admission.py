@@ -9,13 +9,14 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 from datetime import datetime
-from typing import Sequence, get_args
+from typing import Callable, Sequence, get_args
 
 from pydantic import ValidationError
 
 from crossdock.queue.config import ClusterConfig, Placement
 from crossdock.queue.errors import InvalidJob
 from crossdock.queue.models import Job, JobSpec, validation_message
+from crossdock.queue.sbatch_extras import constraint_terms
 from crossdock.queue.snapshot import Node
 from crossdock.queue.states import Reason
 
@@ -33,38 +34,100 @@ def _names(d: dict) -> str:
     return ", ".join(sorted(d)) or "none"
 
 
-def resolve(spec: JobSpec, cfg: ClusterConfig) -> Resolved:
-    """Queue and priority class for ``spec``; ``-p`` may name a queue or a pool, as in Slurm."""
-    queue, pool = spec.queue, spec.pool
-    if spec.partition:
-        if spec.partition in cfg.queues:
-            queue = queue or spec.partition
-        elif spec.partition in cfg.pools:
-            pool = pool or spec.partition
+def _partition(names: str, cfg: ClusterConfig) -> tuple[str | None, tuple[str, ...]]:
+    """``-p`` as Slurm reads it: a comma list, each name a queue, a pool or a pool's Slurm partition."""
+    queues: list[str] = []
+    pools: list[str] = []
+    for name in names.split(","):
+        if name in cfg.queues:
+            queues.append(name)
+        elif name in cfg.pools:
+            pools.append(name)
+        elif by_partition := [p for p, pool in cfg.pools.items() if pool.partition == name]:
+            pools.extend(by_partition)
         else:
-            raise InvalidJob(f"--partition: unknown queue or pool {spec.partition!r}; queues: {_names(cfg.queues)};"
-                             f" pools: {_names(cfg.pools)}")
+            raise InvalidJob(f"--partition: unknown queue, pool or Slurm partition {name!r}; queues:"
+                             f" {_names(cfg.queues)}; pools: {_names(cfg.pools)}")
+    if len(set(queues)) > 1:
+        raise InvalidJob(f"--partition: {names!r} names the queues {', '.join(dict.fromkeys(queues))}; a job waits in"
+                         " one queue: name one, or pools of one queue")
+    return (queues[0] if queues else None), tuple(dict.fromkeys(pools))
+
+
+def resolve(spec: JobSpec, cfg: ClusterConfig) -> Resolved:
+    """Queue and priority class for ``spec``; ``-p`` may name queues, pools or pools' partitions, as in Slurm."""
+    queue = spec.queue
+    wanted: tuple[str, ...] = (spec.pool,) if spec.pool is not None else ()
+    if spec.partition:
+        p_queue, p_pools = _partition(spec.partition, cfg)
+        queue = queue or p_queue
+        wanted = wanted or p_pools
+    for pool in wanted:
+        if pool not in cfg.pools:
+            raise InvalidJob(f"--pool: unknown pool {pool!r}; defined: {_names(cfg.pools)}")
+    if queue is None and wanted:
+        # the default queue if it holds the pools, else the first queue that does
+        holding = [q for q in dict.fromkeys([cfg.queue_name(None), *cfg.queues]) if set(wanted) <= set(cfg.queues[q].pools)]
+        queue = holding[0] if holding else None
     qname = cfg.queue_name(queue)
     if qname not in cfg.queues:
         raise InvalidJob(f"--queue: unknown queue {qname!r}; defined: {_names(cfg.queues)}")
     q = cfg.queues[qname]
-    if pool is not None:
-        if pool not in cfg.pools:
-            raise InvalidJob(f"--pool: unknown pool {pool!r}; defined: {_names(cfg.pools)}")
+    for pool in wanted:
         if pool not in q.pools:
             raise InvalidJob(f"--pool: pool {pool!r} is not one of queue {qname!r}'s pools ({', '.join(q.pools)})")
-        pools: tuple[str, ...] = (pool,)
-    else:
-        pools = tuple(q.pools)
+    pools = wanted or tuple(q.pools)
     if spec.backend is not None:
         pools = tuple(p for p in pools if cfg.pools[p].backend == spec.backend)
         if not pools:
             raise InvalidJob(f"--backend: queue {qname!r} has no {spec.backend!r} pool; its pools: {', '.join(q.pools)}")
+    if spec.constraint is not None:
+        pools = _with_features(spec.constraint, cfg, pools)
     pcname = spec.priority_class or q.priority_class
     if pcname not in cfg.priority_classes:
         raise InvalidJob(f"--priority-class/--qos: unknown priority class {pcname!r}; defined: {_names(cfg.priority_classes)}")
     pc = cfg.priority_classes[pcname]
     return Resolved(qname, pcname, pc.value, pc.preemptible, pools)
+
+
+def _with_features(constraint: str, cfg: ClusterConfig, pools: tuple[str, ...]) -> tuple[str, ...]:
+    """The pools that can hold ``--constraint``'s features: Slurm pools judge them themselves;
+    other pools map each feature to node labels (``features``)."""
+    terms = constraint_terms(constraint)
+    keep: list[str] = []
+    why: list[str] = []
+    for name in pools:
+        pool = cfg.pools[name]
+        if pool.features is None:
+            if pool.partition is not None:
+                keep.append(name)  # Slurm knows its nodes' features
+            else:
+                why.append(f"pool {name!r} maps no features (add features: {{{terms[0][0]}: {{label: value}}}})")
+            continue
+        missing = [term for term in terms if not any(f in pool.features for f in term)]
+        if missing:
+            why.append(f"pool {name!r} has no feature {'|'.join(missing[0])} (it has: {_names(pool.features)})")
+        else:
+            keep.append(name)
+    if not keep:
+        raise InvalidJob(f"--constraint: no pool can place {constraint!r}: " + "; ".join(why))
+    return tuple(keep)
+
+
+def advisories(spec: JobSpec, cfg: ClusterConfig, pools: Sequence[str],
+               signals: Callable[[str], bool] = lambda pool: False) -> list[str]:
+    """Warnings for options some pools ignore, when the job may run there; one line each.
+    ``signals``: whether a pool's backend delivers ``--signal`` (``Capabilities.signals``)."""
+    others = [p for p in pools if cfg.pools[p].partition is None]
+    sig = spec.kill_signal
+    given = [(o, v) for o, v in (("--reservation", spec.reservation), ("--licenses", spec.licenses),
+                                  ("--time-min", spec.time_min_seconds and f"{spec.time_min_seconds // 60}")) if v]
+    lines = [f"{o}={v}: only Slurm pools honour it; ignored if the job runs in pool(s) {', '.join(others)}"
+             for o, v in given if others]
+    deaf = [p for p in pools if not signals(p)]
+    if sig is not None and deaf:
+        lines.append(f"--signal={sig.number}@{sig.seconds}: not delivered if the job runs in pool(s) {', '.join(deaf)}")
+    return lines
 
 
 def check_limits(spec: JobSpec, cfg: ClusterConfig, queue: str) -> None:
@@ -150,7 +213,7 @@ def to_jobs(spec: JobSpec, resolved: Resolved, now: datetime) -> list[Job]:
     """The job records for one submission: one job, or one per array task (ids assigned by the store)."""
     base = dict(spec=spec, queue=resolved.queue, priority_class=resolved.priority_class, priority=resolved.priority,
                 preemptible=resolved.preemptible, pools=list(resolved.pools), submit_time=now,
-                reason=Reason.JOB_HELD_USER if spec.hold else Reason.NONE)
+                reason=Reason.JOB_HELD_USER if spec.hold else Reason.NONE, eligible_time=spec.begin)
     if spec.array is None:
         return [Job(id=0, **base)]
     return [Job(id=0, array_job_id=-1, array_task_id=t, **base) for t in spec.array.task_ids]

@@ -99,6 +99,11 @@ class Pool(_Cfg):
     ``kwok`` or ``karpenter`` on Kubernetes, ``power_save`` on Slurm); None: the pool is static."""
     node_template: NodeTemplate | None = None
     """The nodes a provisioner adds (Slurm's power saving powers up the partition's own nodes instead)."""
+    features: dict[str, dict[str, str]] | None = None
+    """The node features ``--constraint`` may name here, each as the node labels it stands for
+    (``{a100: {gpu.model: A100}, ib: {net: infiniband}}``). None: the pool has no map; a Slurm
+    pool (one with a ``partition``) then passes ``--constraint`` to Slurm, which knows its nodes'
+    features, and any other pool cannot take a constrained job."""
     backend_queue: int = Field(0, ge=0, le=MAX_COUNT)
     """How many jobs crossdock may hand to this pool's backend beyond what fits now, for the
     backend to queue (Slurm PENDING, Kubernetes Pending pods); 0 admits only what fits."""

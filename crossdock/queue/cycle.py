@@ -39,6 +39,9 @@ def facts_of(job: Job) -> JobFacts:
 
 def eligibility(job: Job, snapshot: Snapshot, now: datetime, running_per_array: dict[int, int]) -> str | None:
     """None when ``job`` may be placed now; else the pending reason (or DependencyNeverSatisfied)."""
+    deadline = job.spec.deadline  # held or not, as Slurm does
+    if deadline is not None and now + timedelta(seconds=job.spec.time_min_seconds or job.spec.time_limit_seconds or 0) > deadline:
+        return Reason.DEADLINE
     if job.spec.hold:
         return Reason.JOB_HELD_USER
     if job.eligible_time is not None and job.eligible_time > now:
@@ -102,7 +105,7 @@ def run_cycle(snapshot: Snapshot, pending: Sequence[Job], config: ClusterConfig,
         except Exception as exc:  # one job's spec must not stop everyone's cycle
             _set_aside(result, job.id, exc)
             continue
-        if reason == Reason.DEPENDENCY_NEVER_SATISFIED:
+        if reason in (Reason.DEPENDENCY_NEVER_SATISFIED, Reason.DEADLINE):
             result.cancelled[job.id] = reason
         elif reason is not None:
             result.pending[job.id] = reason

@@ -34,6 +34,16 @@ class InvalidOption(CrossdockError):
         super().__init__(f"{option}: {what}; accepted: {accepted}")
 
 
+class InvalidOptions(InvalidOption):
+    """Several options refused at once, one line each; ``option``/``value``/``accepted`` are the first's."""
+
+    def __init__(self, errors: list[InvalidOption]):
+        first = errors[0]
+        self.errors = list(errors)
+        super().__init__(first.option, first.value, first.accepted)
+        Exception.__init__(self, "\n".join(str(e) for e in errors))
+
+
 class InvalidJob(CrossdockError):
     """A job spec is valid on its own but cannot run under this config (unknown queue, too large…)."""
 

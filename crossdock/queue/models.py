@@ -120,6 +120,17 @@ class PythonCall(_Model):
     runner unpickles only a payload whose seal matches the job's owner."""
 
 
+class KillSignal(_Model):
+    """sbatch's ``--signal=[{R|B}:]<sig_num>[@sig_time]``: send ``number`` ``seconds`` before the time limit."""
+
+    number: int = Field(ge=1, le=64)
+    seconds: int = Field(60, ge=0, le=0xFFFF)
+    batch_only: bool = False
+    """``B:``: to the batch shell only, not to every step."""
+    reservation: bool = False
+    """``R:``: also before the end of the job's reservation."""
+
+
 class JobSpec(_Model):
     """What a user asked for. Defaults are Slurm's."""
 
@@ -173,6 +184,17 @@ class JobSpec(_Model):
     """A node label key; all workers of a gang land in one domain of it (e.g. an NVLink domain)."""
     node_selector: dict[str, str] = Field(default_factory=dict)
     tolerations: list[dict[str, str]] = Field(default_factory=list)
+    constraint: str | None = Field(None, min_length=1, max_length=MAX_NAME_BYTES)
+    """Slurm's ``--constraint`` as written: node features, ``&`` and, ``|`` or (pools map them, see Pool.features)."""
+    reservation: str | None = Field(None, min_length=1, max_length=MAX_NAME_BYTES)
+    licenses: str | None = Field(None, min_length=1, max_length=MAX_NAME_BYTES)
+    """Slurm's ``--licenses``, normalized: ``name:count`` joined by ``,`` (all) or ``|`` (any)."""
+    # Timing.
+    begin: datetime | None = None
+    """Not eligible before this time (``--begin``): the job pends with reason BeginTime."""
+    deadline: datetime | None = None
+    time_min_seconds: int | None = Field(None, ge=1, le=MAX_TIME_LIMIT_SECONDS)
+    kill_signal: KillSignal | None = None
 
     @model_validator(mode="before")
     @classmethod

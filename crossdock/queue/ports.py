@@ -67,6 +67,8 @@ class Capabilities:
     sizes_nodes: bool = False
     """Measures the CPUs and memory of the nodes a pool declares, so a declaration may say ``auto``."""
     """Tells when a job would start if sent now (``EstimatesStart``), for bursting between backends."""
+    signals: bool = False
+    """Delivers ``--signal`` (``JobSpec.kill_signal``) before the time limit."""
 
 
 @dataclass(frozen=True)

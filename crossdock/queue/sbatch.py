@@ -21,14 +21,16 @@ Everything here is pure: the caller reads the script file and prints the result.
 from __future__ import annotations
 
 import difflib
+import math
 import posixpath
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
+from datetime import datetime, timezone
 from typing import Any, Literal
 
 from pydantic import ValidationError
 
-from crossdock.queue.errors import InvalidOption
+from crossdock.queue.errors import InvalidOption, InvalidOptions
 from crossdock.queue.models import JobSpec, validation_message
 from crossdock.queue.sbatch_formats import (
     DEFAULT_MAX_ARRAY_SIZE,
@@ -44,6 +46,7 @@ from crossdock.queue.sbatch_formats import (
     parse_nodes,
     parse_time,
 )
+from crossdock.queue.sbatch_extras import parse_begin, parse_constraint, parse_licenses, parse_signal
 
 __all__ = [
     "OPTIONS",
@@ -146,6 +149,9 @@ Settings = dict[str, Any]
 class _Ctx:
     max_array_size: int
     warnings: list[str]
+    errors: list[InvalidOption] = field(default_factory=list)
+    now: datetime = field(default_factory=lambda: datetime.now(timezone.utc).astimezone())
+    """Dates and times of day are read in its zone: the submit host's, as sbatch reads them."""
 
 
 Apply = Callable[[Settings, "str | None", str, _Ctx], None]
@@ -253,15 +259,34 @@ def _gpus(per: str) -> Apply:
     return _exclusive_group("gpus", per, lambda v, o: parse_gpus(v, per, o))
 
 
+def _when(key: str) -> Apply:
+    def apply(s: Settings, value: str | None, opt: str, ctx: _Ctx) -> None:
+        s[key] = parse_begin(value or "", ctx.now, opt)
+
+    return apply
+
+
+def _no_effect(why: str) -> Apply:
+    def apply(s: Settings, value: str | None, opt: str, ctx: _Ctx) -> None:
+        ctx.warnings.append(f"{opt}{'=' + value if value else ''}: accepted, no effect in crossdock ({why})")
+
+    return apply
+
+
 OPTIONS: tuple[OptionDef, ...] = (
     OptionDef("job-name", "J", "required", _store("name"), "job name (default: the script's file name)", "SBATCH_JOB_NAME"),
-    OptionDef("partition", "p", "required", _nonempty("partition"), "crossdock queue or pool", "SBATCH_PARTITION"),
+    OptionDef("partition", "p", "required", _nonempty("partition"), "queues, pools or pools' Slurm partitions, comma list",
+              "SBATCH_PARTITION"),
     OptionDef("qos", "q", "required", _nonempty("priority_class"), "priority class", "SBATCH_QOS"),
     OptionDef("time", "t", "required", _store("time_limit_seconds", parse_time), "time limit", "SBATCH_TIMELIMIT"),
     OptionDef("cpus-per-task", "c", "required", _store("cpus_per_task", parse_count), "CPUs per task"),
     OptionDef("ntasks", "n", "required", _store("ntasks", parse_count), "tasks (default: one per node)"),
     OptionDef("nodes", "N", "required", _nodes, "nodes: N or MIN-MAX"),
     OptionDef("ntasks-per-node", None, "required", _store("ntasks_per_node", parse_count), "tasks per node"),
+    OptionDef("tasks-per-node", None, "required", _store("ntasks_per_node", parse_count), "= --ntasks-per-node"),
+    OptionDef("ntasks-per-gpu", None, "required", _store("ntasks_per_gpu", parse_count), "tasks per GPU (expanded)"),
+    OptionDef("cpus-per-gpu", None, "required", _store("cpus_per_gpu", parse_count), "CPUs per GPU (expanded)",
+              "SBATCH_CPUS_PER_GPU"),
     OptionDef(
         "mem", None, "required", _exclusive_group("mem", "mem_per_node_mib", parse_mem),
         "memory per node (MiB, or K/M/G/T)", "SBATCH_MEM_PER_NODE",
@@ -270,12 +295,17 @@ OPTIONS: tuple[OptionDef, ...] = (
         "mem-per-cpu", None, "required", _exclusive_group("mem", "mem_per_cpu_mib", parse_mem),
         "memory per CPU", "SBATCH_MEM_PER_CPU",
     ),
+    OptionDef(
+        "mem-per-gpu", None, "required", _exclusive_group("mem", "mem_per_gpu_mib", parse_mem),
+        "memory per GPU (expanded to memory per node)", "SBATCH_MEM_PER_GPU",
+    ),
     OptionDef("gres", None, "required", _store("gres", parse_gres), "generic resources per node", "SBATCH_GRES"),
     OptionDef("gpus", "G", "required", _gpus("job"), "GPUs for the whole job: [type:]count", "SBATCH_GPUS"),
     OptionDef("gpus-per-node", None, "required", _gpus("node"), "GPUs per node", "SBATCH_GPUS_PER_NODE"),
     OptionDef("gpus-per-task", None, "required", _gpus("task"), "GPUs per task", "SBATCH_GPUS_PER_TASK"),
     OptionDef("array", "a", "required", _array, "array task ids: 0-15:4%2", "SBATCH_ARRAY_INX"),
-    OptionDef("dependency", "d", "required", _store("dependency", parse_dependency), "afterok:ID[:ID...]..."),
+    OptionDef("dependency", "d", "required", _store("dependency", lambda v, o: parse_dependency(v, o) if v else None),
+              "afterok:ID[:ID...]...; empty clears the script's"),
     OptionDef("output", "o", "required", _output("stdout"), "stdout file pattern", "SBATCH_OUTPUT"),
     OptionDef("error", "e", "required", _output("stderr"), "stderr file pattern", "SBATCH_ERROR"),
     OptionDef("chdir", "D", "required", _nonempty("workdir"), "working directory"),
@@ -289,6 +319,21 @@ OPTIONS: tuple[OptionDef, ...] = (
     OptionDef("exclude", "x", "required", _store("exclude", parse_hostlist), "hosts excluded"),
     OptionDef("wrap", None, "required", _store("wrap"), "run this command line with /bin/sh", cli_only=True),
     OptionDef("parsable", None, "none", _const("parsable", True), "print only the job id"),
+    OptionDef("constraint", "C", "required", _store("constraint", parse_constraint),
+              "node features: a&b, a|b (Slurm features; node labels through a pool's features map)",
+              "SBATCH_CONSTRAINT"),
+    OptionDef("signal", None, "required", _store("kill_signal", parse_signal),
+              "[{R|B}:]sig_num[@sig_time]: signal before the time limit", "SBATCH_SIGNAL"),
+    OptionDef("time-min", None, "required", _store("time_min_seconds", parse_time), "minimum time limit (backfill)"),
+    OptionDef("begin", "b", "required", _when("begin"), "defer until: now+1hour, 16:00, 2026-01-02T10:00, tomorrow"),
+    OptionDef("deadline", None, "required", _when("deadline"), "cancel the job if it can no longer end by then"),
+    OptionDef("reservation", None, "required", _nonempty("reservation"), "Slurm reservation (Slurm pools only)",
+              "SBATCH_RESERVATION"),
+    OptionDef("licenses", "L", "required", _store("licenses", parse_licenses), "licenses: name[:count],... (Slurm pools)"),
+    OptionDef("clusters", "M", "required", _no_effect("one crossdock queue spans its clusters"), "ignored",
+              "SBATCH_CLUSTERS"),
+    OptionDef("get-user-env", None, "optional", _no_effect("the submit environment is exported per --export"),
+              "ignored", "SBATCH_GET_USER_ENV"),
     # crossdock's own
     OptionDef("backend", None, "required", _nonempty("backend"), "backend: slurm, k8s, local..."),
     OptionDef("pool", None, "required", _nonempty("pool"), "node pool"),
@@ -297,6 +342,9 @@ OPTIONS: tuple[OptionDef, ...] = (
     OptionDef("queue", None, "required", _nonempty("queue"), "crossdock queue"),
     OptionDef("dry-run", None, "none", _const("dry_run", True), "validate and print, store nothing"),
     OptionDef("test-only", None, "none", _const("dry_run", True), "sbatch's name for --dry-run"),
+    OptionDef("version", "V", "none", _const("version", True), "print the version and exit", cli_only=True),
+    OptionDef("help", "h", "none", _const("help", True), "print this help and exit", cli_only=True),
+    OptionDef("usage", None, "none", _const("help", True), "print this help and exit", cli_only=True),
     OptionDef("json", None, "none", _const("json", True), "print JSON"),
     # sbatch options that only inform Slurm's accounting or mail: accepted, with a warning.
     OptionDef("account", "A", "required", _ignored, "ignored", "SBATCH_ACCOUNT"),
@@ -307,21 +355,26 @@ OPTIONS: tuple[OptionDef, ...] = (
     OptionDef("open-mode", None, "required", _ignored, "ignored", "SBATCH_OPEN_MODE"),
     OptionDef("quiet", "Q", "none", _ignored, "ignored"),
     OptionDef("verbose", "v", "none", _ignored, "ignored"),
+    OptionDef("acctg-freq", None, "required", _ignored, "ignored", "SBATCH_ACCTG_FREQ"),
+    OptionDef("profile", None, "required", _ignored, "ignored", "SBATCH_PROFILE"),
+    OptionDef("propagate", None, "optional", _ignored, "ignored"),
+    OptionDef("cpu-freq", None, "required", _ignored, "ignored"),
+    OptionDef("kill-on-invalid-dep", None, "required", _ignored, "ignored"),
 )
 
 # Real sbatch options that change where or when a job runs: silently ignoring them would
 # run the job somewhere it was not meant to, so they are refused by name.
 UNSUPPORTED = frozenset(
-    """acctg-freq batch bb bbf begin burst-buffer clusters cluster-constraint constraint container
-    container-id contiguous core-spec cores-per-socket cpu-freq cpus-per-gpu deadline delay-boot
-    distribution extra extra-node-info export-file get-user-env gid gpu-bind gpu-freq gpus-per-socket
-    hint ignore-pbs input kill-on-invalid-dep licenses mcs-label mem-bind mem-per-gpu mincpus network
-    no-kill nodefile ntasks-per-core ntasks-per-gpu ntasks-per-socket overcommit oversubscribe power
-    prefer priority profile propagate reboot reservation segment signal sockets-per-node spread-job
-    switches thread-spec threads-per-core time-min tmp tres-bind tres-per-task uid use-min-nodes wait
+    """batch bb bbf burst-buffer cluster-constraint container
+    container-id contiguous core-spec cores-per-socket delay-boot
+    distribution extra extra-node-info export-file gid gpu-bind gpu-freq gpus-per-socket
+    hint ignore-pbs input mcs-label mem-bind mincpus network
+    no-kill nodefile ntasks-per-core ntasks-per-socket overcommit oversubscribe power
+    prefer priority reboot segment sockets-per-node spread-job
+    switches thread-spec threads-per-core tmp tres-bind tres-per-task uid use-min-nodes wait
     wait-all-nodes""".split()
 )
-_UNSUPPORTED_SHORT = frozenset("bBCFiIkLmMOsSW")
+_UNSUPPORTED_SHORT = frozenset("BFiIkmOsSW")
 
 _BY_LONG = {o.long: o for o in OPTIONS}
 _BY_SHORT = {o.short: o for o in OPTIONS if o.short}
@@ -374,23 +427,16 @@ def _missing(written: str) -> InvalidOption:
     return InvalidOption(written, None, f"a value after {written}")
 
 
-def _scan(tokens: Sequence[tuple[str, int | None]]) -> tuple[list[_Given], int]:
-    """getopt_long with '+': the options given, and the index of the first non-option word."""
-    state = {"i": 0}
-    try:
-        return _scan_tokens(tokens, state)
-    except InvalidOption as exc:
-        line = tokens[min(state["i"], len(tokens) - 1)][1] if tokens else None
-        if line is None or isinstance(exc, InvalidDirective):
-            raise
-        raise InvalidDirective(exc.option, exc.value, exc.accepted, line) from None
+def _at_line(exc: InvalidOption, line: int | None) -> InvalidOption:
+    if line is None or isinstance(exc, InvalidDirective):
+        return exc
+    return InvalidDirective(exc.option, exc.value, exc.accepted, line)
 
 
-def _scan_tokens(tokens: Sequence[tuple[str, int | None]], state: dict[str, int]) -> tuple[list[_Given], int]:
+def _scan_tokens(tokens: Sequence[tuple[str, int | None]], errors: list[InvalidOption]) -> tuple[list[_Given], int]:
     given: list[_Given] = []
     i = 0
     while i < len(tokens):
-        state["i"] = i
         word, line = tokens[i]
         if word == "--":
             return given, i + 1
@@ -398,11 +444,20 @@ def _scan_tokens(tokens: Sequence[tuple[str, int | None]], state: dict[str, int]
             return given, i
         if word.startswith("--"):
             name, eq, attached = word[2:].partition("=")
-            opt = _lookup_long(name, f"--{name}", attached if eq else None)
+            try:
+                opt = _lookup_long(name, f"--{name}", attached if eq else None)
+            except InvalidOption as exc:
+                if not eq and i + 1 < len(tokens) and not tokens[i + 1][0].startswith("-"):
+                    # an option crossdock does not know: its value (most take one) is shown, then skipped
+                    i += 1
+                    exc = InvalidOption(exc.option, tokens[i][0], exc.accepted)
+                errors.append(_at_line(exc, line))
+                i += 1
+                continue
             written = f"--{opt.long}"
             if opt.arg == "none":
                 if eq:
-                    raise InvalidOption(written, attached, f"{written} without a value")
+                    errors.append(_at_line(InvalidOption(written, attached, f"{written} without a value"), line))
                 value = None
             elif eq:
                 value = attached
@@ -412,7 +467,8 @@ def _scan_tokens(tokens: Sequence[tuple[str, int | None]], state: dict[str, int]
                 i += 1
                 value = tokens[i][0]
             else:
-                raise _missing(written)
+                errors.append(_at_line(_missing(written), line))
+                return given, len(tokens)
             given.append(_Given(opt, value, written, line))
             i += 1
             continue
@@ -422,7 +478,12 @@ def _scan_tokens(tokens: Sequence[tuple[str, int | None]], state: dict[str, int]
             letter = word[j]
             opt = _BY_SHORT.get(letter)
             if opt is None:
-                raise _unknown(f"-{letter}", word[j + 1:] or None)
+                value = word[j + 1:] or None
+                if value is None and i + 1 < len(tokens) and not tokens[i + 1][0].startswith("-"):
+                    i += 1
+                    value = tokens[i][0]
+                errors.append(_at_line(_unknown(f"-{letter}", value), line))
+                break
             written = f"-{letter}"
             if opt.arg == "none":
                 given.append(_Given(opt, None, written, line))
@@ -434,7 +495,8 @@ def _scan_tokens(tokens: Sequence[tuple[str, int | None]], state: dict[str, int]
                 i += 1
                 value = tokens[i][0]
             else:
-                raise _missing(written)
+                errors.append(_at_line(_missing(written), line))
+                return given, len(tokens)
             given.append(_Given(opt, value, written, line))
             break
         i += 1
@@ -448,7 +510,7 @@ def split_argv(argv: Sequence[str]) -> tuple[list[str], str | None, list[str]]:
     passes ``-t 5`` to the script.
     """
     tokens = [(w, None) for w in argv]
-    _, stop = _scan(tokens)
+    _, stop = _scan_tokens(tokens, [])  # bad options are reported by build_spec, all together
     options = list(argv[:stop])
     rest = list(argv[stop:])
     if options and options[-1] == "--":
@@ -470,6 +532,8 @@ class Submission:
     dry_run: bool = False
     json: bool = False
     warnings: list[str] = field(default_factory=list)
+    help: bool = False
+    version: bool = False
 
 
 def _apply_all(given: Iterable[_Given], settings: Settings, ctx: _Ctx, *, from_script: bool) -> None:
@@ -480,12 +544,8 @@ def _apply_all(given: Iterable[_Given], settings: Settings, ctx: _Ctx, *, from_s
             continue
         try:
             g.option.apply(settings, g.value, g.written, ctx)
-        except InvalidDirective:
-            raise
         except InvalidOption as exc:
-            if from_script:
-                raise InvalidDirective(exc.option, exc.value, exc.accepted, g.line or 0) from None
-            raise
+            ctx.errors.append(_at_line(exc, g.line or 0) if from_script else exc)
 
 
 def _check_script(script_text: str) -> None:
@@ -521,15 +581,70 @@ def _env_settings(environ: Mapping[str, str], ctx: _Ctx) -> Settings:
         try:
             opt.apply(settings, value, f"--{opt.long}", ctx)
         except InvalidOption as exc:
-            raise InvalidOption(opt.env, exc.value, exc.accepted) from None
+            ctx.errors.append(InvalidOption(opt.env, exc.value, exc.accepted))
     return settings
 
 
 _OPTION_OF = {"cpus_per_task": "--cpus-per-task", "ntasks": "--ntasks", "nodes": "--nodes", "nodes_max": "--nodes",
               "ntasks_per_node": "--ntasks-per-node", "mem_per_node_mib": "--mem", "mem_per_cpu_mib": "--mem-per-cpu",
               "time_limit_seconds": "--time", "gres": "--gres", "gpus": "--gpus", "array": "--array",
-              "dependency": "--dependency", "nice": "--nice"}
+              "dependency": "--dependency", "nice": "--nice", "time_min_seconds": "--time-min",
+              "constraint": "--constraint", "reservation": "--reservation", "licenses": "--licenses"}
 """A spec field -> the option that sets it, so that a bound the spec checks names what the user typed."""
+
+_SPEC_KEYS = (
+    "cpus_per_task", "ntasks_per_node", "gres", "time_limit_seconds", "partition", "priority_class",
+    "queue", "backend", "pool", "placement", "nice", "array", "dependency", "hold", "requeue",
+    "exclusive", "nodelist", "exclude", "stdout", "stderr", "workdir", "export", "env",
+    "constraint", "kill_signal", "time_min_seconds", "begin", "deadline", "reservation", "licenses",
+)
+
+
+def _validated(fields: dict[str, Any], errors: list[InvalidOption]) -> JobSpec | None:
+    try:
+        return JobSpec(**fields)
+    except ValidationError as exc:
+        for err in exc.errors():
+            where = ".".join(str(p) for p in err["loc"])
+            if where:
+                errors.append(InvalidOption(_OPTION_OF.get(where.split(".")[0], where), err.get("input"), err["msg"]))
+            else:
+                whole = InvalidOption("spec", None, err["msg"])
+                Exception.__init__(whole, err["msg"].removeprefix("Value error, "))  # the spec's own checks name their fields
+                errors.append(whole)
+        return None
+
+
+def _per_gpu(spec: JobSpec, s: Settings, fields: dict[str, Any], errors: list[InvalidOption]) -> JobSpec | None:
+    """Expand --ntasks-per-gpu, --cpus-per-gpu and --mem-per-gpu into the spec's per-task and per-node counts."""
+    mem = s.get("mem")
+    asked = [o for o, given in (("--ntasks-per-gpu", "ntasks_per_gpu" in s), ("--cpus-per-gpu", "cpus_per_gpu" in s),
+                                ("--mem-per-gpu", mem is not None and mem.member == "mem_per_gpu_mib")) if given]
+    if not asked:
+        return spec
+    req = spec.gpu_request()
+    if req is None:
+        errors.extend(InvalidOption(o, s.get(o[2:].replace("-", "_"), mem.value if mem else None),
+                                    "a GPU request beside it: --gpus, --gpus-per-node, --gpus-per-task or --gres=gpu:N")
+                      for o in asked)
+        return None
+    if "ntasks_per_gpu" in s:
+        if req.per == "task":
+            errors.append(InvalidOption("--ntasks-per-gpu", s["ntasks_per_gpu"], "--gpus or --gpus-per-node with it, not --gpus-per-task"))
+            return None
+        if "ntasks" not in s:
+            fields["ntasks"] = max(fields["ntasks"], s["ntasks_per_gpu"] * spec.total_gpus())
+        spec = _validated(fields, errors)
+        if spec is None:
+            return None
+    if "cpus_per_gpu" in s:
+        if "cpus_per_task" in s:
+            errors.append(InvalidOption("--cpus-per-gpu", s["cpus_per_gpu"], "one of --cpus-per-task and --cpus-per-gpu, not both"))
+            return None
+        fields["cpus_per_task"] = max(1, math.ceil(s["cpus_per_gpu"] * spec.gpus_per_node() / spec.tasks_per_node()))
+    if mem is not None and mem.member == "mem_per_gpu_mib":
+        fields["mem_per_node_mib"] = mem.parsed * spec.gpus_per_node()
+    return _validated(fields, errors)
 
 
 def build_spec(
@@ -539,81 +654,95 @@ def build_spec(
     script_args: Sequence[str] = (),
     max_array_size: int = DEFAULT_MAX_ARRAY_SIZE,
     environ: Mapping[str, str] | None = None,
+    now: datetime | None = None,
 ) -> Submission:
     """The submission that ``sbatch [argv] [script_path [script_args]]`` describes.
 
     ``argv`` holds options only (see :func:`split_argv`); ``script_text`` is the script's
     content (from the file or standard input), ``None`` with ``--wrap``. ``environ``, when
     given, supplies sbatch's ``SBATCH_*`` input variables. As in sbatch, the command line
-    overrides the environment, which overrides the script's ``#SBATCH`` lines.
+    overrides the environment, which overrides the script's ``#SBATCH`` lines. ``now`` is the
+    time ``--begin``/``--deadline`` are read at (default: the clock).
+
+    Every problem found is reported: one :class:`InvalidOption`, or :class:`InvalidOptions`
+    holding one per line.
     """
     warnings: list[str] = []
-    ctx = _Ctx(max_array_size=max_array_size, warnings=warnings)
+    ctx = _Ctx(max_array_size=max_array_size, warnings=warnings, now=now or datetime.now(timezone.utc).astimezone())
+    errors = ctx.errors
 
     script_settings: Settings = {}
     if script_text is not None:
-        _check_script(script_text)
-        tokens = _directive_tokens(script_text)
-        given, stop = _scan(tokens)
+        try:
+            _check_script(script_text)
+            tokens = _directive_tokens(script_text)
+        except InvalidOption as exc:
+            errors.append(exc)
+            tokens = []
+        given, stop = _scan_tokens(tokens, errors)
         if stop < len(tokens):
             word, line = tokens[stop]
             if "\\" in script_text.split("\n")[line - 1]:
                 # sbatch's reader ends a word at any blank, even after a backslash (22.05 refuses
                 # `-J a\ b` with the stray `b` too): say how to write what was meant
-                raise InvalidDirective(MAGIC, word, "one word per value: a backslash does not keep a blank in the"
-                                       ' word (sbatch ends it there); quote the value instead, e.g. -J "a b"', line)
-            raise InvalidDirective(MAGIC, word, "options only, e.g. #SBATCH --time=10", line)
+                errors.append(InvalidDirective(MAGIC, word, "one word per value: a backslash does not keep a blank in"
+                                               ' the word (sbatch ends it there); quote the value instead, e.g. -J "a b"',
+                                               line))
+            else:
+                errors.append(InvalidDirective(MAGIC, word, "options only, e.g. #SBATCH --time=10", line))
         _apply_all(given, script_settings, ctx, from_script=True)
+        errors.sort(key=lambda e: getattr(e, "line", 0))  # the script's problems in line order
 
     env_settings = _env_settings(environ, ctx) if environ else {}
 
     cli_settings: Settings = {}
-    cli_given, stop = _scan([(w, None) for w in argv])
+    cli_given, stop = _scan_tokens([(w, None) for w in argv], errors)
     if stop < len(argv):
-        raise InvalidOption(
-            "ARGUMENT", argv[stop], "options only here; the script and its arguments come after them"
-        )
+        errors.append(InvalidOption("ARGUMENT", argv[stop], "options only here; the script and its arguments come after them"))
     _apply_all(cli_given, cli_settings, ctx, from_script=False)
 
     s: Settings = {**script_settings, **env_settings, **cli_settings}
     for group in ("mem", "gpus"):
-        s[group] = _merge_group(group, script_settings, env_settings, cli_settings)
+        try:
+            s[group] = _merge_group(group, script_settings, env_settings, cli_settings)
+        except InvalidOption as exc:
+            errors.append(exc)
+            s[group] = cli_settings.get(group)
+    if s.get("help") or s.get("version"):
+        return Submission(spec=JobSpec(command=["true"]), help=bool(s.get("help")), version=bool(s.get("version")),
+                          warnings=warnings)
     wrap = s.get("wrap")
     if wrap is not None and (script_text is not None or script_path is not None or script_args):
-        raise InvalidOption("--wrap", wrap, "either --wrap or a script, not both")
-    if wrap is None and script_text is None:
+        errors.append(InvalidOption("--wrap", wrap, "either --wrap or a script, not both"))
+    if wrap is None and script_text is None and not errors:
+        # alone, so that the command line may read the script from standard input instead
         raise InvalidOption("SCRIPT", script_path, "a batch script (a file or standard input), or --wrap")
 
-    fields: dict[str, Any] = {
-        key: s[key]
-        for key in (
-            "cpus_per_task", "ntasks_per_node", "gres", "time_limit_seconds", "partition", "priority_class",
-            "queue", "backend", "pool", "placement", "nice", "array", "dependency", "hold", "requeue",
-            "exclusive", "nodelist", "exclude", "stdout", "stderr", "workdir", "export", "env",
-        )
-        if key in s
-    }
+    fields: dict[str, Any] = {key: s[key] for key in _SPEC_KEYS if key in s}
     fields["name"] = s["name"] if "name" in s else _default_name(wrap, script_path)
     if wrap is not None:
         fields["command"] = ["/bin/sh", "-c", wrap]
-    else:
+    elif script_text is not None:
         fields["script"] = script_text
         fields["script_path"] = script_path
         fields["args"] = list(script_args)
-    if s["mem"] is not None:
+    if s["mem"] is not None and s["mem"].member != "mem_per_gpu_mib":
         fields[s["mem"].member] = s["mem"].parsed
     if s["gpus"] is not None:
         fields["gpus"] = s["gpus"].parsed
+    begin, deadline = s.get("begin"), s.get("deadline")
+    if begin is not None and deadline is not None and deadline <= begin:
+        errors.append(InvalidOption("--deadline", deadline.isoformat(), f"a time after --begin ({begin.isoformat()})"))
 
     nodes, nodes_max = s.get("nodes", 1), s.get("nodes_max")
     nodelist = s.get("nodelist") or []
     if nodelist and set(nodelist) & set(s.get("exclude") or []):
         both = sorted(set(nodelist) & set(s["exclude"]))
-        raise InvalidOption("--exclude", ",".join(both), "hosts not also required by --nodelist")
+        errors.append(InvalidOption("--exclude", ",".join(both), "hosts not also required by --nodelist"))
     if len(nodelist) > nodes:
         # Slurm allocates every listed host, so the node count grows to the list.
         if "nodes" in s and (nodes_max or nodes) < len(nodelist):
-            raise InvalidOption("--nodelist", ",".join(nodelist), f"at most {nodes_max or nodes} hosts for --nodes")
+            errors.append(InvalidOption("--nodelist", ",".join(nodelist), f"at most {nodes_max or nodes} hosts for --nodes"))
         nodes = len(nodelist)
         if nodes_max is not None and nodes_max <= nodes:
             nodes_max = None
@@ -626,17 +755,12 @@ def build_spec(
         ntasks = nodes  # sbatch: the default is one task per node
     fields.update(nodes=nodes, nodes_max=nodes_max, ntasks=ntasks)
 
-    try:
-        spec = JobSpec(**fields)
-    except ValidationError as exc:
-        err = exc.errors()[0]
-        where = ".".join(str(p) for p in err["loc"])
-        if where:
-            option = _OPTION_OF.get(where.split(".")[0], where)
-            raise InvalidOption(option, err.get("input"), err["msg"]) from None
-        whole = InvalidOption("spec", None, err["msg"])
-        Exception.__init__(whole, validation_message(exc))  # the spec's own checks name their fields
-        raise whole from None
+    spec = _validated(fields, errors)
+    if spec is not None:
+        spec = _per_gpu(spec, s, fields, errors)
+    if errors:
+        raise errors[0] if len(errors) == 1 else InvalidOptions(errors)
+    assert spec is not None
     return Submission(
         spec=spec,
         parsable=bool(s.get("parsable")),
@@ -699,6 +823,13 @@ def dry_run_json(spec: JobSpec) -> dict[str, Any]:
         "requeue": spec.requeue,
         "nodelist": list(spec.nodelist),
         "exclude": list(spec.exclude),
+        "constraint": spec.constraint,
+        "signal": None if spec.kill_signal is None else spec.kill_signal.model_dump(),
+        "time_min_seconds": spec.time_min_seconds,
+        "begin": None if spec.begin is None else spec.begin.isoformat(),
+        "deadline": None if spec.deadline is None else spec.deadline.isoformat(),
+        "reservation": spec.reservation,
+        "licenses": spec.licenses,
         "command": list(spec.command) if spec.command is not None else None,
         "script_path": spec.script_path,
         "args": list(spec.args),

@@ -29,6 +29,7 @@ from pydantic import BaseModel, ValidationError
 from crossdock.queue import hostlist
 from crossdock.queue.errors import InvalidOption
 from crossdock.queue.models import (
+    MAX_GPUS,
     MAX_TIME_LIMIT_SECONDS,
     ArraySpec,
     Dependency,
@@ -53,7 +54,7 @@ TIME_FORMS = (
     "0, -1, UNLIMITED or INFINITE for no limit; at most 365 days (365-00:00:00)"
 )
 MEM_FORMS = "a whole number of MiB, or with a K, M, G or T suffix (e.g. 500, 4G, 1024K); 0 = all of a node's memory"
-GRES_FORMS = "name[:type][:count] in a comma list, e.g. gpu:2, gpu:a100:2, gpu:a100; or none"
+GRES_FORMS = "name[:type][:count] in a comma list, e.g. gpu:2, gpu:a100:2, gpu:a100 (count 0: none); or none"
 GPUS_FORMS = "[type:]count with count >= 1, e.g. 2, a100:2 or a100 (one)"
 ARRAY_FORMS = (
     "ids and ranges in a comma list, a range may take :step, then an optional %max_running "
@@ -61,8 +62,8 @@ ARRAY_FORMS = (
 )
 DEPENDENCY_FORMS = (
     "type:job_id[:job_id...] joined by ',' (all) or '?' (any), not both; types: after, afterany, "
-    "afterok, afternotok, aftercorr, afterburstbuffer, singleton; job_id may be N, N_task or N_*, "
-    "with +minutes (>= 1) of delay, e.g. after:12+5"
+    "afterok, afternotok, aftercorr, afterburstbuffer, singleton; job_id may be N, N_task, N_[tasks] or N_*, "
+    "with +minutes (>= 1) of delay, e.g. after:12+5; empty: no dependency"
 )
 NODES_FORMS = "a count or min-max with counts >= 1, e.g. 2 or 2-4 (k suffix = x1024)"
 COUNT_FORMS = "a whole number >= 1"
@@ -174,8 +175,10 @@ def parse_gres(value: str, option: str = "--gres") -> list[Gres]:
             count = c
         if gtype is not None and not _GRES_TYPE.fullmatch(gtype):
             raise InvalidOption(option, value, GRES_FORMS)
-        if count < 1:
-            raise InvalidOption(option, value, GRES_FORMS + " (count >= 1)")
+        if count == 0:
+            continue  # Slurm reads a zero count as none of it
+        if name == "gpu" and count > MAX_GPUS:
+            raise InvalidOption(option, value, GRES_FORMS + f" (at most {MAX_GPUS} GPUs per node)")
         if (name, gtype) in seen:
             raise InvalidOption(option, value, GRES_FORMS + f" (each name:type once; {item!r} repeats)")
         seen.add((name, gtype))
@@ -219,6 +222,8 @@ def parse_array(value: str, max_array_size: int = DEFAULT_MAX_ARRAY_SIZE, option
     if not isinstance(value, str) or not value:
         raise InvalidOption(option, value, accepted)
     body, sep, throttle = value.partition("%")
+    # Slurm's bit_unfmt takes the ids inside brackets too: [0-15], [1,3,5-7]%2
+    body = body.removeprefix("[").removesuffix("]")
     max_running = None
     if sep:
         if not is_ascii_number(throttle):
@@ -245,25 +250,25 @@ def parse_array(value: str, max_array_size: int = DEFAULT_MAX_ARRAY_SIZE, option
     return _bounded(ArraySpec, option, value, accepted, task_ids=sorted(ids), max_running=max_running)
 
 
-_DEP_JOB = re.compile(r"(\d{1,18})(?:_(\d{1,18}|\*))?(?:\+(\d{1,18}))?", re.ASCII)
+_DEP_JOB = re.compile(r"(\d{1,18})(?:_(\d{1,18}|\*|\[[0-9,\-]+\]))?(?:\+(\d{1,18}))?", re.ASCII)
 _DEP_TYPES = {t.value: t for t in DependencyType}
 
 
-def _dep_job(dtype: DependencyType, text: str, value: str, option: str) -> Dependency:
+def _dep_jobs(dtype: DependencyType, text: str, value: str, option: str) -> list[Dependency]:
     m = _DEP_JOB.fullmatch(text)
     if m is None or int(m.group(1)) < 1:
         raise InvalidOption(option, value, DEPENDENCY_FORMS)
     job_id, task, delay = m.groups()
     if delay is not None and int(delay) < 1:
         raise InvalidOption(option, value, DEPENDENCY_FORMS + " (+minutes >= 1)")
-    return _bounded(
-        Dependency, option, value, DEPENDENCY_FORMS,
-        type=dtype,
-        job_id=int(job_id),
+    if task is not None and task.startswith("["):
+        # N_[1-3,5]: each of those tasks (Slurm's array-task dependency list)
+        tasks: list[int | None] = list(parse_array(task[1:-1], 2**31, option).task_ids)
+    else:
         # N_* names every task of array N, which is what plain N means.
-        array_task=int(task) if task not in (None, "*") else None,
-        delay_minutes=int(delay) if delay is not None else None,
-    )
+        tasks = [int(task) if task not in (None, "*") else None]
+    return [_bounded(Dependency, option, value, DEPENDENCY_FORMS, type=dtype, job_id=int(job_id), array_task=t,
+                     delay_minutes=int(delay) if delay is not None else None) for t in tasks]
 
 
 def parse_dependency(value: str, option: str = "--dependency") -> DependencySpec:
@@ -284,10 +289,10 @@ def parse_dependency(value: str, option: str = "--dependency") -> DependencySpec
         elif dtype is not None:
             if not rest:
                 raise InvalidOption(option, value, DEPENDENCY_FORMS + f" ({dtype.value} needs a job id)")
-            deps.extend(_dep_job(dtype, job, value, option) for job in rest.split(":"))
+            deps.extend(d for job in rest.split(":") for d in _dep_jobs(dtype, job, value, option))
         elif is_ascii_number(item[:1]) and ":" not in item and combine == "AND":
             # Slurm's oldest form: a bare job id (comma-separated only) means afterany.
-            deps.append(_dep_job(DependencyType.AFTERANY, item, value, option))
+            deps.extend(_dep_jobs(DependencyType.AFTERANY, item, value, option))
         else:
             raise InvalidOption(option, value, DEPENDENCY_FORMS)
     return DependencySpec(combine=combine, deps=deps)

@@ -111,6 +111,8 @@ class Reason(StrEnum):
     """Its queue (or user) is at its quota."""
     BEGIN_TIME = "BeginTime"
     """Not eligible before its begin time (e.g. a requeue delay)."""
+    DEADLINE = "DeadLine"
+    """It can no longer end by its ``--deadline`` (start > deadline - time-min, else - time); the job is cancelled."""
     ARRAY_TASK_LIMIT = "JobArrayTaskLimit"
     """Its array already runs ``%max_running`` tasks."""
     UNSCHEDULABLE = "Unschedulable"

@@ -27,7 +27,7 @@ def spec(**kw):
 
 @pytest.mark.parametrize("kw,message", [
     (dict(queue="nope"), "--queue: unknown queue 'nope'"),
-    (dict(partition="nope"), "--partition: unknown queue or pool 'nope'"),
+    (dict(partition="nope"), "--partition: unknown queue, pool or Slurm partition 'nope'"),
     (dict(pool="nope"), "--pool: unknown pool 'nope'"),
     (dict(queue="training", pool="cpu"), "--pool: pool 'cpu' is not one of queue 'training'"),
     (dict(priority_class="nope"), "--priority-class/--qos: unknown priority class 'nope'"),

@@ -20,7 +20,8 @@ CONFIG = parse_config({
         "a100": {"backend": "k8s", "selector": {"crossdock.io/pool": "a100"}, "gpu": {"model": "A100"},
                  "tolerations": [{"key": "nvidia.com/gpu", "operator": "Exists", "effect": "NoSchedule"}]},
         "l4": {"backend": "k8s", "selector": {"crossdock.io/pool": "l4"}, "gpu": {"model": "L4"}},
-        "cpu": {"backend": "k8s", "selector": {"crossdock.io/pool": "cpu"}},
+        "cpu": {"backend": "k8s", "selector": {"crossdock.io/pool": "cpu"},
+                "features": {"ib": {"net": "ib"}, "fast": {"tier": "1", "disk": "nvme"}}},
         "hpc": {"backend": "slurm", "partition": "gpu"},
     },
     "queues": {
@@ -342,3 +343,14 @@ def test_a_pod_pinned_by_name_matches_that_node_only() -> None:
                 "status": {"conditions": [{"type": "Ready", "status": "True"}]}}
 
     assert gangs.matches(spec, node("kwok-np-abc-1")) and not gangs.matches(spec, node("np-abc"))
+
+
+@pytest.mark.parametrize("constraint,added", [
+    pytest.param("ib", {"net": "ib"}, id="one"),
+    pytest.param("ib&fast", {"net": "ib", "tier": "1", "disk": "nvme"}, id="and"),
+    pytest.param("ib|fast", {}, id="or-left-to-the-chosen-nodes"),
+    pytest.param(None, {}, id="none"),
+])
+def test_constraint_features_become_node_selector_labels(constraint, added):
+    spec = pod_spec(job().queue("inference", "cpu").set(constraint=constraint).manifest())
+    assert spec["nodeSelector"] == {"crossdock.io/pool": "cpu", **added}

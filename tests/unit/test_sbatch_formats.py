@@ -179,6 +179,8 @@ def _gres(value):
         pytest.param("gpu", [("gpu", None, 1)], id="name"),
         pytest.param("gpu:1k", [("gpu", None, 1024)], id="count-suffix"),
         pytest.param("gpu:1g.10gb:1", [("gpu", "1g.10gb", 1)], id="mig-type"),
+        pytest.param("gpu:0", [], id="zero-count-is-none"),
+        pytest.param("gpu:a100:0,nvme:1", [("nvme", None, 1)], id="zero-count-typed-dropped"),
         pytest.param(
             "gpu:a100:2,nvme:1,shard:l4:3",
             [("gpu", "a100", 2), ("nvme", None, 1), ("shard", "l4", 3)],
@@ -196,9 +198,9 @@ def test_parse_gres_valid(text, expected):
     "text",
     [
         pytest.param("", id="empty"),
-        pytest.param("gpu:0", id="zero-count"),
-        pytest.param("gpu:a100:0", id="zero-count-typed"),
         pytest.param("gpu:a100:x", id="bad-count"),
+        pytest.param("gpu:65536", id="gpu-count-over-limit"),
+        pytest.param("gpu:2147483647", id="gpu-count-int-max"),
         pytest.param("gpu::2", id="empty-type"),
         pytest.param("gpu:a100:2:3", id="four-fields"),
         pytest.param("gres/gpu:1", id="tres-prefix-refused-by-22.05"),

@@ -572,3 +572,25 @@ def test_array_task_alone_is_a_plain_job_with_its_task_environment():
                                     "CROSSDOCK_JOB_ID")} == {"SLURM_ARRAY_JOB_ID": "10", "SLURM_ARRAY_TASK_ID": "4",
                                                              "SLURM_ARRAY_TASK_COUNT": "3", "CROSSDOCK_JOB_ID": "12"}
     assert build_request(job).array == "0,4,9%1"
+
+
+@pytest.mark.parametrize("argv,expected", [
+    pytest.param(["-C", "a100&[rack1|rack2]"], "--constraint=a100&[rack1|rack2]", id="constraint-as-is"),
+    pytest.param(["--signal=B:USR1@90"], "--signal=B:USR1@90", id="signal"),
+    pytest.param(["--signal=R:TERM"], "--signal=R:TERM@60", id="signal-default-time"),
+    pytest.param(["--time-min=1:30"], "--time-min=2", id="time-min-minutes"),
+    pytest.param(["--reservation=maint"], "--reservation=maint", id="reservation"),
+    pytest.param(["-L", "matlab:2,ansys"], "--licenses=matlab:2,ansys:1", id="licenses"),
+    pytest.param(["--begin=2030-01-02T03:04:05"], "--begin=", id="begin"),
+    pytest.param(["--deadline=2030-01-02T03:04:05"], "--deadline=", id="deadline"),
+])
+def test_sbatch_options_pass_the_slurm_only_options(argv, expected):
+    from crossdock.queue.sbatch import build_spec
+
+    spec = build_spec([*argv, "--wrap", "true"]).spec
+    opts = sbatch_options(build_request(Job(id=42, spec=spec, attempts=1), workdir="/tmp"))
+    assert any(o.startswith(expected) for o in opts), opts
+    if argv[0].startswith(("--begin", "--deadline")):
+        (given,) = [o for o in opts if o.startswith(expected)]
+        # Slurm reads the local time of the submit host
+        assert datetime.strptime(given.split("=")[1], "%Y-%m-%dT%H:%M:%S").astimezone() == (spec.begin or spec.deadline)

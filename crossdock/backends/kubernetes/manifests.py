@@ -22,6 +22,7 @@ from typing import Any
 
 from crossdock.queue.config import ClusterConfig, Pool
 from crossdock.queue.models import Job
+from crossdock.queue.sbatch_extras import constraint_terms
 from crossdock.queue.slurm_env import batch_environment
 
 LABEL_JOB_ID = "crossdock.io/job-id"
@@ -188,6 +189,12 @@ def _node_selector(job: Job, pool: Pool, opts: Options) -> dict[str, str]:
     products = {p for m in models for p in opts.gpu_products.get(m.lower(), (m,))}
     if len(products) == 1:
         selector[LABEL_GPU_PRODUCT] = products.pop()
+    if job.spec.constraint and pool.features:
+        # --constraint's and-ed features, as the pool maps them to labels: the pod lands on a node
+        # that has them even where Kubernetes picks the node; or-ed ones rely on the nodes crossdock chose
+        for term in constraint_terms(job.spec.constraint):
+            if len(term) == 1 and term[0] in pool.features:
+                selector.update(pool.features[term[0]])
     return selector
 
 

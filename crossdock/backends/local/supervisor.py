@@ -105,6 +105,13 @@ def _killpg(pgid: int, sig: int) -> None:
         pass
 
 
+def _kill(pid: int, sig: int) -> None:
+    try:
+        os.kill(pid, sig)
+    except (ProcessLookupError, PermissionError):
+        pass
+
+
 class StoreLink:
     """Whether the store answered the last call, and when to try it again while it does not
     (bounded exponential backoff: the job keeps being watched in between)."""
@@ -286,8 +293,16 @@ class Supervisor:
         next_beat = 0.0
         ending = "exit"
         kill_at: float | None = None
+        warn = job.spec.kill_signal  # --signal: sig_time seconds before the limit, once
+        warn_at = None if warn is None or limit is None else started + max(0, limit - warn.seconds)
         while proc.poll() is None:
             now = time.monotonic()
+            if warn_at is not None and now >= warn_at and ending == "exit":
+                warn_at = None
+                if warn.batch_only:  # B: the batch shell alone; else every process of the job
+                    _kill(proc.pid, warn.number)
+                else:
+                    _killpg(proc.pid, warn.number)
             if now >= next_beat:
                 next_beat = now + HEARTBEAT_SECONDS
                 stop = self._beat(job, attempt, proc, ws, now)

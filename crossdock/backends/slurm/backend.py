@@ -104,7 +104,7 @@ class ClusterView:
 class SlurmBackend(PowerSave, StartEstimates):
     kind = "slurm"
     capabilities = Capabilities(arrays=True, batches=True, reowns_claims=True, backend_queue=True,
-                                provisioners=(PROVISIONER,), estimates_start=True)
+                                provisioners=(PROVISIONER,), estimates_start=True, signals=True)
 
     def __init__(
         self,

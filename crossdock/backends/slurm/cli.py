@@ -64,6 +64,13 @@ def sbatch_options(req: SubmitRequest) -> list[str]:
         "--output": req.stdout,
         "--error": req.stderr,
         "--nice": req.nice or None,
+        "--constraint": req.constraint,
+        "--signal": req.signal,
+        "--time-min": req.time_min_minutes,
+        "--begin": req.begin,
+        "--deadline": req.deadline,
+        "--reservation": req.reservation,
+        "--licenses": req.licenses,
     }
     opts += [f"{flag}={value}" for flag, value in optional.items() if value not in (None, "")]
     if req.hold:

@@ -80,6 +80,13 @@ class SubmitRequest:
     requeue: bool = True
     exclusive: bool = False
     nice: int = 0
+    constraint: str | None = None  # Slurm features, as the user wrote them
+    signal: str | None = None  # "B:10@90"
+    time_min_minutes: int | None = None
+    begin: str | None = None  # "2026-01-02T10:00:00", the submit host's local time
+    deadline: str | None = None
+    reservation: str | None = None
+    licenses: str | None = None  # "matlab:2,ansys:1"
     args: tuple[str, ...] = ()
     user: str = ""
     """The job's owner: a driver that can (REST with per-user JWTs) submits as them."""

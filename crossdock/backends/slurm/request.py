@@ -11,10 +11,12 @@ import re
 import shlex
 import sys
 from collections.abc import Mapping
+from datetime import datetime
 from pathlib import Path
 
 from crossdock.backends.slurm.driver import SubmitRejected, SubmitRequest
 from crossdock.backends.slurm.states import format_array_tasks
+from crossdock.queue.sbatch_extras import format_signal
 from crossdock.queue.models import DependencySpec, DependencyType, Job, JobSpec
 
 TAG_PREFIX = "crossdock"
@@ -147,6 +149,11 @@ def array_task_environment(job: Job) -> dict[str, str]:
     }
 
 
+def _slurm_time(when: datetime | None) -> str | None:
+    """Slurm reads ``YYYY-MM-DDTHH:MM:SS`` in the controller's local time zone (here, the host's)."""
+    return None if when is None else when.astimezone().strftime("%Y-%m-%dT%H:%M:%S")
+
+
 def build_request(
     job: Job,
     *,
@@ -207,6 +214,13 @@ def build_request(
         requeue=spec.requeue,
         exclusive=spec.exclusive,
         nice=spec.nice,
+        constraint=spec.constraint,
+        signal=format_signal(spec.kill_signal) if spec.kill_signal is not None else None,
+        time_min_minutes=time_limit_minutes(spec.time_min_seconds),
+        begin=_slurm_time(spec.begin),
+        deadline=_slurm_time(spec.deadline),
+        reservation=spec.reservation,
+        licenses=spec.licenses,
         args=tuple(spec.args) if spec.command is None else (),
         user=spec.user,
     )

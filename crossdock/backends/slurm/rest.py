@@ -76,6 +76,10 @@ def job_properties(req: SubmitRequest, base_env: Mapping[str, str]) -> dict[str,
         "requeue": req.requeue,
         "open_mode": "append",  # a requeued job keeps every run's output
     }
+    if req.signal is not None and ":" in req.signal:
+        # slurmrestd 22.05 refuses the flags sbatch takes ("Invalid SIGNAL specification")
+        raise SubmitRejected(f"--signal={req.signal}: slurmrestd refuses the B:/R: flags; use the CLI driver"
+                             " (slurm.driver: cli) or a --signal without them")
     optional = {
         "partition": req.partition,
         "nodelist": ",".join(req.nodelist),
@@ -92,6 +96,11 @@ def job_properties(req: SubmitRequest, base_env: Mapping[str, str]) -> dict[str,
         "standard_output": req.stdout,
         "standard_error": req.stderr,
         "nice": req.nice or None,
+        "constraints": req.constraint,
+        "signal": req.signal,
+        "time_minimum": req.time_min_minutes,
+        "reservation": req.reservation,
+        "licenses": req.licenses,
         "argv": list(req.args) or None,
     }
     job.update({k: v for k, v in optional.items() if v not in (None, "")})

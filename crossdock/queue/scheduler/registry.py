@@ -43,7 +43,7 @@ def create(name: str) -> Any:
         raise ValueError(f"unknown scheduler plugin {name!r}; registered: {', '.join(sorted(REGISTRY))}") from None
 
 
-FILTERS = ("NodeUnschedulable", "PoolMembership", "NodeList", "NodeSelector", "TaintToleration", "GpuModel",
+FILTERS = ("NodeUnschedulable", "PoolMembership", "NodeList", "NodeSelector", "NodeFeatures", "TaintToleration", "GpuModel",
            "GpuSharing", "MigProfile", "NodeResourcesFit", "GpuTopology", "AntiAffinity", "ReservedCapacity")
 PRE_FILTERS = ("PerJobLimits", "Quota")
 RESERVES = ("Quota",)

@@ -17,6 +17,7 @@ from crossdock.queue.admission import check_limits
 from crossdock.queue.config import ClusterConfig
 from crossdock.queue.errors import InvalidJob
 from crossdock.queue.models import Job
+from crossdock.queue.sbatch_extras import constraint_terms
 
 Toleration = tuple[str, str, str, str]
 """(key, operator, value, effect) with operator ``Equal`` or ``Exists``; empty effect = any."""
@@ -42,6 +43,8 @@ class Request:
     nodelist: frozenset[str] = frozenset()
     exclude: frozenset[str] = frozenset()
     node_selector: tuple[tuple[str, str], ...] = ()
+    features: tuple[tuple[str, ...], ...] = ()
+    """--constraint as an and of ors of feature names (see the NodeFeatures plugin)."""
     tolerations: tuple[Toleration, ...] = ()
     anti_affinity: bool = False
     group: int = 0
@@ -60,7 +63,8 @@ class Request:
 
     def __post_init__(self) -> None:
         object.__setattr__(self, "skey", (self.pools, self.nodelist, self.exclude, self.node_selector,
-                                          self.tolerations, self.models, self.gpu_share_milli > 0, self.mig))
+                                          self.tolerations, self.models, self.gpu_share_milli > 0, self.mig,
+                                          self.features))
         object.__setattr__(self, "hkey", (self.skey, self.nodes, self.cpu_milli, self.memory_mib, self.gpus,
                                           self.gpu_share_milli, self.mig_count, self.anti_affinity and self.group,
                                           self.topology_key, self.exclusive, self.time_limit_s))
@@ -109,6 +113,7 @@ def build_request(job: Job, config: ClusterConfig) -> Request:
     fields = spec.__dict__  # optional JobSpec fields, read without pydantic's slow missing-attribute path
     tolerations = tuple(_toleration(t) for t in (fields.get("tolerations") or ()))
     selector = fields.get("node_selector") or {}
+    constraint = fields.get("constraint")
     limit = spec.time_limit_seconds
     if limit is None and queue is not None and queue.default_time_minutes:
         limit = queue.default_time_minutes * 60
@@ -117,7 +122,8 @@ def build_request(job: Job, config: ClusterConfig) -> Request:
         can_preempt=pc is not None and pc.preemption_policy != "Never", pools=pools, nodes=spec.nodes,
         cpu_milli=max(1, int(cpus * 1000 * ratio)), memory_mib=mem, gpus=gpus, gpu_share_milli=share, mig=mig,
         mig_count=mig_count, models=models, nodelist=frozenset(spec.nodelist), exclude=frozenset(spec.exclude),
-        node_selector=tuple(sorted(selector.items())), tolerations=tolerations, anti_affinity=spec.anti_affinity,
+        node_selector=tuple(sorted(selector.items())), tolerations=tolerations,
+        features=tuple(constraint_terms(constraint)) if constraint else (), anti_affinity=spec.anti_affinity,
         group=job.array_job_id if job.array_job_id is not None else job.id,
         topology_key=fields.get("topology"), exclusive=spec.exclusive,
         time_limit_s=float(limit) if limit else None, submit_time=job.submit_time,

@@ -25,7 +25,7 @@ def cli(env, *args, stdin=None, cwd=None):
     (["-c", "0", "--wrap", "true"], "-c: invalid value '0'"),
     (["--bogus", "--wrap", "true"], "--bogus: unknown option"),
     (["-t", "1:99:99:99", "--wrap", "true"], "-t"),
-    (["-p", "nope", "--wrap", "true"], "--partition: unknown queue or pool 'nope'"),
+    (["-p", "nope", "--wrap", "true"], "--partition: unknown queue, pool or Slurm partition 'nope'"),
     (["--priority-class", "gold", "--wrap", "true"], "unknown priority class 'gold'"),
     (["-G", "9", "--wrap", "true"], "--gpus: 9 GPUs per node, but the largest node"),
     (["--mem", "1T", "--wrap", "true"], "--mem"),

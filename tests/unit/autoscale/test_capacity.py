@@ -107,7 +107,8 @@ def test_every_jobspec_field_is_sorted_into_placement_or_not():
     """A new JobSpec field must be added to PLACEMENT_FIELDS/COLLECTIONS when placement reads it."""
     not_placement = {"name", "user", "command", "script", "script_path", "python", "image", "args", "env", "export",
                      "workdir", "stdout", "stderr", "nodes_max", "queue", "priority_class", "array",
-                     "dependency", "hold", "requeue", "backend", "pool", "partition"}
+                     "dependency", "hold", "requeue", "backend", "pool", "partition", "reservation", "licenses",
+                     "begin", "deadline", "time_min_seconds", "kill_signal"}
     placement = set(capacity.PLACEMENT_FIELDS) | set(capacity.PLACEMENT_COLLECTIONS)
     assert placement | not_placement == set(JobSpec.model_fields)
     assert not placement & not_placement

@@ -13,6 +13,7 @@ from crossdock.queue.scheduler.plugins import (  # noqa: F401
     least_allocated,
     mig_profile,
     most_allocated,
+    node_features,
     node_list,
     node_resources_fit,
     node_selector,
