@@ -50,6 +50,15 @@ def authorize(rt: Runtime, who: Caller, jobs: Iterable[Job], action: str) -> Non
                                f" and you are {who.name!r}; only its owner or an admin may")
 
 
+def acting_users(who: Caller, users: set[str] | None) -> set[str] | None:
+    """Whose jobs a filtered action (``cancel -t PD``, ``-n NAME``) touches: the users named, else
+    the caller's own jobs, or everyone's for an admin (None). Naming another user's jobs is allowed
+    here; acting on them is refused by :func:`authorize` unless the caller is an admin."""
+    if users:
+        return users
+    return None if who.admin else {who.name}
+
+
 def load_inventory(rt: Runtime, store_optional: bool = False) -> list[Node]:
     """Nodes as the scheduler last saw them; before it ran, the local pools from the config.
     ``store_optional``: a store that does not answer counts as "not yet run" (``--dry-run``)."""

@@ -13,7 +13,7 @@ import typer
 from rich.live import Live
 
 from crossdock.cli.common import console, fail, print_json, runtime, sender
-from crossdock.cli.render import job_row, queue_table, summary_table
+from crossdock.cli.render import summary_table
 from crossdock.queue.environ import exportable
 from crossdock.queue.errors import CrossdockError, InvalidOption, NoSuchJob
 from crossdock.queue.models import Job
@@ -112,63 +112,6 @@ def _jobs(refs: List[str]) -> list[Job]:
     return rt.store.get_many(ids)
 
 
-def queue(
-    user: Optional[str] = typer.Option(None, "--user", "-u", help="only this user's jobs"),
-    queue_name: Optional[str] = typer.Option(None, "--queue", "-p", "--partition", help="only this queue"),
-    states: Optional[str] = typer.Option(None, "--states", "-t", help="comma list, e.g. PENDING,RUNNING, or all"),
-    jobs: Optional[str] = typer.Option(None, "--jobs", "-j", help="comma list of job ids"),
-    as_json: bool = typer.Option(False, "--json"),
-) -> None:
-    """List jobs, like squeue (pending and running by default; -t all for every job)."""
-    rt = runtime()
-    store = rt.store
-    if jobs:
-        selected = _jobs(jobs.split(","))
-    elif states and states.lower() == "all":
-        selected = store.get_many(store.all_ids(limit=10_000))
-    else:
-        selected = store.get_many(sorted(set(store.pending_ids()) | set(store.active_ids())))
-    if states and states.lower() != "all":
-        wanted = {s.strip().upper() for s in states.split(",")}
-        unknown = wanted - {s.value for s in JobState}
-        if unknown:
-            fail(f"--states: unknown state {sorted(unknown)[0]!r}; accepted: {', '.join(s.value for s in JobState)}, all")
-        if jobs is None:
-            selected = store.get_many(store.all_ids(limit=10_000))
-        selected = [j for j in selected if j.state.value in wanted]
-    if user:
-        selected = [j for j in selected if j.spec.user == user]
-    if queue_name:
-        selected = [j for j in selected if j.queue == queue_name or j.pool == queue_name]
-    if as_json:
-        print_json([job_row(j) for j in selected])
-    else:
-        console.print(queue_table(selected))
-
-
-def show(job: str = typer.Argument(..., help="job id"), as_json: bool = typer.Option(False, "--json")) -> None:
-    """Everything about one job, like scontrol show job, with why it is not running."""
-    rt = runtime()
-    for j in _jobs([job]):
-        row = {**job_row(j), "spec": j.spec.model_dump(exclude_defaults=True, exclude={"env", "python"}),
-               "explanation": j.explanation,
-               "events": rt.store.events(j.id)}
-        if as_json:
-            print_json(row)
-            continue
-        for key, value in row.items():
-            if key in ("spec", "events"):
-                continue
-            console.print(f"[bold]{key}[/]={value}", highlight=False)
-        console.print("[bold]events[/]:")
-        for e in row["events"]:
-            if "to" in e:
-                console.print(f"  {e.get('from', '')} -> {e['to']} by {e.get('actor', '')} {e.get('reason', '')}",
-                              highlight=False)
-            else:  # refused: no state change
-                console.print(f"  {e.get('event', '')} {e.get('action', '')} by {e.get('actor', '')}", highlight=False)
-
-
 def _acting(act, refs: List[str]):
     """Run a service action; a refusal or an unknown job is one line and exit status 2."""
     try:
@@ -179,10 +122,32 @@ def _acting(act, refs: List[str]):
         fail(str(exc))
 
 
-def cancel(refs: List[str] = typer.Argument(..., help="job ids, array tasks (12_3) or arrays (12)")) -> None:
-    """Cancel jobs, like scancel."""
+def cancel(
+    refs: Optional[List[str]] = typer.Argument(None, help="job ids, array tasks (12_3) or arrays (12)"),
+    user: Optional[str] = typer.Option(None, "--user", "-u", help="only these users' jobs (comma list)"),
+    me: bool = typer.Option(False, "--me", help="only my jobs"),
+    name: Optional[str] = typer.Option(None, "--name", "-n", help="only jobs with these names (comma list)"),
+    states: Optional[str] = typer.Option(None, "--state", "-t", help="only jobs in these states (PD,R,...)"),
+    queue_name: Optional[str] = typer.Option(None, "--partition", "-p", help="only these queues or pools"),
+) -> None:
+    """Cancel jobs, like scancel: the ids given, or every job the filters match (with no user
+    named, only your own jobs unless you are an admin), or the ids given that also match them."""
     from crossdock import service
+    from crossdock.cli.views import make_filter, select
 
+    filtered = bool(user or me or name or states or queue_name)
+    if not refs and not filtered:
+        fail("cancel: give job ids, or filters such as --me, -u USER, -n NAME, -t STATE, -p QUEUE")
+    if filtered:
+        f = make_filter(jobs=",".join(refs or []) or None, states=states,
+                        default_states=None if states else frozenset(s for s in JobState if not s.terminal),
+                        users=user, me=me, queues=queue_name, names=name)
+        if not refs:
+            f.users = service.acting_users(service.caller(runtime()), f.users)
+        refs = [str(j.id) for j in select(f) if not j.state.terminal]
+        if not refs:
+            console.print("no matching jobs", highlight=False)
+            return
     for job_id, outcome in _acting(lambda rt, ids: service.cancel(rt, ids, sender()), refs):
         console.print(f"{job_id}: {outcome}", highlight=False)
 
