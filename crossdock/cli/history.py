@@ -140,10 +140,10 @@ def table(jobs: Iterable[Job], fields: list[tuple[str, int]], header: bool = Tru
           parsable: str | None = None) -> list[str]:
     """sacct's lines: fixed columns (JobID left-justified, the rest right; a value too long ends
     in '+'), or with ``parsable`` ('|' or '|+', -p/-P) delimited."""
-    def cell(name: str, width: int, value: str) -> str:
+    def cell(name: str, width: int, value: str, mark: str = "+") -> str:
         w = abs(width)
-        if len(value) > w:
-            value = value[:w - 1] + "+"
+        if len(value) > w:  # a header is cut, a value cut ends in '+'
+            value = value[:w - len(mark)] + mark
         return value.ljust(w) if name == "JobID" or width < 0 else value.rjust(w)
 
     rows = [[SACCT[n][1](j) for n, _ in fields] for j in jobs]
@@ -155,7 +155,7 @@ def table(jobs: Iterable[Job], fields: list[tuple[str, int]], header: bool = Tru
         lines += ["|".join(r) + end for r in rows]
         return lines
     if header:
-        lines.append(" ".join(cell(n, w, n) for n, w in fields))
+        lines.append(" ".join(cell(n, w, n, "") for n, w in fields))
         lines.append(" ".join("-" * abs(w) for _, w in fields))
     lines += [" ".join(cell(n, w, v) for (n, w), v in zip(fields, r)) for r in rows]
     return lines
