@@ -107,7 +107,13 @@ def queue(
         fail(str(exc))
     selected = list(selected)
     store = runtime().store
-    ctx = slurmfmt.Context(nominated=store.nominations(j.id for j in selected) if start or "Y" in layout else {})
+    ctx = slurmfmt.Context()
+    if start or "S" in layout or "Y" in layout:  # backfill's reservations; a preemptor's nominated node
+        pending = [j.id for j in selected if j.state is JobState.PENDING]
+        planned = store.expected_starts(pending)
+        ctx.expected_start = {i: at for i, (at, _) in planned.items()}
+        ctx.nominated = {**store.nominations(pending),
+                         **{i: slurmfmt.compress(nodes) for i, (_, nodes) in planned.items() if nodes}}
     if long and not noheader:
         print(datetime.now().strftime("%a %b %d %H:%M:%S %Y"))
     for line in slurmfmt.render(selected, layout, header=not noheader, ctx=ctx):

@@ -492,6 +492,26 @@ class JobStore:
         if nominated:
             client.hset(self.k.nominations, mapping={str(k): v for k, v in nominated.items()})
 
+    def save_expected_starts(self, starts: dict[int, tuple[datetime, Sequence[str]]], pipe: Any = None) -> None:
+        """The last cycle's reservations, replacing the previous ones: job id -> (start, nodes)."""
+        client = pipe if pipe is not None else self.r
+        client.delete(self.k.expected_starts)
+        if starts:
+            client.hset(self.k.expected_starts, mapping={str(k): f"{t.timestamp()}|{','.join(nodes)}"
+                                                         for k, (t, nodes) in starts.items()})
+
+    def expected_starts(self, among: Iterable[int]) -> dict[int, tuple[datetime, list[str]]]:
+        """When and where the scheduler last planned to start these pending jobs (backfill's reservations)."""
+        ids = [int(i) for i in among]
+        if not ids:
+            return {}
+        out = {}
+        for i, raw in zip(ids, self.r.hmget(self.k.expected_starts, ids)):
+            if raw:
+                at, _, nodes = raw.partition("|")
+                out[i] = (datetime.fromtimestamp(float(at), timezone.utc), [n for n in nodes.split(",") if n])
+        return out
+
     def usage(self) -> tuple[dict[str, float], float | None]:
         """Decayed fair-share usage per queue and queue/user, and when it was last accrued."""
         raw = self.r.hgetall(self.k.usage)

@@ -6,6 +6,8 @@ from __future__ import annotations
 
 import json
 import re
+import time
+from datetime import datetime, timedelta
 
 import pytest
 
@@ -120,3 +122,20 @@ def test_priority_breakdown_orders_as_the_scheduler(crossdock_env, store, tmp_pa
     table = lines(cli(crossdock_env, "queue", "--priority"))
     assert table[0].split() == ["JOBID", "PARTITION", "USER", "CLASS", "CLASSVAL", "NICE", "FAIRSHARE", "AGE"]
     assert [int(t.split()[0]) for t in table[1:]] == [high, nice, low]
+
+
+def test_start_shows_the_backfill_reservation(cluster, crossdock_env, store, tmp_path):
+    running = submit(crossdock_env, "-c", "4", "-t", "10", "--wrap", "sleep 120", cwd=tmp_path)
+    cluster.wait(running, {JobState.RUNNING})
+    blocked = submit(crossdock_env, "-c", "4", "-t", "5", "--wrap", "true", cwd=tmp_path)
+    deadline = time.monotonic() + 30
+    while True:
+        out = lines(cli(crossdock_env, "queue", "--start", "-h", "-o", "%i|%t|%S|%Y"))
+        if out and out[0].split("|")[2] != "N/A" or time.monotonic() > deadline:
+            break
+        time.sleep(0.5)
+    ident, st, when, nodes = out[0].split("|")
+    expected = store.get(running).start_time + timedelta(minutes=10)
+    assert (int(ident), st, nodes) == (blocked, "PD", "localhost"), out
+    assert abs(datetime.fromisoformat(when).astimezone() - expected) < timedelta(seconds=5), (when, expected)
+    assert cli(crossdock_env, "cancel", str(running), str(blocked)).returncode == 0
