@@ -143,6 +143,30 @@ class Context:
     now: datetime = field(default_factory=lambda: datetime.now(timezone.utc))
     expected_start: Mapping[int, datetime] = field(default_factory=dict)
     nominated: Mapping[int, str] = field(default_factory=dict)
+    labels: Mapping[int, str] = field(default_factory=dict)
+    """A row's JOBID when it stands for several array tasks (12_[3-10])."""
+
+
+def collapse_arrays(jobs: Iterable[Job]) -> tuple[list[Job], dict[int, str]]:
+    """squeue's and sacct's default: an array's pending tasks with the same reason as one row,
+    ``12_[3-10]``, where that array's first such task stands; everything else as it is."""
+    from crossdock.queue.sbatch_formats import format_array
+
+    jobs = list(jobs)
+    groups: dict[tuple[int, str], list[Job]] = {}
+    for j in jobs:
+        if j.array_job_id is not None and j.array_task_id is not None and j.state is JobState.PENDING:
+            groups.setdefault((j.array_job_id, j.reason), []).append(j)
+    out, labels, skip = [], {}, set()
+    for j in jobs:
+        if j.id in skip:
+            continue
+        group = groups.get((j.array_job_id, j.reason)) if j.state is JobState.PENDING else None
+        if group and len(group) > 1:
+            skip.update(t.id for t in group)
+            labels[j.id] = f"{j.array_job_id}_[{format_array(t.array_task_id for t in group)}]"
+        out.append(j)
+    return out, labels
 
 
 def _start(job: Job, ctx: Context) -> str:
@@ -172,7 +196,7 @@ SQUEUE: dict[str, tuple[str, Field]] = {
     "E": ("DEPENDENCY", lambda j, c: "(null)" if j.spec.dependency is None else ",".join(
         f"{d.type.value}:{d.job_id}" for d in j.spec.dependency.deps)),
     "F": ("ARRAY_JOB_ID", lambda j, c: _array_job(j)),
-    "i": ("JOBID", lambda j, c: j.display_id),
+    "i": ("JOBID", lambda j, c: c.labels.get(j.id, j.display_id)),
     "j": ("NAME", lambda j, c: j.spec.display_name()),
     "K": ("ARRAY_TASK_ID", lambda j, c: "N/A" if j.array_task_id is None else str(j.array_task_id)),
     "l": ("TIME_LIMIT", lambda j, c: duration(j.spec.time_limit_seconds)),

@@ -88,6 +88,8 @@ def queue(
     start: bool = typer.Option(False, "--start", help="pending jobs with their expected start (N/A when unknown)"),
     noheader: bool = typer.Option(False, "--noheader", "-h", help="no header line"),
     priority: bool = typer.Option(False, "--priority", help="sprio: each pending job's priority factors"),
+    array: bool = typer.Option(False, "--array", "-r", help="one row per array task (pending tasks are"
+                               " otherwise one row, 12_[3-10])"),
     as_json: bool = typer.Option(False, "--json"),
 ) -> None:
     """List jobs, like squeue (pending and running by default; -t all for every job)."""
@@ -105,9 +107,12 @@ def queue(
         slurmfmt.parse_format(layout)
     except ValueError as exc:
         fail(str(exc))
-    selected = list(selected)
     store = runtime().store
     ctx = slurmfmt.Context()
+    if array:
+        selected = list(selected)
+    else:
+        selected, ctx.labels = slurmfmt.collapse_arrays(selected)
     if start or "S" in layout or "Y" in layout:  # backfill's reservations; a preemptor's nominated node
         pending = [j.id for j in selected if j.state is JobState.PENDING]
         planned = store.expected_starts(pending)

@@ -157,3 +157,12 @@ def test_scontrol_lines():
         assert needle in text, (needle, text)
     assert "None" not in text.replace("Reason=None", "")
     assert all("=" in line for line in lines)
+
+
+def test_pending_array_tasks_collapse_as_squeue_shows_them():
+    tasks = [job(id=10 + t, array_job_id=10, array_task_id=t, reason="JobHeldUser") for t in (1, 2, 3, 5)]
+    running = job(id=20, array_job_id=10, array_task_id=7, state=JobState.RUNNING, nodes=["n1"], start_time=T0)
+    other = job(id=30, array_job_id=10, array_task_id=8, reason="Priority")
+    rows, labels = slurmfmt.collapse_arrays([*tasks, running, other])
+    assert slurmfmt.render(rows, "%i %t", header=False, ctx=slurmfmt.Context(labels=labels)) == \
+        ["10_[1-3,5] PD", "10_7 R", "10_8 PD"]

@@ -139,3 +139,9 @@ def test_start_shows_the_backfill_reservation(cluster, crossdock_env, store, tmp
     assert (int(ident), st, nodes) == (blocked, "PD", "localhost"), out
     assert abs(datetime.fromisoformat(when).astimezone() - expected) < timedelta(seconds=5), (when, expected)
     assert cli(crossdock_env, "cancel", str(running), str(blocked)).returncode == 0
+
+
+def test_pending_array_is_one_row_unless_asked(crossdock_env, tmp_path):
+    arr = submit(crossdock_env, "-H", "-a", "1-4,9", "--wrap", "true", cwd=tmp_path)
+    assert lines(cli(crossdock_env, "queue", "-h", "-o", "%i %t")) == [f"{arr}_[1-4,9] PD"]
+    assert lines(cli(crossdock_env, "queue", "-h", "-r", "-o", "%i")) == [f"{arr}_{t}" for t in (1, 2, 3, 4, 9)]
