@@ -139,9 +139,10 @@ def cancel(
     if not refs and not filtered:
         fail("cancel: give job ids, or filters such as --me, -u USER, -n NAME, -t STATE, -p QUEUE")
     if filtered:
-        f = make_filter(jobs=",".join(refs or []) or None, states=states,
+        f = make_filter(jobs=None, states=states,
                         default_states=None if states else frozenset(s for s in JobState if not s.terminal),
                         users=user, me=me, queues=queue_name, names=name)
+        f.ids = [p for r in refs for p in r.split(",")] if refs else None
         if not refs:
             f.users = service.acting_users(service.caller(runtime()), f.users)
         refs = [str(j.id) for j in select(f) if not j.state.terminal]

@@ -173,7 +173,7 @@ def show(job: str = typer.Argument(..., help="job id, array task (12_3) or array
          as_json: bool = typer.Option(False, "--json")) -> None:
     """Everything about one job, like scontrol show job, with why it is not running and its events."""
     rt = runtime()
-    for j in select(Filter(ids=csv(job))):
+    for j in select(Filter(ids=job.split(","))):  # an empty id is refused, never "every job"
         if as_json:
             print_json({**job_row(j), "spec": j.spec.model_dump(exclude_defaults=True, exclude={"env", "python"}),
                         "explanation": j.explanation, "events": rt.store.events(j.id)})
