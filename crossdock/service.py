@@ -108,18 +108,18 @@ def owned(rt: Runtime, refs: Iterable[str], who: Caller, action: str) -> list[Jo
 
 
 def cancel(rt: Runtime, refs: Iterable[str], send, who: Caller | None = None) -> list[tuple[str, str]]:
-    """Cancel jobs (``12``, ``12_3`` or a whole array ``12``); returns (job, outcome) pairs."""
+    """Cancel jobs (``12``, ``12_3`` or a whole array ``12``); returns (the job as shown, e.g. 12_3, outcome) pairs."""
     who = who or caller(rt)
     out = []
     for job in owned(rt, refs, who, "cancel"):
         res = rt.store.cancel(job.id, actor=who.name)
         if res.cancelled_now:
-            out.append((str(job.id), "CANCELLED"))
+            out.append((job.display_id, "CANCELLED"))
         elif res.state.terminal:
-            out.append((str(job.id), f"already {res.state.value}"))
+            out.append((job.display_id, f"already {res.state.value}"))
         else:
             send("crossdock.cancel", [job.id], res.backend or "local")
-            out.append((str(job.id), "cancelling"))
+            out.append((job.display_id, "cancelling"))
     return out
 
 

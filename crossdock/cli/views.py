@@ -147,7 +147,7 @@ def scontrol_lines(job: Job, now: datetime | None = None) -> list[str]:
     limit = spec.time_limit_seconds
     return [
         f"{ident} JobName={spec.display_name()}",
-        f"   UserId={spec.user} Queue={job.queue} Backend={job.backend or '(null)'} Pool={job.pool or '(null)'}",
+        f"   UserId={spec.user} Backend={job.backend or '(null)'} Pool={job.pool or '(null)'}",
         f"   Priority={job.priority} Nice={spec.nice} PriorityClass={job.priority_class or '(null)'}",
         f"   JobState={job.state.value} Reason={job.reason or 'None'} Dependency={dep}",
         f"   Requeue={int(spec.requeue)} Restarts={max(0, job.attempts - 1)} ExitCode={slurmfmt.exit_code(job)}",
@@ -179,13 +179,13 @@ def show(job: str = typer.Argument(..., help="job id, array task (12_3) or array
                         "explanation": j.explanation, "events": rt.store.events(j.id)})
             continue
         lines = scontrol_lines(j)
-        if j.explanation:
+        if j.explanation and j.state is JobState.PENDING:
             lines.append(f"   Explanation={j.explanation}")
         lines.append("   Events=")
         for e in rt.store.events(j.id):
             stamp = slurmfmt.iso(datetime.fromtimestamp(int(e["id"].split("-")[0]) / 1000, timezone.utc))
             if "to" in e:
-                change = f"{e.get('from') or '-'}->{e['to']}"
+                change = f"{e['from']}->{e['to']}" if e.get("from") else e["to"]
                 lines.append(f"     {stamp} {change} by {e.get('actor', '')} {e.get('reason', '')}".rstrip())
             else:  # refused: no state change
                 lines.append(f"     {stamp} {e.get('event', '')} {e.get('action', '')} by {e.get('actor', '')}")
