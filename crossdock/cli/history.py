@@ -81,6 +81,7 @@ def record_job(rec: dict[str, Any]) -> Job:
         backend=rec.get("backend"), pool=rec.get("pool"), backend_ref=rec.get("backend_ref"),
         nodes=rec.get("nodes", []), gpu_ids=rec.get("gpu_ids", []), alloc_cpu_milli=rec.get("alloc_cpu_milli", 0),
         alloc_mem_mib=rec.get("alloc_mem_mib", 0), exit_code=rec.get("exit_code"), signal=rec.get("signal"),
+        max_rss_kib=rec.get("max_rss_kib"),
         submit_time=when("submit_time"), start_time=when("start_time"), end_time=when("end_time"),
         eligible_time=None, explanation="")
 
@@ -107,7 +108,7 @@ SACCT: dict[str, tuple[int, Callable[[Job], str]]] = {
     "Submit": (19, lambda j: slurmfmt.iso(j.submit_time, "Unknown")),
     "Start": (19, lambda j: slurmfmt.iso(j.start_time, "Unknown")),
     "End": (19, lambda j: slurmfmt.iso(j.end_time, "Unknown")),
-    "MaxRSS": (10, lambda j: ""),  # no backend reports a job's peak RSS yet: blank, as sacct leaves it
+    "MaxRSS": (10, lambda j: "" if j.max_rss_kib is None else f"{j.max_rss_kib}K"),  # blank where not reported
     "NNodes": (8, lambda j: str(len(j.nodes) if j.nodes else j.spec.nodes)),
     "NCPUS": (10, _cpus),
     "AllocCPUS": (10, _cpus),

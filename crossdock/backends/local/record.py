@@ -44,7 +44,7 @@ def record(store: JobStore, job_id: int, attempt: int, outcome: Outcome, result:
     state, reason = stopped_outcome(outcome.state, outcome.reason, cancel=job.cancel_requested,
                                     preempt=job.preempt_requested)
     fields = {"end_time": _time(outcome.end_time), "exit_code": outcome.exit_code, "signal": outcome.signal,
-              "pid": None}
+              "pid": None, "max_rss_kib": outcome.max_rss_kib}
     if job.start_time is None and outcome.start_time is not None:  # RUNNING never got through
         fields["start_time"] = _time(outcome.start_time)
     if outcome.backend_ref and not job.backend_ref:

@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import logging
 import os
+import resource
 import signal
 import socket
 import subprocess
@@ -306,7 +307,8 @@ class Supervisor:
             state, reason = JobState.COMPLETED, Reason.NONE
         else:
             state, reason = JobState.FAILED, Reason.NON_ZERO_EXIT
-        return workspace.Outcome(state, reason, exit_code, sig, started, time.time(), ref)
+        peak = resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss  # KiB on Linux; 0: none reaped
+        return workspace.Outcome(state, reason, exit_code, sig, started, time.time(), ref, peak or None)
 
     def _finish(self, job: Job, attempt: int, outcome: workspace.Outcome, ws: Path) -> int:
         """Persist the end first (a supervisor that dies now leaves it to the reconciler), then

@@ -100,6 +100,8 @@ class Outcome:
     start_time: float | None
     end_time: float
     backend_ref: str = ""
+    max_rss_kib: int | None = None
+    """The job process tree's peak resident memory (the supervisor's children's ru_maxrss)."""
 
 
 def write_outcome(ws: Path, outcome: Outcome) -> None:

@@ -18,13 +18,13 @@ from crossdock.queue.states import JobState
 STATUS_FIELDS = ("state", "reason", "attempts", "queue", "priority_class", "priority", "preemptible", "pools",
                  "array_job_id", "array_task_id", "backend", "pool", "backend_ref", "nodes", "gpu_ids",
                  "preempt_requested", "preempt_grace", "preempt_deadline", "cancel_requested", "dispatched", "pid",
-                 "explanation", "alloc_cpu_milli", "alloc_mem_mib", "exit_code", "signal", "submit_time",
+                 "explanation", "alloc_cpu_milli", "alloc_mem_mib", "exit_code", "signal", "max_rss_kib", "submit_time",
                  "eligible_time", "scheduled_time", "start_time", "end_time")
 """Every field of a job hash besides ``spec``: exactly the status fields of :class:`Job`."""
 FIELDS = frozenset(("spec", *STATUS_FIELDS))
 _JSON = frozenset(("pools", "nodes", "gpu_ids"))
 _INT = frozenset(("attempts", "priority", "array_job_id", "array_task_id", "alloc_cpu_milli", "alloc_mem_mib",
-                  "exit_code", "signal", "pid"))
+                  "exit_code", "signal", "max_rss_kib", "pid"))
 _FLOAT = frozenset(("preempt_grace",))
 _BOOL = frozenset(("preemptible", "preempt_requested", "cancel_requested"))
 _TIME = frozenset(("submit_time", "eligible_time", "scheduled_time", "start_time", "end_time", "dispatched",
@@ -125,6 +125,7 @@ def history_record(job: Job) -> dict[str, Any]:
         "array_job_id": job.array_job_id, "array_task_id": job.array_task_id,
         "backend": job.backend, "pool": job.pool, "backend_ref": job.backend_ref, "nodes": job.nodes,
         "gpu_ids": job.gpu_ids, "alloc_cpu_milli": job.alloc_cpu_milli, "alloc_mem_mib": job.alloc_mem_mib,
+        "max_rss_kib": job.max_rss_kib,
         "submit_time": encode(job.submit_time), "start_time": encode(job.start_time),
         "end_time": encode(job.end_time), "workdir": spec.workdir,
     }.items() if v not in (None, "", [])}

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import json
 import re
+import sys
 import time
 from datetime import datetime, timedelta
 
@@ -145,3 +146,14 @@ def test_pending_array_is_one_row_unless_asked(crossdock_env, tmp_path):
     arr = submit(crossdock_env, "-H", "-a", "1-4,9", "--wrap", "true", cwd=tmp_path)
     assert lines(cli(crossdock_env, "queue", "-h", "-o", "%i %t")) == [f"{arr}_[1-4,9] PD"]
     assert lines(cli(crossdock_env, "queue", "-h", "-r", "-o", "%i")) == [f"{arr}_{t}" for t in (1, 2, 3, 4, 9)]
+
+
+def test_max_rss_is_the_local_jobs_peak(cluster, crossdock_env, store, tmp_path):
+    grow = "import sys, time; b = bytearray(80 * 2**20); b[::4096] = b'x' * len(b[::4096]); time.sleep(0.2)"
+    job = submit(crossdock_env, "--mem", "500M", "--wrap", f"{sys.executable} -c \"{grow}\"", cwd=tmp_path)
+    cluster.wait_all([job])
+    assert store.get(job).state is JobState.COMPLETED
+    peak = lines(cli(crossdock_env, "history", "-P", "-n", "-j", str(job), "-o", "MaxRSS"))
+    assert re.fullmatch(r"\d+K", peak[0]) and 80 * 1024 <= int(peak[0][:-1]) < 400 * 1024, peak
+    assert store.expire_finished(0, 86400) == 1
+    assert lines(cli(crossdock_env, "history", "-P", "-n", "-j", str(job), "-o", "MaxRSS")) == peak
