@@ -11,6 +11,7 @@ import typer
 from crossdock.cli import slurmfmt
 from crossdock.cli.common import fail, print_json, runtime
 from crossdock.cli.views import Filter, csv, select
+from crossdock.queue.errors import NoSuchJob
 from crossdock.queue.models import Job, JobSpec
 from crossdock.queue.states import JobState
 from crossdock.settings import current_user, is_admin
@@ -179,7 +180,7 @@ def collect(f: Filter, start: datetime | None, end: datetime) -> list[Job]:
         for ref in f.ids:  # hot jobs resolve; expired ones only by their plain id
             try:
                 hot.update({j.id: j for j in store.get_many(store.resolve(ref)) if f.keeps(j)})
-            except Exception:  # NoSuchJob: look in the history below
+            except NoSuchJob:  # expired: found in the history below
                 pass
             if ref.isascii() and ref.isdigit():
                 wanted_ids.add(int(ref))
