@@ -20,7 +20,7 @@ import time
 import uuid
 from typing import Any, Callable, Iterable, Sequence
 
-from crossdock import service
+from crossdock import gateway
 from crossdock.pycall import decode_outcome, encode_call
 from pydantic import ValidationError
 
@@ -132,7 +132,7 @@ class JobHandle:
 
     @property
     def job(self) -> Job:
-        self._job = self.client.runtime.store.get(self.id)
+        self._job = self.client.gateway.job(self.id)
         return self._job
 
     @property
@@ -151,9 +151,9 @@ class JobHandle:
 
     def result(self, timeout: float | None = None) -> Any:
         """The callable's return value; its exception re-raised here with the remote traceback."""
-        service.authorize(self.client.runtime, self.client.who, [self.job], "read the result of")  # before waiting
+        self.client.gateway.authorize(self.id, "read the result of")  # before waiting
         job = self.wait(timeout)
-        data = service.result(self.client.runtime, job, self.client.who)  # refuses a forged or unsigned one
+        data = self.client.gateway.result(job.id)  # refuses a forged or unsigned one
         if data is None:
             raise JobFailed(job)
         kind, value, tb = decode_outcome(data)
@@ -165,34 +165,34 @@ class JobHandle:
         raise RemoteError(f"job {job.display_id} raised:\n{tb}")
 
     def cancel(self) -> None:
-        service.cancel(self.client.runtime, [str(self.id)], self.client.send, self.client.who)
+        self.client.gateway.cancel([str(self.id)])
 
     def hold(self) -> bool:
-        return service.hold(self.client.runtime, [str(self.id)], True, self.client.who)[0][1]
+        return self.client.gateway.hold([str(self.id)], True)[0][1]
 
     def release(self) -> bool:
-        return service.hold(self.client.runtime, [str(self.id)], False, self.client.who)[0][1]
+        return self.client.gateway.hold([str(self.id)], False)[0][1]
 
     def requeue(self) -> bool:
-        return service.requeue(self.client.runtime, [str(self.id)], self.client.send, self.client.who)[0][1]
+        return self.client.gateway.requeue([str(self.id)])[0][1]
 
 
 class Client:
     def __init__(self, runtime: Runtime | None = None, user: str | None = None):
         """``user``: act as this user, which only root or a configured admin may name (default:
-        the user this process runs as); else :class:`PermissionDenied`."""
-        self.runtime = runtime or Runtime.from_env()
-        self.who = service.caller(self.runtime, user)
+        the user this process runs as); else :class:`PermissionDenied`. Without ``runtime``, a
+        service that runs multi-user is reached through its socket (see :mod:`crossdock.gateway`)."""
+        self.gateway = gateway.connect(runtime, user)
+        self.who = self.gateway.who
         self.user = self.who.name
-        self._send = None
 
     @property
-    def send(self):
-        if self._send is None:
-            from crossdock.workers.app import celery_sender, make_app
-
-            self._send = celery_sender(make_app(self.runtime.redis_url))
-        return self._send
+    def runtime(self) -> Runtime:
+        """This process's own store and config (single-user); a multi-user service keeps its own."""
+        if self.gateway.remote:
+            raise CrossdockError(f"this client reaches the multi-user service through {self.gateway.path}:"
+                                 " it has no store of its own")
+        return self.gateway.rt  # type: ignore[union-attr]
 
     def _spec(self, fields_of: Callable[[], dict[str, Any]]) -> JobSpec:
         """A validated spec; every problem an :class:`InvalidArgument` (a ValueError) that names the argument."""
@@ -214,11 +214,11 @@ class Client:
 
     def _python(self, payload: str, fn: Callable[..., Any]) -> PythonCall:
         return PythonCall(payload=payload, qualname=getattr(fn, "__qualname__", ""),
-                          signature=service.sign_payload(self.runtime, self.who, payload))
+                          signature=self.gateway.sign(payload))
 
     def submit_specs(self, specs: Iterable[JobSpec], token: str | None = None) -> list[JobHandle]:
         """Submit many specs in one atomic, pipelined step."""
-        return [JobHandle(self, j) for j in service.submit(self.runtime, list(specs), token=token, who=self.who)]
+        return [JobHandle(self, j) for j in self.gateway.submit(list(specs), token=token)]
 
     def submit(self, fn: Callable[..., Any], *args: Any, name: str | None = None, token: str | None = None,
                **resources: Any) -> JobHandle:

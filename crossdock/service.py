@@ -3,6 +3,7 @@
 
 from __future__ import annotations
 
+import os
 from dataclasses import dataclass
 from datetime import datetime, timezone
 from typing import Iterable, Sequence
@@ -17,7 +18,7 @@ from crossdock.queue.errors import PermissionDenied
 from crossdock.queue.models import Job, JobSpec
 from crossdock.queue.snapshot import Node
 from crossdock.runtime import Runtime
-from crossdock.settings import current_user, is_admin
+from crossdock.settings import is_admin, user_name
 
 
 @dataclass(frozen=True)
@@ -28,11 +29,13 @@ class Caller:
     admin: bool
 
 
-def caller(rt: Runtime, declared: str | None = None) -> Caller:
-    """The caller from the OS (its real uid), never from what it declares: ``declared`` (the
-    API's ``user=``) must be that user unless the caller is an admin (root or ``admins:``)."""
-    real = current_user()
-    admin = is_admin(rt.config.admins)
+def caller(rt: Runtime, declared: str | None = None, uid: int | None = None) -> Caller:
+    """The caller from the OS, never from what it declares: ``uid`` is this process's real uid or,
+    through the service's socket, the peer's (SO_PEERCRED). ``declared`` (the API's ``user=``)
+    must be that user unless the caller is an admin (root or ``admins:``)."""
+    uid = os.getuid() if uid is None else uid
+    real = user_name(uid)
+    admin = is_admin(rt.config.admins, uid)
     if declared is not None and declared != real and not admin:
         raise PermissionDenied(f"user={declared!r}: you are {real!r}; only root or a user in the config's"
                                " admins may act as another user")

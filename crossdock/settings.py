@@ -8,6 +8,8 @@ from dataclasses import dataclass
 from pathlib import Path
 
 DEFAULT_CONFIG = Path(__file__).resolve().parent / "configs" / "local.yaml"  # shipped in the package
+DEFAULT_SOCKET = Path("/run/crossdock/crossdock.sock")
+"""Where ``crossdock up --multi-user`` serves its socket unless ``CROSSDOCK_SOCKET`` names another."""
 
 
 @dataclass(frozen=True)
@@ -17,6 +19,10 @@ class Settings:
     """None: crossdock runs its own embedded Redis in ``state_dir``."""
     config_path: Path
     prefix: str
+    socket: Path | None = None
+    """The multi-user service's Unix socket (``CROSSDOCK_SOCKET``, else :data:`DEFAULT_SOCKET` when
+    it exists; ``CROSSDOCK_SOCKET=none`` forces direct mode): the faces reach the service through
+    it instead of Redis. None: single-user, the faces use Redis directly."""
 
     @classmethod
     def from_env(cls) -> "Settings":
@@ -25,22 +31,41 @@ class Settings:
         if config is None:
             config = str(DEFAULT_CONFIG) if DEFAULT_CONFIG.exists() else str(state / "crossdock.yaml")
         return cls(state_dir=state, redis_url=os.environ.get("CROSSDOCK_REDIS_URL") or None,
-                   config_path=Path(config), prefix=os.environ.get("CROSSDOCK_PREFIX", "cd"))
+                   config_path=Path(config), prefix=os.environ.get("CROSSDOCK_PREFIX", "cd"), socket=socket_from_env())
 
 
-def current_user() -> str:
-    """Who this process is: the name of its real uid (the uid itself when the passwd database has
-    no entry, as in containers). ``LOGNAME``/``USER`` are not asked: anyone can set them."""
-    uid = os.getuid()
+def socket_from_env() -> Path | None:
+    named = os.environ.get("CROSSDOCK_SOCKET")
+    if named:
+        return None if named.lower() == "none" else Path(named)
+    return DEFAULT_SOCKET if DEFAULT_SOCKET.is_socket() else None
+
+
+def serving_socket() -> Path:
+    """Where ``up --multi-user`` listens: ``CROSSDOCK_SOCKET`` or :data:`DEFAULT_SOCKET`."""
+    named = os.environ.get("CROSSDOCK_SOCKET")
+    return Path(named) if named and named.lower() != "none" else DEFAULT_SOCKET
+
+
+def user_name(uid: int) -> str:
+    """The passwd name of ``uid``; the uid itself when the passwd database has no entry (containers)."""
     try:
         return pwd.getpwuid(uid).pw_name
     except KeyError:
         return str(uid)
 
 
-def is_admin(admins: "list[str] | tuple[str, ...]" = ()) -> bool:
-    """Whether this process may act on anyone's jobs: root, or a user the config lists in ``admins``."""
-    return os.getuid() == 0 or current_user() in admins
+def current_user() -> str:
+    """Who this process is: the name of its real uid. ``LOGNAME``/``USER`` are not asked: anyone
+    can set them."""
+    return user_name(os.getuid())
+
+
+def is_admin(admins: "list[str] | tuple[str, ...]" = (), uid: int | None = None) -> bool:
+    """Whether ``uid`` (default: this process's) may act on anyone's jobs: root, or a user the
+    config lists in ``admins``."""
+    uid = os.getuid() if uid is None else uid
+    return uid == 0 or user_name(uid) in admins
 
 
 def submit_umask() -> str:

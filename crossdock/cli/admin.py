@@ -10,7 +10,7 @@ from pathlib import Path
 
 import typer
 
-from crossdock.cli.common import console, fail, one_line, print_json, runtime
+from crossdock.cli.common import console, fail, gateway, one_line, print_json, runtime
 from crossdock.cli.render import info_table, node_rows
 from crossdock.queue.errors import CrossdockError
 
@@ -48,16 +48,14 @@ def config_check(path: Path = typer.Argument(..., help="a crossdock YAML config"
 
 def info(as_json: bool = typer.Option(False, "--json")) -> None:
     """Pools and nodes with free CPUs, memory and GPUs by model, like sinfo."""
-    from crossdock.service import load_inventory
-
-    rt = runtime()
+    gw = gateway()
     used: dict[str, tuple[int, int, set[str]]] = {}
-    for j in rt.store.get_many(rt.store.active_ids()):
+    for j in gw.jobs(gw.ids("queued")):
         for node in j.nodes:
             cpu, mem, gpus = used.get(node, (0, 0, set()))
             used[node] = (cpu + (j.alloc_cpu_milli or j.spec.cpus_per_node() * 1000), mem + j.alloc_mem_mib,
                           gpus | {g for g in j.gpu_ids if g.startswith(node + ":")})
-    rows = node_rows(load_inventory(rt), used)
+    rows = node_rows(gw.inventory(), used)
     if as_json:
         print_json(rows)
     else:
@@ -66,10 +64,14 @@ def info(as_json: bool = typer.Option(False, "--json")) -> None:
 
 def up(workers: int = typer.Option(2, "--workers", "-w", help="Celery worker processes (0: scheduler only)"),
        scheduler: bool = typer.Option(True, "--scheduler/--no-scheduler", help="run the scheduling loop here"),
+       multi_user: bool = typer.Option(False, "--multi-user", help="serve users through a Unix socket"
+                                       " (CROSSDOCK_SOCKET, default /run/crossdock/crossdock.sock) that knows"
+                                       " each caller from the kernel; only the service reaches Redis"),
        verbose: bool = typer.Option(False, "--verbose", "-v")) -> None:
     """Run the scheduler and workers in the foreground and keep them running; Ctrl-C or SIGTERM
     stops them within seconds (running jobs keep running under their supervisors)."""
-    from crossdock.settings import Settings
+    from crossdock.backends.redis_store.embedded import shown
+    from crossdock.settings import Settings, serving_socket
     from crossdock.workers.supervision import Service, UpLock, worker_queues
 
     logging.basicConfig(level=logging.DEBUG if verbose else logging.INFO, format="%(asctime)s %(name)s %(message)s")
@@ -87,9 +89,20 @@ def up(workers: int = typer.Option(2, "--workers", "-w", help="Celery worker pro
     done = threading.Event()
     for sig in (signal.SIGINT, signal.SIGTERM):  # before anything starts, so that a stop is always clean
         signal.signal(sig, lambda *_: done.set())
-    svc = Service(rt, workers, scheduler, embedded_redis=settings.redis_url is None, lock=lock)
-    console.print(f"crossdock up: redis {rt.redis_url}, config {rt.settings.config_path}, queues {worker_queues(rt)}."
-                  " Ctrl-C to stop; `crossdock health` for each part's state.", highlight=False)
+    parts = []
+    if multi_user:
+        from crossdock.gateway.server import SocketPart
+
+        parts.append(SocketPart(serving_socket(), rt))
+    try:
+        svc = Service(rt, workers, scheduler, embedded_redis=settings.redis_url is None, lock=lock, parts=parts)
+    except CrossdockError as exc:  # the socket is another service's
+        lock.release()
+        fail(str(exc), code=1)
+    serving = f", users through {serving_socket()}" if multi_user else ""
+    console.print(f"crossdock up: redis {shown(rt.redis_url)}, config {rt.settings.config_path}, queues"
+                  f" {worker_queues(rt)}{serving}. Ctrl-C to stop; `crossdock health` for each part's state.",
+                  highlight=False)
     try:
         gave_up = svc.supervise(done)
     finally:
@@ -111,7 +124,7 @@ def _leave_redis(rt, embedded_redis: bool) -> str:
     from crossdock.backends.redis_store.store import STORE_UNAVAILABLE, probe
 
     if not embedded_redis:
-        return f"Redis {rt.redis_url} is not crossdock's to stop"
+        return f"Redis {embedded.shown(rt.redis_url)} is not crossdock's to stop"
     try:
         if probe(rt.redis_url) is not None:  # a quick no: the store's own retries take seconds
             return "the embedded Redis is not answering"

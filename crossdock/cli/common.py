@@ -1,4 +1,4 @@
-"""What every command shares: the runtime, task sending, exit codes and one-line errors."""
+"""What every command shares: the runtime, the gateway to the service, exit codes and one-line errors."""
 
 from __future__ import annotations
 
@@ -10,7 +10,7 @@ from typing import Any, NoReturn
 import typer
 from rich.console import Console
 
-from crossdock.queue.errors import ConfigError
+from crossdock.queue.errors import ConfigError, CrossdockError
 from crossdock.runtime import Runtime
 
 # Pipes and CI logs get a wide console instead of rich's 80-column default.
@@ -33,10 +33,28 @@ def runtime(start_redis: bool = True) -> Runtime:
     return rt
 
 
-def sender():
-    from crossdock.workers.app import celery_sender, make_app
+@lru_cache(maxsize=2)
+def gateway(start_redis: bool = True):
+    """The service as this command reaches it: the multi-user service's socket when it runs one
+    (nothing here then touches Redis or reads the config), else this process's own runtime
+    (``start_redis=False``: the embedded Redis is left alone, as ``runtime``)."""
+    from crossdock import gateway as gw
+    from crossdock.settings import Settings
 
-    return celery_sender(make_app(runtime().redis_url))
+    settings = Settings.from_env()
+    if settings.socket is None:
+        return gw.connect(runtime(start_redis))
+    return _remote(settings)
+
+
+@lru_cache(maxsize=1)
+def _remote(settings):
+    from crossdock import gateway as gw
+
+    try:
+        return gw.connect(settings=settings)
+    except CrossdockError as exc:  # the socket does not answer
+        fail(str(exc), code=1)
 
 
 def one_line(text: str) -> str:

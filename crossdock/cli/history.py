@@ -9,12 +9,11 @@ from typing import Any, Callable, Iterable, Optional
 import typer
 
 from crossdock.cli import slurmfmt
-from crossdock.cli.common import fail, print_json, runtime
+from crossdock.cli.common import fail, gateway, print_json
 from crossdock.cli.views import Filter, csv, select
 from crossdock.queue.errors import NoSuchJob
 from crossdock.queue.models import Job, JobSpec
 from crossdock.queue.states import JobState
-from crossdock.settings import current_user, is_admin
 
 # sacct's named times (src/common/parse_time.c)
 _NAMED = {"midnight": 0, "today": 0, "noon": 12, "elevenses": 11, "fika": 15, "teatime": 16}
@@ -176,15 +175,15 @@ def collect(f: Filter, start: datetime | None, end: datetime) -> list[Job]:
            if overlaps(j)} if f.ids is None else {}
     wanted_ids: set[int] = set()
     if f.ids is not None:
-        store = runtime().store
+        gw = gateway()
         for ref in f.ids:  # hot jobs resolve; expired ones only by their plain id
             try:
-                hot.update({j.id: j for j in store.get_many(store.resolve(ref)) if f.keeps(j)})
+                hot.update({j.id: j for j in gw.jobs(gw.resolve(ref)) if f.keeps(j)})
             except NoSuchJob:  # expired: found in the history below
                 pass
             if ref.isascii() and ref.isdigit():
                 wanted_ids.add(int(ref))
-    for rec in runtime().store.history(since=None if start is None or f.ids else start.timestamp()):
+    for rec in gateway().history(None if start is None or f.ids else start.timestamp()):
         j = record_job(rec)
         if j.id in hot:
             continue
@@ -224,9 +223,9 @@ def history(
         wanted = slurmfmt.parse_states(states, "--state") if states else None
     except ValueError as exc:
         fail(str(exc))
-    users = set(csv(user)) | ({current_user()} if me else set())
-    if not users and not allusers and not is_admin(runtime().config.admins):
-        users = {current_user()}  # sacct shows a user their own jobs unless asked for more
+    users = set(csv(user)) | ({gateway().who.name} if me else set())
+    if not users and not allusers and not gateway().who.admin:
+        users = {gateway().who.name}  # sacct shows a user their own jobs unless asked for more
     f = Filter(ids=csv(jobs) or None, states=wanted, users=users or None, queues=set(csv(queue_name)) or None,
                names=set(csv(name)) or None)
     selected = collect(f, start, end)

@@ -12,7 +12,7 @@ from typing import List, Optional
 import typer
 from rich.live import Live
 
-from crossdock.cli.common import console, fail, print_json, runtime, sender
+from crossdock.cli.common import console, fail, gateway, print_json
 from crossdock.cli.render import summary_table
 from crossdock.queue.environ import exportable
 from crossdock.queue.errors import CrossdockError, InvalidOption, NoSuchJob
@@ -28,7 +28,6 @@ def submit(ctx: typer.Context) -> None:
 
     crossdock submit [OPTIONS] [SCRIPT [ARGS...]]   (SCRIPT from standard input when omitted)
     """
-    from crossdock import service
     from crossdock.queue.sbatch import build_spec, dry_run_json, split_argv
     from crossdock.queue.sbatch_formats import export_environment
 
@@ -36,7 +35,7 @@ def submit(ctx: typer.Context) -> None:
     if argv[:1] in (["--help"], ["-h"]):
         console.print(submit.__doc__)
         raise typer.Exit(0)
-    rt = runtime(start_redis=False)  # parsing and --dry-run need no store
+    gw = gateway(start_redis=False)  # parsing and --dry-run need no store
     try:
         options, script_path, script_args = split_argv(argv)
         script_text = None
@@ -48,7 +47,7 @@ def submit(ctx: typer.Context) -> None:
             except ValueError:  # a NUL in the name, which no file can have
                 fail(f"SCRIPT: {script_path!r} is not a file name (it holds a NUL character)")
         build = functools.partial(build_spec, options, script_path=script_path, script_args=script_args,
-                                  max_array_size=rt.config.scheduler.max_array_size, environ=os.environ)
+                                  max_array_size=gw.limits()["max_array_size"], environ=os.environ)
         try:
             sub = build(script_text)
         except InvalidOption as exc:
@@ -68,9 +67,9 @@ def submit(ctx: typer.Context) -> None:
     spec = sub.spec.model_copy(update={"env": env, "workdir": workdir})
     try:
         if sub.dry_run:  # admitted exactly as a submission is, against the same nodes; nothing stored
-            service.check(rt, [spec], service.load_inventory(rt, store_optional=True))
+            gw.check([spec])
         else:
-            jobs = service.submit(runtime(), [spec], token=os.environ.get("CROSSDOCK_IDEMPOTENCY_TOKEN"))
+            jobs = gateway().submit([spec], token=os.environ.get("CROSSDOCK_IDEMPOTENCY_TOKEN"))
     except CrossdockError as exc:
         fail(str(exc))
     for w in sub.warnings:  # after admission: a refusal is its one line alone
@@ -101,21 +100,23 @@ def _script_text(data: bytes, where: str) -> str:
 
 
 def _jobs(refs: List[str]) -> list[Job]:
-    rt = runtime()
+    gw = gateway()
     ids: list[int] = []
     try:
         for r in refs:
             for part in r.split(","):
-                ids.extend(rt.store.resolve(part))
+                ids.extend(gw.resolve(part))
+        return gw.jobs(ids)
     except NoSuchJob as exc:
         fail(f"{exc}; give a job id such as 12, an array task 12_3, or an array 12")
-    return rt.store.get_many(ids)
+    except CrossdockError as exc:
+        fail(str(exc), code=1)
 
 
 def _acting(act, refs: List[str]):
     """Run a service action; a refusal or an unknown job is one line and exit status 2."""
     try:
-        return act(runtime(), [p for r in refs for p in r.split(",")])
+        return act(gateway(), [p for r in refs for p in r.split(",")])
     except NoSuchJob as exc:
         fail(f"{exc}; give a job id such as 12, an array task 12_3, or an array 12")
     except CrossdockError as exc:
@@ -132,8 +133,8 @@ def cancel(
 ) -> None:
     """Cancel jobs, like scancel: the ids given, or every job the filters match (with no user
     named, only your own jobs unless you are an admin), or the ids given that also match them."""
-    from crossdock import service
     from crossdock.cli.views import make_filter, select
+    from crossdock.service import acting_users
 
     filtered = bool(user or me or name or states or queue_name)
     if not refs and not filtered:
@@ -144,12 +145,12 @@ def cancel(
                         users=user, me=me, queues=queue_name, names=name)
         f.ids = [p for r in refs for p in r.split(",")] if refs else None
         if not refs:
-            f.users = service.acting_users(service.caller(runtime()), f.users)
+            f.users = acting_users(gateway().who, f.users)
         refs = [str(j.id) for j in select(f) if not j.state.terminal]
         if not refs:
             console.print("no matching jobs", highlight=False)
             return
-    for job_id, outcome in _acting(lambda rt, ids: service.cancel(rt, ids, sender()), refs):
+    for job_id, outcome in _acting(lambda gw, ids: gw.cancel(ids), refs):
         console.print(f"{job_id}: {outcome}", highlight=False)
 
 
@@ -167,23 +168,17 @@ def _each(results: list[tuple[Job, bool]], verb: str) -> None:
 
 def hold(refs: List[str] = typer.Argument(...)) -> None:
     """Keep pending jobs from starting (scontrol hold)."""
-    from crossdock import service
-
-    _each(_acting(lambda rt, ids: service.hold(rt, ids, True), refs), "held")
+    _each(_acting(lambda gw, ids: gw.hold(ids, True), refs), "held")
 
 
 def release(refs: List[str] = typer.Argument(...)) -> None:
     """Let held jobs start (scontrol release)."""
-    from crossdock import service
-
-    _each(_acting(lambda rt, ids: service.hold(rt, ids, False), refs), "released")
+    _each(_acting(lambda gw, ids: gw.hold(ids, False), refs), "released")
 
 
 def requeue(refs: List[str] = typer.Argument(...)) -> None:
     """Put running or finished jobs back in the queue (scontrol requeue)."""
-    from crossdock import service
-
-    _each(_acting(lambda rt, ids: service.requeue(rt, ids, sender()), refs), "requeued")
+    _each(_acting(lambda gw, ids: gw.requeue(ids), refs), "requeued")
 
 
 def logs(job: str = typer.Argument(...), follow: bool = typer.Option(False, "--follow", "-f"),
@@ -192,15 +187,16 @@ def logs(job: str = typer.Argument(...), follow: bool = typer.Option(False, "--f
     from crossdock.backends.local.environment import output_paths
 
     j = _jobs([job])[0]
-    if j.backend and runtime().backends.capabilities(j.backend).logs:  # e.g. a pod's output, through the API
-        try:
-            sys.stdout.write(runtime().backends(j.backend).logs(j))  # type: ignore[attr-defined]
-        except CrossdockError as exc:
-            fail(f"logs of job {j.display_id}: {exc}", code=1)
+    gw = gateway()
+    try:
+        served = gw.backend_logs(j.id)  # e.g. a pod's output, through the API
+    except CrossdockError as exc:
+        fail(f"logs of job {j.display_id}: {exc}", code=1)
+    if served is not None:
+        sys.stdout.write(served)
         return
     out, err = output_paths(j, j.nodes[0] if j.nodes else "localhost")
     path = err if stderr else out
-    rt = runtime()
     pos = 0
     while True:
         if path.exists():
@@ -210,7 +206,7 @@ def logs(job: str = typer.Argument(...), follow: bool = typer.Option(False, "--f
                 pos += len(chunk)
                 sys.stdout.write(chunk.decode(errors="replace"))
                 sys.stdout.flush()
-        if not follow or rt.store.get(j.id).state.terminal:
+        if not follow or gw.job(j.id).state.terminal:
             if not path.exists() and not follow:
                 fail(f"no output yet for job {j.display_id} (expected {path})", code=1)
             if follow and path.exists():
@@ -232,7 +228,7 @@ def exit_status(jobs: list[Job]) -> int:
 def wait(refs: List[str] = typer.Argument(...), timeout: Optional[float] = typer.Option(None, "--timeout"),
          quiet: bool = typer.Option(False, "--quiet", "-q")) -> None:
     """Wait for jobs to end with a live display; the exit status is the jobs' (0 when all completed)."""
-    rt = runtime()
+    gw = gateway()
     ids = [j.id for j in _jobs(refs)]
     deadline = None if timeout is None else time.monotonic() + timeout
     live = None if quiet or not sys.stdout.isatty() else Live(console=console, refresh_per_second=4)
@@ -240,7 +236,7 @@ def wait(refs: List[str] = typer.Argument(...), timeout: Optional[float] = typer
         live.start()
     try:
         while True:
-            jobs = rt.store.get_many(ids)
+            jobs = gw.jobs(ids)
             if live:
                 live.update(summary_table(jobs))
             if all(j.state.terminal for j in jobs):

@@ -168,11 +168,21 @@ def replay(nodes: Optional[Path] = NODES_OPT, pods: Optional[Path] = PODS_OPT,
 @app.command()
 def scenario(path: Path = typer.Argument(Path("configs/scenarios/mixed-gpu-cluster.yaml"), help="scenario YAML"),
              seed: int = typer.Option(42, "--seed"),
+             pods: Optional[Path] = typer.Option(None, "--pods", help="elastic scenarios: a pod list with submit "
+                                                 "times instead of the file's trace.pods"),
+             keda_factors: str = typer.Option("", "--keda-per-replica", help="elastic scenarios: also run the "
+                                              "KEDA-like poll with every per_replica times these factors, e.g. 0.5,0.75"),
              as_json: bool = typer.Option(False, "--json"),
              plot: Optional[Path] = typer.Option(None, "--plot", help="write the comparison chart to this PNG")) -> None:
-    """The reference what-if: each setup of a scenario file on the same arrivals."""
+    """The reference what-if: each setup of a scenario file on the same arrivals. A file with
+    ``kind: elastic`` is a day of trace arrivals on autoscaled pools: static peak provisioning,
+    crossdock's autoscaler and a KEDA-like poll."""
+    from crossdock.sim.elastic_scenario import scenario_kind
     from crossdock.sim.scenario import ScenarioError, load_scenario, run_scenario
 
+    if scenario_kind(path) == "elastic":
+        _elastic(path, seed, pods, keda_factors, as_json, plot)
+        return
     try:
         sc = load_scenario(path)
     except ScenarioError as exc:
@@ -187,6 +197,42 @@ def scenario(path: Path = typer.Argument(Path("configs/scenarios/mixed-gpu-clust
         return
     for name, r in results.items():
         _print_summary(f"{sc.name} · {name}", r.summary())
+
+
+ELASTIC_COLUMNS = (("setup", "setup"), ("node_hours", "node-hours"), ("wait_p50_s", "wait p50 s"),
+                   ("wait_p95_s", "wait p95 s"), ("wait_p99_s", "wait p99 s"), ("waited", "waited > 1 s"),
+                   ("never_started", "never started"), ("scale_events", "scale events"),
+                   ("nodes_added", "nodes added"))
+
+
+def _elastic(path: Path, seed: int, pods: Optional[Path], keda_factors: str, as_json: bool,
+             plot: Optional[Path]) -> None:
+    from crossdock.sim.elastic_scenario import load_elastic, plot_elastic, run_elastic
+    from crossdock.sim.scenario import ScenarioError
+
+    try:
+        factors = [float(f) for f in keda_factors.split(",") if f.strip()]
+    except ValueError:
+        _fail(f"--keda-per-replica: {keda_factors!r} is not a comma-separated list of numbers, e.g. 0.5,0.75")
+    if any(f <= 0 for f in factors):
+        _fail(f"--keda-per-replica: {keda_factors!r}: every factor must be > 0")
+    try:
+        sc, config = load_elastic(path)
+        results = run_elastic(sc, config, seed=seed, pods=pods, keda_factors=factors)
+    except (ScenarioError, ValueError) as exc:
+        _fail(str(exc))
+    if plot is not None:
+        plot_elastic(sc, results, plot)
+    rows = [r.summary() for r in results.values()]
+    if as_json:
+        _print_json({"scenario": sc.name, "seed": seed, "rows": rows})
+        return
+    table = Table(title=f"{sc.name} · seed {seed} · {rows[0]['jobs']} jobs in one day")
+    for key, label in ELASTIC_COLUMNS:
+        table.add_column(label, justify="left" if key == "setup" else "right")
+    for r in rows:
+        table.add_row(*(str(r[key]) for key, _ in ELASTIC_COLUMNS))
+    console.print(table)
 
 
 def _print_summary(title: str, summary: dict[str, Any]) -> None:

@@ -9,12 +9,11 @@ from typing import Iterable, Iterator, Optional
 import typer
 
 from crossdock.cli import slurmfmt
-from crossdock.cli.common import fail, print_json, runtime
+from crossdock.cli.common import fail, gateway, print_json
 from crossdock.cli.render import job_row
 from crossdock.queue.errors import NoSuchJob
 from crossdock.queue.models import Job
 from crossdock.queue.states import JobState
-from crossdock.settings import current_user
 
 DEFAULT_STATES = frozenset({JobState.PENDING, JobState.SCHEDULED, JobState.RUNNING})
 _HOT = {JobState.PENDING, *(s for s in JobState if s.active)}
@@ -48,7 +47,7 @@ def make_filter(*, jobs: Optional[str], states: Optional[str], default_states: O
         wanted = slurmfmt.parse_states(states) if states else (set(default_states) if default_states else None)
     except ValueError as exc:
         fail(str(exc))
-    who = set(csv(users)) | ({current_user()} if me else set())
+    who = set(csv(users)) | ({gateway().who.name} if me else set())
     return Filter(ids=csv(jobs) or None, states=wanted, users=who or None, queues=set(csv(queues)) or None,
                   names=set(csv(names)) or None)
 
@@ -56,22 +55,29 @@ def make_filter(*, jobs: Optional[str], states: Optional[str], default_states: O
 def select(f: Filter, batch: int = 5000) -> Iterator[Job]:
     """The stored jobs ``f`` keeps, read a page at a time: pending and running ones from their
     indexes when only those states are asked for, else every job in the store (no cap)."""
-    store = runtime().store
+    gw = gateway()
     if f.ids is not None:
         ids: list[int] = []
         try:
             for ref in f.ids:
-                ids.extend(store.resolve(ref))
+                ids.extend(gw.resolve(ref))
         except NoSuchJob as exc:
             fail(f"{exc}; give a job id such as 12, an array task 12_3, or an array 12")
         pages: Iterable[list[int]] = [list(dict.fromkeys(ids))]
     elif f.states is not None and f.states <= _HOT:
-        hot = sorted(set(store.pending_ids()) | set(store.active_ids()))
+        hot = gw.ids("queued")
         pages = (hot[i:i + batch] for i in range(0, len(hot), batch))
     else:
-        pages = store.iter_ids(batch)
+        pages = _every_id(gw, batch)
     for page in pages:
-        yield from (j for j in store.get_many(page) if f.keeps(j))
+        yield from (j for j in gw.jobs(page) if f.keeps(j))
+
+
+def _every_id(gw, batch: int) -> Iterator[list[int]]:
+    after = 0
+    while page := gw.ids_after(after, batch):
+        yield page
+        after = page[-1]
 
 
 def queue(
@@ -107,7 +113,7 @@ def queue(
         slurmfmt.parse_format(layout)
     except ValueError as exc:
         fail(str(exc))
-    store = runtime().store
+    gw = gateway()
     ctx = slurmfmt.Context()
     if array:
         selected = list(selected)
@@ -115,10 +121,9 @@ def queue(
         selected, ctx.labels = slurmfmt.collapse_arrays(selected)
     if start or "S" in layout or "Y" in layout:  # backfill's reservations; a preemptor's nominated node
         pending = [j.id for j in selected if j.state is JobState.PENDING]
-        planned = store.expected_starts(pending)
-        ctx.expected_start = {i: at for i, (at, _) in planned.items()}
-        ctx.nominated = {**store.nominations(pending),
-                         **{i: slurmfmt.compress(nodes) for i, (_, nodes) in planned.items() if nodes}}
+        planned = gw.planned(pending) if pending else []
+        ctx.expected_start = {i: datetime.fromtimestamp(at, timezone.utc) for i, at, _ in planned if at is not None}
+        ctx.nominated = {i: slurmfmt.compress(nodes.split(",")) for i, _, nodes in planned if nodes}
     if long and not noheader:
         print(datetime.now().strftime("%a %b %d %H:%M:%S %Y"))
     for line in slurmfmt.render(selected, layout, header=not noheader, ctx=ctx):
@@ -172,17 +177,17 @@ def scontrol_lines(job: Job, now: datetime | None = None) -> list[str]:
 def show(job: str = typer.Argument(..., help="job id, array task (12_3) or array (12)"),
          as_json: bool = typer.Option(False, "--json")) -> None:
     """Everything about one job, like scontrol show job, with why it is not running and its events."""
-    rt = runtime()
+    gw = gateway()
     for j in select(Filter(ids=job.split(","))):  # an empty id is refused, never "every job"
         if as_json:
             print_json({**job_row(j), "spec": j.spec.model_dump(exclude_defaults=True, exclude={"env", "python"}),
-                        "explanation": j.explanation, "events": rt.store.events(j.id)})
+                        "explanation": j.explanation, "events": gw.events(j.id)})
             continue
         lines = scontrol_lines(j)
         if j.explanation and j.state is JobState.PENDING:
             lines.append(f"   Explanation={j.explanation}")
         lines.append("   Events=")
-        for e in rt.store.events(j.id):
+        for e in gw.events(j.id):
             stamp = slurmfmt.iso(datetime.fromtimestamp(int(e["id"].split("-")[0]) / 1000, timezone.utc))
             if "to" in e:
                 change = f"{e['from']}->{e['to']}" if e.get("from") else e["to"]
@@ -219,7 +224,7 @@ def priority_view(jobs: Optional[str] = None, user: Optional[str] = None, me: bo
                     queues=None)
     if jobs:
         f.states = {JobState.PENDING}
-    usage, _ = runtime().store.usage()
+    usage = gateway().usage()
     now = datetime.now(timezone.utc)
     pending = sorted(select(f), key=lambda j: (-j.priority, j.spec.nice, j.id))
     rows = priority_rows(pending, usage, now)

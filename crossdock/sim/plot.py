@@ -87,3 +87,33 @@ def plot_timeseries(series: Mapping[str, tuple[Sequence[float], Sequence[float]]
     ax.grid(alpha=0.3)
     ax.legend(fontsize=8)
     return _save(plt, fig, path)
+
+
+def plot_elastic_day(series: Mapping[str, tuple[Sequence[float], Sequence[float]]],
+                     rows: Sequence[tuple[str, Mapping[str, float]]], metrics: Sequence[tuple[str, str]],
+                     path: str | Path, title: str = "") -> Path:
+    """Nodes over the day, one line per setup (``series``: label → (hours, nodes)), beside one bar
+    panel per metric (``rows`` and ``metrics`` as in :func:`plot_bars`)."""
+    plt = _pyplot()
+    fig = plt.figure(figsize=(3.0 * len(metrics) + 6, 3.8))
+    grid = fig.add_gridspec(1, len(metrics) + 2)
+    ax = fig.add_subplot(grid[0, :2])
+    colors = ["#8c8c8c", "#1f77b4", "#d62728", "#ff9896", "#e377c2", "#f7b6d2", "#c49c94", "#2ca02c"]
+    for (name, (t, v)), c in zip(series.items(), colors):
+        ax.step(t, v, where="post", label=name, lw=1, color=c)
+    ax.set(xlabel="time of day (hours)", ylabel="nodes (starting + ready)", title="nodes over the day")
+    ax.grid(alpha=0.3)
+    ax.legend(fontsize=8)
+    for k, (key, label) in enumerate(metrics):
+        bx = fig.add_subplot(grid[0, k + 2])
+        values = [r[1].get(key) or 0.0 for r in rows]
+        bars = bx.bar(range(len(rows)), values, color=colors[: len(rows)])
+        bx.set_xticks(range(len(rows)), [r[0].replace(" ", "\n", 1) for r in rows], fontsize=6,
+                      rotation=90 if len(rows) > 3 else 0)
+        bx.set_title(label, fontsize=9)
+        bx.set_ylim(0, max(max(values) * 1.12, 1))
+        for b, v in zip(bars, values):
+            bx.annotate(f"{v:.4g}", (b.get_x() + b.get_width() / 2, b.get_height()), ha="center", va="bottom",
+                        fontsize=7)
+        bx.grid(axis="y", alpha=0.3)
+    return _save(plt, fig, path, title)

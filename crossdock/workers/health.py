@@ -10,6 +10,7 @@ import threading
 import time
 from typing import Any
 
+from crossdock.backends.redis_store.embedded import shown
 from crossdock.backends.redis_store.store import probe
 from crossdock.runtime import Runtime
 from crossdock.workers.loops import RUNNING
@@ -84,11 +85,15 @@ def collect() -> dict[str, Any]:
             alive = w["alive"] and is_worker(w["pid"], state_dir)
             parts.append({"name": f"worker {w['pid']}", "ok": alive,
                           "detail": f"{'alive' if alive else 'dead'}, queues {w['queues']} (restarts {w['restarts']})"})
+        if report.get("socket"):  # up --multi-user
+            sock = report["socket"]
+            parts.append({"name": "socket", "ok": sock["alive"], "detail": f"{'serving' if sock['alive'] else 'down'}"
+                          f" users on {sock['path']} (restarts {sock['restarts']})"})
     why = probe(rt.redis_url)
     kind = "external" if rt.settings.redis_url else "embedded"
     restarts = f" (restarts {report['redis']['restarts']})" if fresh else ""
     parts.append({"name": "redis", "ok": why is None,
-                  "detail": f"{kind} {rt.redis_url}: {'reachable' if why is None else why}{restarts}"})
+                  "detail": f"{kind} {shown(rt.redis_url)}: {'reachable' if why is None else why}{restarts}"})
     try:
         kinds = sorted({p.backend for p in rt.config.pools.values()})
     except Exception as exc:  # a broken config is a health problem, not a traceback

@@ -193,7 +193,12 @@ class Scheduler:
                 self.send("crossdock.preempt", [pre.victim_id, pre.grace_seconds], victim.backend)
         store.update_nominations([p.job_id for p in result.admitted] + list(result.cancelled), result.nominations)
         store.save_expected_starts({r.job_id: (r.start, r.nodes) for r in result.reservations})
-        store.set_reasons(*capacity_reasons(result.pending, result.explanations, self.autoscaler.waiting))
+        # Only the reasons that changed: with thousands pending, rewriting each one every cycle
+        # was most of the cycle's writes.
+        reasons, explanations = capacity_reasons(result.pending, result.explanations or {}, self.autoscaler.waiting)
+        changed = {i: r for i, r in reasons.items()
+                   if (j := jobs.get(i)) is None or j.reason != r or (j.explanation or "") != (explanations.get(i) or "")}
+        store.set_reasons(changed, explanations)
 
     def reconcile(self) -> None:
         self.follower.reconcile()
@@ -248,11 +253,15 @@ class Scheduler:
         # the autoscaler goes first: a backlog spike is answered before the cycle that admits
         # what fits now (a cycle over thousands of new jobs takes a second)
         self._steps(autoscale, due)
+        started = time.monotonic()
         self.parts["cycle"].call(self.cycle_once)
+        took = time.monotonic() - started
         self._steps(follow, due)
-        # the next cycle, or the next step if one is due sooner
+        # The next cycle, or the next step if one is due sooner; a cycle that took longer than
+        # the interval (thousands pending) is followed by as long a wait, so that the loop takes
+        # at most half a core from the workers and supervisors that run the jobs it admits.
         soonest = min(due[step] for step, _every, _fn in autoscale + follow) - time.monotonic()
-        if self._wait_for_work(stop, min(cfg.interval_seconds, max(soonest, 0.05))):
+        if self._wait_for_work(stop, min(max(cfg.interval_seconds, took), max(soonest, 0.05))):
             # new jobs: the autoscaler looks at once (at most every ARRIVAL_AUTOSCALE_SECONDS
             # while they keep arriving)
             due["autoscale"] = min(due["autoscale"], self._autoscaled_at + ARRIVAL_AUTOSCALE_SECONDS)

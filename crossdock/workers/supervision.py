@@ -31,7 +31,7 @@ import threading
 import time
 from collections import deque
 from pathlib import Path
-from typing import Any
+from typing import Any, Protocol, Sequence
 
 from crossdock.backends.redis_store import embedded
 from crossdock.queue.errors import CrossdockError
@@ -213,12 +213,27 @@ class Restarts:
         self.total += 1
 
 
+class Part(Protocol):
+    """Another part a face hands the service to keep running (the multi-user socket server)."""
+
+    name: str
+
+    def start(self) -> None: ...
+
+    def alive(self) -> bool: ...
+
+    def report(self) -> dict[str, Any]: ...
+
+    def stop(self) -> None: ...
+
+
 class Service:
-    """The scheduler loop in a thread, a Celery worker process and (``embedded_redis``) the Redis of
-    the state directory, kept running by :meth:`check` and stopped together by :meth:`stop`."""
+    """The scheduler loop in a thread, a Celery worker process, (``embedded_redis``) the Redis of
+    the state directory and any other ``parts``, kept running by :meth:`check` and stopped
+    together by :meth:`stop`."""
 
     def __init__(self, rt: Runtime, workers: int = 2, scheduler: bool = True, logfile: Path | None = None,
-                 embedded_redis: bool = False, lock: UpLock | None = None):
+                 embedded_redis: bool = False, lock: UpLock | None = None, parts: Sequence[Part] = ()):
         self.rt, self.concurrency, self.logfile, self.lock = rt, workers, logfile, lock
         self.embedded_redis = embedded_redis
         self.stop_event = threading.Event()
@@ -226,6 +241,8 @@ class Service:
         self.restarts = {part: Restarts(what) for part, what in
                          (("scheduler", "the scheduler loop"), ("worker", "the Celery worker"),
                           ("redis", "the embedded Redis"))}
+        self.parts = list(parts)
+        self.restarts.update({part.name: Restarts(f"the {part.name} part") for part in self.parts})
         self.worker: subprocess.Popen | None = None
         self.thread: threading.Thread | None = None
         self.fleet = None
@@ -236,6 +253,8 @@ class Service:
             app = make_app(rt.redis_url)
             self.fleet = LocalFleet(rt, app, logfile, on_change=self._record_pids)
             self.scheduler = Scheduler(rt, celery_sender(app), fleets={"local": self.fleet}, busy=celery_busy(app))
+        for part in self.parts:  # first: one that cannot start (its socket is another's) leaves nothing running
+            part.start()
         if workers:
             self._start_worker()
         if self.scheduler:
@@ -281,6 +300,11 @@ class Service:
             except Exception as exc:  # the broker away: the fleet is checked again in half a second
                 log.warning("checking the local fleet failed: %s", exc)
             self._record_pids()
+        for part in self.parts:
+            if not part.alive():
+                self.restarts[part.name].note()
+                log.error("the %s part stopped; starting it again", part.name)
+                part.start()
 
     def supervise(self, done: threading.Event, every: float = 0.5) -> str | None:
         """Check and report every ``every`` s until ``done``; the line saying why if it gives up."""
@@ -306,11 +330,12 @@ class Service:
             "restarts": self.restarts["scheduler"].total}
         return {"pid": os.getpid(), "started_at": self.started_at, "updated_at": time.time(),
                 "state_dir": str(state_dir), "config": str(self.rt.settings.config_path),
-                "redis": {"url": self.rt.redis_url, "embedded": self.embedded_redis,
+                "redis": {"url": embedded.shown(self.rt.redis_url), "embedded": self.embedded_redis,
                           "pid": embedded.pid(state_dir) if self.embedded_redis else None,
                           "restarts": self.restarts["redis"].total},
                 "workers": ([worker] if worker else []) + (self.fleet.report() if self.fleet else []),
-                "scheduler": scheduler}
+                "scheduler": scheduler,
+                **{part.name: {**part.report(), "restarts": self.restarts[part.name].total} for part in self.parts}}
 
     def write_report(self) -> None:
         path = self.rt.settings.state_dir / "up.json"
@@ -323,6 +348,8 @@ class Service:
         own retries, ~5 s, so the thread, a daemon, is not waited for longer than
         ``SCHEDULER_JOIN_SECONDS``), then the worker's bounded warm shutdown."""
         self.stop_event.set()
+        for part in self.parts:
+            part.stop()
         if self.worker:
             stop_worker(self.worker)
         if self.thread:

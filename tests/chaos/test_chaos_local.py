@@ -1,8 +1,12 @@
 """Chaos on the embedded default (local backend): SIGKILLs of Celery workers, ``up``, its process
 group and Redis at seeded random moments; every job must end exactly once in its true state.
 
-``CROSSDOCK_CHAOS_JOBS`` sizes the run (500 in CI: the local backend starts about 4 jobs a second
-on 2 cores, so 2,000 would take ten minutes; ``bench/bench_chaos.py`` runs 10,000),
+``CROSSDOCK_CHAOS_JOBS`` sizes the run (500 in CI; ``bench/bench_chaos.py`` runs 10,000). A run
+costs 0.5-0.6 CPU-seconds per job (a cpuacct cgroup over the whole run: 0.47 for 500 jobs, 0.63
+for 2,000 on a shared machine), most of it the local supervisor each job starts as a fresh Python
+interpreter (~0.3 CPU-s of imports before it detaches); 2,000 jobs are thus 8-11 minutes of two
+cores after the two minutes of faults, over CI's budget for this test, until supervisors start
+without a fresh interpreter.
 ``CROSSDOCK_CHAOS_SEED`` replays one,
 ``CROSSDOCK_CHAOS_RECOVER_SECONDS`` sets how long after the last fault every job must have ended.
 """

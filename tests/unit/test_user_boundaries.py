@@ -83,10 +83,15 @@ def test_only_the_owner_or_an_admin_may_act():
 def test_user_is_accepted_only_as_oneself_unless_admin(monkeypatch):
     from crossdock import settings
 
-    monkeypatch.setattr(service, "current_user", lambda: "alice")
+    names = {os.getuid(): "alice", 4242: "bob"}
+    monkeypatch.setattr(service, "user_name", names.__getitem__)
     monkeypatch.setenv("LOGNAME", "bob")
-    monkeypatch.setattr(service, "is_admin", lambda admins: "alice" in admins)
+    monkeypatch.setattr(service, "is_admin", lambda admins, uid: names[uid] in admins)
     assert service.caller(_rt()) == service.Caller("alice", False)
+    # a socket's peer: its uid, whatever this process is
+    assert service.caller(_rt(), uid=4242) == service.Caller("bob", False)
+    with pytest.raises(PermissionDenied, match="user='alice': you are 'bob'"):
+        service.caller(_rt(), "alice", uid=4242)
     assert service.caller(_rt(), "alice") == service.Caller("alice", False)
     with pytest.raises(PermissionDenied, match="user='bob': you are 'alice'"):
         service.caller(_rt(), "bob")

@@ -6,6 +6,7 @@ from __future__ import annotations
 import json
 from dataclasses import asdict, fields
 from datetime import datetime
+from functools import lru_cache
 from types import MappingProxyType
 from typing import Any, Sequence
 
@@ -21,6 +22,9 @@ STATUS_FIELDS = ("state", "reason", "attempts", "queue", "priority_class", "prio
                  "explanation", "alloc_cpu_milli", "alloc_mem_mib", "exit_code", "signal", "max_rss_kib", "submit_time",
                  "eligible_time", "scheduled_time", "start_time", "end_time")
 """Every field of a job hash besides ``spec``: exactly the status fields of :class:`Job`."""
+SPEC_CACHE_SIZE, SPEC_CACHE_CHARS = 10_000, 16_384
+"""Parsed specs kept (:func:`spec_from_json`): more than the pending jobs of a busy queue, each
+at most that long (a spec with a large script is parsed each time), so at most ~160 MiB."""
 FIELDS = frozenset(("spec", *STATUS_FIELDS))
 _JSON = frozenset(("pools", "nodes", "gpu_ids"))
 _INT = frozenset(("attempts", "priority", "array_job_id", "array_task_id", "alloc_cpu_milli", "alloc_mem_mib",
@@ -77,22 +81,45 @@ def job_to_hash(job: Job) -> dict[str, str]:
     return h
 
 
-def hash_to_job(job_id: int, h: dict[str, str]) -> Job:
+def spec_from_json(raw: str) -> JobSpec:
+    """A stored spec, parsed and validated once per distinct text (up to ``SPEC_CACHE_CHARS``):
+    the scheduler reads every pending job each cycle, and a spec changes only by being rewritten
+    (hold flips its flag), so the same text is the same spec. Specs are values: nothing changes
+    one in place (they are replaced with ``model_copy``), which is what makes sharing the parsed
+    one safe."""
+    return _cached_spec(raw) if len(raw) <= SPEC_CACHE_CHARS else _parse_spec(raw)
+
+
+@lru_cache(maxsize=SPEC_CACHE_SIZE)
+def _cached_spec(raw: str) -> JobSpec:
+    return _parse_spec(raw)
+
+
+def _parse_spec(raw: str) -> JobSpec:
     try:
-        spec = JobSpec.model_validate_json(h["spec"])
+        return JobSpec.model_validate_json(raw)
     except ValidationError:
         # Stored before today's bounds (or around admission): kept as stored, so that it can be
         # listed and cancelled, and the scheduler sets it aside (InvalidSpec) instead of failing.
-        spec = JobSpec.model_construct(**json.loads(h["spec"]))
-    data: dict[str, Any] = {"id": job_id, "spec": spec}
+        return JobSpec.model_construct(**json.loads(raw))
+
+
+def hash_to_job(job_id: int, h: dict[str, str]) -> Job:
+    spec = spec_from_json(h["spec"])
+    data: dict[str, Any] = {"id": job_id, "spec": _BLANK}
     for f in STATUS_FIELDS:
         v = h.get(f)
         if v:
             data[f] = _decode(f, v)
     try:
-        return Job.model_validate(data)
+        # The status fields validated around a blank spec: pydantic runs a model's after-validators
+        # again on an instance it is handed, and the spec was validated when it was parsed.
+        return Job.model_validate(data).model_copy(update={"spec": spec})
     except ValidationError:
-        return Job.model_construct(**{**data, "state": JobState(data.get("state", JobState.PENDING))})
+        return Job.model_construct(**{**data, "spec": spec, "state": JobState(data.get("state", JobState.PENDING))})
+
+
+_BLANK = JobSpec()
 
 
 # --- inventory --------------------------------------------------------------------------------

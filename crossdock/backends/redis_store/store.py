@@ -221,17 +221,11 @@ class JobStore:
         end = -1 if limit is None else limit - 1
         return [int(i) for i in self.r.zrevrange(self.k.all_jobs, 0, end)][::-1]
 
-    def iter_ids(self, batch: int = 5000) -> Iterator[list[int]]:
-        """Every stored job id, oldest first, ``batch`` at a time: a listing of all jobs pages
-        through the index instead of reading it whole (or capping it). Paged by id (the score),
-        so jobs expiring meanwhile shift nothing."""
-        low = "-inf"
-        while True:
-            page = [int(i) for i in self.r.zrangebyscore(self.k.all_jobs, low, "+inf", start=0, num=batch)]
-            if not page:
-                return
-            yield page
-            low = f"({page[-1]}"
+    def ids_after(self, after: int, count: int) -> list[int]:
+        """Up to ``count`` stored job ids above ``after``, ascending: a listing of every job pages
+        through the index with it instead of reading it whole (or capping it). Paged by id (the
+        score), so jobs expiring meanwhile shift nothing."""
+        return [int(i) for i in self.r.zrangebyscore(self.k.all_jobs, f"({after}", "+inf", start=0, num=count)]
 
     def array_ids(self, array_job_id: int) -> list[int]:
         return [int(i) for i in self.r.zrange(self.k.array(array_job_id), 0, -1)]

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import json
 import os
+import pwd
 import re
 import subprocess
 import tempfile
@@ -91,6 +92,10 @@ class CliDriver:
         # it set, srun inside jobs switches to auth/jwt and fails)
         self.env = exportable(dict(os.environ if env is None else env))
         self.timeout_s = timeout_s
+        try:
+            self.user = pwd.getpwuid(os.geteuid()).pw_name
+        except KeyError:
+            self.user = str(os.geteuid())
 
     # --- plumbing ---------------------------------------------------------------------------
 
@@ -119,8 +124,21 @@ class CliDriver:
 
     # --- SlurmDriver ------------------------------------------------------------------------
 
+    def owner_options(self, user: str) -> list[str]:
+        """``--uid``/``--gid`` of the job's owner when this process is root (sbatch allows them to
+        root and SlurmUser alone): slurmctld records the job as the owner's and slurmd runs it
+        under the owner's uid, as the REST driver does with the owner's JWT. Not root, or the
+        owner is this process's user: nothing (the job is this user's)."""
+        if os.geteuid() != 0 or not user or user == self.user:
+            return []
+        try:
+            entry = pwd.getpwnam(user)
+        except KeyError:
+            raise SubmitRejected(f"the job's owner {user!r} has no passwd entry; Slurm runs jobs as their owner") from None
+        return [f"--uid={entry.pw_uid}", f"--gid={entry.pw_gid}"]
+
     def submit(self, request: SubmitRequest) -> int:
-        argv = ["sbatch", "--parsable", *sbatch_options(request)]
+        argv = ["sbatch", "--parsable", *self.owner_options(request.user), *sbatch_options(request)]
         env = {**self.env, **request.env} if request.env else self.env
         try:
             if request.args:
@@ -133,7 +151,10 @@ class CliDriver:
         except SlurmUnavailable:
             raise
         except SlurmError as exc:
-            raise SubmitRejected(str(exc)) from None
+            hint = ("; this sbatch has no --uid (newer Slurm): run jobs as their owners with the REST driver's"
+                    " per-user tokens (CROSSDOCK_SLURM_DRIVER=rest)" if "--uid" in str(exc) and "unrecognized" in str(exc)
+                    else "")
+            raise SubmitRejected(f"{exc}{hint}") from None
         # --parsable prints "jobid" or "jobid;cluster"
         return int(out.strip().splitlines()[-1].split(";")[0])
 

@@ -115,7 +115,7 @@ def client_runtime(state: Path, env: dict[str, str], monkeypatch) -> Runtime:
             monkeypatch.setenv(k, v)
     monkeypatch.delenv("CROSSDOCK_REDIS_URL", raising=False)
     monkeypatch.delenv("CROSSDOCK_PREFIX", raising=False)
-    return Runtime.from_env(start_redis=False)
+    return Runtime.from_env(start_redis=False)  # the up started first: its Redis and its password file exist
 
 
 def run_job(rt: Runtime, workdir: Path, timeout: float = 60) -> JobState:

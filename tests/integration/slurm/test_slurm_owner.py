@@ -1,7 +1,9 @@
-"""A Slurm job runs as its owner through the REST driver's per-user JWTs (``scontrol token``)."""
+"""A Slurm job runs as its owner: through the REST driver's per-user JWTs (``scontrol token``), and
+through the CLI driver's ``sbatch --uid/--gid`` when the service runs as root."""
 
 from __future__ import annotations
 
+import os
 import pwd
 import subprocess
 
@@ -23,20 +25,25 @@ def second_uid() -> int:
         return pwd.getpwnam(SECOND).pw_uid
 
 
-def test_a_job_of_another_user_runs_under_that_users_uid(slurm_cluster, make_job, jobs_dir):
-    uid = second_uid()
-    backend = SlurmBackend.from_env(slurm_cluster, driver="rest")
-    job = make_job(command=["id", "-u"], user=SECOND, partition="cpu")
+@pytest.mark.parametrize("driver", ["rest", "cli"])
+def test_a_job_of_another_user_runs_under_that_users_uid(slurm_cluster, make_job, jobs_dir, driver):
+    assert os.geteuid() == 0, "the service submits for others as root (sbatch --uid, scontrol token)"
+    uid, gid = second_uid(), pwd.getpwnam(SECOND).pw_gid
+    backend = SlurmBackend.from_env(slurm_cluster, driver=driver)
+    job = make_job(command=["sh", "-c", "id -u; id -g"], user=SECOND, partition="cpu")
     ref = backend.submit(job)
     assert wait_terminal(backend, ref, timeout=60).state is JobState.COMPLETED
     out = jobs_dir / f"{job.id}.out"
-    assert wait_file(out, "\n").strip() == str(uid)
+    assert wait_file(out, "\n").split() == [str(uid), str(gid)]
     assert out.stat().st_uid == uid
+    recorded = [j for j in backend.driver.jobs() if str(j.job_id) == str(ref)]
+    assert [j.user for j in recorded] == [SECOND], recorded  # slurmctld's record names the owner
 
 
-def test_an_owner_slurm_cannot_issue_a_token_for_is_refused_with_its_name(slurm_cluster, make_job):
+@pytest.mark.parametrize("driver", ["rest", "cli"])
+def test_an_owner_with_no_passwd_entry_is_refused_with_its_name(slurm_cluster, make_job, driver):
     from crossdock.queue.ports import SubmitFailed
 
-    backend = SlurmBackend.from_env(slurm_cluster, driver="rest")
+    backend = SlurmBackend.from_env(slurm_cluster, driver=driver)
     with pytest.raises(SubmitFailed, match="no-such-user-x"):
         backend.submit(make_job(command=["true"], user="no-such-user-x", partition="cpu"))

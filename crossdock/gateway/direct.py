@@ -1,0 +1,118 @@
+"""The faces' view of the service when this process may talk to Redis itself (single-user, and
+the service's own end of the socket): each method is one ``service`` call for one caller."""
+
+from __future__ import annotations
+
+import threading
+from typing import Any, Sequence
+
+from crossdock import service
+from crossdock.queue.models import Job, JobSpec
+from crossdock.queue.snapshot import Node
+from crossdock.runtime import Runtime
+
+LISTINGS = ("queued", "all")
+"""``ids(which)``: the pending and running jobs (squeue's default), or every job."""
+ALL_LIMIT = 10_000
+
+
+class Direct:
+    """``rt``'s store for ``who``; ``send`` (a Celery sender) is made on first use when not given."""
+
+    remote = False
+
+    def __init__(self, rt: Runtime, who: service.Caller | None = None, send: Any = None):
+        self.rt = rt
+        self.who = who or service.caller(rt)
+        self._send, self._lock = send, threading.Lock()
+
+    def send(self, name: str, args: list, backend_kind: str) -> None:
+        with self._lock:  # one Celery producer, shared by the socket server's threads
+            if self._send is None:
+                from crossdock.workers.app import celery_sender, make_app
+
+                self._send = celery_sender(make_app(self.rt.redis_url))
+            self._send(name, args, backend_kind)
+
+    # --- what a submission needs to know --------------------------------------------------
+    def limits(self) -> dict[str, Any]:
+        """Who the caller is and what the CLI checks before it sends a submission."""
+        return {"user": self.who.name, "admin": self.who.admin,
+                "max_array_size": self.rt.config.scheduler.max_array_size}
+
+    # --- mutations: the service's functions, its ownership checks included --------------------
+    def submit(self, specs: Sequence[JobSpec], token: str | None = None) -> list[Job]:
+        return service.submit(self.rt, list(specs), token=token, who=self.who)
+
+    def check(self, specs: Sequence[JobSpec]) -> list[Job]:
+        """Admission as ``submit`` does it, storing nothing (``--dry-run``)."""
+        return service.check(self.rt, list(specs), service.load_inventory(self.rt, store_optional=True), self.who)
+
+    def cancel(self, refs: Sequence[str]) -> list[tuple[str, str]]:
+        return service.cancel(self.rt, refs, self.send, self.who)
+
+    def hold(self, refs: Sequence[str], held: bool) -> list[tuple[Job, bool]]:
+        return service.hold(self.rt, refs, held, self.who)
+
+    def requeue(self, refs: Sequence[str]) -> list[tuple[Job, bool]]:
+        return service.requeue(self.rt, refs, self.send, self.who)
+
+    def authorize(self, job_id: int, action: str) -> None:
+        service.authorize(self.rt, self.who, [self.rt.store.get(job_id)], action)
+
+    def result(self, job_id: int) -> bytes | None:
+        return service.result(self.rt, self.rt.store.get(job_id), self.who)
+
+    def sign(self, payload: str) -> str:
+        return service.sign_payload(self.rt, self.who, payload)
+
+    # --- reads ------------------------------------------------------------------------------
+    def jobs(self, ids: Sequence[int]) -> list[Job]:
+        return self.rt.store.get_many(ids)
+
+    def job(self, job_id: int) -> Job:
+        return self.rt.store.get(job_id)
+
+    def resolve(self, ref: str) -> list[int]:
+        return self.rt.store.resolve(ref)
+
+    def ids(self, which: str) -> list[int]:
+        store = self.rt.store
+        if which == "all":
+            return store.all_ids(limit=ALL_LIMIT)
+        return sorted(set(store.pending_ids()) | set(store.active_ids()))
+
+    def events(self, job_id: int) -> list[dict[str, str]]:
+        return self.rt.store.events(job_id)
+
+    def ids_after(self, after: int, count: int) -> list[int]:
+        """Up to ``count`` stored job ids above ``after``, ascending: ``queue -t all`` pages with it."""
+        return self.rt.store.ids_after(after, min(count, ALL_LIMIT))
+
+    def history(self, since: float | None) -> list[dict[str, Any]]:
+        """Expired jobs' records ended at ``since`` (epoch seconds) or later (sacct's window)."""
+        return self.rt.store.history(since=since)
+
+    def planned(self, ids: Sequence[int]) -> list[list[Any]]:
+        """``[id, planned start (epoch) or None, nodes]`` for pending jobs the scheduler planned:
+        backfill's reservations, a preemptor's nominated node."""
+        store = self.rt.store
+        out = {i: [i, None, node] for i, node in store.nominations(ids).items()}
+        for i, (at, nodes) in store.expected_starts(ids).items():
+            out[i] = [i, at.timestamp(), ",".join(nodes) or (out.get(i) or [None, None, ""])[2]]
+        return list(out.values())
+
+    def usage(self) -> dict[str, float]:
+        """Decayed fair-share usage per queue and per queue/user."""
+        return self.rt.store.usage()[0]
+
+    def inventory(self) -> list[Node]:
+        return service.load_inventory(self.rt)
+
+    def backend_logs(self, job_id: int) -> str | None:
+        """A job's output as its backend serves it (a pod's log); None when it keeps files."""
+        job = self.rt.store.get(job_id)
+        if not job.backend or not self.rt.backends.capabilities(job.backend).logs:
+            return None
+        service.authorize(self.rt, self.who, [job], "read the output of")
+        return self.rt.backends(job.backend).logs(job)  # type: ignore[attr-defined]

@@ -1,0 +1,166 @@
+"""The multi-user service's Unix socket: who calls is what the kernel says (``SO_PEERCRED``), and
+each request is one :class:`~crossdock.gateway.direct.Direct` call for that caller, so the
+ownership checks are the service's own and nothing here decides.
+
+The standard library's ``socketserver`` (a thread per connection, JSON lines) rather than an
+RPC framework: the requests are a dozen short calls on one machine, peer credentials need the
+raw socket (which gRPC/HTTP servers hide), and it adds no dependency to the service.
+
+The socket is 0666 in a directory made 0755: anyone may connect, since identity comes from the
+kernel and not from the request; a request's ``as`` (the API's ``user=``) is honoured only for
+root or a configured admin.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import socket
+import socketserver
+import struct
+import threading
+from pathlib import Path
+from typing import Any
+
+from pydantic import ValidationError
+from redis.exceptions import RedisError
+
+from crossdock import service
+from crossdock.backends.redis_store.embedded import shown
+from crossdock.gateway import wire
+from crossdock.gateway.direct import LISTINGS, Direct
+from crossdock.queue.errors import CrossdockError, InvalidArgument, PermissionDenied
+from crossdock.queue.models import Job, JobSpec, validation_message
+from crossdock.runtime import Runtime
+from crossdock.settings import user_name
+
+log = logging.getLogger(__name__)
+
+
+def peer_uid(sock: socket.socket) -> int:
+    """The connecting process's uid, from the kernel."""
+    _pid, uid, _gid = struct.unpack("3i", sock.getsockopt(socket.SOL_SOCKET, socket.SO_PEERCRED, struct.calcsize("3i")))
+    return uid
+
+
+def redacted(job: Job, who: service.Caller) -> Job:
+    """Another user's job without its environment and Python payload (what ``show`` never prints)."""
+    if who.admin or job.spec.user == who.name:
+        return job
+    python = job.spec.python and job.spec.python.model_copy(update={"payload": "", "signature": ""})
+    return job.model_copy(update={"spec": job.spec.model_copy(update={"env": {}, "python": python})})
+
+
+class Handler(socketserver.StreamRequestHandler):
+    server: "GatewayServer"
+
+    def handle(self) -> None:
+        uid = peer_uid(self.request)
+        while True:
+            line = self.rfile.readline(wire.MAX_LINE + 1)
+            if not line:
+                return
+            if len(line) > wire.MAX_LINE:
+                self.wfile.write(wire.dumps({"error": {"type": "InvalidArgument",
+                                                       "message": f"request over {wire.MAX_LINE} bytes"}}))
+                return
+            self.wfile.write(wire.dumps(self.server.answer(uid, line)))
+
+
+class GatewayServer(socketserver.ThreadingMixIn, socketserver.UnixStreamServer):
+    daemon_threads = True
+    block_on_close = False
+
+    def __init__(self, path: Path, rt: Runtime, send: Any = None):
+        self.rt, self.path = rt, path
+        self.direct = Direct(rt, service.Caller("crossdock", True), send)  # holds the one Celery sender
+        path.parent.mkdir(mode=0o755, parents=True, exist_ok=True)
+        if path.exists() or path.is_symlink():
+            probe = socket.socket(socket.AF_UNIX)
+            try:
+                probe.connect(str(path))
+                raise CrossdockError(f"{path} is served by another crossdock up; stop it, or set CROSSDOCK_SOCKET")
+            except (ConnectionRefusedError, FileNotFoundError):
+                path.unlink(missing_ok=True)  # left by a service that died
+            finally:
+                probe.close()
+        super().__init__(str(path), Handler)
+        os.chmod(path, 0o666)
+
+    def answer(self, uid: int, line: bytes) -> dict[str, Any]:
+        try:
+            request = wire.json.loads(line)
+            op = wire.OPS[request["op"]]
+            args = {name: decode(request.get("args", {})[name]) if name in request.get("args", {}) else None
+                    for name, decode in op.args.items()}
+            who = service.caller(self.rt, request.get("as"), uid=uid)
+            return {"ok": op.out(self.call(request["op"], who, args))}
+        except (KeyError, TypeError, ValueError, AttributeError) as exc:
+            if isinstance(exc, ValidationError):
+                exc = InvalidArgument(validation_message(exc))
+            elif not isinstance(exc, CrossdockError):
+                exc = InvalidArgument(f"not a request this service answers ({type(exc).__name__}: {exc})")
+            return {"error": wire.error_of(exc)}
+        except CrossdockError as exc:
+            if isinstance(exc, PermissionDenied):
+                log.info("refused %s for %s (uid %s): %s", line[:80], user_name(uid), uid, exc)
+            return {"error": wire.error_of(exc)}
+        except RedisError as exc:
+            return {"error": {"type": "ServiceUnavailable", "message": f"the service cannot reach its store"
+                              f" ({type(exc).__name__}: {shown(str(exc))}); try again shortly"}}
+        except Exception as exc:  # the service stays up; the caller gets one line, the log the rest
+            log.exception("request from uid %s failed", uid)
+            return {"error": {"type": "CrossdockError", "message": f"the service failed: {type(exc).__name__}: {exc}"}}
+
+    def call(self, name: str, who: service.Caller, args: dict[str, Any]) -> Any:
+        view = Direct(self.rt, who, self.direct.send)
+        if name in ("submit", "check"):
+            args["specs"] = [self._sealed(spec, who) for spec in args["specs"]]
+        if name == "ids" and args["which"] not in LISTINGS:
+            raise InvalidArgument(f"which: {args['which']!r}; accepted: {', '.join(LISTINGS)}")
+        if name == "submit":
+            return view.submit(args["specs"], args["token"])
+        out = getattr(view, name)(**args)
+        if name in ("jobs", "job"):
+            return [redacted(j, who) for j in out] if name == "jobs" else redacted(out, who)
+        return out
+
+    def _sealed(self, spec: JobSpec, who: service.Caller) -> JobSpec:
+        """A Python job's payload sealed here under its owner's key: the caller is authenticated,
+        so the service vouches for what it sent (the client holds no key)."""
+        if spec.python is None:
+            return spec
+        owner = service.Caller(spec.user or who.name, who.admin)
+        signed = spec.python.model_copy(update={"signature": service.sign_payload(self.rt, owner, spec.python.payload)})
+        return spec.model_copy(update={"python": signed})
+
+
+class SocketPart:
+    """The socket server as one supervised part of ``crossdock up`` (a thread that serves)."""
+
+    name = "socket"
+
+    def __init__(self, path: Path, rt: Runtime):
+        self.path, self.rt = path, rt
+        self.server: GatewayServer | None = None
+        self.thread: threading.Thread | None = None
+
+    def start(self) -> None:
+        if self.server is None:
+            self.server = GatewayServer(self.path, self.rt)
+        self.thread = threading.Thread(target=self.server.serve_forever, args=(0.2,), daemon=True, name="socket")
+        self.thread.start()
+
+    def alive(self) -> bool:
+        return self.thread is not None and self.thread.is_alive()
+
+    def report(self) -> dict[str, Any]:
+        return {"path": str(self.path), "alive": self.alive()}
+
+    def stop(self) -> None:
+        if self.server is not None:
+            if self.alive():
+                self.server.shutdown()
+            self.server.server_close()
+            self.path.unlink(missing_ok=True)
+            self.server = None

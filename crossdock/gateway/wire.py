@@ -1,0 +1,127 @@
+"""What travels on the service's socket: one JSON object per line each way.
+
+Request ``{"op": NAME, "args": {...}, "as": USER|null}``; answer ``{"ok": VALUE}`` or
+``{"error": {"type": NAME, "message": LINE}}``. :data:`OPS` is the one table of operations: the
+name of the :class:`~crossdock.gateway.direct.Direct` method each calls, and how its arguments
+and its answer are spelled in JSON, so that the server and the client cannot disagree.
+"""
+
+from __future__ import annotations
+
+import base64
+import json
+from dataclasses import dataclass
+from typing import Any, Callable
+
+from crossdock.backends.redis_store.codec import nodes_from_json, nodes_to_json
+from crossdock.queue import errors
+from crossdock.queue.errors import CrossdockError
+from crossdock.queue.models import Job, JobSpec
+
+MAX_LINE = 256 * 1024 * 1024
+"""The longest request or answer (a Python job's payload travels inside its spec)."""
+
+
+class ServiceUnavailable(CrossdockError):
+    """The service's socket does not answer, or the service could not reach its store."""
+
+
+def _job(j: Job) -> dict:
+    return j.model_dump(mode="json")
+
+
+def _jobs(js: list[Job]) -> list[dict]:
+    return [_job(j) for j in js]
+
+
+def _unjobs(raw: list[dict]) -> list[Job]:
+    return [Job.model_validate(d) for d in raw]
+
+
+def _pairs(pairs: list[tuple[Job, bool]]) -> list:
+    return [[_job(j), done] for j, done in pairs]
+
+
+def _unpairs(raw: list) -> list[tuple[Job, bool]]:
+    return [(Job.model_validate(j), bool(done)) for j, done in raw]
+
+
+def _specs(raw: list) -> list[JobSpec]:
+    return [JobSpec.model_validate(d) for d in raw]
+
+
+def _same(x: Any) -> Any:
+    return x
+
+
+def _b64(data: bytes | None) -> str | None:
+    return None if data is None else base64.b64encode(data).decode()
+
+
+def _unb64(text: str | None) -> bytes | None:
+    return None if text is None else base64.b64decode(text)
+
+
+@dataclass(frozen=True)
+class Op:
+    args: dict[str, Callable[[Any], Any]]
+    """Each argument's decoder (JSON -> Python); the client spells them with :func:`encode_arg`."""
+    out: Callable[[Any], Any]
+    """The answer, Python -> JSON."""
+    back: Callable[[Any], Any]
+    """The answer, JSON -> Python."""
+
+
+OPS: dict[str, Op] = {
+    "limits": Op({}, _same, _same),
+    "submit": Op({"specs": _specs, "token": _same}, _jobs, _unjobs),
+    "check": Op({"specs": _specs}, _jobs, _unjobs),
+    "cancel": Op({"refs": list}, lambda p: [list(x) for x in p], lambda r: [tuple(x) for x in r]),
+    "hold": Op({"refs": list, "held": bool}, _pairs, _unpairs),
+    "requeue": Op({"refs": list}, _pairs, _unpairs),
+    "authorize": Op({"job_id": int, "action": str}, _same, _same),
+    "result": Op({"job_id": int}, _b64, _unb64),
+    "jobs": Op({"ids": lambda ids: [int(i) for i in ids]}, _jobs, _unjobs),
+    "job": Op({"job_id": int}, _job, Job.model_validate),
+    "resolve": Op({"ref": str}, _same, _same),
+    "ids": Op({"which": str}, _same, _same),
+    "events": Op({"job_id": int}, _same, _same),
+    "ids_after": Op({"after": int, "count": int}, _same, _same),
+    "history": Op({"since": lambda t: None if t is None else float(t)}, _same, _same),
+    "planned": Op({"ids": lambda ids: [int(i) for i in ids]}, _same, _same),
+    "usage": Op({}, _same, _same),
+    "inventory": Op({}, lambda ns: json.loads(nodes_to_json(ns)), lambda raw: nodes_from_json(json.dumps(raw))),
+    "backend_logs": Op({"job_id": int}, _same, _same),
+}
+
+
+def encode_arg(value: Any) -> Any:
+    """A request argument as JSON: specs as their JSON dump, sequences as lists."""
+    if isinstance(value, JobSpec):
+        return value.model_dump(mode="json")
+    if isinstance(value, (list, tuple)):
+        return [encode_arg(v) for v in value]
+    return value
+
+
+def error_of(exc: BaseException) -> dict[str, str]:
+    message = "; ".join(exc.errors) if isinstance(exc, errors.ConfigError) else str(exc)
+    return {"type": type(exc).__name__, "message": message}
+
+
+def rebuild(error: dict[str, str]) -> CrossdockError:
+    """The error the service raised, as its own class when it is one of crossdock's."""
+    cls = getattr(errors, error.get("type", ""), None)
+    if not (isinstance(cls, type) and issubclass(cls, CrossdockError)):
+        cls = ServiceUnavailable if error.get("type") == "ServiceUnavailable" else CrossdockError
+    exc = cls.__new__(cls)
+    Exception.__init__(exc, error.get("message", ""))
+    if isinstance(exc, errors.ConfigError):
+        exc.errors = [error.get("message", "")]
+    if isinstance(exc, errors.NoSuchJob):
+        exc.job_id = None
+    return exc
+
+
+def dumps(obj: Any) -> bytes:
+    return json.dumps(obj, separators=(",", ":")).encode() + b"\n"
