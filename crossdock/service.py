@@ -54,6 +54,15 @@ def authorize(rt: Runtime, who: Caller, jobs: Iterable[Job], action: str) -> Non
                                f" and you are {who.name!r}; only its owner or an admin may")
 
 
+def acting_users(who: Caller, users: set[str] | None) -> set[str] | None:
+    """Whose jobs a filtered action (``cancel -t PD``, ``-n NAME``) touches: the users named, else
+    the caller's own jobs, or everyone's for an admin (None). Naming another user's jobs is allowed
+    here; acting on them is refused by :func:`authorize` unless the caller is an admin."""
+    if users:
+        return users
+    return None if who.admin else {who.name}
+
+
 def load_inventory(rt: Runtime, store_optional: bool = False) -> list[Node]:
     """Nodes as the scheduler last saw them; before it ran, the local pools from the config.
     ``store_optional``: a store that does not answer counts as "not yet run" (``--dry-run``)."""
@@ -114,18 +123,18 @@ def owned(rt: Runtime, refs: Iterable[str], who: Caller, action: str) -> list[Jo
 
 
 def cancel(rt: Runtime, refs: Iterable[str], send, who: Caller | None = None) -> list[tuple[str, str]]:
-    """Cancel jobs (``12``, ``12_3`` or a whole array ``12``); returns (job, outcome) pairs."""
+    """Cancel jobs (``12``, ``12_3`` or a whole array ``12``); returns (the job as shown, e.g. 12_3, outcome) pairs."""
     who = who or caller(rt)
     out = []
     for job in owned(rt, refs, who, "cancel"):
         res = rt.store.cancel(job.id, actor=who.name)
         if res.cancelled_now:
-            out.append((str(job.id), "CANCELLED"))
+            out.append((job.display_id, "CANCELLED"))
         elif res.state.terminal:
-            out.append((str(job.id), f"already {res.state.value}"))
+            out.append((job.display_id, f"already {res.state.value}"))
         else:
             send("crossdock.cancel", [job.id], res.backend or "local")
-            out.append((str(job.id), "cancelling"))
+            out.append((job.display_id, "cancelling"))
     return out
 
 

@@ -13,7 +13,7 @@ import typer.core
 from typer.core import TyperGroup
 from typer.main import get_group
 
-from crossdock.cli import admin, autoscale, jobs, keys, metrics
+from crossdock.cli import admin, autoscale, history, jobs, keys, metrics, views
 from crossdock.cli.common import one_line
 
 # Typer vendors its own click (typer._click) in recent versions; older ones use click itself.
@@ -47,8 +47,10 @@ app = typer.Typer(cls=_OneLineErrors, help="crossdock: one batch queue in front 
                   no_args_is_help=True, pretty_exceptions_enable=False)
 
 app.command(context_settings=jobs.RAW, add_help_option=False)(jobs.submit)
-app.command("queue")(jobs.queue)
-app.command()(jobs.show)
+app.command("queue")(views.queue)
+app.command()(views.show)
+app.command()(views.priority)
+app.command()(history.history)
 app.command()(jobs.cancel)
 app.command()(jobs.hold)
 app.command()(jobs.release)

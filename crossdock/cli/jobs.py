@@ -9,8 +9,8 @@ from typing import List, Optional
 import typer
 from rich.live import Live
 
-from crossdock.cli.common import console, fail, gateway, print_json
-from crossdock.cli.render import job_row, queue_table, summary_table
+from crossdock.cli.common import console, fail, gateway
+from crossdock.cli.render import summary_table
 from crossdock.queue.errors import CrossdockError, NoSuchJob
 from crossdock.queue.models import Job
 from crossdock.queue.states import JobState
@@ -42,61 +42,6 @@ def _jobs(refs: List[str]) -> list[Job]:
         fail(str(exc), code=1)
 
 
-def queue(
-    user: Optional[str] = typer.Option(None, "--user", "-u", help="only this user's jobs"),
-    queue_name: Optional[str] = typer.Option(None, "--queue", "-p", "--partition", help="only this queue"),
-    states: Optional[str] = typer.Option(None, "--states", "-t", help="comma list, e.g. PENDING,RUNNING, or all"),
-    jobs: Optional[str] = typer.Option(None, "--jobs", "-j", help="comma list of job ids"),
-    as_json: bool = typer.Option(False, "--json"),
-) -> None:
-    """List jobs, like squeue (pending and running by default; -t all for every job)."""
-    gw = gateway()
-    if jobs:
-        selected = _jobs(jobs.split(","))
-    elif states and states.lower() == "all":
-        selected = gw.jobs(gw.ids("all"))
-    else:
-        selected = gw.jobs(gw.ids("queued"))
-    if states and states.lower() != "all":
-        wanted = {s.strip().upper() for s in states.split(",")}
-        unknown = wanted - {s.value for s in JobState}
-        if unknown:
-            fail(f"--states: unknown state {sorted(unknown)[0]!r}; accepted: {', '.join(s.value for s in JobState)}, all")
-        if jobs is None:
-            selected = gw.jobs(gw.ids("all"))
-        selected = [j for j in selected if j.state.value in wanted]
-    if user:
-        selected = [j for j in selected if j.spec.user == user]
-    if queue_name:
-        selected = [j for j in selected if j.queue == queue_name or j.pool == queue_name]
-    if as_json:
-        print_json([job_row(j) for j in selected])
-    else:
-        console.print(queue_table(selected))
-
-
-def show(job: str = typer.Argument(..., help="job id"), as_json: bool = typer.Option(False, "--json")) -> None:
-    """Everything about one job, like scontrol show job, with why it is not running."""
-    for j in _jobs([job]):
-        row = {**job_row(j), "spec": j.spec.model_dump(exclude_defaults=True, exclude={"env", "python"}),
-               "explanation": j.explanation,
-               "events": gateway().events(j.id)}
-        if as_json:
-            print_json(row)
-            continue
-        for key, value in row.items():
-            if key in ("spec", "events"):
-                continue
-            console.print(f"[bold]{key}[/]={value}", highlight=False)
-        console.print("[bold]events[/]:")
-        for e in row["events"]:
-            if "to" in e:
-                console.print(f"  {e.get('from', '')} -> {e['to']} by {e.get('actor', '')} {e.get('reason', '')}",
-                              highlight=False)
-            else:  # refused: no state change
-                console.print(f"  {e.get('event', '')} {e.get('action', '')} by {e.get('actor', '')}", highlight=False)
-
-
 def _acting(act, refs: List[str]):
     """Run a service action; a refusal or an unknown job is one line and exit status 2."""
     try:
@@ -107,8 +52,33 @@ def _acting(act, refs: List[str]):
         fail(str(exc))
 
 
-def cancel(refs: List[str] = typer.Argument(..., help="job ids, array tasks (12_3) or arrays (12)")) -> None:
-    """Cancel jobs, like scancel."""
+def cancel(
+    refs: Optional[List[str]] = typer.Argument(None, help="job ids, array tasks (12_3) or arrays (12)"),
+    user: Optional[str] = typer.Option(None, "--user", "-u", help="only these users' jobs (comma list)"),
+    me: bool = typer.Option(False, "--me", help="only my jobs"),
+    name: Optional[str] = typer.Option(None, "--name", "-n", help="only jobs with these names (comma list)"),
+    states: Optional[str] = typer.Option(None, "--state", "-t", help="only jobs in these states (PD,R,...)"),
+    queue_name: Optional[str] = typer.Option(None, "--partition", "-p", help="only these queues or pools"),
+) -> None:
+    """Cancel jobs, like scancel: the ids given, or every job the filters match (with no user
+    named, only your own jobs unless you are an admin), or the ids given that also match them."""
+    from crossdock.cli.views import make_filter, select
+    from crossdock.service import acting_users
+
+    filtered = bool(user or me or name or states or queue_name)
+    if not refs and not filtered:
+        fail("cancel: give job ids, or filters such as --me, -u USER, -n NAME, -t STATE, -p QUEUE")
+    if filtered:
+        f = make_filter(jobs=None, states=states,
+                        default_states=None if states else frozenset(s for s in JobState if not s.terminal),
+                        users=user, me=me, queues=queue_name, names=name)
+        f.ids = [p for r in refs for p in r.split(",")] if refs else None
+        if not refs:
+            f.users = acting_users(gateway().who, f.users)
+        refs = [str(j.id) for j in select(f) if not j.state.terminal]
+        if not refs:
+            console.print("no matching jobs", highlight=False)
+            return
     for job_id, outcome in _acting(lambda gw, ids: gw.cancel(ids), refs):
         console.print(f"{job_id}: {outcome}", highlight=False)
 

@@ -2,11 +2,11 @@
 
 from __future__ import annotations
 
-from datetime import datetime, timezone
 from typing import Any, Iterable
 
 from rich.table import Table
 
+from crossdock.cli.slurmfmt import duration, run_seconds
 from crossdock.queue.models import Job
 from crossdock.queue.snapshot import Node
 
@@ -16,24 +16,11 @@ STATE_STYLE = {"PENDING": "yellow", "SCHEDULED": "cyan", "RUNNING": "green", "CO
 
 
 def elapsed(job: Job) -> str:
-    if job.start_time is None:
-        return "0:00"
-    end = job.end_time or datetime.now(timezone.utc)
-    secs = int((end - job.start_time).total_seconds())
-    d, rem = divmod(secs, 86400)
-    h, rem = divmod(rem, 3600)
-    m, s = divmod(rem, 60)
-    text = f"{h}:{m:02d}:{s:02d}" if h else f"{m}:{s:02d}"
-    return f"{d}-{h:02d}:{m:02d}:{s:02d}" if d else text
+    return duration(run_seconds(job))
 
 
 def time_limit(job: Job) -> str:
-    limit = job.spec.time_limit_seconds
-    if limit is None:
-        return "UNLIMITED"
-    m, s = divmod(limit, 60)
-    h, m = divmod(m, 60)
-    return f"{h}:{m:02d}:{s:02d}"
+    return duration(job.spec.time_limit_seconds)
 
 
 def job_row(job: Job) -> dict[str, Any]:
@@ -45,18 +32,6 @@ def job_row(job: Job) -> dict[str, Any]:
             "gpus": job.spec.total_gpus() if gpu else 0, "gpu_ids": job.gpu_ids, "attempts": job.attempts,
             "exit_code": job.exit_code, "submit_time": job.submit_time, "start_time": job.start_time,
             "end_time": job.end_time}
-
-
-def queue_table(jobs: Iterable[Job]) -> Table:
-    t = Table(box=None, header_style="bold")
-    for col in ("JOBID", "QUEUE", "NAME", "USER", "ST", "TIME", "TIME_LIMIT", "NODES", "NODELIST(REASON)"):
-        t.add_column(col, no_wrap=col != "NAME")
-    for j in jobs:
-        where = ",".join(j.nodes) if j.state.active else f"({j.reason or 'None'})"
-        t.add_row(j.display_id, j.queue, j.spec.display_name(), j.spec.user,
-                  f"[{STATE_STYLE.get(j.state.value, '')}]{j.state.value}[/]", elapsed(j), time_limit(j),
-                  str(j.spec.nodes), where)
-    return t
 
 
 def summary_table(jobs: Iterable[Job], title: str = "") -> Table:

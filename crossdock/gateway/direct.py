@@ -85,6 +85,27 @@ class Direct:
     def events(self, job_id: int) -> list[dict[str, str]]:
         return self.rt.store.events(job_id)
 
+    def ids_after(self, after: int, count: int) -> list[int]:
+        """Up to ``count`` stored job ids above ``after``, ascending: ``queue -t all`` pages with it."""
+        return self.rt.store.ids_after(after, min(count, ALL_LIMIT))
+
+    def history(self, since: float | None) -> list[dict[str, Any]]:
+        """Expired jobs' records ended at ``since`` (epoch seconds) or later (sacct's window)."""
+        return self.rt.store.history(since=since)
+
+    def planned(self, ids: Sequence[int]) -> list[list[Any]]:
+        """``[id, planned start (epoch) or None, nodes]`` for pending jobs the scheduler planned:
+        backfill's reservations, a preemptor's nominated node."""
+        store = self.rt.store
+        out = {i: [i, None, node] for i, node in store.nominations(ids).items()}
+        for i, (at, nodes) in store.expected_starts(ids).items():
+            out[i] = [i, at.timestamp(), ",".join(nodes) or (out.get(i) or [None, None, ""])[2]]
+        return list(out.values())
+
+    def usage(self) -> dict[str, float]:
+        """Decayed fair-share usage per queue and per queue/user."""
+        return self.rt.store.usage()[0]
+
     def inventory(self) -> list[Node]:
         return service.load_inventory(self.rt)
 

@@ -120,6 +120,18 @@ class Remote:
     def events(self, job_id: int) -> list[dict[str, str]]:
         return self.call("events", job_id=job_id)
 
+    def ids_after(self, after: int, count: int) -> list[int]:
+        return self.call("ids_after", after=after, count=count)
+
+    def history(self, since: float | None) -> list[dict[str, Any]]:
+        return self.call("history", since=since)
+
+    def planned(self, ids: Sequence[int]) -> list[list[Any]]:
+        return self.call("planned", ids=list(ids))
+
+    def usage(self) -> dict[str, float]:
+        return self.call("usage")
+
     def inventory(self) -> list[Node]:
         return self.call("inventory")
 

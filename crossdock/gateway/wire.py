@@ -86,6 +86,10 @@ OPS: dict[str, Op] = {
     "resolve": Op({"ref": str}, _same, _same),
     "ids": Op({"which": str}, _same, _same),
     "events": Op({"job_id": int}, _same, _same),
+    "ids_after": Op({"after": int, "count": int}, _same, _same),
+    "history": Op({"since": lambda t: None if t is None else float(t)}, _same, _same),
+    "planned": Op({"ids": lambda ids: [int(i) for i in ids]}, _same, _same),
+    "usage": Op({}, _same, _same),
     "inventory": Op({}, lambda ns: json.loads(nodes_to_json(ns)), lambda raw: nodes_from_json(json.dumps(raw))),
     "backend_logs": Op({"job_id": int}, _same, _same),
 }

@@ -383,6 +383,8 @@ class Job(_Model):
     alloc_mem_mib: int = 0
     exit_code: int | None = None
     signal: int | None = None
+    max_rss_kib: int | None = None
+    """Peak resident memory of the job's processes in KiB, where its backend reports it (sacct's MaxRSS)."""
     submit_time: datetime | None = None
     eligible_time: datetime | None = None
     scheduled_time: datetime | None = None

@@ -192,6 +192,7 @@ class Scheduler:
                 store.request_preempt(pre.victim_id, pre.grace_seconds)
                 self.send("crossdock.preempt", [pre.victim_id, pre.grace_seconds], victim.backend)
         store.update_nominations([p.job_id for p in result.admitted] + list(result.cancelled), result.nominations)
+        store.save_expected_starts({r.job_id: (r.start, r.nodes) for r in result.reservations})
         # Only the reasons that changed: with thousands pending, rewriting each one every cycle
         # was most of the cycle's writes.
         reasons, explanations = capacity_reasons(result.pending, result.explanations or {}, self.autoscaler.waiting)

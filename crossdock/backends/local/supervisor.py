@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import logging
 import os
+import resource
 import signal
 import socket
 import subprocess
@@ -347,6 +348,8 @@ class Supervisor:
             state, reason = JobState.COMPLETED, Reason.NONE
         else:
             state, reason = JobState.FAILED, Reason.NON_ZERO_EXIT
+        if max_rss_kib is None:  # no memory limit watched it: the reaped children's peak (KiB on Linux)
+            max_rss_kib = resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss or None
         return workspace.Outcome(state, reason, exit_code, sig, started, time.time(), ref, max_rss_kib)
 
     def _finish(self, job: Job, attempt: int, outcome: workspace.Outcome, ws: Path) -> int:

@@ -101,6 +101,7 @@ class Outcome:
     end_time: float
     backend_ref: str = ""
     max_rss_kib: int | None = None
+    """The job process tree's peak resident memory."""
 
 
 def write_outcome(ws: Path, outcome: Outcome) -> None:

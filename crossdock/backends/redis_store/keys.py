@@ -66,6 +66,11 @@ class Keys:
         return f"{self.prefix}:nominations"
 
     @property
+    def expected_starts(self) -> str:
+        """HASH job id -> "epoch start|node,node": the last cycle's backfill reservations (squeue --start)."""
+        return f"{self.prefix}:expected_starts"
+
+    @property
     def inventory(self) -> str:
         """STRING JSON of the last inventory, for `crossdock info` without backend calls."""
         return f"{self.prefix}:inventory"

@@ -221,6 +221,12 @@ class JobStore:
         end = -1 if limit is None else limit - 1
         return [int(i) for i in self.r.zrevrange(self.k.all_jobs, 0, end)][::-1]
 
+    def ids_after(self, after: int, count: int) -> list[int]:
+        """Up to ``count`` stored job ids above ``after``, ascending: a listing of every job pages
+        through the index with it instead of reading it whole (or capping it). Paged by id (the
+        score), so jobs expiring meanwhile shift nothing."""
+        return [int(i) for i in self.r.zrangebyscore(self.k.all_jobs, f"({after}", "+inf", start=0, num=count)]
+
     def array_ids(self, array_job_id: int) -> list[int]:
         return [int(i) for i in self.r.zrange(self.k.array(array_job_id), 0, -1)]
 
@@ -479,6 +485,26 @@ class JobStore:
             client.hdel(self.k.nominations, *done)
         if nominated:
             client.hset(self.k.nominations, mapping={str(k): v for k, v in nominated.items()})
+
+    def save_expected_starts(self, starts: dict[int, tuple[datetime, Sequence[str]]], pipe: Any = None) -> None:
+        """The last cycle's reservations, replacing the previous ones: job id -> (start, nodes)."""
+        client = pipe if pipe is not None else self.r
+        client.delete(self.k.expected_starts)
+        if starts:
+            client.hset(self.k.expected_starts, mapping={str(k): f"{t.timestamp()}|{','.join(nodes)}"
+                                                         for k, (t, nodes) in starts.items()})
+
+    def expected_starts(self, among: Iterable[int]) -> dict[int, tuple[datetime, list[str]]]:
+        """When and where the scheduler last planned to start these pending jobs (backfill's reservations)."""
+        ids = [int(i) for i in among]
+        if not ids:
+            return {}
+        out = {}
+        for i, raw in zip(ids, self.r.hmget(self.k.expected_starts, ids)):
+            if raw:
+                at, _, nodes = raw.partition("|")
+                out[i] = (datetime.fromtimestamp(float(at), timezone.utc), [n for n in nodes.split(",") if n])
+        return out
 
     def usage(self) -> tuple[dict[str, float], float | None]:
         """Decayed fair-share usage per queue and queue/user, and when it was last accrued."""

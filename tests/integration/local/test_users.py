@@ -375,3 +375,21 @@ def test_an_issued_key_lets_the_second_user_seal_what_the_service_accepts(users,
     with pytest.raises(BadSignature):
         signing.check_payload(state, spec.model_copy(update={"python": PythonCall(
             payload="eA==", signature=own.stdout.strip())}), "payload")
+
+
+def test_filtered_cancel_and_listings_keep_to_the_callers_own_jobs(users, service_rt):
+    """scancel -t PD as a user cancels that user's pending jobs only; naming root's jobs is refused."""
+    from crossdock import service
+
+    [roots] = service.submit(service_rt, [_spec(hold=True, name="shared")])
+    r = as_second(users, "submit", "--parsable", "-H", "-J", "shared", "--wrap", "true")
+    assert r.returncode == 0, r.stderr
+    mine = int(r.stdout)
+    listed = as_second(users, "queue", "--me", "-h", "-o", "%i %u")
+    assert listed.stdout.splitlines() == [f"{mine} {SECOND}"], listed
+    refused = as_second(users, "cancel", "-u", "root", "-t", "PD")
+    assert refused.returncode == 2 and f"job {roots.id}" in refused.stderr, refused
+    done = as_second(users, "cancel", "-n", "shared", "-t", "PD")
+    assert done.returncode == 0 and done.stdout.splitlines() == [f"{mine}: CANCELLED"], done
+    assert service_rt.store.get(roots.id).state is JobState.PENDING
+    assert service_rt.store.get(mine).state is JobState.CANCELLED

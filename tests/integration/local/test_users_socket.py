@@ -228,3 +228,20 @@ def _spec(**fields):
     fields.setdefault("command", ["true"])
     fields.setdefault("stdout", "/dev/null")
     return JobSpec(**fields)
+
+
+def test_slurm_listings_and_filtered_cancel_through_the_socket(service):
+    """queue -t all (paged), --start, priority, history and cancel -t reach the service's new reads
+    through the socket; a filtered cancel keeps to the second user's own jobs."""
+    held = root_client().submit_command(["true"], hold=True, stdout="/dev/null", name="shared")
+    r = cli_as_second(service, "submit", "--parsable", "-H", "-J", "shared", "--wrap", "true")
+    assert r.returncode == 0, r.stderr
+    mine = int(r.stdout)
+    r = cli_as_second(service, "queue", "-t", "all", "-h", "-o", "%i %t %u")
+    assert r.returncode == 0 and r.stdout.splitlines() == [f"{held.id} PD root", f"{mine} PD {SECOND}"], r
+    for args in (["queue", "--start"], ["priority"], ["history", "-a"]):
+        r = cli_as_second(service, *args)
+        assert r.returncode == 0 and str(mine) in r.stdout, (args, r)
+    r = cli_as_second(service, "cancel", "-n", "shared", "-t", "PD")
+    assert r.returncode == 0 and r.stdout.splitlines() == [f"{mine}: CANCELLED"], r
+    assert held.job.state is JobState.PENDING
