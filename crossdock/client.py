@@ -12,16 +12,20 @@ array; ``@task`` turns a function into a submitter.
 
 from __future__ import annotations
 
+import copy
 import functools
+import inspect
 import math
 import os
 import shlex
 import time
 import uuid
+import warnings
 from typing import Any, Callable, Iterable, Sequence
 
 from crossdock import service
-from crossdock.pycall import decode_outcome, encode_call
+from crossdock.backends.pypayload import args_context, fn_context
+from crossdock.pycall import decode_outcome, encode_args, encode_call, encode_fn
 from pydantic import ValidationError
 
 from crossdock.queue.environ import exportable
@@ -185,6 +189,7 @@ class Client:
         self.who = service.caller(self.runtime, user)
         self.user = self.who.name
         self._send = None
+        self._defaults: dict[str, Any] = {}
 
     @property
     def send(self):
@@ -212,29 +217,49 @@ class Client:
             field = message.partition(":")[0]
             raise InvalidArgument(_ARGUMENT_OF.get(field, field) + message[len(field):]) from None
 
-    def _python(self, payload: str, fn: Callable[..., Any]) -> PythonCall:
-        return PythonCall(payload=payload, qualname=getattr(fn, "__qualname__", ""),
-                          signature=service.sign_payload(self.runtime, self.who, payload))
+    def _python(self, payload: str, fn: Callable[..., Any], parts: str = "") -> PythonCall:
+        return PythonCall(payload=payload, qualname=getattr(fn, "__qualname__", ""), parts=parts,
+                          signature=service.sign_payload(self.runtime, self.who, payload) if payload else "")
+
+    def _runner_env(self) -> dict[str, str]:
+        """What a Python job's runner needs to reach this store and its owner's key, wherever it runs."""
+        return {k: v for k, v in self.runtime.child_env().items()
+                if k in ("CROSSDOCK_REDIS_URL", "CROSSDOCK_STATE_DIR", "CROSSDOCK_PREFIX", "CROSSDOCK_SIGNING_KEY")}
+
+    def _python_fields(self, name: str, python: PythonCall) -> dict[str, Any]:
+        env = {**exportable(dict(os.environ)), "SLURM_UMASK": submit_umask(), **self._runner_env()}
+        return dict(name=name, python=python, env=env)
+
+    def options(self, **resources: Any) -> "Client":
+        """A client whose submissions ask for ``resources`` (cpus, mem, gpus, gpu_model, time_limit,
+        queue, nodes, …, and name/token): ``client.options(cpus=4, queue="gpu").submit(f, x, b=5)``."""
+        _resources(**{k: v for k, v in {**self._defaults, **resources}.items() if k not in ("name", "token")})
+        other = copy.copy(self)
+        other._defaults = {**self._defaults, **resources}
+        return other
 
     def submit_specs(self, specs: Iterable[JobSpec], token: str | None = None) -> list[JobHandle]:
         """Submit many specs in one atomic, pipelined step."""
         return [JobHandle(self, j) for j in service.submit(self.runtime, list(specs), token=token, who=self.who)]
 
-    def submit(self, fn: Callable[..., Any], *args: Any, name: str | None = None, token: str | None = None,
-               **resources: Any) -> JobHandle:
-        """Run ``fn(*args)`` as a job; ``resources``: cpus, mem, gpus, gpu_model, time_limit (s), queue, …"""
-        kwargs = resources.pop("kwargs", {})
+    def submit(self, fn: Callable[..., Any], /, *args: Any, **kwargs: Any) -> JobHandle:
+        """Run ``fn(*args, **kwargs)`` as a job; its arguments pass through untouched. Resources come
+        from :meth:`options` (or ``resources={...}`` when ``fn`` takes no ``resources`` argument)."""
         if not callable(fn):
             raise InvalidArgument(f"fn: {shown(fn, 80)} is not callable; submit_command runs a program")
-        spec = self._spec(lambda: dict(name=name or getattr(fn, "__name__", "python"),
-                                       python=self._python(encode_call(fn, args, kwargs), fn),
-                                       **_resources(**resources)))
+        opts = {**self._defaults, **_legacy_options(fn, kwargs)}
+        name, token = opts.pop("name", None), opts.pop("token", None)
+        python = self._python(encode_call(fn, args, kwargs), fn)
+        spec = self._spec(lambda: {**self._python_fields(name or getattr(fn, "__name__", "python"), python),
+                                   **_resources(**opts)})
         return self.submit_specs([spec], token=token)[0]
 
     def submit_command(self, argv: Sequence[str], name: str | None = None, token: str | None = None,
                        **resources: Any) -> JobHandle:
         """Run ``argv`` (a list; a string is split with ``shlex`` and run without a shell)."""
         command = _argv(argv)
+        resources = {**self._defaults, **resources}
+        name, token = name or resources.pop("name", None), token or resources.pop("token", None)
         spec = self._spec(lambda: dict(name=name or os.path.basename(command[0]), command=command,
                                        **_resources(**resources)))
         return self.submit_specs([spec], token=token)[0]
@@ -243,6 +268,8 @@ class Client:
                       **resources: Any) -> JobHandle:
         if not isinstance(text, str):
             raise InvalidArgument(f"text: {shown(text, 80)} is not a script; give its text (decode bytes as UTF-8)")
+        resources = {**self._defaults, **resources}
+        name, token = resources.pop("name", name), token or resources.pop("token", None)
         spec = self._spec(lambda: dict(name=name, script=text, args=_argv(args) if args else [], **_resources(**resources)))
         return self.submit_specs([spec], token=token)[0]
 
@@ -254,16 +281,46 @@ class Client:
         items = list(inputs)
         if not items:
             return []
+        resources = {**self._defaults, **resources}
         name = resources.pop("name", getattr(fn, "__name__", "map"))
-        payload = encode_call(_call_indexed, (fn, items))
-        spec = self._spec(lambda: dict(name=name, python=self._python(payload, fn),
-                                       array=ArraySpec(task_ids=list(range(len(items))), max_running=max_running),
-                                       **_resources(**resources)))
+        resources.pop("token", None)
+        # the function once per array, each task's arguments apart: a task reads only its own
+        ref = uuid.uuid4().hex
+        parts = {"fn": service.seal(self.runtime, self.who, fn_context(ref), encode_fn(fn))}
+        parts.update({str(i): service.seal(self.runtime, self.who, args_context(ref, i), encode_args((item,)))
+                      for i, item in enumerate(items)})
+        spec = self._spec(lambda: {**self._python_fields(name, self._python("", fn, parts=ref)),
+                                   "array": ArraySpec(task_ids=list(range(len(items))), max_running=max_running),
+                                   **_resources(**resources)})
+        self.runtime.store.put_call_parts(ref, parts)
         return self.submit_specs([spec])[: len(items)]
 
 
-def _call_indexed(fn: Callable[[Any], Any], items: list[Any]) -> Any:
-    return fn(items[int(os.environ["SLURM_ARRAY_TASK_ID"])])
+_OPTION_NAMES = frozenset(inspect.signature(_resources).parameters) - {"hints"} | set(JobSpec.model_fields) | {
+    "name", "token", "resources", "kwargs"}
+
+
+def _legacy_options(fn: Callable[..., Any], kwargs: dict[str, Any]) -> dict[str, Any]:
+    """Take out of ``kwargs`` the submit options of the old form (``submit(f, x, cpus=2)``): a
+    keyword that names an option and that ``fn`` does not accept (``resources=`` a dict of them).
+    A keyword ``fn`` accepts is always its own. Warns: :meth:`Client.options` is the way now."""
+    try:
+        params = inspect.signature(fn).parameters
+    except (TypeError, ValueError):  # a builtin without a signature: every keyword is the function's
+        return {}
+    if any(p.kind is p.VAR_KEYWORD for p in params.values()):
+        return {}
+    taken = {k: kwargs.pop(k) for k in [k for k in kwargs if k in _OPTION_NAMES and k not in params]}
+    if not taken:
+        return {}
+    warnings.warn(f"submit(..., {', '.join(sorted(taken))}=...): pass resources through client.options(...)"
+                  " (or resources={...}); submit's keywords now go to the function", DeprecationWarning, stacklevel=3)
+    nested = taken.pop("resources", None) or {}
+    if not isinstance(nested, dict):
+        raise InvalidArgument(f"resources: {shown(nested, 80)} is not a dict of resources; give e.g. {{'cpus': 2}}")
+    if "kwargs" in taken:  # the old way to pass the function's keywords
+        kwargs.update(taken.pop("kwargs") or {})
+    return {**nested, **taken}
 
 
 def task(_fn: Callable[..., Any] | None = None, *, client: Client | None = None, **resources: Any):
@@ -276,7 +333,7 @@ def task(_fn: Callable[..., Any] | None = None, *, client: Client | None = None,
             return fn(*args, **kwargs)
 
         def submit(*args: Any, **kwargs: Any) -> JobHandle:
-            return (client or _default_client()).submit(fn, *args, kwargs=kwargs, **resources)
+            return (client or _default_client()).options(**resources).submit(fn, *args, **kwargs)
 
         def map_(inputs: Iterable[Any], **extra: Any) -> list[JobHandle]:
             return (client or _default_client()).map(fn, inputs, **{**resources, **extra})
