@@ -82,10 +82,10 @@ def result_limit(environ: dict[str, str] | None = None) -> int:
     return int(text) if text.strip().isdigit() else DEFAULT_LIMIT
 
 
-def run_call(fn: Callable[..., Any], args: tuple, kwargs: dict, limit: int) -> tuple[bytes, bool]:
+def run_call(fn: Callable[..., Any], args: tuple, kwargs: dict, limit: int, name: str = "") -> tuple[bytes, bool]:
     """Call ``fn`` and give (outcome, succeeded). A return value that does not pickle, or whose
     pickle is over ``limit`` bytes, is an error outcome that says so (and prints the traceback)."""
-    name = getattr(fn, "__qualname__", repr(fn))
+    name = name or getattr(fn, "__qualname__", repr(fn))
     try:
         value = fn(*args, **kwargs)
     except BaseException as exc:  # noqa: BLE001 - everything goes back to the caller

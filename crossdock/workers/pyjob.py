@@ -40,14 +40,20 @@ def run(rt: Runtime, environ: Mapping[str, str]) -> int:
     store, state_dir = rt.store, rt.settings.state_dir
     try:
         job = own_job(store, environ)
-        fn, args, kwargs = decode_call(verified_payload(store, state_dir, job))
+        payload = verified_payload(store, state_dir, job)
     except (CrossdockError, KeyError, ValueError) as exc:
         print(f"crossdock: cannot run this Python job: {exc}", file=sys.stderr)
         return 2
-    outcome, ok = run_call(fn, args, kwargs, result_limit(dict(environ)))
+    # unpickling runs inside run_call: a module missing in the job's environment is the job's error
+    outcome, ok = run_call(_call_of, (payload,), {}, result_limit(dict(environ)), name=job.spec.python.qualname)
     key = signing.user_key(state_dir, job.spec.user)
     store.set_result(job.id, signing.seal(key, f"result:{job.id}", outcome))
     return 0 if ok else 1
+
+
+def _call_of(payload: str):
+    fn, args, kwargs = decode_call(payload)
+    return fn(*args, **kwargs)
 
 
 def main() -> int:
