@@ -26,13 +26,15 @@ from crossdock.runtime import Runtime
 
 
 def own_job(store, environ: Mapping[str, str]) -> Job:
-    """This process's job: ``CROSSDOCK_JOB_ID``'s, or, in a Slurm or Kubernetes array submitted in
-    one piece, the task of the same array that ``SLURM_ARRAY_TASK_ID`` names."""
-    job = store.get(int(environ["CROSSDOCK_JOB_ID"]))
+    """This process's job: ``CROSSDOCK_JOB_ID``'s; in an array submitted in one piece (a Slurm
+    array names ``CROSSDOCK_ARRAY_JOB_ID``, a Kubernetes Indexed Job its first task's id), the
+    task of that array that ``SLURM_ARRAY_TASK_ID`` names."""
     task = environ.get("SLURM_ARRAY_TASK_ID", "")
+    if "CROSSDOCK_JOB_ID" not in environ and "CROSSDOCK_ARRAY_JOB_ID" in environ and task.isdigit():
+        return store.get(store.resolve(f"{int(environ['CROSSDOCK_ARRAY_JOB_ID'])}_{int(task)}")[0])
+    job = store.get(int(environ["CROSSDOCK_JOB_ID"]))
     if job.array_job_id is not None and task.isdigit() and int(task) != job.array_task_id:
-        ids = store.resolve(f"{job.array_job_id}_{task}")
-        job = store.get(ids[0])
+        job = store.get(store.resolve(f"{job.array_job_id}_{int(task)}")[0])
     return job
 
 

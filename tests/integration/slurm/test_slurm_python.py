@@ -64,3 +64,4 @@ def test_map_over_three_hundred_inputs(on_slurm):
     client = Client(on_slurm.rt)
     handles = client.map(lambda x: x * x, range(300))
     assert [h.result(timeout=600) for h in handles] == [x * x for x in range(300)]
+
