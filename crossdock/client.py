@@ -228,7 +228,8 @@ class Client:
 
     def _python_fields(self, name: str, python: PythonCall) -> dict[str, Any]:
         env = {**exportable(dict(os.environ)), "SLURM_UMASK": submit_umask(), **self._runner_env()}
-        return dict(name=name, python=python, env=env)
+        # the outcome goes to the store: no slurm-N.out in the caller's directory unless asked (options(stdout=…))
+        return dict(name=name, python=python, env=env, stdout="/dev/null")
 
     def options(self, **resources: Any) -> "Client":
         """A client whose submissions ask for ``resources`` (cpus, mem, gpus, gpu_model, time_limit,

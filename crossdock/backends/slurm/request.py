@@ -166,8 +166,6 @@ def build_request(
         dependency = render_dependency(spec.dependency, slurm_ids)
     env = {**spec.env, "CROSSDOCK_JOB_ID": str(job.id), "CROSSDOCK_ATTEMPT": str(job.attempts)}
     stdout, stderr = spec.stdout, spec.stderr
-    if spec.python is not None and stdout is None:  # its outcome goes to the store: no slurm-N.out unless asked
-        stdout = "/dev/null"
     array = None
     if job.array_task_id is not None and job.array_job_id is not None:
         # One task of a crossdock array, dispatched on its own: a plain Slurm job that looks

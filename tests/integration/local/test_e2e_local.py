@@ -175,8 +175,13 @@ def test_python_callable_result_and_remote_exception(cluster, tmp_path, monkeypa
 
     monkeypatch.chdir(tmp_path)
     client = Client(cluster.rt)
-    h = client.submit(pow, 2, 10, queue="preprocessing")
+    h = client.options(queue="preprocessing").submit(pow, 2, 10)
     assert h.result(timeout=60) == 1024
+
+    def scale(x, b=1, cpus=0):  # its keywords are its own, even one named like a resource
+        return x * b + cpus
+
+    assert client.submit(scale, 1, b=5, cpus=3).result(timeout=60) == 8
 
     def boom(x):
         raise ValueError(f"bad input {x}")
@@ -188,6 +193,7 @@ def test_python_callable_result_and_remote_exception(cluster, tmp_path, monkeypa
     assert h.state is JobState.FAILED
     handles = client.map(lambda x: x * x, [1, 2, 3], max_running=2)
     assert [hh.result(timeout=60) for hh in handles] == [1, 4, 9]
+    assert not list(tmp_path.glob("slurm-*.out"))  # Python jobs write nothing here unless asked
 
 
 def test_arguments_are_never_interpreted_by_a_shell(cluster, tmp_path):
