@@ -25,7 +25,8 @@ from typing import Any, Callable, Iterable, Sequence
 
 from crossdock import service
 from crossdock.backends.pypayload import args_context, fn_context
-from crossdock.pycall import decode_outcome, encode_args, encode_call, encode_fn
+from crossdock.handles import JobFailed, JobHandle, RemoteError, as_completed, wait  # noqa: F401 - the API's names
+from crossdock.pycall import encode_args, encode_call, encode_fn
 from pydantic import ValidationError
 
 from crossdock.queue.environ import exportable
@@ -34,18 +35,6 @@ from crossdock.queue.models import ArraySpec, GpuRequest, Job, JobSpec, PythonCa
 from crossdock.queue.states import JobState
 from crossdock.runtime import Runtime
 from crossdock.settings import submit_umask
-
-
-class JobFailed(CrossdockError):
-    """The job ended without completing (its state and exit code are attached)."""
-
-    def __init__(self, job: Job):
-        self.job = job
-        super().__init__(f"job {job.display_id} ended {job.state.value} (exit code {job.exit_code}, {job.reason})")
-
-
-class RemoteError(CrossdockError):
-    """Wraps a remote exception that could not be re-raised as itself."""
 
 
 def _whole(name: str, value: Any, low: int = 1) -> int:
@@ -125,60 +114,6 @@ def _argv(argv: Any) -> list[str]:
     if bad is not None:
         raise InvalidArgument(f"argv: {shown(bad, 80)} is not a string; every argument must be one (use str())")
     return list(argv)
-
-
-class JobHandle:
-    def __init__(self, client: "Client", job: Job):
-        self.client, self.id, self._job = client, job.id, job
-
-    def __repr__(self) -> str:
-        return f"JobHandle({self._job.display_id}, {self.state.value})"
-
-    @property
-    def job(self) -> Job:
-        self._job = self.client.runtime.store.get(self.id)
-        return self._job
-
-    @property
-    def state(self) -> JobState:
-        return self.job.state
-
-    def wait(self, timeout: float | None = None, poll: float = 0.1) -> Job:
-        deadline = None if timeout is None else time.monotonic() + timeout
-        while True:
-            job = self.job
-            if job.state.terminal:
-                return job
-            if deadline is not None and time.monotonic() >= deadline:
-                raise TimeoutError(f"job {job.display_id} still {job.state.value} after {timeout}s")
-            time.sleep(poll)
-
-    def result(self, timeout: float | None = None) -> Any:
-        """The callable's return value; its exception re-raised here with the remote traceback."""
-        service.authorize(self.client.runtime, self.client.who, [self.job], "read the result of")  # before waiting
-        job = self.wait(timeout)
-        data = service.result(self.client.runtime, job, self.client.who)  # refuses a forged or unsigned one
-        if data is None:
-            raise JobFailed(job)
-        kind, value, tb = decode_outcome(data)
-        if kind == "ok":
-            return value
-        if isinstance(value, BaseException):
-            value.add_note(f"remote traceback (job {job.display_id}):\n{tb}")
-            raise value
-        raise RemoteError(f"job {job.display_id} raised:\n{tb}")
-
-    def cancel(self) -> None:
-        service.cancel(self.client.runtime, [str(self.id)], self.client.send, self.client.who)
-
-    def hold(self) -> bool:
-        return service.hold(self.client.runtime, [str(self.id)], True, self.client.who)[0][1]
-
-    def release(self) -> bool:
-        return service.hold(self.client.runtime, [str(self.id)], False, self.client.who)[0][1]
-
-    def requeue(self) -> bool:
-        return service.requeue(self.client.runtime, [str(self.id)], self.client.send, self.client.who)[0][1]
 
 
 class Client:

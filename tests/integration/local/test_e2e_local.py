@@ -230,3 +230,33 @@ def test_task_decorator_and_command_and_script_handles(cluster, tmp_path, monkey
     slow = client.submit_command(["sleep", "60"])
     slow.cancel()
     assert slow.wait(timeout=60).state is JobState.CANCELLED
+
+
+def test_handles_are_futures(cluster, tmp_path, monkeypatch):
+    import asyncio
+    import concurrent.futures as cf
+    import threading
+
+    import crossdock
+    from crossdock.client import Client, JobFailed
+
+    monkeypatch.chdir(tmp_path)
+    client = Client(cluster.rt)
+    handles = client.map(lambda x: x * 3, [1, 2, 3])
+    assert all(isinstance(h, cf.Future) for h in handles)
+    assert sorted(h.result() for h in crossdock.as_completed(handles, timeout=60)) == [3, 6, 9]
+
+    called = threading.Event()
+    bad = client.submit(lambda: 1 / 0)
+    bad.add_done_callback(lambda f: called.set())
+    done, not_done = crossdock.wait([bad], timeout=60)
+    assert done == {bad} and not not_done and called.wait(10)
+    assert isinstance(bad.exception(), ZeroDivisionError) and bad.done()
+
+    async def both():
+        return await client.submit(pow, 3, 2), await client.submit_command(["true"])
+
+    nine, job = asyncio.run(both())
+    assert nine == 9 and job.state is JobState.COMPLETED
+    with pytest.raises(JobFailed, match="FAILED"):
+        client.submit_command(["false"]).result(timeout=60)
