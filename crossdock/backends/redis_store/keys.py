@@ -101,7 +101,7 @@ class Keys:
 
     def call_parts(self, ref: str) -> str:
         """HASH ``fn`` | ``<task id>`` -> base64 of a sealed pickle: one ``map``'s function, once,
-        and each task's arguments (with a TTL; freed with the array's results)."""
+        and each task's arguments (expires with a TTL, as results do)."""
         return f"{self.prefix}:pycall:{ref}"
 
     def heartbeat(self, job_id: int) -> str:
