@@ -19,6 +19,7 @@ import math
 import os
 import shlex
 import time
+import urllib.parse
 import uuid
 import warnings
 from typing import Any, Callable, Iterable, Sequence
@@ -157,9 +158,14 @@ class Client:
                           signature=service.sign_payload(self.runtime, self.who, payload) if payload else "")
 
     def _runner_env(self) -> dict[str, str]:
-        """What a Python job's runner needs to reach this store and its owner's key, wherever it runs."""
-        return {k: v for k, v in self.runtime.child_env().items()
-                if k in ("CROSSDOCK_REDIS_URL", "CROSSDOCK_STATE_DIR", "CROSSDOCK_PREFIX", "CROSSDOCK_SIGNING_KEY")}
+        """What a Python job's runner needs to reach this store and its owner's key, wherever it
+        runs. A Redis URL with a password stays out (the spec is readable where the job runs):
+        such an installation gives its runners ``CROSSDOCK_REDIS_URL`` itself."""
+        env = {k: v for k, v in self.runtime.child_env().items()
+               if k in ("CROSSDOCK_REDIS_URL", "CROSSDOCK_STATE_DIR", "CROSSDOCK_PREFIX", "CROSSDOCK_SIGNING_KEY")}
+        if urllib.parse.urlsplit(env.get("CROSSDOCK_REDIS_URL", "")).password:
+            env.pop("CROSSDOCK_REDIS_URL")
+        return env
 
     def _python_fields(self, name: str, python: PythonCall) -> dict[str, Any]:
         env = {**exportable(dict(os.environ)), "SLURM_UMASK": submit_umask(), **self._runner_env()}
