@@ -18,7 +18,6 @@ import inspect
 import math
 import os
 import shlex
-import time
 import urllib.parse
 import uuid
 import warnings
@@ -31,9 +30,8 @@ from crossdock.pycall import encode_args, encode_call, encode_fn
 from pydantic import ValidationError
 
 from crossdock.queue.environ import exportable
-from crossdock.queue.errors import CrossdockError, InvalidArgument, InvalidOption, shown
-from crossdock.queue.models import ArraySpec, GpuRequest, Job, JobSpec, PythonCall, validation_message
-from crossdock.queue.states import JobState
+from crossdock.queue.errors import InvalidArgument, InvalidOption, shown
+from crossdock.queue.models import ArraySpec, GpuRequest, JobSpec, PythonCall, validation_message
 from crossdock.runtime import Runtime
 from crossdock.settings import submit_umask
 
