@@ -4,7 +4,7 @@ from __future__ import annotations
 
 __version__ = "0.1.0"
 
-__all__ = ["Client", "CrossdockError", "InvalidArgument", "JobHandle", "task", "__version__"]
+__all__ = ["Client", "CrossdockError", "InvalidArgument", "JobHandle", "as_completed", "task", "wait", "__version__"]
 
 
 def __getattr__(name: str):
@@ -13,7 +13,7 @@ def __getattr__(name: str):
         from crossdock.queue import errors
 
         return getattr(errors, name)
-    if name in ("Client", "JobHandle", "task"):
+    if name in ("Client", "JobHandle", "as_completed", "task", "wait"):
         from crossdock import client
 
         return getattr(client, name)

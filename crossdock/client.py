@@ -12,36 +12,28 @@ array; ``@task`` turns a function into a submitter.
 
 from __future__ import annotations
 
+import copy
 import functools
+import inspect
 import math
 import os
 import shlex
-import time
+import urllib.parse
 import uuid
+import warnings
 from typing import Any, Callable, Iterable, Sequence
 
 from crossdock import gateway
-from crossdock.pycall import decode_outcome, encode_call
+from crossdock.backends.pypayload import args_context, fn_context
+from crossdock.handles import JobFailed, JobHandle, RemoteError, as_completed, wait  # noqa: F401 - the API's names
+from crossdock.pycall import encode_args, encode_call, encode_fn
 from pydantic import ValidationError
 
 from crossdock.queue.environ import exportable
 from crossdock.queue.errors import CrossdockError, InvalidArgument, InvalidOption, shown
-from crossdock.queue.models import ArraySpec, GpuRequest, Job, JobSpec, PythonCall, validation_message
-from crossdock.queue.states import JobState
+from crossdock.queue.models import ArraySpec, GpuRequest, JobSpec, PythonCall, validation_message
 from crossdock.runtime import Runtime
 from crossdock.settings import submit_umask
-
-
-class JobFailed(CrossdockError):
-    """The job ended without completing (its state and exit code are attached)."""
-
-    def __init__(self, job: Job):
-        self.job = job
-        super().__init__(f"job {job.display_id} ended {job.state.value} (exit code {job.exit_code}, {job.reason})")
-
-
-class RemoteError(CrossdockError):
-    """Wraps a remote exception that could not be re-raised as itself."""
 
 
 def _whole(name: str, value: Any, low: int = 1) -> int:
@@ -123,60 +115,6 @@ def _argv(argv: Any) -> list[str]:
     return list(argv)
 
 
-class JobHandle:
-    def __init__(self, client: "Client", job: Job):
-        self.client, self.id, self._job = client, job.id, job
-
-    def __repr__(self) -> str:
-        return f"JobHandle({self._job.display_id}, {self.state.value})"
-
-    @property
-    def job(self) -> Job:
-        self._job = self.client.gateway.job(self.id)
-        return self._job
-
-    @property
-    def state(self) -> JobState:
-        return self.job.state
-
-    def wait(self, timeout: float | None = None, poll: float = 0.1) -> Job:
-        deadline = None if timeout is None else time.monotonic() + timeout
-        while True:
-            job = self.job
-            if job.state.terminal:
-                return job
-            if deadline is not None and time.monotonic() >= deadline:
-                raise TimeoutError(f"job {job.display_id} still {job.state.value} after {timeout}s")
-            time.sleep(poll)
-
-    def result(self, timeout: float | None = None) -> Any:
-        """The callable's return value; its exception re-raised here with the remote traceback."""
-        self.client.gateway.authorize(self.id, "read the result of")  # before waiting
-        job = self.wait(timeout)
-        data = self.client.gateway.result(job.id)  # refuses a forged or unsigned one
-        if data is None:
-            raise JobFailed(job)
-        kind, value, tb = decode_outcome(data)
-        if kind == "ok":
-            return value
-        if isinstance(value, BaseException):
-            value.add_note(f"remote traceback (job {job.display_id}):\n{tb}")
-            raise value
-        raise RemoteError(f"job {job.display_id} raised:\n{tb}")
-
-    def cancel(self) -> None:
-        self.client.gateway.cancel([str(self.id)])
-
-    def hold(self) -> bool:
-        return self.client.gateway.hold([str(self.id)], True)[0][1]
-
-    def release(self) -> bool:
-        return self.client.gateway.hold([str(self.id)], False)[0][1]
-
-    def requeue(self) -> bool:
-        return self.client.gateway.requeue([str(self.id)])[0][1]
-
-
 class Client:
     def __init__(self, runtime: Runtime | None = None, user: str | None = None):
         """``user``: act as this user, which only root or a configured admin may name (default:
@@ -185,6 +123,7 @@ class Client:
         self.gateway = gateway.connect(runtime, user)
         self.who = self.gateway.who
         self.user = self.who.name
+        self._defaults: dict[str, Any] = {}
 
     @property
     def runtime(self) -> Runtime:
@@ -212,29 +151,58 @@ class Client:
             field = message.partition(":")[0]
             raise InvalidArgument(_ARGUMENT_OF.get(field, field) + message[len(field):]) from None
 
-    def _python(self, payload: str, fn: Callable[..., Any]) -> PythonCall:
-        return PythonCall(payload=payload, qualname=getattr(fn, "__qualname__", ""),
-                          signature=self.gateway.sign(payload))
+    def _python(self, payload: str, fn: Callable[..., Any], parts: str = "") -> PythonCall:
+        return PythonCall(payload=payload, qualname=getattr(fn, "__qualname__", ""), parts=parts,
+                          signature=self.gateway.sign(payload) if payload else "")
+
+    def _runner_env(self) -> dict[str, str]:
+        """What a Python job's runner needs to reach this store and its owner's key, wherever it
+        runs. A Redis URL with a password stays out (the spec is readable where the job runs):
+        such an installation gives its runners ``CROSSDOCK_REDIS_URL`` itself, as a multi-user
+        service (reached through its socket) does."""
+        if self.gateway.remote:
+            return {}
+        env = {k: v for k, v in self.runtime.child_env().items()
+               if k in ("CROSSDOCK_REDIS_URL", "CROSSDOCK_STATE_DIR", "CROSSDOCK_PREFIX", "CROSSDOCK_SIGNING_KEY")}
+        if urllib.parse.urlsplit(env.get("CROSSDOCK_REDIS_URL", "")).password:
+            env.pop("CROSSDOCK_REDIS_URL")
+        return env
+
+    def _python_fields(self, name: str, python: PythonCall) -> dict[str, Any]:
+        env = {**exportable(dict(os.environ)), "SLURM_UMASK": submit_umask(), **self._runner_env()}
+        # the outcome goes to the store: no slurm-N.out in the caller's directory unless asked (options(stdout=…))
+        return dict(name=name, python=python, env=env, stdout="/dev/null")
+
+    def options(self, **resources: Any) -> "Client":
+        """A client whose submissions ask for ``resources`` (cpus, mem, gpus, gpu_model, time_limit,
+        queue, nodes, …, and name/token): ``client.options(cpus=4, queue="gpu").submit(f, x, b=5)``."""
+        _resources(**{k: v for k, v in {**self._defaults, **resources}.items() if k not in ("name", "token")})
+        other = copy.copy(self)
+        other._defaults = {**self._defaults, **resources}
+        return other
 
     def submit_specs(self, specs: Iterable[JobSpec], token: str | None = None) -> list[JobHandle]:
         """Submit many specs in one atomic, pipelined step."""
         return [JobHandle(self, j) for j in self.gateway.submit(list(specs), token=token)]
 
-    def submit(self, fn: Callable[..., Any], *args: Any, name: str | None = None, token: str | None = None,
-               **resources: Any) -> JobHandle:
-        """Run ``fn(*args)`` as a job; ``resources``: cpus, mem, gpus, gpu_model, time_limit (s), queue, …"""
-        kwargs = resources.pop("kwargs", {})
+    def submit(self, fn: Callable[..., Any], /, *args: Any, **kwargs: Any) -> JobHandle:
+        """Run ``fn(*args, **kwargs)`` as a job; its arguments pass through untouched. Resources come
+        from :meth:`options` (or ``resources={...}`` when ``fn`` takes no ``resources`` argument)."""
         if not callable(fn):
             raise InvalidArgument(f"fn: {shown(fn, 80)} is not callable; submit_command runs a program")
-        spec = self._spec(lambda: dict(name=name or getattr(fn, "__name__", "python"),
-                                       python=self._python(encode_call(fn, args, kwargs), fn),
-                                       **_resources(**resources)))
+        opts = {**self._defaults, **_legacy_options(fn, kwargs)}
+        name, token = opts.pop("name", None), opts.pop("token", None)
+        python = self._python(encode_call(fn, args, kwargs), fn)
+        spec = self._spec(lambda: {**self._python_fields(name or getattr(fn, "__name__", "python"), python),
+                                   **_resources(**opts)})
         return self.submit_specs([spec], token=token)[0]
 
     def submit_command(self, argv: Sequence[str], name: str | None = None, token: str | None = None,
                        **resources: Any) -> JobHandle:
         """Run ``argv`` (a list; a string is split with ``shlex`` and run without a shell)."""
         command = _argv(argv)
+        resources = {**self._defaults, **resources}
+        name, token = name or resources.pop("name", None), token or resources.pop("token", None)
         spec = self._spec(lambda: dict(name=name or os.path.basename(command[0]), command=command,
                                        **_resources(**resources)))
         return self.submit_specs([spec], token=token)[0]
@@ -243,6 +211,8 @@ class Client:
                       **resources: Any) -> JobHandle:
         if not isinstance(text, str):
             raise InvalidArgument(f"text: {shown(text, 80)} is not a script; give its text (decode bytes as UTF-8)")
+        resources = {**self._defaults, **resources}
+        name, token = resources.pop("name", name), token or resources.pop("token", None)
         spec = self._spec(lambda: dict(name=name, script=text, args=_argv(args) if args else [], **_resources(**resources)))
         return self.submit_specs([spec], token=token)[0]
 
@@ -254,16 +224,57 @@ class Client:
         items = list(inputs)
         if not items:
             return []
+        resources = {**self._defaults, **resources}
         name = resources.pop("name", getattr(fn, "__name__", "map"))
-        payload = encode_call(_call_indexed, (fn, items))
-        spec = self._spec(lambda: dict(name=name, python=self._python(payload, fn),
-                                       array=ArraySpec(task_ids=list(range(len(items))), max_running=max_running),
-                                       **_resources(**resources)))
+        resources.pop("token", None)
+        if self.gateway.remote:
+            # the multi-user service seals what reaches it through its socket one call at a time:
+            # one job per input (no array, so no max_running)
+            if max_running is not None:
+                raise InvalidArgument("max_running: a map through the multi-user service's socket runs one job"
+                                      " per input, without an array's throttle; leave max_running out")
+            specs = [self._spec(lambda item=item: {**self._python_fields(name, self._python(encode_call(fn, (item,), {}), fn)),
+                                                   **_resources(**resources)}) for item in items]
+            return self.submit_specs(specs)
+        # the function once per array, each task's arguments apart: a task reads only its own
+        from crossdock import service
+
+        rt, ref = self.runtime, uuid.uuid4().hex
+        parts = {"fn": service.seal(rt, self.who, fn_context(ref), encode_fn(fn))}
+        parts.update({str(i): service.seal(rt, self.who, args_context(ref, i), encode_args((item,)))
+                      for i, item in enumerate(items)})
+        spec = self._spec(lambda: {**self._python_fields(name, self._python("", fn, parts=ref)),
+                                   "array": ArraySpec(task_ids=list(range(len(items))), max_running=max_running),
+                                   **_resources(**resources)})
+        rt.store.put_call_parts(ref, parts)
         return self.submit_specs([spec])[: len(items)]
 
 
-def _call_indexed(fn: Callable[[Any], Any], items: list[Any]) -> Any:
-    return fn(items[int(os.environ["SLURM_ARRAY_TASK_ID"])])
+_OPTION_NAMES = frozenset(inspect.signature(_resources).parameters) - {"hints"} | set(JobSpec.model_fields) | {
+    "name", "token", "resources", "kwargs"}
+
+
+def _legacy_options(fn: Callable[..., Any], kwargs: dict[str, Any]) -> dict[str, Any]:
+    """Take out of ``kwargs`` the submit options of the old form (``submit(f, x, cpus=2)``): a
+    keyword that names an option and that ``fn`` does not accept (``resources=`` a dict of them).
+    A keyword ``fn`` accepts is always its own. Warns: :meth:`Client.options` is the way now."""
+    try:
+        params = inspect.signature(fn).parameters
+    except (TypeError, ValueError):  # a builtin without a signature: every keyword is the function's
+        return {}
+    if any(p.kind is p.VAR_KEYWORD for p in params.values()):
+        return {}
+    taken = {k: kwargs.pop(k) for k in [k for k in kwargs if k in _OPTION_NAMES and k not in params]}
+    if not taken:
+        return {}
+    warnings.warn(f"submit(..., {', '.join(sorted(taken))}=...): pass resources through client.options(...)"
+                  " (or resources={...}); submit's keywords now go to the function", DeprecationWarning, stacklevel=3)
+    nested = taken.pop("resources", None) or {}
+    if not isinstance(nested, dict):
+        raise InvalidArgument(f"resources: {shown(nested, 80)} is not a dict of resources; give e.g. {{'cpus': 2}}")
+    if "kwargs" in taken:  # the old way to pass the function's keywords
+        kwargs.update(taken.pop("kwargs") or {})
+    return {**nested, **taken}
 
 
 def task(_fn: Callable[..., Any] | None = None, *, client: Client | None = None, **resources: Any):
@@ -276,7 +287,7 @@ def task(_fn: Callable[..., Any] | None = None, *, client: Client | None = None,
             return fn(*args, **kwargs)
 
         def submit(*args: Any, **kwargs: Any) -> JobHandle:
-            return (client or _default_client()).submit(fn, *args, kwargs=kwargs, **resources)
+            return (client or _default_client()).options(**resources).submit(fn, *args, **kwargs)
 
         def map_(inputs: Iterable[Any], **extra: Any) -> list[JobHandle]:
             return (client or _default_client()).map(fn, inputs, **{**resources, **extra})

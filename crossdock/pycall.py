@@ -1,26 +1,62 @@
-"""The wire format of a Python call and its outcome, shared by the client and the runner.
+"""The wire format of a Python call and its outcome, shared by the client and the runners.
 
 A call is a base64 text of a cloudpickled ``(fn, args, kwargs)`` (it travels in the job spec,
-``PythonCall.payload``); its outcome is the cloudpickled ``("ok", value, "")`` or
-``("error", exception, traceback)`` the runner (``crossdock.backends.local.pyrun``) writes to the
-job's result file. Neither the client nor a backend imports the other for it.
+``PythonCall.payload``). A ``map`` stores its function once and each task's ``(args, kwargs)``
+apart (:func:`encode_fn`, :func:`encode_args`); the runner gets them joined as one payload text
+(:func:`join_parts`), which :func:`decode_call` reads as well. The outcome is the cloudpickled
+``("ok", value, "")`` or ``("error", exception, traceback)`` that :func:`run_call` makes.
+Neither the client nor a backend imports the other for it.
 """
 
 from __future__ import annotations
 
 import base64
+import os
+import sys
+import traceback
 from typing import Any, Callable
 
 import cloudpickle
 
-__all__ = ["decode_call", "decode_outcome", "encode_call", "encode_error", "encode_value"]
+__all__ = ["ResultTooLarge", "UnpicklableResult", "decode_call", "decode_outcome", "encode_args", "encode_call",
+           "encode_error", "encode_fn", "encode_value", "join_parts", "result_limit", "run_call"]
+
+PARTS = "parts:"
+"""Prefix of a payload text joined from a stored function and one task's arguments."""
+LIMIT_ENV = "CROSSDOCK_RESULT_MAX_BYTES"
+DEFAULT_LIMIT = 64 * 1024 * 1024
+
+
+class ResultTooLarge(Exception):
+    """A return value whose pickle is over the store's limit for one result."""
+
+
+class UnpicklableResult(TypeError):
+    """A return value cloudpickle cannot serialize."""
 
 
 def encode_call(fn: Callable[..., Any], args: tuple = (), kwargs: dict | None = None) -> str:
     return base64.b64encode(cloudpickle.dumps((fn, tuple(args), dict(kwargs or {})))).decode()
 
 
+def encode_fn(fn: Callable[..., Any]) -> bytes:
+    return cloudpickle.dumps(fn)
+
+
+def encode_args(args: tuple = (), kwargs: dict | None = None) -> bytes:
+    return cloudpickle.dumps((tuple(args), dict(kwargs or {})))
+
+
+def join_parts(fn: bytes, args: bytes) -> str:
+    """One payload text from a stored function and one task's stored arguments (both checked)."""
+    return f"{PARTS}{base64.b64encode(fn).decode()}:{base64.b64encode(args).decode()}"
+
+
 def decode_call(payload: str) -> tuple[Callable[..., Any], tuple, dict]:
+    if payload.startswith(PARTS):
+        fn, _, args = payload[len(PARTS):].partition(":")
+        a, k = cloudpickle.loads(base64.b64decode(args))
+        return cloudpickle.loads(base64.b64decode(fn)), a, k
     return cloudpickle.loads(base64.b64decode(payload))
 
 
@@ -38,3 +74,38 @@ def encode_error(exc: BaseException, tb: str) -> bytes:
 
 def decode_outcome(data: bytes) -> tuple[str, Any, str]:
     return cloudpickle.loads(data)
+
+
+def result_limit(environ: dict[str, str] | None = None) -> int:
+    """The largest outcome a runner stores, in bytes (``CROSSDOCK_RESULT_MAX_BYTES``, default 64 MiB)."""
+    text = (environ if environ is not None else os.environ).get(LIMIT_ENV, "")
+    return int(text) if text.strip().isdigit() else DEFAULT_LIMIT
+
+
+def run_call(fn: Callable[..., Any], args: tuple, kwargs: dict, limit: int, name: str = "") -> tuple[bytes, bool]:
+    """Call ``fn`` and give (outcome, succeeded). A return value that does not pickle, or whose
+    pickle is over ``limit`` bytes, is an error outcome that says so (and prints the traceback)."""
+    name = name or getattr(fn, "__qualname__", repr(fn))
+    try:
+        value = fn(*args, **kwargs)
+    except BaseException as exc:  # noqa: BLE001 - everything goes back to the caller
+        return _failed(exc, traceback.format_exc())
+    try:
+        data = encode_value(value)
+    except Exception as exc:  # noqa: BLE001 - cloudpickle raises many kinds
+        err = UnpicklableResult(f"the return value of {name} ({type(value).__name__}) cannot be pickled: {exc};"
+                                " return plain data (or write it to a file and return its path)")
+        return _failed(err, "".join(traceback.format_exception(exc)))
+    if len(data) > limit:
+        err = ResultTooLarge(f"the return value of {name} is {len(data)} bytes pickled, over the store's limit of"
+                             f" {limit} ({LIMIT_ENV}); write it to a shared directory and return its path")
+        return _failed(err, "")
+    return data, True
+
+
+def _failed(exc: BaseException, tb: str) -> tuple[bytes, bool]:
+    if tb:
+        print(tb, file=sys.stderr)
+    else:
+        print(f"{type(exc).__name__}: {exc}", file=sys.stderr)
+    return encode_error(exc, tb), False

@@ -169,6 +169,11 @@ def result(rt: Runtime, job: Job, who: Caller) -> bytes | None:
     return signing.unseal(key, f"result:{job.id}", blob, f"the result of job {job.display_id}")
 
 
+def seal(rt: Runtime, who: Caller, context: str, data: bytes) -> bytes:
+    """``data`` sealed under ``who``'s key for ``context`` (a ``map``'s parts in the store)."""
+    return signing.seal(signing.user_key(rt.settings.state_dir, who.name), context, data)
+
+
 def sign_payload(rt: Runtime, who: Caller, payload: str) -> str:
     """The seal a runner checks before it unpickles ``payload`` for one of ``who``'s jobs."""
     return signing.sign_text(signing.user_key(rt.settings.state_dir, who.name), "payload", payload)

@@ -118,6 +118,9 @@ class PythonCall(_Model):
     signature: str = ""
     """HMAC-SHA256 (hex) of the payload under its owner's key (:mod:`crossdock.signing`): a
     runner unpickles only a payload whose seal matches the job's owner."""
+    parts: str = ""
+    """A ``map``'s reference to its parts in the store: the function once, each task's arguments
+    apart, each sealed (the payload is then empty)."""
 
 
 class KillSignal(_Model):

@@ -74,9 +74,9 @@ _ARRAY_RUNNER = ('i=0; for t in $CROSSDOCK_ARRAY_TASK_IDS; do [ "$i" = "$JOB_COM
                  'export SLURM_ARRAY_TASK_ID="$t"; i=$((i+1)); done; '
                  'i=0; for t in $CROSSDOCK_ARRAY_JOB_IDS; do [ "$i" = "$JOB_COMPLETION_INDEX" ] && '
                  'export SLURM_JOB_ID="$t" SLURM_JOBID="$t" CROSSDOCK_JOB_ID="$t"; i=$((i+1)); done; exec "$@"')
-_PYTHON_RUNNER = ("import base64,os,sys,cloudpickle;"
-                  "fn,a,k=cloudpickle.loads(base64.b64decode(os.environ['CROSSDOCK_PYTHON_PAYLOAD']));"
-                  "fn(*a,**k)")
+PYTHON_RUNNER = ["python", "-m", "crossdock.workers.pyjob"]
+"""A Python job's command: crossdock's runner (the pool's image carries crossdock) reads the call
+from the store and stores the outcome there."""
 
 
 def job_name(job_id: int, attempt: int) -> str:
@@ -243,8 +243,7 @@ def _command(job: Job, array: bool) -> tuple[list[str], dict[str, str]]:
         env["CROSSDOCK_SCRIPT"] = spec.script
         argv = ["/bin/sh", "-c", _SCRIPT_RUNNER, "crossdock-script", *spec.args]
     elif spec.python is not None:
-        env["CROSSDOCK_PYTHON_PAYLOAD"] = spec.python.payload
-        argv = ["python", "-c", _PYTHON_RUNNER]
+        argv = list(PYTHON_RUNNER)
     else:
         argv = []
     if array and argv:

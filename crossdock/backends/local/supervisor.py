@@ -30,13 +30,13 @@ import redis
 from redis.backoff import NoBackoff
 from redis.retry import Retry
 
-from crossdock import signing
 from crossdock.backends.local import workspace
 from crossdock.backends.local.memlimit import MemoryLimit
 from crossdock.backends.local.environment import job_environment, output_paths
 from crossdock.jobtools.srun import steps_file
 from crossdock.backends.local.owner import Owner, acting_as, owner_of, submit_umask
 from crossdock.backends.local.record import STORE_DOWN, record
+from crossdock.backends.pypayload import verified_payload
 from crossdock.backends.redis_store.embedded import private_dir
 from crossdock.backends.redis_store.store import JobStore, StopRequest
 from crossdock.queue.errors import CrossdockError
@@ -75,13 +75,14 @@ def _private(path: Path, mode: str, owner: Owner | None = None, perm: int = 0o60
     return f
 
 
-def build_argv(job: Job, workspace: Path, state_dir: Path, owner: Owner | None = None) -> tuple[list[str], list]:
+def build_argv(job: Job, workspace: Path, state_dir: Path, owner: Owner | None = None,
+               store: JobStore | None = None) -> tuple[list[str], list]:
     """The job's argv and the workspace files it gets as descriptors (``/dev/fd/N``, ``fd:N``)."""
     spec = job.spec
     if spec.python is not None:
-        signing.check_payload(state_dir, spec, f"the Python payload of job {job.id}")
+        text = verified_payload(store, state_dir, job)  # every seal checked; a map's parts from the store
         payload = _private(workspace / "payload.b64", "w+")
-        payload.write(spec.python.payload)
+        payload.write(text)
         payload.flush()
         payload.seek(0)
         result = _private(workspace / "result.pkl", "wb")
@@ -233,7 +234,7 @@ class Supervisor:
 
     def _start(self, job: Job, node: str, workspace: Path) -> tuple[subprocess.Popen, list]:
         owner = owner_of(job)
-        argv, handed = build_argv(job, workspace, self.state_dir, owner)
+        argv, handed = build_argv(job, workspace, self.state_dir, owner, self.store)
         out, err = output_paths(job, node)
         umask = submit_umask(job.spec.env)
         mode = os.O_WRONLY | os.O_CREAT | (os.O_APPEND if job.attempts > 1 else os.O_TRUNC)

@@ -104,6 +104,11 @@ class Keys:
         """STRING cloudpickled return value or exception of a Python-callable job."""
         return f"{self.prefix}:job:{job_id}:result"
 
+    def call_parts(self, ref: str) -> str:
+        """HASH ``fn`` | ``<task id>`` -> base64 of a sealed pickle: one ``map``'s function, once,
+        and each task's arguments (expires with a TTL, as results do)."""
+        return f"{self.prefix}:pycall:{ref}"
+
     def heartbeat(self, job_id: int) -> str:
         """STRING with TTL, refreshed by the process that watches a running local job."""
         return f"{self.prefix}:job:{job_id}:heartbeat"

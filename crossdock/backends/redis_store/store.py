@@ -7,13 +7,14 @@ trip. The key layout lives in :mod:`keys`, the record formats in :mod:`codec`.
 
 from __future__ import annotations
 
+import base64
 import json
 import logging
 import time
 from contextlib import contextmanager
 from dataclasses import dataclass
 from datetime import datetime, timezone
-from typing import Any, Iterable, Iterator, Sequence
+from typing import Any, Iterable, Iterator, Mapping, Sequence
 
 import redis
 from redis.backoff import NoBackoff
@@ -471,6 +472,22 @@ class JobStore:
     def result(self, job_id: int) -> bytes | None:
         v = self.r.get(self.k.result(job_id))
         return bytes.fromhex(v) if v else None
+
+    def put_call_parts(self, ref: str, parts: Mapping[str, bytes], ttl: int = 7 * 86400) -> None:
+        """Store one ``map``'s sealed parts (``fn``, and one field per task id)."""
+        key = self.k.call_parts(ref)
+        with self.r.pipeline(transaction=True) as pipe:
+            pipe.hset(key, mapping={k: base64.b64encode(v).decode() for k, v in parts.items()})
+            pipe.expire(key, ttl)
+            pipe.execute()
+
+    def call_parts(self, ref: str, *fields: str) -> list[bytes | None]:
+        values = self.r.hmget(self.k.call_parts(ref), list(fields))
+        return [base64.b64decode(v) if v else None for v in values]
+
+    def used_memory(self) -> int:
+        """Bytes the Redis server holds (``INFO memory``'s ``used_memory``), for measurements."""
+        return int(self.r.info("memory")["used_memory"])
 
     # --- the scheduler's own records -------------------------------------------------------
     def nominations(self, among: Iterable[int]) -> dict[int, str]:

@@ -20,6 +20,8 @@ from crossdock.queue.sbatch_extras import format_signal
 from crossdock.queue.models import DependencySpec, DependencyType, Job, JobSpec
 
 TAG_PREFIX = "crossdock"
+PYTHON_RUNNER = ("python", "-m", "crossdock.workers.pyjob")
+"""The command of a Python job on a remote backend (:mod:`crossdock.workers.pyjob`)."""
 
 
 def _tag_prefix() -> str:
@@ -67,13 +69,8 @@ def render_script(spec: JobSpec) -> str:
     elif spec.command is not None:
         return "#!/bin/bash\nexec " + shlex.join([*spec.command, *spec.args]) + "\n"
     elif spec.python is not None:
-        # The payload is a cloudpickled zero-argument callable; its return value is discarded.
-        runner = (
-            "import base64, cloudpickle, sys\n"
-            f"fn = cloudpickle.loads(base64.b64decode({spec.python.payload!r}))\n"
-            "fn()\n"
-        )
-        return f"#!/bin/bash\nexec {shlex.quote(sys.executable)} -c {shlex.quote(runner)}\n"
+        # crossdock's runner reads the call from the store and stores the outcome there
+        return "#!/bin/bash\nexec " + shlex.join([sys.executable, *PYTHON_RUNNER[1:]]) + "\n"
     else:
         raise SubmitRejected("job has nothing to run: give command, script, script_path or python")
     return text if text.startswith("#!") else "#!/bin/bash\n" + text

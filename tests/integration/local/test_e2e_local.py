@@ -175,8 +175,13 @@ def test_python_callable_result_and_remote_exception(cluster, tmp_path, monkeypa
 
     monkeypatch.chdir(tmp_path)
     client = Client(cluster.rt)
-    h = client.submit(pow, 2, 10, queue="preprocessing")
+    h = client.options(queue="preprocessing").submit(pow, 2, 10)
     assert h.result(timeout=60) == 1024
+
+    def scale(x, b=1, cpus=0):  # its keywords are its own, even one named like a resource
+        return x * b + cpus
+
+    assert client.submit(scale, 1, b=5, cpus=3).result(timeout=60) == 8
 
     def boom(x):
         raise ValueError(f"bad input {x}")
@@ -188,6 +193,7 @@ def test_python_callable_result_and_remote_exception(cluster, tmp_path, monkeypa
     assert h.state is JobState.FAILED
     handles = client.map(lambda x: x * x, [1, 2, 3], max_running=2)
     assert [hh.result(timeout=60) for hh in handles] == [1, 4, 9]
+    assert not list(tmp_path.glob("slurm-*.out"))  # Python jobs write nothing here unless asked
 
 
 def test_arguments_are_never_interpreted_by_a_shell(cluster, tmp_path):
@@ -240,3 +246,33 @@ def test_signal_is_delivered_before_the_time_limit(cluster, tmp_path, flags):
     assert done.state is JobState.COMPLETED and out.endswith("got USR1\n")
     # without B: the signal reaches every process of the job (bash reports its sleep killed by it)
     assert ("User defined signal 1" in out) is (flags == "")
+
+
+def test_handles_are_futures(cluster, tmp_path, monkeypatch):
+    import asyncio
+    import concurrent.futures as cf
+    import threading
+
+    import crossdock
+    from crossdock.client import Client, JobFailed
+
+    monkeypatch.chdir(tmp_path)
+    client = Client(cluster.rt)
+    handles = client.map(lambda x: x * 3, [1, 2, 3])
+    assert all(isinstance(h, cf.Future) for h in handles)
+    assert sorted(h.result() for h in crossdock.as_completed(handles, timeout=60)) == [3, 6, 9]
+
+    called = threading.Event()
+    bad = client.submit(lambda: 1 / 0)
+    bad.add_done_callback(lambda f: called.set())
+    done, not_done = crossdock.wait([bad], timeout=60)
+    assert done == {bad} and not not_done and called.wait(10)
+    assert isinstance(bad.exception(), ZeroDivisionError) and bad.done()
+
+    async def both():
+        return await client.submit(pow, 3, 2), await client.submit_command(["true"])
+
+    nine, job = asyncio.run(both())
+    assert nine == 9 and job.state is JobState.COMPLETED
+    with pytest.raises(JobFailed, match="FAILED"):
+        client.submit_command(["false"]).result(timeout=60)

@@ -202,7 +202,7 @@ def test_identity_is_the_uid_not_what_the_caller_declares(users, service_rt):
 def test_a_result_not_sealed_by_the_service_is_never_unpickled(users, service_rt, tmp_path):
     import cloudpickle
 
-    from crossdock import Client, signing
+    from crossdock import Client, JobHandle, signing
     from crossdock.queue.errors import BadSignature
 
     rt = service_rt
@@ -223,7 +223,7 @@ def test_a_result_not_sealed_by_the_service_is_never_unpickled(users, service_rt
         for how, blob in forged.items():
             rt.store.set_result(handle.id, blob)
             with pytest.raises(BadSignature, match=f"job {handle.id}"):
-                handle.result()
+                JobHandle(client, handle.job).result()  # a fresh handle: a resolved one keeps its result
             assert not marker.exists(), how
     finally:
         cluster.close()

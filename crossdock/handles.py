@@ -1,0 +1,211 @@
+"""A submitted job's handle: a real :class:`concurrent.futures.Future`.
+
+``done()``, ``result()``, ``exception()`` and ``add_done_callback()`` behave as for any future
+(``concurrent.futures.wait``/``as_completed`` and ``asyncio.wrap_future`` accept it), and it is
+awaitable. Nothing pushes a job's end to the client, so the handle resolves itself when it
+sees its job in a terminal state: on a call (``done()``, ``result()``), or from one watcher
+thread per client that polls the service for the handles someone waits on (a callback, ``await``,
+:func:`wait`, :func:`as_completed`). A Python job resolves to its return value or its exception
+(with the remote traceback as a note); another job to its final :class:`Job` when it completed,
+else to :class:`JobFailed`.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import concurrent.futures as cf
+import threading
+import time
+from typing import TYPE_CHECKING, Any, Callable, Iterable, Iterator
+
+from crossdock.pycall import decode_outcome
+from crossdock.queue.errors import CrossdockError
+from crossdock.queue.models import Job
+from crossdock.queue.states import JobState
+
+if TYPE_CHECKING:
+    from crossdock.client import Client
+
+POLL_SECONDS = 0.2
+
+
+class JobFailed(CrossdockError):
+    """The job ended without completing (its state and exit code are attached)."""
+
+    def __init__(self, job: Job):
+        self.job = job
+        super().__init__(f"job {job.display_id} ended {job.state.value} (exit code {job.exit_code}, {job.reason})")
+
+
+class RemoteError(CrossdockError):
+    """Wraps a remote exception that could not be re-raised as itself."""
+
+
+class JobHandle(cf.Future):
+    def __init__(self, client: "Client", job: Job):
+        super().__init__()
+        self.client, self.id, self._job = client, job.id, job
+        self._resolving = threading.Lock()
+
+    def __repr__(self) -> str:
+        return f"JobHandle({self._job.display_id}, {self.state.value})"
+
+    @property
+    def job(self) -> Job:
+        self._job = self.client.gateway.job(self.id)
+        return self._job
+
+    @property
+    def state(self) -> JobState:
+        return self.job.state
+
+    def wait(self, timeout: float | None = None, poll: float = 0.1) -> Job:
+        """The job once it has ended (TimeoutError past ``timeout`` seconds)."""
+        deadline = None if timeout is None else time.monotonic() + timeout
+        while True:
+            job = self.job
+            if job.state.terminal:
+                return job
+            if deadline is not None and time.monotonic() >= deadline:
+                raise TimeoutError(f"job {job.display_id} still {job.state.value} after {timeout}s")
+            time.sleep(poll)
+
+    def _resolve(self, job: Job) -> None:
+        """Settle the future from the ended ``job`` (once; later calls do nothing)."""
+        with self._resolving:
+            if super().done():
+                return
+            try:
+                value = self._outcome(job)
+            except BaseException as exc:  # noqa: BLE001 - the job's own exception, or why there is no result
+                self.set_exception(exc)
+            else:
+                self.set_result(value)
+
+    def _outcome(self, job: Job) -> Any:
+        if job.spec.python is None:
+            if job.state is not JobState.COMPLETED:
+                raise JobFailed(job)
+            return job
+        data = self.client.gateway.result(job.id)  # refuses a forged or unsigned one
+        if data is None:
+            raise JobFailed(job)
+        kind, value, tb = decode_outcome(data)
+        if kind == "ok":
+            return value
+        if isinstance(value, BaseException):
+            value.add_note(f"remote traceback (job {job.display_id}):\n{tb}")
+            raise value
+        raise RemoteError(f"job {job.display_id} raised:\n{tb}")
+
+    def _check(self) -> bool:
+        if not super().done():
+            job = self.job
+            if job.state.terminal:
+                self._resolve(job)
+        return super().done()
+
+    def done(self) -> bool:
+        return self._check()
+
+    def result(self, timeout: float | None = None) -> Any:
+        """The callable's return value; its exception re-raised here with the remote traceback."""
+        self.client.gateway.authorize(self.id, "read the result of")  # before waiting
+        if not super().done():
+            self._resolve(self.wait(timeout))
+        return super().result(0)
+
+    def exception(self, timeout: float | None = None) -> BaseException | None:
+        if not super().done():
+            self._resolve(self.wait(timeout))
+        return super().exception(0)
+
+    def add_done_callback(self, fn: Callable[[cf.Future], Any]) -> None:
+        super().add_done_callback(fn)
+        if not super().done():
+            _watcher(self.client).watch([self])
+
+    def __await__(self):
+        # through a proxy: an awaiting task cancelled (a timeout) drops its wait, not the job
+        proxy: cf.Future = cf.Future()
+        def copy(f: cf.Future) -> None:
+            exc = cf.Future.exception(f, 0)
+            proxy.set_exception(exc) if exc is not None else proxy.set_result(cf.Future.result(f, 0))
+
+        self.add_done_callback(copy)
+        return asyncio.wrap_future(proxy).__await__()
+
+    def cancel(self) -> bool:
+        """Cancel the job in crossdock (scancel); the future then resolves to :class:`JobFailed`."""
+        self.client.gateway.cancel([str(self.id)])
+        return False  # the job ends through its backend, not by dropping the future
+
+    def hold(self) -> bool:
+        return self.client.gateway.hold([str(self.id)], True)[0][1]
+
+    def release(self) -> bool:
+        return self.client.gateway.hold([str(self.id)], False)[0][1]
+
+    def requeue(self) -> bool:
+        return self.client.gateway.requeue([str(self.id)])[0][1]
+
+
+class _Watcher:
+    """One daemon thread per client: polls the store for the watched handles' jobs, one round
+    trip per pass, and resolves those that ended; it exits when nothing is watched."""
+
+    def __init__(self, client: "Client"):
+        self.client, self.lock, self.handles, self.thread = client, threading.Lock(), {}, None
+
+    def watch(self, handles: Iterable[JobHandle]) -> None:
+        with self.lock:
+            self.handles.update({h.id: h for h in handles if not cf.Future.done(h)})
+            if self.handles and (self.thread is None or not self.thread.is_alive()):
+                self.thread = threading.Thread(target=self._run, name="crossdock-watcher", daemon=True)
+                self.thread.start()
+
+    def _run(self) -> None:
+        while True:
+            with self.lock:
+                pending = dict(self.handles)
+                if not pending:
+                    self.thread = None
+                    return
+            for job in self.client.gateway.jobs(list(pending)):
+                if job.state.terminal:
+                    pending[job.id]._resolve(job)
+            with self.lock:
+                for i, h in pending.items():
+                    if cf.Future.done(h):
+                        self.handles.pop(i, None)
+            time.sleep(POLL_SECONDS)
+
+
+_WATCHERS: dict[int, _Watcher] = {}
+_WATCHERS_LOCK = threading.Lock()
+
+
+def _watcher(client: "Client") -> _Watcher:
+    with _WATCHERS_LOCK:
+        return _WATCHERS.setdefault(id(client.gateway), _Watcher(client))
+
+
+def _watch_all(handles: Iterable[JobHandle]) -> list[JobHandle]:
+    handles = list(handles)
+    by_client: dict[int, list[JobHandle]] = {}
+    for h in handles:
+        by_client.setdefault(id(h.client.gateway), []).append(h)
+    for group in by_client.values():
+        _watcher(group[0].client).watch(group)
+    return handles
+
+
+def wait(handles: Iterable[JobHandle], timeout: float | None = None,
+         return_when: str = cf.ALL_COMPLETED) -> tuple[set[JobHandle], set[JobHandle]]:
+    """``concurrent.futures.wait`` for job handles: (done, not done)."""
+    return cf.wait(_watch_all(handles), timeout=timeout, return_when=return_when)  # type: ignore[return-value]
+
+
+def as_completed(handles: Iterable[JobHandle], timeout: float | None = None) -> Iterator[JobHandle]:
+    """The handles as their jobs end (``concurrent.futures.as_completed``)."""
+    return cf.as_completed(_watch_all(handles), timeout=timeout)  # type: ignore[return-value]
