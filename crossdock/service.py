@@ -6,7 +6,7 @@ from __future__ import annotations
 import os
 from dataclasses import dataclass
 from datetime import datetime, timezone
-from typing import Iterable, Sequence
+from typing import TYPE_CHECKING, Iterable, Sequence
 
 from redis.exceptions import RedisError
 
@@ -17,9 +17,11 @@ from crossdock.queue.admission import admit
 from crossdock.queue.errors import PermissionDenied
 from crossdock.queue.models import Job, JobSpec
 from crossdock.queue.snapshot import Node
-from crossdock.queue.trial import Trial, trial
 from crossdock.runtime import Runtime
 from crossdock.settings import is_admin, user_name
+
+if TYPE_CHECKING:
+    from crossdock.queue.trial import Trial
 
 
 @dataclass(frozen=True)
@@ -95,9 +97,12 @@ def check(rt: Runtime, specs: Iterable[JobSpec], nodes: Sequence[Node] | None = 
     return jobs
 
 
-def test_only(rt: Runtime, job: Job, nodes: Sequence[Node]) -> Trial:
+def test_only(rt: Runtime, job: Job, nodes: Sequence[Node]) -> "Trial":
     """Where and when the scheduler would start ``job`` (checked by :func:`check`), among the jobs
-    the store holds now; an unreachable store counts as an empty queue. Stores nothing."""
+    the store holds now; an unreachable store counts as an empty queue. Stores nothing. (The
+    scheduler is imported here, not at the top: a plain submit never loads it.)"""
+    from crossdock.queue.trial import trial
+
     try:
         pending = rt.store.get_many(rt.store.pending_ids())
         active = rt.store.get_many(rt.store.active_ids())
