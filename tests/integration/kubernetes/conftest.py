@@ -11,11 +11,10 @@ tests skip locally and FAIL under ``CI=true``.
 from __future__ import annotations
 
 import os
-import time
 import uuid
-from collections.abc import Callable, Iterator
+from collections.abc import Iterator
 from pathlib import Path
-from typing import Any, TypeVar
+from typing import Any
 
 import pytest
 
@@ -25,8 +24,8 @@ from tests.conftest import k8s_unavailable
 kubernetes = pytest.importorskip("kubernetes")
 from kubernetes import client  # noqa: E402
 from kubernetes.client.rest import ApiException  # noqa: E402
+from k8s_helpers import wait_for as _wait_for
 
-T = TypeVar("T")
 
 
 @pytest.fixture(scope="session")
@@ -45,16 +44,6 @@ def k8s_binaries() -> Path:
     return k8s.bin_dir()
 
 
-def _wait_for(what: str, fn: Callable[[], T | None], timeout: float = 60.0, interval: float = 0.25) -> T:
-    """Poll ``fn`` until it returns a truthy value; fail the test after ``timeout``."""
-    deadline = time.monotonic() + timeout
-    last: T | None = None
-    while time.monotonic() < deadline:
-        last = fn()
-        if last:
-            return last
-        time.sleep(interval)
-    pytest.fail(f"timed out after {timeout:.0f}s waiting for {what} (last: {last!r})")
 
 
 @pytest.fixture

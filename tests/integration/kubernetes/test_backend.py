@@ -16,7 +16,7 @@ import time
 from collections.abc import Callable, Iterator
 from datetime import datetime, timezone
 from pathlib import Path
-from typing import Any, TypeVar
+from typing import Any
 
 import pytest
 from kubernetes import client
@@ -33,10 +33,10 @@ from crossdock.queue.errors import InvalidJob
 from crossdock.queue.models import ArraySpec, GpuRequest, Job, JobSpec
 from crossdock.queue.snapshot import Snapshot
 from crossdock.queue.states import JobState, Reason
+from k8s_helpers import wait_for
 
 pytestmark = pytest.mark.kubernetes
 
-T = TypeVar("T")
 
 CONFIG: dict[str, Any] = {
     "priority_classes": {
@@ -60,15 +60,6 @@ CONFIG: dict[str, Any] = {
 }
 
 
-def wait_for(what: str, fn: Callable[[], T | None], timeout: float = 60.0, interval: float = 0.25) -> T:
-    deadline = time.monotonic() + timeout
-    last: T | None = None
-    while time.monotonic() < deadline:
-        last = fn()
-        if last:
-            return last
-        time.sleep(interval)
-    pytest.fail(f"timed out after {timeout:.0f}s waiting for {what} (last: {last!r})")
 
 
 @pytest.fixture(scope="module")

@@ -9,10 +9,9 @@ from __future__ import annotations
 import os
 import time
 import uuid
-from collections.abc import Callable
 from datetime import timedelta
 from pathlib import Path
-from typing import Any, TypeVar
+from typing import Any
 
 import pytest
 from kubernetes import client, config
@@ -20,24 +19,14 @@ from kubernetes.client.rest import ApiException
 
 from crossdock.dev import k8s
 from crossdock.dev.k8s import ANNOTATION_EXIT_CODE, ANNOTATION_RUN_SECONDS, GPU_RESOURCE, LABEL_POOL
+from k8s_helpers import wait_for
 
 pytestmark = pytest.mark.kubernetes
 
-T = TypeVar("T")
 
 GPU_TOLERATION = client.V1Toleration(key=GPU_RESOURCE, operator="Exists", effect="NoSchedule")
 
 
-def wait_for(what: str, fn: Callable[[], T | None], timeout: float = 60.0) -> T:
-    """Poll ``fn`` until it returns a truthy value; fail the test after ``timeout``."""
-    deadline = time.monotonic() + timeout
-    last: T | None = None
-    while time.monotonic() < deadline:
-        last = fn()
-        if last:
-            return last
-        time.sleep(0.25)
-    pytest.fail(f"timed out after {timeout:.0f}s waiting for {what} (last: {last!r})")
 
 
 def _container(gpus: int, cpu: str = "1") -> client.V1Container:

@@ -43,6 +43,7 @@ from crossdock.dev.k8s.state import read_state
 from crossdock.queue.autoscale.hpa import default_behavior, normalize, recommend, tolerances
 from crossdock.queue.models import Job, JobSpec
 from crossdock.queue.states import JobState
+from k8s_helpers import wait_for
 
 pytestmark = [pytest.mark.kubernetes, pytest.mark.autoscale]
 
@@ -139,15 +140,6 @@ def controller_flag(kubeconfig: Path, flag: str, default: float) -> float:
     return default
 
 
-def wait_for(what: str, fn: Callable[[], Any], timeout: float, interval: float = 0.25) -> Any:
-    deadline = time.monotonic() + timeout
-    last = None
-    while time.monotonic() < deadline:
-        last = fn()
-        if last:
-            return last
-        time.sleep(interval)
-    pytest.fail(f"timed out after {timeout:.0f}s waiting for {what} (last: {last!r})")
 
 
 def deployment(name: str) -> dict[str, Any]:

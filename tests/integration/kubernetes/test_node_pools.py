@@ -11,11 +11,11 @@ shrinks back to ``min_nodes`` once the work is done.
 
 from __future__ import annotations
 
+import functools
 import secrets
-import time
 from collections.abc import Callable, Iterator
 from datetime import datetime, timezone
-from typing import Any, TypeVar
+from typing import Any
 
 import pytest
 from kubernetes import client
@@ -32,23 +32,15 @@ from crossdock.queue.ports import NodeGroup, ProvisionsNodes
 from crossdock.queue.snapshot import Snapshot
 from crossdock.queue.states import JobState
 from tests.conftest import k8s_unavailable
+import k8s_helpers
 
 pytestmark = [pytest.mark.kubernetes, pytest.mark.autoscale]
 
-T = TypeVar("T")
 JOBS, CPUS_PER_JOB = 6, 4
 TEMPLATE = {"cpus": 8, "memory_mib": 32768}  # one of crossdock.dev.k8s.karpenter.INSTANCE_TEMPLATES
 
 
-def wait_for(what: str, fn: Callable[[], T | None], timeout: float = 90.0, interval: float = 0.5) -> T:
-    deadline = time.monotonic() + timeout
-    last: T | None = None
-    while time.monotonic() < deadline:
-        last = fn()
-        if last:
-            return last
-        time.sleep(interval)
-    pytest.fail(f"timed out after {timeout:.0f}s waiting for {what} (last: {last!r})")
+wait_for = functools.partial(k8s_helpers.wait_for, timeout=90.0, interval=0.5)
 
 
 def config(pool: str, provisioner: str) -> ClusterConfig:

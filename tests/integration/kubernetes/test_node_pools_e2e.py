@@ -6,12 +6,11 @@ the node that still runs a non-preemptible job."""
 
 from __future__ import annotations
 
+import functools
 import secrets
-import time
 import uuid
-from collections.abc import Callable
 from pathlib import Path
-from typing import Any, TypeVar
+from typing import Any
 
 import pytest
 import yaml
@@ -24,22 +23,14 @@ from crossdock.queue.models import JobSpec
 from crossdock.queue.ports import NodeGroup
 from crossdock.queue.states import JobState
 from tests.conftest import k8s_unavailable
+import k8s_helpers
 
 pytestmark = [pytest.mark.kubernetes, pytest.mark.autoscale, pytest.mark.redis, pytest.mark.celery]
 
-T = TypeVar("T")
 JOBS = 6  # of 4 CPUs, on 8-CPU nodes: 3 nodes
 
 
-def wait_for(what: str, fn: Callable[[], T | None], timeout: float = 120.0) -> T:
-    deadline = time.monotonic() + timeout
-    last: T | None = None
-    while time.monotonic() < deadline:
-        last = fn()
-        if last:
-            return last
-        time.sleep(0.3)
-    pytest.fail(f"timed out after {timeout:.0f}s waiting for {what} (last: {last!r})")
+wait_for = functools.partial(k8s_helpers.wait_for, timeout=120.0)
 
 
 @pytest.fixture(params=["kwok", "karpenter"])
