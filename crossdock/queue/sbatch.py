@@ -31,7 +31,7 @@ from typing import Any, Literal
 from pydantic import ValidationError
 
 from crossdock.queue.errors import InvalidOption, InvalidOptions
-from crossdock.queue.models import JobSpec, validation_message
+from crossdock.queue.models import JobSpec
 from crossdock.queue.sbatch_formats import (
     DEFAULT_MAX_ARRAY_SIZE,
     parse_array,
@@ -47,6 +47,8 @@ from crossdock.queue.sbatch_formats import (
     parse_time,
 )
 from crossdock.queue.sbatch_extras import parse_begin, parse_constraint, parse_licenses, parse_signal
+from crossdock.queue.sbatch_json import dry_run_json
+from crossdock.queue.sbatch_script import MAGIC, InvalidDirective, directive_tokens, read_sbatch_directives
 
 __all__ = [
     "OPTIONS",
@@ -58,86 +60,6 @@ __all__ = [
     "read_sbatch_directives",
     "split_argv",
 ]
-
-MAGIC = "#SBATCH"
-# C's isspace() in the "C" locale: what sbatch splits directive words on.
-_BLANKS = " \t\n\v\f\r"
-
-
-class InvalidDirective(InvalidOption):
-    """An ``#SBATCH`` line that sbatch would refuse; ``line`` is its 1-based line number."""
-
-    def __init__(self, option: str, value: object, accepted: str, line: int):
-        super().__init__(option, value, accepted)
-        self.line = line
-        Exception.__init__(self, f"#SBATCH line {line}: {option}: invalid value {value!r}; accepted: {accepted}")
-
-
-# --- #SBATCH directives ---------------------------------------------------------------------
-
-
-def _directive_words(rest: str, line: int) -> list[str]:
-    """Split the text after ``#SBATCH`` the way sbatch's ``_get_argument`` does."""
-    words: list[str] = []
-    i, n = 0, len(rest)
-    while True:
-        while i < n and rest[i] in _BLANKS:
-            i += 1
-        if i >= n:
-            return words
-        if rest[i] == ":":
-            raise InvalidDirective(MAGIC, rest.strip(), "options, not a ':' heterogeneous-job separator", line)
-        word: list[str] = []
-        quote = ""
-        escaped = False
-        while i < n and (quote or rest[i] not in _BLANKS):
-            ch = rest[i]
-            if escaped:
-                escaped = False
-            elif ch == "\\":
-                escaped = True
-                i += 1
-                continue
-            elif quote:
-                if ch == quote:
-                    quote = ""
-                    i += 1
-                    continue
-            elif ch in "\"'":
-                quote = ch
-                i += 1
-                continue
-            elif ch == "#":
-                break  # an unquoted, unescaped '#' starts a comment
-            word.append(ch)
-            i += 1
-        if quote:
-            raise InvalidDirective(MAGIC, rest.strip(), f"quoted words; unmatched {quote} in the line", line)
-        if not word:
-            # sbatch's _get_argument returns NULL for an empty word: the rest of the line is ignored.
-            return words
-        words.append("".join(word))
-
-
-def _directive_tokens(script_text: str) -> list[tuple[str, int]]:
-    tokens: list[tuple[str, int]] = []
-    for lineno, line in enumerate(script_text.split("\n"), start=1):
-        if line.startswith(MAGIC):
-            words = _directive_words(line[len(MAGIC):], lineno)
-            if words and words[0].lower() in ("hetjob", "packjob"):
-                raise InvalidDirective(MAGIC, words[0], "one job per script; heterogeneous jobs are not supported", lineno)
-            tokens.extend((w, lineno) for w in words)
-            continue
-        stripped = line.lstrip(_BLANKS)
-        if stripped and not stripped.startswith("#"):
-            break  # the first command ends the directives
-    return tokens
-
-
-def read_sbatch_directives(script_text: str) -> list[str]:
-    """The argv that the script's ``#SBATCH`` lines give, in order."""
-    return [word for word, _ in _directive_tokens(script_text)]
-
 
 # --- the option table -----------------------------------------------------------------------
 
@@ -675,7 +597,7 @@ def build_spec(
     if script_text is not None:
         try:
             _check_script(script_text)
-            tokens = _directive_tokens(script_text)
+            tokens = directive_tokens(script_text)
         except InvalidOption as exc:
             errors.append(exc)
             tokens = []
@@ -768,69 +690,3 @@ def build_spec(
         json=bool(s.get("json")),
         warnings=warnings,
     )
-
-
-# --- dry-run output -------------------------------------------------------------------------
-
-
-def dry_run_json(spec: JobSpec) -> dict[str, Any]:
-    """The normalized spec as stable, JSON-ready fields (``crossdock submit --dry-run --json``)."""
-    gpus = spec.gpus
-    return {
-        "name": spec.name or spec.display_name(),
-        "time_limit_seconds": spec.time_limit_seconds,
-        "cpus_per_task": spec.cpus_per_task,
-        "ntasks": spec.ntasks,
-        "nodes": spec.nodes,
-        "nodes_max": spec.nodes_max,
-        "ntasks_per_node": spec.ntasks_per_node,
-        "mem_per_node_mib": spec.mem_per_node_mib,
-        "mem_per_cpu_mib": spec.mem_per_cpu_mib,
-        "gres": [{"name": g.name, "type": g.type, "count": g.count} for g in spec.gres],
-        "gpus": None if gpus is None else {"count": gpus.count, "type": gpus.type, "per": gpus.per},
-        "array": None
-        if spec.array is None
-        else {"task_ids": list(spec.array.task_ids), "max_running": spec.array.max_running},
-        "dependency": None
-        if spec.dependency is None
-        else {
-            "combine": spec.dependency.combine,
-            "deps": [
-                {
-                    "type": d.type.value,
-                    "job_id": d.job_id,
-                    "array_task": d.array_task,
-                    "delay_minutes": d.delay_minutes,
-                }
-                for d in spec.dependency.deps
-            ],
-        },
-        "nice": spec.nice,
-        "hold": spec.hold,
-        "partition": spec.partition,
-        "qos": spec.priority_class,
-        "priority_class": spec.priority_class,
-        "queue": spec.queue,
-        "backend": spec.backend,
-        "pool": spec.pool,
-        "placement": spec.placement,
-        "output": spec.stdout,
-        "error": spec.stderr,
-        "chdir": spec.workdir,
-        "export": spec.export,
-        "env": dict(spec.env),
-        "exclusive": spec.exclusive,
-        "requeue": spec.requeue,
-        "nodelist": list(spec.nodelist),
-        "exclude": list(spec.exclude),
-        "constraint": spec.constraint,
-        "signal": None if spec.kill_signal is None else spec.kill_signal.model_dump(),
-        "time_min_seconds": spec.time_min_seconds,
-        "begin": None if spec.begin is None else spec.begin.isoformat(),
-        "deadline": None if spec.deadline is None else spec.deadline.isoformat(),
-        "reservation": spec.reservation,
-        "licenses": spec.licenses,
-        "command": list(spec.command) if spec.command is not None else None,
-        "script_path": spec.script_path,
-        "args": list(spec.args),
-    }
