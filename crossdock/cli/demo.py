@@ -15,6 +15,7 @@ from pathlib import Path
 
 from rich.live import Live
 
+from crossdock.backends.redis_store.embedded import shown
 from crossdock.cli.common import console
 from crossdock.cli.render import summary_table
 from crossdock.queue.states import JobState
@@ -58,7 +59,7 @@ def run_demo(scale: int = 1) -> int:
     workdir = Path(tempfile.mkdtemp(prefix="crossdock-demo-"))
     os.chdir(workdir)
     has_gpu = any(n.gpus for n in load_inventory(rt))
-    console.print(f"[bold]crossdock demo[/] — Redis {rt.redis_url}, config {rt.settings.config_path},"
+    console.print(f"[bold]crossdock demo[/] — Redis {shown(rt.redis_url)}, config {rt.settings.config_path},"
                   f" outputs in {workdir}", highlight=False)
     svc = Service(rt, workers=2, logfile=workdir / "worker.log")
     try:
