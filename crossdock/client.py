@@ -18,13 +18,13 @@ import inspect
 import math
 import os
 import shlex
-import urllib.parse
 import uuid
 import warnings
 from typing import Any, Callable, Iterable, Sequence
 
 from crossdock import gateway
 from crossdock.backends.pypayload import args_context, fn_context
+from crossdock.backends.redis_store import embedded
 from crossdock.handles import JobFailed, JobHandle, RemoteError, as_completed, wait  # noqa: F401 - the API's names
 from crossdock.pycall import encode_args, encode_call, encode_fn
 from pydantic import ValidationError
@@ -157,15 +157,16 @@ class Client:
 
     def _runner_env(self) -> dict[str, str]:
         """What a Python job's runner needs to reach this store and its owner's key, wherever it
-        runs. A Redis URL with a password stays out (the spec is readable where the job runs):
-        such an installation gives its runners ``CROSSDOCK_REDIS_URL`` itself, as a multi-user
-        service (reached through its socket) does."""
+        runs. The Redis URL goes without its password (the spec is readable where the job runs):
+        a runner of the service's user finds an embedded Redis' password in its state dir
+        (``embedded.with_password``); another installation gives its runners the URL itself, as a
+        multi-user service (reached through its socket) does."""
         if self.gateway.remote:
             return {}
         env = {k: v for k, v in self.runtime.child_env().items()
                if k in ("CROSSDOCK_REDIS_URL", "CROSSDOCK_STATE_DIR", "CROSSDOCK_PREFIX", "CROSSDOCK_SIGNING_KEY")}
-        if urllib.parse.urlsplit(env.get("CROSSDOCK_REDIS_URL", "")).password:
-            env.pop("CROSSDOCK_REDIS_URL")
+        if "CROSSDOCK_REDIS_URL" in env:
+            env["CROSSDOCK_REDIS_URL"] = embedded.without_password(env["CROSSDOCK_REDIS_URL"])
         return env
 
     def _python_fields(self, name: str, python: PythonCall) -> dict[str, Any]:

@@ -24,6 +24,8 @@ class Runtime:
     def from_env(cls, start_redis: bool = True) -> "Runtime":
         settings = Settings.from_env()
         url = settings.redis_url
+        if url is not None:  # an embedded Redis named without its password: the one its state dir keeps
+            url = embedded.with_password(url)
         if url is None:
             url = embedded.ensure_running(settings.state_dir) if start_redis else embedded.url_for(settings.state_dir)
         return cls(settings, url)

@@ -58,6 +58,22 @@ def url_for(state_dir: Path) -> str:
     return f"unix://:{secret}@{socket_path(state_dir)}" if secret else f"unix://{socket_path(state_dir)}"
 
 
+def without_password(url: str) -> str:
+    """``url`` without its credentials: what may travel in a job's environment."""
+    return re.sub(r"^([a-z+]+://)[^/@]*@", r"\1", url)
+
+
+def with_password(url: str) -> str:
+    """A password-less URL of an embedded Redis' socket with the password its state dir keeps,
+    when this user may read it (a Python job's runner, run as the service's user, reaches the
+    store so); any other URL as it is."""
+    if not url.startswith("unix:///") or "?" in url:
+        return url
+    sock = Path(url[len("unix://"):])
+    state = sock.parent.parent
+    return url_for(state) if socket_path(state) == sock else url
+
+
 def shown(url: str) -> str:
     """``url`` with its password masked, for logs and messages."""
     return re.sub(r"(//[^/@]*?:)[^/@]+@", r"\1***@", url)
