@@ -27,15 +27,17 @@ def run(argv: list[str]) -> None:
 
     crossdock submit [OPTIONS] [SCRIPT [ARGS...]]   (SCRIPT from standard input when omitted)
     """
-    if argv[:1] in (["--help"], ["-h"], ["--usage"]):
-        print(help_text())
-        raise SystemExit(0)
-    if argv[:1] in (["--version"], ["-V"]):
-        print(version_text())
-        raise SystemExit(0)
-    gw = gateway(start_redis=False)  # parsing and --dry-run need no store
     try:
         options, script_path, script_args = split_argv(argv)
+        # --help and --version among the options answer at once, whatever else is given (as
+        # sbatch's parser does); after the script they are the script's arguments
+        if {"--help", "-h", "--usage"} & set(options):
+            print(help_text())
+            raise SystemExit(0)
+        if {"--version", "-V"} & set(options):
+            print(version_text())
+            raise SystemExit(0)
+        gw = gateway(start_redis=False)  # parsing and --dry-run need no store
         script_text = None
         if script_path is not None:
             try:
