@@ -11,7 +11,6 @@ shrinks back to ``min_nodes`` once the work is done.
 
 from __future__ import annotations
 
-import functools
 import secrets
 from collections.abc import Callable, Iterator
 from datetime import datetime, timezone
@@ -40,7 +39,8 @@ JOBS, CPUS_PER_JOB = 6, 4
 TEMPLATE = {"cpus": 8, "memory_mib": 32768}  # one of crossdock.dev.k8s.karpenter.INSTANCE_TEMPLATES
 
 
-wait_for = functools.partial(k8s_helpers.wait_for, timeout=90.0, interval=0.5)
+def wait_for(what: str, fn: Callable[[], Any], timeout: float = 90.0, interval: float = 0.5) -> Any:
+    return k8s_helpers.wait_for(what, fn, timeout, interval)
 
 
 def config(pool: str, provisioner: str) -> ClusterConfig:

@@ -6,11 +6,10 @@ the node that still runs a non-preemptible job."""
 
 from __future__ import annotations
 
-import functools
 import secrets
 import uuid
 from pathlib import Path
-from typing import Any
+from typing import Any, Callable
 
 import pytest
 import yaml
@@ -30,7 +29,8 @@ pytestmark = [pytest.mark.kubernetes, pytest.mark.autoscale, pytest.mark.redis, 
 JOBS = 6  # of 4 CPUs, on 8-CPU nodes: 3 nodes
 
 
-wait_for = functools.partial(k8s_helpers.wait_for, timeout=120.0)
+def wait_for(what: str, fn: Callable[[], Any], timeout: float = 120.0) -> Any:
+    return k8s_helpers.wait_for(what, fn, timeout)
 
 
 @pytest.fixture(params=["kwok", "karpenter"])
