@@ -20,12 +20,9 @@ from pathlib import Path
 import yaml
 
 
-def main() -> None:
-    ap = argparse.ArgumentParser()
-    ap.add_argument("--jobs", type=int, default=10_000)
-    ap.add_argument("--cli-jobs", type=int, default=100)
-    args = ap.parse_args()
-
+def bench_store() -> tuple[Path, dict[str, str]]:
+    """A temporary state dir with an embedded Redis and a one-node local config; the CROSSDOCK_*
+    variables that point a process at them (a prefix of its own)."""
     tmp = Path(tempfile.mkdtemp(prefix="crossdock-bench-"))
     from crossdock.backends.redis_store import embedded
 
@@ -36,8 +33,21 @@ def main() -> None:
         "pools": {"local": {"backend": "local", "nodes": [{"name": "localhost", "cpus": 64, "memory_mib": 65536}]}},
         "queues": {"batch": {"priority_class": "batch", "pools": ["local"]}},
     }))
-    os.environ.update({"CROSSDOCK_REDIS_URL": url, "CROSSDOCK_CONFIG": str(cfg), "CROSSDOCK_STATE_DIR": str(tmp),
-                       "CROSSDOCK_PREFIX": f"bench{uuid.uuid4().hex[:6]}"})
+    return tmp, {"CROSSDOCK_REDIS_URL": url, "CROSSDOCK_CONFIG": str(cfg), "CROSSDOCK_STATE_DIR": str(tmp),
+                 "CROSSDOCK_PREFIX": f"bench{uuid.uuid4().hex[:6]}"}
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--jobs", type=int, default=10_000)
+    ap.add_argument("--cli-jobs", type=int, default=100)
+    args = ap.parse_args()
+
+    from crossdock.backends.redis_store import embedded
+
+    tmp, env = bench_store()
+    url = env["CROSSDOCK_REDIS_URL"]
+    os.environ.update(env)
 
     from celery import Celery
 

@@ -20,12 +20,9 @@ import shutil
 import statistics
 import subprocess
 import sys
-import tempfile
 import time
-import uuid
 from pathlib import Path
 
-import yaml
 
 LOOP = 'n=$1; shift; i=0; while [ "$i" -lt "$n" ]; do "$@" >/dev/null 2>&1 || exit 1; i=$((i+1)); done'
 """A shell loop running its arguments as one command n times (the argv is never a shell string)."""
@@ -46,18 +43,12 @@ def main() -> None:
     ap.add_argument("--baseline", type=Path, help="a checkout whose crossdock submit to time as well")
     args = ap.parse_args()
 
-    tmp = Path(tempfile.mkdtemp(prefix="crossdock-bench-"))
+    from bench_submit import bench_store
+
     from crossdock.backends.redis_store import embedded
 
-    url = embedded.ensure_running(tmp)
-    cfg = tmp / "crossdock.yaml"
-    cfg.write_text(yaml.safe_dump({
-        "priority_classes": {"batch": {"value": 100}},
-        "pools": {"local": {"backend": "local", "nodes": [{"name": "localhost", "cpus": 64, "memory_mib": 65536}]}},
-        "queues": {"batch": {"priority_class": "batch", "pools": ["local"]}},
-    }))
-    env = {**os.environ, "CROSSDOCK_REDIS_URL": url, "CROSSDOCK_CONFIG": str(cfg), "CROSSDOCK_STATE_DIR": str(tmp),
-           "CROSSDOCK_PREFIX": f"bench{uuid.uuid4().hex[:6]}"}
+    tmp, store_env = bench_store()
+    env = {**os.environ, **store_env}
     exe = Path(sys.executable).with_name("crossdock")
     crossdock = [str(exe)] if exe.exists() else [sys.executable, "-m", "crossdock"]
     paths = {"bare interpreter": ["python3", "-I", "-S", "-c", "pass"],

@@ -36,7 +36,8 @@ from kubernetes.client.rest import ApiException
 from crossdock.backends.kubernetes.informer import list_all
 from crossdock.backends.kubernetes.provisioning import (LABEL_NODE_POOL, Removal, api_error, dns_name, is_ready,
                                                         is_stopping, label_value, new_name, node_labels,
-                                                        read_node, resources, room, selector, taints, template_of)
+                                                        read_node, removing, resources, room, selector, taints,
+                                                        template_of)
 from crossdock.queue.config import ClusterConfig, NodeTemplate, Pool
 from crossdock.queue.ports import BackendUnavailable, NodeGroup
 
@@ -297,7 +298,7 @@ class KarpenterNodes:
                 index[claim["metadata"]["name"]] = (claim, node)
         removed: list[str] = []
         for name in dict.fromkeys(names):
-            try:
+            with removing(name, pool):
                 if name not in index:
                     if read_node(self.core, name) is not None:
                         log.warning("not removing node %s: crossdock did not ask Karpenter for it in pool %s",
@@ -315,11 +316,6 @@ class KarpenterNodes:
                     self.custom.delete_cluster_custom_object(GROUP, VERSION, "nodeclaims", claim["metadata"]["name"])
                 elif node is not None:
                     self._delete_orphan(pool, node)
-            except ApiException as exc:
-                if exc.status != 404:
-                    raise api_error(exc, f"removing node {name} of pool {pool}", pool) from exc
-            except Exception as exc:  # noqa: BLE001
-                raise api_error(exc, f"removing node {name} of pool {pool}", pool) from exc
             removed.append(name)
         if removed:
             log.info("pool %s: removed %s through Karpenter", pool, ", ".join(removed))

@@ -31,7 +31,8 @@ import logging
 import re
 import secrets
 import time
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Iterable, Iterator, Mapping, Sequence
+from contextlib import contextmanager
 from typing import Any
 
 from kubernetes import client
@@ -178,6 +179,19 @@ def room(pool: Pool, group: NodeGroup, count: int) -> int:
     return max(0, min(count, pool.max_nodes - len(group.ready) - len(group.starting)))
 
 
+@contextmanager
+def removing(name: str, pool: str) -> Iterator[None]:
+    """Around removing one node: a 404 (gone already) is success, any other error one
+    :func:`api_error` naming the node and its pool."""
+    try:
+        yield
+    except ApiException as exc:
+        if exc.status != 404:
+            raise api_error(exc, f"removing node {name} of pool {pool}", pool) from exc
+    except Exception as exc:  # noqa: BLE001
+        raise api_error(exc, f"removing node {name} of pool {pool}", pool) from exc
+
+
 def api_error(exc: BaseException, what: str, pool_name: str) -> Exception:
     """Retryable for an unreachable or overloaded API; not for a refused object or missing rights."""
     if isinstance(exc, ApiException):
@@ -274,18 +288,13 @@ class KwokNodes:
         template_of(self.config, pool, self.provisioner)
         removed: list[str] = []
         for name in dict.fromkeys(names):
-            try:
+            with removing(name, pool):
                 node = read_node(self.core, name)
                 if not self.removal.removable(node, name, pool, self.provisioner):
                     continue
                 if node is not None:
                     self.removal.cordon(name)
                     self.core.delete_node(name)
-            except ApiException as exc:
-                if exc.status != 404:
-                    raise api_error(exc, f"removing node {name} of pool {pool}", pool) from exc
-            except Exception as exc:  # noqa: BLE001
-                raise api_error(exc, f"removing node {name} of pool {pool}", pool) from exc
             removed.append(name)
         if removed:
             log.info("pool %s: removed kwok nodes %s", pool, ", ".join(removed))
