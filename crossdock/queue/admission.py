@@ -83,6 +83,14 @@ def resolve(spec: JobSpec, cfg: ClusterConfig) -> Resolved:
             raise InvalidJob(f"--backend: queue {qname!r} has no {spec.backend!r} pool; its pools: {', '.join(q.pools)}")
     if spec.constraint is not None:
         pools = _with_features(spec.constraint, cfg, pools)
+    if spec.slurm_options:
+        slurm = tuple(p for p in pools if cfg.pools[p].partition is not None)
+        if not slurm:
+            where = [p for p, pool in cfg.pools.items() if pool.partition is not None]
+            raise InvalidJob(f"{spec.slurm_options[0]}: only a Slurm pool can honour it, and the job may run only in"
+                             f" {', '.join(pools)}; send it to a Slurm pool ({', '.join(where) or 'none configured'})"
+                             " with -p, or remove the option")
+        pools = slurm
     pcname = spec.priority_class or q.priority_class
     if pcname not in cfg.priority_classes:
         raise InvalidJob(f"--priority-class/--qos: unknown priority class {pcname!r}; defined: {_names(cfg.priority_classes)}")

@@ -16,6 +16,7 @@ from typing import Literal
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
 
 from crossdock.queue.errors import shown
+from crossdock.queue.sbatch_native import native_name
 from crossdock.queue.states import JobState, Reason
 
 JobId = int
@@ -198,6 +199,16 @@ class JobSpec(_Model):
     deadline: datetime | None = None
     time_min_seconds: int | None = Field(None, ge=1, le=MAX_TIME_LIMIT_SECONDS)
     kill_signal: KillSignal | None = None
+    slurm_options: list[str] = Field(default_factory=list)
+    """sbatch options crossdock does not model (``--hint=nomultithread``…), passed to Slurm as
+    written; a job that has any runs only in pools with a Slurm partition (``sbatch_native``)."""
+
+    @field_validator("slurm_options")
+    @classmethod
+    def _native_only(cls, options: list[str]) -> list[str]:
+        for arg in options:
+            native_name(arg)
+        return options
 
     @model_validator(mode="before")
     @classmethod
@@ -320,7 +331,7 @@ def _check_text(spec: "JobSpec") -> None:
         if _utf8_bytes("script", spec.script.replace("\0", "")) > MAX_SCRIPT_BYTES:
             raise ValueError(f"script: longer than {MAX_SCRIPT_BYTES} bytes (Slurm's max_script_size); shorten it")
     total = 0
-    for field in ("command", "args"):
+    for field in ("command", "args", "slurm_options"):
         for i, arg in enumerate(getattr(spec, field) or []):
             n = _utf8_bytes(f"{field}[{i}]", arg)
             if n > MAX_ARG_BYTES:

@@ -48,6 +48,7 @@ from crossdock.queue.sbatch_formats import (
 )
 from crossdock.queue.sbatch_extras import parse_begin, parse_constraint, parse_licenses, parse_signal
 from crossdock.queue.sbatch_json import dry_run_json
+from crossdock.queue.sbatch_native import NATIVE, REFUSED, REFUSED_SHORT, native_arg
 from crossdock.queue.sbatch_script import MAGIC, InvalidDirective, directive_tokens, read_sbatch_directives
 
 __all__ = [
@@ -188,6 +189,16 @@ def _when(key: str) -> Apply:
     return apply
 
 
+NATIVE_KEY = "native:"  # settings key prefix of an option passed to Slurm as written
+
+
+def _native(name: str) -> Apply:
+    def apply(s: Settings, value: str | None, opt: str, ctx: _Ctx) -> None:
+        s[NATIVE_KEY + name] = value
+
+    return apply
+
+
 def _no_effect(why: str) -> Apply:
     def apply(s: Settings, value: str | None, opt: str, ctx: _Ctx) -> None:
         ctx.warnings.append(f"{opt}{'=' + value if value else ''}: accepted, no effect in crossdock ({why})")
@@ -284,19 +295,10 @@ OPTIONS: tuple[OptionDef, ...] = (
     OptionDef("kill-on-invalid-dep", None, "required", _ignored, "ignored"),
 )
 
-# Real sbatch options that change where or when a job runs: silently ignoring them would
-# run the job somewhere it was not meant to, so they are refused by name.
-UNSUPPORTED = frozenset(
-    """batch bb bbf burst-buffer cluster-constraint container
-    container-id contiguous core-spec cores-per-socket delay-boot
-    distribution extra extra-node-info export-file gid gpu-bind gpu-freq gpus-per-socket
-    hint ignore-pbs input mcs-label mem-bind mincpus network
-    no-kill nodefile ntasks-per-core ntasks-per-socket overcommit oversubscribe power
-    prefer priority reboot segment sockets-per-node spread-job
-    switches thread-spec threads-per-core tmp tres-bind tres-per-task uid use-min-nodes wait
-    wait-all-nodes""".split()
-)
-_UNSUPPORTED_SHORT = frozenset("BFiIkmOsSW")
+OPTIONS += tuple(OptionDef(name, short, arg, _native(name), "passed to Slurm as written (Slurm pools only)")
+                 for name, (short, arg) in NATIVE.items())
+UNSUPPORTED = frozenset(REFUSED)
+_UNSUPPORTED_SHORT = frozenset(REFUSED_SHORT)
 
 _BY_LONG = {o.long: o for o in OPTIONS}
 _BY_SHORT = {o.short: o for o in OPTIONS if o.short}
@@ -311,8 +313,9 @@ def _printable(text: str) -> str:
 def _unknown(written: str, value: str | None = None) -> InvalidOption:
     name = written.lstrip("-").partition("=")[0]
     written = _printable(written)
-    if name in UNSUPPORTED or (len(name) == 1 and name in _UNSUPPORTED_SHORT):
-        return InvalidOption(written, value, "an option crossdock supports; this sbatch option is not supported")
+    name = REFUSED_SHORT.get(name, name) if len(name) == 1 else name
+    if name in REFUSED:
+        return InvalidOption(written, value, f"none (crossdock does not take --{name}: {REFUSED[name]})")
     close = difflib.get_close_matches(name, list(_BY_LONG), n=1)
     if close:
         return InvalidOption(written, value, f"a supported option: did you mean --{close[0]}?")
@@ -642,6 +645,9 @@ def build_spec(
 
     fields: dict[str, Any] = {key: s[key] for key in _SPEC_KEYS if key in s}
     fields["name"] = s["name"] if "name" in s else _default_name(wrap, script_path)
+    native = [native_arg(name, s[NATIVE_KEY + name]) for name in NATIVE if NATIVE_KEY + name in s]
+    if native:
+        fields["slurm_options"] = native
     if wrap is not None:
         fields["command"] = ["/bin/sh", "-c", wrap]
     elif script_text is not None:

@@ -5,6 +5,7 @@ from __future__ import annotations
 import textwrap
 
 from crossdock.queue.sbatch import OPTIONS, UNSUPPORTED, OptionDef
+from crossdock.queue.sbatch_native import NATIVE
 
 CROSSDOCK_OWN = frozenset("backend pool priority-class placement queue dry-run json".split())
 _VALUE = {"required": "=value", "optional": "[=value]", "none": ""}
@@ -16,7 +17,7 @@ def _line(o: OptionDef) -> str:
 
 
 def help_text() -> str:
-    used = [o for o in OPTIONS if o.help != "ignored" and o.long not in CROSSDOCK_OWN]
+    used = [o for o in OPTIONS if o.help != "ignored" and o.long not in CROSSDOCK_OWN and o.long not in NATIVE]
     own = [o for o in OPTIONS if o.long in CROSSDOCK_OWN]
     warned = sorted(f"--{o.long}" for o in OPTIONS if o.help == "ignored")
     wrap = lambda words: textwrap.fill(" ".join(words), width=88, initial_indent="  ", subsequent_indent="  ",
@@ -36,6 +37,9 @@ def help_text() -> str:
         "Accepted, with a warning that they have no effect:",
         wrap(warned),
         "",
-        "Refused, by name (they would change where or how the job runs):",
+        "Passed to Slurm as written (the job then runs only in pools with a Slurm partition):",
+        wrap(f"--{n}" for n in NATIVE),
+        "",
+        "Refused, by name (crossdock does this another way; the message says how):",
         wrap(f"--{n}" for n in sorted(UNSUPPORTED)),
     ])

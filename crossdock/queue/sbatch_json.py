@@ -64,6 +64,7 @@ def dry_run_json(spec: JobSpec) -> dict[str, Any]:
         "deadline": None if spec.deadline is None else spec.deadline.isoformat(),
         "reservation": spec.reservation,
         "licenses": spec.licenses,
+        "slurm_options": spec.slurm_options,
         "command": list(spec.command) if spec.command is not None else None,
         "script_path": spec.script_path,
         "args": list(spec.args),

@@ -182,8 +182,8 @@ def test_optional_values_only_after_equals():
     [
         pytest.param(["--tme=5"], "--tme", "did you mean --time?", id="typo"),
         pytest.param(["-Z"], "-Z", "--job-name", id="unknown-short"),
-        pytest.param(["--hint=nomultithread"], "--hint", "not supported", id="unsupported-sbatch-option"),
-        pytest.param(["-S", "2"], "-S", "not supported", id="unsupported-short"),
+        pytest.param(["--uid=0"], "--uid", "runs as the user who submits it", id="refused-sbatch-option"),
+        pytest.param(["-W"], "-W", "crossdock does not take --wait", id="refused-short"),
         pytest.param(["--gpu=2"], "--gpu", "--gpus-per-node", id="ambiguous-prefix"),
         pytest.param(["--hold=yes"], "--hold", "without a value", id="flag-with-value"),
         pytest.param(["-t"], "-t", "a value", id="missing-value"),

@@ -162,10 +162,10 @@ def test_options_with_no_effect_warn(argv, fragment):
 
 def test_every_problem_reported_at_once_with_its_value():
     with pytest.raises(InvalidOptions) as err:
-        spec("-t", "0:x", "--hint", "compute_bound", "--signal=FOO", "-S", "3", "-c", "0",
+        spec("-t", "0:x", "--uid", "7", "--signal=FOO", "-F", "hosts", "-c", "0",
              script="#SBATCH --nodes=x\n#SBATCH --bogus 7\ntrue\n")
     got = [(e.option, e.value) for e in err.value.errors]
-    assert got == [("--nodes", "x"), ("--bogus", "7"), ("--hint", "compute_bound"), ("-S", "3"), ("-t", "0:x"),
+    assert got == [("--nodes", "x"), ("--bogus", "7"), ("--uid", "7"), ("-F", "hosts"), ("-t", "0:x"),
                    ("--signal", "FOO"), ("-c", "0")]
     lines = str(err.value).split("\n")
     assert len(lines) == len(err.value.errors)
@@ -206,3 +206,39 @@ def test_array_task_dependencies(value, deps):
 def test_an_empty_dependency_clears_the_scripts():
     assert spec(script="#SBATCH -d afterok:5\ntrue\n").spec.dependency is not None
     assert spec("--dependency=", script="#SBATCH -d afterok:5\ntrue\n").spec.dependency is None
+
+
+def test_layout_options_are_kept_for_slurm_as_written():
+    script = "#SBATCH --hint=nomultithread\n#SBATCH -m block:cyclic\n#SBATCH --tmp=10G\nsrun true\n"
+    got = spec("--ntasks-per-core=1", "-s", "--tmp=20G", script=script).spec
+    # sbatch's order of precedence per option (the command line wins), in one fixed order
+    assert got.slurm_options == ["--hint=nomultithread", "--distribution=block:cyclic", "--ntasks-per-core=1",
+                                 "--tmp=20G", "--oversubscribe"]
+
+
+def test_a_job_with_slurm_only_options_goes_only_to_slurm_pools():
+    from crossdock.queue.admission import resolve
+    from crossdock.queue.config import ClusterConfig
+    from crossdock.queue.errors import InvalidJob
+
+    cfg = ClusterConfig.model_validate({
+        "priority_classes": {"batch": {"value": 1}},
+        "pools": {"cpu": {"backend": "k8s"}, "hpc": {"backend": "slurm", "partition": "cpu"}},
+        "queues": {"mixed": {"priority_class": "batch", "pools": ["cpu", "hpc"]},
+                   "kube": {"priority_class": "batch", "pools": ["cpu"]}},
+        "default_queue": "mixed",
+    })
+    job = spec("--hint=nomultithread", script="true\n").spec
+    assert resolve(job, cfg).pools == ("hpc",)
+    with pytest.raises(InvalidJob, match=r"--hint=nomultithread: only a Slurm pool can honour it.*\(hpc\) with -p"):
+        resolve(job.model_copy(update={"queue": "kube"}), cfg)
+
+
+def test_python_api_slurm_options_are_checked_by_name():
+    from pydantic import ValidationError
+
+    from crossdock.queue.models import JobSpec
+
+    assert JobSpec(command=["true"], slurm_options=["--threads-per-core=1"]).slurm_options == ["--threads-per-core=1"]
+    with pytest.raises(ValidationError, match="--uid=0.*is not an sbatch option crossdock passes"):
+        JobSpec(command=["true"], slurm_options=["--uid=0"])

@@ -77,7 +77,7 @@ def sbatch_options(req: SubmitRequest) -> list[str]:
         opts.append("--hold")
     if req.exclusive:
         opts.append("--exclusive")
-    return opts
+    return opts + list(req.native)
 
 
 def export_value(export: str, env: Mapping[str, str]) -> str:

@@ -87,6 +87,7 @@ class SubmitRequest:
     deadline: str | None = None
     reservation: str | None = None
     licenses: str | None = None  # "matlab:2,ansys:1"
+    native: tuple[str, ...] = ()  # sbatch options passed as written ("--hint=nomultithread")
     args: tuple[str, ...] = ()
     user: str = ""
     """The job's owner: a driver that can (REST with per-user JWTs) submits as them."""

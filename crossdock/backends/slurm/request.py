@@ -218,6 +218,7 @@ def build_request(
         deadline=_slurm_time(spec.deadline),
         reservation=spec.reservation,
         licenses=spec.licenses,
+        native=tuple(spec.slurm_options),
         args=tuple(spec.args) if spec.command is None else (),
         user=spec.user,
     )

@@ -246,6 +246,8 @@ class RestDriver:
         return {**self.headers, "X-SLURM-USER-NAME": user, "X-SLURM-USER-TOKEN": token}
 
     def submit(self, request: SubmitRequest) -> int:
+        if request.native:  # v0.0.38's job properties have no field for most of them
+            return self._fallback(f"field for {request.native[0]}").submit(request)
         body = {"script": request.script, "job": job_properties(request, self.job_env)}
         try:
             data = self._request("POST", "/job/submit", body, self._owner_headers(request.user))

@@ -49,3 +49,20 @@ def test_signal_reaches_the_batch_shell_before_the_limit(slurm_cluster, backend,
     status = wait_job(backend, job, lambda s: s.state.terminal, timeout=90)
     assert status.state is JobState.COMPLETED
     assert wait_file(jobs_dir / f"{job.id}.out", "got USR1") == "got USR1\n"
+
+
+def test_layout_options_reach_sbatch_as_written(slurm_cluster, backend, make_job):
+    """--ntasks-per-core and --hint are Slurm's to apply: scontrol shows them on the job, and a
+    value Slurm cannot satisfy (more temporary disk than any node has) is refused by Slurm. The
+    REST driver hands such a submission to its CLI fallback (v0.0.38 has no field for most)."""
+    spec = build_spec(["--hint=nomultithread", "--ntasks-per-core=1", "--wrap", "sleep 30"]).spec
+    job = make_job(command=["sleep", "30"], partition="cpu", slurm_options=spec.slurm_options)
+    ref = backend.submit(job)
+    try:
+        show = subprocess.run(["scontrol", "show", "job", ref.split(":")[-1]], capture_output=True, text=True,
+                              env=slurm_cluster, timeout=30).stdout
+        assert "NtasksPerN:B:S:C=0:0:*:1" in show
+    finally:
+        backend.cancel(job)
+    with pytest.raises(SubmitRejected, match="Temporary disk specification"):
+        backend.submit(make_job(command=["true"], partition="cpu", slurm_options=["--tmp=1000000"]))

@@ -108,7 +108,7 @@ def test_every_jobspec_field_is_sorted_into_placement_or_not():
     not_placement = {"name", "user", "command", "script", "script_path", "python", "image", "args", "env", "export",
                      "workdir", "stdout", "stderr", "nodes_max", "queue", "priority_class", "array",
                      "dependency", "hold", "requeue", "backend", "pool", "partition", "reservation", "licenses",
-                     "begin", "deadline", "time_min_seconds", "kill_signal"}
+                     "begin", "deadline", "time_min_seconds", "kill_signal", "slurm_options"}
     placement = set(capacity.PLACEMENT_FIELDS) | set(capacity.PLACEMENT_COLLECTIONS)
     assert placement | not_placement == set(JobSpec.model_fields)
     assert not placement & not_placement
