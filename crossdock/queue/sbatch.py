@@ -694,5 +694,5 @@ def build_spec(
         parsable=bool(s.get("parsable")),
         dry_run=bool(s.get("dry_run")),
         json=bool(s.get("json")),
-        warnings=warnings,
+        warnings=list(dict.fromkeys(warnings)),
     )
