@@ -3,10 +3,13 @@ start (``python3 -I -S -c pass``) in the same run, rounds interleaved so that a 
 weighs on both alike; with ``--sbatch``, against ``sbatch --wrap true`` on the Slurm cluster
 the environment names (SLURM_CONF) too.
 
-    python bench/bench_submit_latency.py [--calls 20] [--rounds 3] [--sbatch] [--baseline CHECKOUT]
+    python bench/bench_submit_latency.py [--calls 20] [--rounds 3] [--sbatch] [--baseline CHECKOUT] [--batch N]
 
 ``--baseline`` times another checkout's ``crossdock submit`` too (PYTHONPATH=CHECKOUT), for
 before/after figures taken under the same load.
+
+``--batch N`` times ``crossdock submit --batch FILE`` with N submissions per call too, as
+milliseconds per job (target: at most sbatch's per call).
 
 Prints the median per-call milliseconds of each and the ratio crossdock / bare interpreter
 (target: <= 2). The store is an embedded Redis in a temporary directory; no scheduler runs.
@@ -41,6 +44,7 @@ def main() -> None:
     ap.add_argument("--rounds", type=int, default=3)
     ap.add_argument("--sbatch", action="store_true", help="time sbatch on the cluster SLURM_CONF names too")
     ap.add_argument("--baseline", type=Path, help="a checkout whose crossdock submit to time as well")
+    ap.add_argument("--batch", type=int, default=0, help="submissions per `submit --batch` call (0: not timed)")
     args = ap.parse_args()
 
     from bench_submit import bench_store
@@ -62,17 +66,27 @@ def main() -> None:
         paths["baseline submit"] = paths["crossdock submit"]
         envs["baseline submit"] = {**env, "PYTHONPATH": str(args.baseline.resolve())}
     times: dict[str, list[float]] = {name: [] for name in paths}
+    batch = Path(tmp) / "batch.txt"
+    batch.write_text("--wrap=true\n" * args.batch)
+    if args.batch:
+        times["submit --batch, per job"] = []
     try:
         for _ in range(args.rounds):
             for name, argv in paths.items():
                 times[name].append(per_call_ms(argv, args.calls, envs[name]))
+            if args.batch:
+                argv = [*crossdock, "submit", "--batch", str(batch)]
+                times["submit --batch, per job"].append(per_call_ms(argv, 1, env) / args.batch)
     finally:
         embedded.stop(tmp)
     med = {name: statistics.median(t) for name, t in times.items()}
     for name, ms in med.items():
-        print(f"{name:>18}: {ms:7.1f} ms per call (rounds: {', '.join(f'{t:.0f}' for t in times[name])})")
+        print(f"{name:>23}: {ms:7.2f} ms per call (rounds: {', '.join(f'{t:.0f}' for t in times[name])})")
     print(f"ratio crossdock submit / bare interpreter: {med['crossdock submit'] / med['bare interpreter']:.2f}x"
           " (target <= 2)")
+    if args.batch and "sbatch" in med:
+        print(f"ratio submit --batch per job / sbatch per call: {med['submit --batch, per job'] / med['sbatch']:.2f}x"
+              " (target <= 1)")
     if args.baseline:
         print(f"ratio baseline submit / bare interpreter: {med['baseline submit'] / med['bare interpreter']:.2f}x")
 

@@ -15,7 +15,7 @@ from crossdock.cli.common import fail, fail_each, gateway, print_json
 from crossdock.queue.admission import advisories
 from crossdock.queue.environ import exportable
 from crossdock.queue.errors import CrossdockError, InvalidOption
-from crossdock.queue.models import Job
+from crossdock.queue.models import Job, JobSpec
 from crossdock.queue.sbatch import build_spec, dry_run_json, split_argv
 from crossdock.queue.sbatch_formats import export_environment
 from crossdock.queue.sbatch_help import help_text
@@ -27,6 +27,10 @@ def run(argv: list[str]) -> None:
 
     crossdock submit [OPTIONS] [SCRIPT [ARGS...]]   (SCRIPT from standard input when omitted)
     """
+    if argv[:1] == ["--batch"] or argv[:1] and argv[0].startswith("--batch="):
+        from crossdock.cli.submit_batch import run_batch
+
+        return run_batch(argv)
     try:
         options, script_path, script_args = split_argv(argv)
         # --help and --version among the options answer at once, whatever else is given (as
@@ -60,15 +64,10 @@ def run(argv: list[str]) -> None:
     if sub.help or sub.version:
         print(help_text() if sub.help else version_text())
         raise SystemExit(0)
-    # What --export asks for, as sbatch stores it at submit; crossdock's own secrets never.
-    env = exportable(export_environment(sub.spec.export, sub.spec.env, exportable(dict(os.environ))))
-    env.setdefault("SLURM_UMASK", submit_umask())  # the job's files follow the submitter's umask
-    env["SLURM_SUBMIT_HOST"] = socket.gethostname()  # as sbatch records it (backends that are not Slurm read it)
     try:
-        workdir = str(Path(sub.spec.workdir or os.getcwd()).resolve())
-    except (OSError, ValueError) as exc:  # a NUL in the path, a working directory since deleted
-        fail(f"--chdir: cannot use {sub.spec.workdir or 'the current directory'!r} as the job's working directory: {exc}")
-    spec = sub.spec.model_copy(update={"env": env, "workdir": workdir})
+        spec = submitted_spec(sub.spec)
+    except InvalidOption as exc:
+        fail(str(exc))
     start = None
     try:
         if sub.dry_run:  # admitted exactly as a submission is, against the same nodes; nothing stored
@@ -108,6 +107,21 @@ def run(argv: list[str]) -> None:
     else:
         print(f"Submitted batch job {first}")
 
+
+
+def submitted_spec(spec: JobSpec, environ: dict[str, str] | None = None) -> JobSpec:
+    """The spec as it is stored: the environment --export asks for, as sbatch stores it at submit
+    (crossdock's own secrets never), and the working directory made absolute. ``environ``: the
+    exportable part of this process's environment, when the caller has it already."""
+    environ = exportable(dict(os.environ)) if environ is None else environ
+    env = exportable(export_environment(spec.export, spec.env, environ))
+    env.setdefault("SLURM_UMASK", submit_umask())  # the job's files follow the submitter's umask
+    env["SLURM_SUBMIT_HOST"] = socket.gethostname()  # as sbatch records it (backends that are not Slurm read it)
+    try:
+        workdir = str(Path(spec.workdir or os.getcwd()).resolve())
+    except (OSError, ValueError) as exc:  # a NUL in the path, a working directory since deleted
+        raise InvalidOption("--chdir", spec.workdir or os.getcwd(), f"a directory the job can run in ({exc})") from None
+    return spec.model_copy(update={"env": env, "workdir": workdir})
 
 
 def version_text() -> str:

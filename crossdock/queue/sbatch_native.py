@@ -60,7 +60,7 @@ NATIVE: dict[str, tuple[str | None, Arg]] = {
 REFUSED: dict[str, str] = {
     "uid": "every job runs as the user who submits it",
     "gid": "every job runs as the user who submits it",
-    "wait": "submit returns at once; wait with `crossdock show ID` or crossdock.wait() in Python",
+    "wait": "submit returns at once; wait with `crossdock wait ID` (crossdock.wait() in Python)",
     "immediate": "every job is queued; a job that cannot start at once waits",
     "export-file": "give variables with --export=VAR=value",
     "nodefile": "give hosts with --nodelist",
