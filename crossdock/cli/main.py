@@ -9,6 +9,9 @@ import sys
 
 def main() -> None:
     if sys.argv[1:2] == ["submit"]:
+        served = _served_submit(sys.argv[2:])
+        if served is not None:
+            sys.exit(served)
         from crossdock.cli import submit
 
         try:
@@ -20,6 +23,23 @@ def main() -> None:
     from crossdock.cli.app import app
 
     app()
+
+
+def _served_submit(argv: list[str]) -> int | None:
+    """A multi-user service's socket, when one runs, takes the whole submission (the client then
+    imports nothing but the standard library: ``crossdock.cli.submit_thin``); None: submit here."""
+    from crossdock.settings import socket_from_env
+
+    path = socket_from_env()
+    if path is None or argv[:1] == ["--batch"] or argv[:1] and argv[0].startswith("--batch="):
+        return None
+    from crossdock.cli import submit_thin
+
+    try:
+        return submit_thin.run(argv, str(path))
+    except KeyboardInterrupt:
+        sys.stderr.write("crossdock: aborted\n")
+        return 1
 
 
 def __getattr__(name: str):

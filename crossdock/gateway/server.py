@@ -64,6 +64,9 @@ class Handler(socketserver.StreamRequestHandler):
                 self.wfile.write(wire.dumps({"error": {"type": "InvalidArgument",
                                                        "message": f"request over {wire.MAX_LINE} bytes"}}))
                 return
+            if line.startswith(b'{"op":"submit_argv"'):  # a conversation, not one answer (gateway.argv)
+                self.server.converse(uid, line, self.rfile, self.wfile)
+                continue
             self.wfile.write(wire.dumps(self.server.answer(uid, line)))
 
 
@@ -112,6 +115,19 @@ class GatewayServer(socketserver.ThreadingMixIn, socketserver.UnixStreamServer):
             log.exception("request from uid %s failed", uid)
             return {"error": {"type": "CrossdockError", "message": f"the service failed: {type(exc).__name__}: {exc}"}}
 
+    def converse(self, uid: int, line: bytes, rfile: Any, wfile: Any) -> None:
+        from crossdock.gateway.argv import converse
+
+        try:
+            converse(self, uid, wire.json.loads(line)["args"], rfile, wfile)
+        except (KeyError, TypeError, ValueError) as exc:
+            _done(wfile, 2, f"not a submission this service answers ({type(exc).__name__}: {exc})")
+        except (RedisError, OSError) as exc:  # the store, or the client gone mid-conversation
+            _done(wfile, 1, f"the service cannot answer ({type(exc).__name__}: {shown(str(exc))}); try again shortly")
+        except Exception as exc:  # the service stays up; the caller gets one line, the log the rest
+            log.exception("submission from uid %s failed", uid)
+            _done(wfile, 1, f"the service failed: {type(exc).__name__}: {exc}")
+
     def call(self, name: str, who: service.Caller, args: dict[str, Any]) -> Any:
         view = Direct(self.rt, who, self.direct.send)
         if name in ("submit", "check"):
@@ -133,6 +149,13 @@ class GatewayServer(socketserver.ThreadingMixIn, socketserver.UnixStreamServer):
         owner = service.Caller(spec.user or who.name, who.admin)
         signed = spec.python.model_copy(update={"signature": service.sign_payload(self.rt, owner, spec.python.payload)})
         return spec.model_copy(update={"python": signed})
+
+
+def _done(wfile: Any, code: int, message: str) -> None:
+    try:
+        wfile.write(wire.dumps({"done": {"stdout": "", "stderr": f"crossdock: error: {message}\n", "code": code}}))
+    except OSError:
+        pass  # the client left
 
 
 class SocketPart:
