@@ -3,7 +3,7 @@
 TRANSITION = """
 -- transition: move one job to a new state if its current state allows it, and record the event.
 -- KEYS[1] job hash   KEYS[2] pending zset   KEYS[3] active zset
--- KEYS[4] job event stream   KEYS[5] global event stream
+-- KEYS[4] job event list (a stream for jobs stored before lists)   KEYS[5] global event stream
 -- ARGV[1] job id   ARGV[2] new state   ARGV[3] allowed old states, space-separated
 -- ARGV[4] JSON object of fields to set ("" deletes the field)   ARGV[5] JSON object of event fields
 -- ARGV[6] stream max length   ARGV[7] required attempts value ("" = any)
@@ -29,8 +29,18 @@ else
 end
 if ARGV[10] == '1' then redis.call('ZADD', KEYS[6], ARGV[11], ARGV[1]) else redis.call('ZREM', KEYS[6], ARGV[1]) end
 local flat = {'from', old, 'to', new}
-for k, v in pairs(cjson.decode(ARGV[5])) do table.insert(flat, k); table.insert(flat, tostring(v)) end
-redis.call('XADD', KEYS[4], 'MAXLEN', '~', ARGV[6], '*', unpack(flat))
+local ev = {['from'] = old, to = new}
+for k, v in pairs(cjson.decode(ARGV[5])) do
+  table.insert(flat, k); table.insert(flat, tostring(v)); ev[k] = tostring(v)
+end
+if redis.call('TYPE', KEYS[4]).ok == 'stream' then
+  redis.call('XADD', KEYS[4], 'MAXLEN', '~', ARGV[6], '*', unpack(flat))
+else  -- a list of JSON events: a job's few events cost bytes, where a stream costs kilobytes
+  local t = redis.call('TIME')
+  ev.id = string.format('%d-%d', t[1] * 1000 + math.floor(t[2] / 1000), redis.call('LLEN', KEYS[4]))
+  redis.call('RPUSH', KEYS[4], cjson.encode(ev))
+  redis.call('LTRIM', KEYS[4], -tonumber(ARGV[6]), -1)
+end
 redis.call('XADD', KEYS[5], 'MAXLEN', '~', ARGV[6], '*', 'job', ARGV[1], unpack(flat))
 return {1, old}
 """
@@ -73,7 +83,7 @@ return 0
 
 ARCHIVE = """
 -- archive: move one finished job out of the hot keys into a compact history record.
--- KEYS[1] job hash   KEYS[2] job event stream   KEYS[3] all-jobs zset   KEYS[4] name index zset
+-- KEYS[1] job hash   KEYS[2] job event list   KEYS[3] all-jobs zset   KEYS[4] name index zset
 -- KEYS[5] array zset   KEYS[6] history hash   KEYS[7] history end-time zset   KEYS[8] finished zset
 -- ARGV[1] job id   ARGV[2] expected state   ARGV[3] expected attempts   ARGV[4] record (JSON)
 -- ARGV[5] end time (epoch seconds)

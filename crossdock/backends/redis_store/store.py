@@ -143,7 +143,7 @@ class JobStore:
             if job.array_job_id is not None:
                 pipe.zadd(self.k.array(job.array_job_id), {job.id: job.array_task_id or 0})
             ev = {"event": "submitted", "actor": actor, "to": job.state.value, "time": now}
-            pipe.xadd(self.k.job_events(job.id), ev, maxlen=STREAM_MAXLEN, approximate=True)
+            self._job_event(pipe, job.id, ev, now, fresh=True)
             pipe.xadd(self.k.events, {"job": job.id, **ev}, maxlen=STREAM_MAXLEN, approximate=True)
 
     # --- read ------------------------------------------------------------------------------
@@ -255,8 +255,22 @@ class JobStore:
         return ids
 
     def events(self, job_id: int | None = None, count: int = 1000) -> list[dict[str, str]]:
+        """The oldest ``count`` events, of one job or of all; each with its ``id`` (``<ms>-<n>``)."""
         key = self.k.events if job_id is None else self.k.job_events(job_id)
+        if job_id is not None and self.r.type(key) != "stream":  # a job's events are a list of JSON
+            return [json.loads(raw) for raw in self.r.lrange(key, 0, count - 1)]
         return [{"id": eid, **fields} for eid, fields in self.r.xrange(key, count=count)]
+
+    def _job_event(self, pipe: Any, job_id: int, ev: dict[str, Any], now: float, fresh: bool = False) -> None:
+        """Queue one event on a job's list, as the transition script writes them (every value a
+        string, an id of milliseconds and position); the list keeps its last STREAM_MAXLEN. A job
+        stored before event lists keeps its stream (``fresh``: the job is new, it has none)."""
+        key = self.k.job_events(job_id)
+        if not fresh and self.r.type(key) == "stream":
+            pipe.xadd(key, ev, maxlen=STREAM_MAXLEN, approximate=True)
+            return
+        pipe.rpush(key, json.dumps({**{k: str(v) for k, v in ev.items()}, "id": f"{int(now * 1000)}-0"}))
+        pipe.ltrim(key, -STREAM_MAXLEN, -1)
 
     # --- state changes ---------------------------------------------------------------------
     def transition(self, job_id: int, new: JobState, *, fields: dict[str, Any] | None = None, actor: str = "",
@@ -397,10 +411,11 @@ class JobStore:
                     continue
 
     def record_refusal(self, job_id: int, actor: str, action: str) -> None:
-        """Note in the job's stream (and the global one) that ``actor`` was refused ``action``."""
-        ev = {"event": "refused", "actor": actor, "action": action, "time": time.time()}
+        """Note in the job's events (and the global stream) that ``actor`` was refused ``action``."""
+        now = time.time()
+        ev = {"event": "refused", "actor": actor, "action": action, "time": now}
         with self.r.pipeline(transaction=False) as pipe:
-            pipe.xadd(self.k.job_events(job_id), ev, maxlen=STREAM_MAXLEN, approximate=True)
+            self._job_event(pipe, job_id, ev, now)
             pipe.xadd(self.k.events, {"job": job_id, **ev}, maxlen=STREAM_MAXLEN, approximate=True)
             pipe.execute()
 

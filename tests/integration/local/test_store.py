@@ -161,3 +161,24 @@ def test_a_preempted_job_is_settled_in_one_place(store, requeue, cancelled, stat
     # A second settle (another follower, a replay) changes nothing: a requeued job is not cancelled.
     store.settle_preempted(j.id, requeue)
     assert store.get(j.id).state is state
+
+
+def test_a_jobs_events_are_a_list_in_order_and_old_streams_keep_working(store):
+    [job] = store.submit([new()])
+    assert store.r.type(store.k.job_events(job.id)) == "list"  # bytes per job, where a stream costs kilobytes
+    assert store.transition(job.id, JobState.SCHEDULED, actor="sched")
+    store.record_refusal(job.id, "mallory", "cancel")
+    events = store.events(job.id)
+    assert [(e["event"] if "event" in e else e["to"]) for e in events] == ["submitted", "SCHEDULED", "refused"]
+    assert events[1]["from"] == "PENDING" and events[1]["actor"] == "sched" and events[2]["actor"] == "mallory"
+    assert all(isinstance(v, str) for e in events for v in e.values())  # as a stream's fields read
+    ms = [int(e["id"].split("-")[0]) for e in events]
+    assert ms == sorted(ms) and abs(ms[0] / 1000 - time.time()) < 60
+    # a job stored by an earlier version, whose events are a stream: written and read as before
+    [old] = store.submit([new("old")])
+    store.r.delete(store.k.job_events(old.id))
+    store.r.xadd(store.k.job_events(old.id), {"event": "submitted", "to": "PENDING"})
+    assert store.transition(old.id, JobState.SCHEDULED)
+    store.record_refusal(old.id, "mallory", "hold")
+    assert store.r.type(store.k.job_events(old.id)) == "stream"
+    assert [e.get("event", e.get("to")) for e in store.events(old.id)] == ["submitted", "SCHEDULED", "refused"]
