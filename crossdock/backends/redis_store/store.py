@@ -25,6 +25,7 @@ from crossdock.backends.redis_store.autoscale import AutoscaleRecords
 from crossdock.backends.redis_store.codec import (encode_fields, facts_from_record, hash_to_job, history_record,
                                                   job_to_hash, nodes_from_json, nodes_to_json)
 from crossdock.backends.redis_store.keys import Keys
+from crossdock.backends.redis_store.timing import RoundTrip, timed_client
 from crossdock.queue.errors import NoSuchJob
 from crossdock.queue.models import Job
 from crossdock.queue.snapshot import JobFacts, Node
@@ -96,8 +97,12 @@ class JobStore:
         """The autoscaler's state, last decisions and change events."""
 
     @classmethod
-    def from_url(cls, url: str, prefix: str = "cd", actor: str = "crossdock") -> "JobStore":
-        return cls(redis.Redis.from_url(url, decode_responses=True), prefix, actor)
+    def from_url(cls, url: str, prefix: str = "cd", actor: str = "crossdock",
+                 on_round_trip: RoundTrip | None = None) -> "JobStore":
+        """``on_round_trip``: called after every Redis round trip (command, seconds, succeeded)."""
+        if on_round_trip is None:
+            return cls(redis.Redis.from_url(url, decode_responses=True), prefix, actor)
+        return cls(timed_client(url, on_round_trip, decode_responses=True), prefix, actor)
 
     @contextmanager
     def pipeline(self, transaction: bool = False) -> Iterator[Any]:
