@@ -263,6 +263,23 @@ class JobStore:
         key = self.k.events if job_id is None else self.k.job_events(job_id)
         return [{"id": eid, **fields} for eid, fields in self.r.xrange(key, count=count)]
 
+    def read_events(self, job_id: int | None = None, *, since: float | None = None, after: str | None = None,
+                    count: int = 1000, block_ms: int | None = None) -> list[dict[str, str]]:
+        """Events of the global stream (``job_id`` None) or of one job, oldest first, each with its
+        stream ``id``: after the event ``after`` (exclusive), else from ``since`` (epoch seconds),
+        else the last ``count``. ``block_ms`` (with ``after``): wait that long for a first new one."""
+        key = self.k.events if job_id is None else self.k.job_events(job_id)
+        if after is not None and block_ms is not None:
+            got = self.r.xread({key: after}, count=count, block=block_ms)
+            rows = got[0][1] if got else []
+        elif after is not None:
+            rows = self.r.xrange(key, min=f"({after}", count=count)
+        elif since is not None:
+            rows = self.r.xrange(key, min=f"{max(int(since * 1000), 0)}-0", count=count)
+        else:
+            rows = list(reversed(self.r.xrevrange(key, count=count)))
+        return [{"id": eid, **fields} for eid, fields in rows]
+
     # --- state changes ---------------------------------------------------------------------
     def transition(self, job_id: int, new: JobState, *, fields: dict[str, Any] | None = None, actor: str = "",
                    reason: str = "", attempt: int | None = None, unless: str = "", bump_attempt: bool = False,
