@@ -211,8 +211,8 @@ def backend_reached(backend: str, reached: bool) -> None:
 
 @contextmanager
 def backend_call(backend: str, operation: str) -> Iterator[None]:
-    """Time one call to a backend; count its error (and mark the backend down when it means the
-    backend is away). The exception goes on."""
+    """Time one call to a backend; count its error, and mark the backend down when the error says
+    it is away (unavailable, a connection error), up when it answered. The exception goes on."""
     backend = _label(backend)
     started = time.perf_counter()
     try:
@@ -220,9 +220,8 @@ def backend_call(backend: str, operation: str) -> Iterator[None]:
     except Exception as exc:
         name = type(exc).__name__
         BACKEND_ERRORS.labels(backend, operation, name).inc()
-        retryable = getattr(exc, "retryable", None)
-        if name in UNAVAILABLE_ERRORS or isinstance(exc, OSError) or retryable:
-            backend_reached(backend, False)
+        away = name in UNAVAILABLE_ERRORS or isinstance(exc, OSError) or bool(getattr(exc, "retryable", False))
+        backend_reached(backend, not away)  # a refusal (SubmitFailed) is an answer
         raise
     else:
         backend_reached(backend, True)
