@@ -21,6 +21,7 @@ Who records what:
 from __future__ import annotations
 
 import time
+from collections import Counter as _Count
 from contextlib import contextmanager
 from datetime import datetime, timezone
 from typing import Any, Iterable, Iterator, Mapping
@@ -134,19 +135,20 @@ def _set_all(gauge: Gauge, counts: Mapping[tuple, int], seen: set) -> None:
 
 def record_jobs(pending: Iterable[Any], active: Iterable[Any]) -> None:
     """Jobs by queue, state and backend from the cycle's own reads."""
+    raw = _Count((job.queue, job.state, job.backend) for job in (*pending, *active))
     counts: dict[tuple[str, str, str], int] = {}
-    for job in (*pending, *active):
-        key = (_label(job.queue), _state(job), _label(job.backend))
-        counts[key] = counts.get(key, 0) + 1
+    for (queue, state, backend), n in raw.items():
+        key = (_label(queue), getattr(state, "value", str(state)), _label(backend))
+        counts[key] = counts.get(key, 0) + n
     _set_all(JOBS, counts, _job_series)
 
 
 def record_reasons(pending_reasons: Mapping[int, str], jobs: Mapping[int, Any]) -> None:
+    raw = _Count((getattr(jobs.get(i), "queue", None), reason) for i, reason in pending_reasons.items())
     counts: dict[tuple[str, str], int] = {}
-    for job_id, reason in pending_reasons.items():
-        job = jobs.get(job_id)
-        key = (_label(job.queue if job is not None else None), _label(reason))
-        counts[key] = counts.get(key, 0) + 1
+    for (queue, reason), n in raw.items():
+        key = (_label(queue), _label(reason))
+        counts[key] = counts.get(key, 0) + n
     _set_all(PENDING_REASONS, counts, _reason_series)
 
 
@@ -165,14 +167,20 @@ def record_cycle(result: Any, jobs: Mapping[int, Any], now: datetime, seconds: f
     CYCLE_TIME.observe(seconds)
     for phase, took in (*io_phases.items(), *result.timings.items()):
         PHASE_TIME.labels(phase).observe(took)
+    placed: dict[tuple[str, str, str], int] = {}
+    waits: dict[str, Any] = {}  # one labelled child per queue: labels() takes a lock each call
     for p in result.admitted:
         job = jobs.get(p.job_id)
         queue = _label(job.queue if job is not None else None)
-        PLACEMENTS.labels(queue, _label(p.pool), _label(p.backend)).inc()
+        key = (queue, _label(p.pool), _label(p.backend))
+        placed[key] = placed.get(key, 0) + 1
         if job is not None:
             wait = _seconds_since(job.eligible_time or job.submit_time, now)
             if wait is not None:
-                QUEUE_WAIT.labels(queue).observe(wait)
+                child = waits.get(queue) or waits.setdefault(queue, QUEUE_WAIT.labels(queue))
+                child.observe(wait)
+    for key, n in placed.items():
+        PLACEMENTS.labels(*key).inc(n)
     for pre in result.preemptions:
         victim = jobs.get(pre.victim_id)
         PREEMPTIONS.labels(_label(victim.queue if victim else None), _label(victim.pool if victim else None)).inc()
