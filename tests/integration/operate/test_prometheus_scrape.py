@@ -161,6 +161,17 @@ def test_prometheus_scrapes_a_running_crossdock(crossdock_up, prometheus):
     assert query(prom, 'crossdock_scheduler_leader{role="up"}') == 1
     # run times of 0.3 s jobs land in the first buckets
     assert (query(prom, 'sum(crossdock_job_run_seconds_bucket{le="5.0",state="COMPLETED"})') or 0) >= JOBS
+    # every query of the Grafana dashboard is PromQL this Prometheus evaluates (with Grafana's variables set)
+    for expr in dashboard_queries():
+        raw = _get(f"{prom}/api/v1/query?{urllib.parse.urlencode({'query': expr})}")
+        assert raw is not None and json.loads(raw)["status"] == "success", expr
+    assert query(prom, 'sum(crossdock_jobs{queue=~".*"})') is not None
+
+
+def dashboard_queries() -> list[str]:
+    dash = json.loads((Path(__file__).resolve().parents[3] / "deploy" / "grafana" / "crossdock.json").read_text())
+    return [t["expr"].replace("$__rate_interval", "1m").replace("$queue", ".*")
+            for p in dash["panels"] for t in p.get("targets", [])]
 
 
 def _up_report(state: Path) -> dict:
