@@ -152,6 +152,13 @@ def record_reasons(pending_reasons: Mapping[int, str], jobs: Mapping[int, Any]) 
     _set_all(PENDING_REASONS, counts, _reason_series)
 
 
+def forget_cycle_view() -> None:
+    """This process no longer runs cycles (it lost the lease): its jobs and reasons gauges go to 0,
+    so that a sum over the leader and the standbys counts each job once."""
+    _set_all(JOBS, {}, _job_series)
+    _set_all(PENDING_REASONS, {}, _reason_series)
+
+
 def _seconds_since(when: datetime | None, now: datetime) -> float | None:
     if when is None:
         return None

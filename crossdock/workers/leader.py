@@ -270,6 +270,8 @@ class Scheduler:
         metrics.set_leader(self.leader)
         if self.leader != was_leader:
             self._placed = set()
+            if was_leader:
+                metrics.forget_cycle_view()
             log.info("%s %s leadership", self.holder, "took" if self.leader else "lost")
         if not self.leader:
             stop.wait(cfg.lease_seconds / 3)

@@ -88,6 +88,8 @@ def test_the_jobs_gauge_follows_the_cycles_view():
     assert value("crossdock_jobs", queue="q-gauge", state="RUNNING", backend="k8s") == 1
     metrics.record_jobs([], [job(3, queue="q-gauge", state=JobState.RUNNING, backend="k8s")])
     assert value("crossdock_jobs", queue="q-gauge", state="PENDING", backend="none") == 0
+    metrics.forget_cycle_view()  # a leader that became a standby counts nothing
+    assert value("crossdock_jobs", queue="q-gauge", state="RUNNING", backend="k8s") == 0
 
 
 def test_ended_attempts_count_by_state_with_their_run_time():
