@@ -7,6 +7,7 @@ import os
 from dataclasses import dataclass
 from functools import cached_property
 
+from crossdock import observe
 from crossdock.backends.redis_store import embedded
 from crossdock.backends.redis_store.store import JobStore
 from crossdock.backends.registry import BackendContext, Backends, catalog
@@ -32,7 +33,8 @@ class Runtime:
 
     @cached_property
     def store(self) -> JobStore:
-        return JobStore.from_url(self.redis_url, self.settings.prefix, actor=current_user())
+        return JobStore.from_url(self.redis_url, self.settings.prefix, actor=current_user(),
+                                 on_round_trip=observe.redis_observer())
 
     @cached_property
     def config(self) -> ClusterConfig:

@@ -6,7 +6,7 @@ from __future__ import annotations
 import os
 from dataclasses import dataclass
 from datetime import datetime, timezone
-from typing import TYPE_CHECKING, Iterable, Sequence
+from typing import TYPE_CHECKING, Any, Iterable, Sequence
 
 from redis.exceptions import RedisError
 
@@ -195,3 +195,36 @@ def autoscaling(rt: Runtime) -> dict:
     for row in passed["pools"]:
         row["last_change"] = changes.get(f"pool:{row['pool']}")
     return passed
+
+
+EVENTS_LIMIT = 1000
+"""The most events one read returns (a follow reads again from the last one)."""
+
+
+def events(rt: Runtime, job_ids: Sequence[int] = (), since: float | None = None, after: str | None = None,
+           count: int = EVENTS_LIMIT, block_ms: int | None = None) -> dict[str, Any]:
+    """Who did what, when and why: the global stream (every job's changes, refusals, the
+    autoscaler's changes), or one job's own stream when ``job_ids`` names one job, or the global
+    stream's events of those jobs when it names several (an array).
+
+    ``{"events": [...], "last": ID|None}``: oldest first, each event with its stream ``id``; ``last``
+    is the cursor to read on from (``after=last``; with ``block_ms``, waiting for the next one),
+    past events a filter left out. ``since`` (epoch seconds) starts from a time; neither: the last
+    ``count`` (see ``JobStore.read_events``)."""
+    count = max(1, min(count, EVENTS_LIMIT))
+    single = job_ids[0] if len(job_ids) == 1 else None
+    rows = rt.store.read_events(single, since=since, after=after, count=count, block_ms=block_ms)
+    last = rows[-1]["id"] if rows else after
+    if single is not None:
+        rows = [{"job": str(single), **row} for row in rows]
+    elif job_ids:
+        wanted = {str(i) for i in job_ids}
+        rows = [row for row in rows if row.get("job") in wanted]
+    return {"events": rows, "last": last}
+
+
+def history(rt: Runtime, since: float | None = None, until: float | None = None,
+            limit: int | None = None) -> list[dict[str, Any]]:
+    """Records of jobs that expired from the hot keys (``scheduler.min_job_age_seconds`` after
+    their end), by end time: who, what, where, how it ended (``crossdock history`` and the API)."""
+    return rt.store.history(since=since, until=until, limit=limit)

@@ -10,6 +10,7 @@ command -v python3 >/dev/null || need_apt+=(python3)
 python3 -c 'import ensurepip, venv' 2>/dev/null || need_apt+=(python3-venv)
 command -v redis-server >/dev/null || need_apt+=(redis-server)
 command -v openssl >/dev/null || need_apt+=(openssl)
+command -v prometheus >/dev/null || need_apt+=(prometheus)  # tests/integration/operate scrapes crossdock
 if ((${#need_apt[@]})); then
   export DEBIAN_FRONTEND=noninteractive
   apt-get update -qq

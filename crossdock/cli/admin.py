@@ -89,7 +89,7 @@ def up(workers: int = typer.Option(2, "--workers", "-w", help="Celery worker pro
     done = threading.Event()
     for sig in (signal.SIGINT, signal.SIGTERM):  # before anything starts, so that a stop is always clean
         signal.signal(sig, lambda *_: done.set())
-    parts = []
+    parts = [*_metrics_part(rt)]
     if multi_user:
         from crossdock.gateway.server import SocketPart
 
@@ -114,6 +114,22 @@ def up(workers: int = typer.Option(2, "--workers", "-w", help="Celery worker pro
     if gave_up:
         fail(f"{gave_up} (stopped in {time.monotonic() - started:.1f}s; {redis_line})", code=1)
     console.print(f"crossdock up: stopped in {time.monotonic() - started:.1f}s; {redis_line}", highlight=False)
+
+
+def _metrics_part(rt) -> list:
+    """The Prometheus exporter of this ``up`` (the config's ``metrics`` block or
+    CROSSDOCK_METRICS_ADDRESS); none when disabled."""
+    from crossdock import observe
+    from crossdock.observe.exporter import BadAddress, MetricsPart, resolve
+
+    try:
+        base = resolve(rt.config.metrics)
+    except BadAddress as exc:
+        fail(str(exc))
+    if base is None:
+        return []
+    observe.enable()  # before the store is built: its round trips are counted
+    return [MetricsPart(base, rt.settings.state_dir)]
 
 
 def _leave_redis(rt, embedded_redis: bool) -> str:

@@ -85,13 +85,17 @@ class Direct:
     def events(self, job_id: int) -> list[dict[str, str]]:
         return self.rt.store.events(job_id)
 
+    def event_stream(self, job_ids: Sequence[int], since: float | None, after: str | None, count: int,
+                     block_ms: int | None) -> dict[str, Any]:
+        return service.events(self.rt, job_ids, since=since, after=after, count=count, block_ms=block_ms)
+
     def ids_after(self, after: int, count: int) -> list[int]:
         """Up to ``count`` stored job ids above ``after``, ascending: ``queue -t all`` pages with it."""
         return self.rt.store.ids_after(after, min(count, ALL_LIMIT))
 
     def history(self, since: float | None) -> list[dict[str, Any]]:
         """Expired jobs' records ended at ``since`` (epoch seconds) or later (sacct's window)."""
-        return self.rt.store.history(since=since)
+        return service.history(self.rt, since=since)
 
     def planned(self, ids: Sequence[int]) -> list[list[Any]]:
         """``[id, planned start (epoch) or None, nodes]`` for pending jobs the scheduler planned:

@@ -120,6 +120,11 @@ class Remote:
     def events(self, job_id: int) -> list[dict[str, str]]:
         return self.call("events", job_id=job_id)
 
+    def event_stream(self, job_ids: Sequence[int], since: float | None, after: str | None, count: int,
+                     block_ms: int | None) -> dict[str, Any]:
+        return self.call("event_stream", job_ids=list(job_ids), since=since, after=after, count=count,
+                         block_ms=block_ms)
+
     def ids_after(self, after: int, count: int) -> list[int]:
         return self.call("ids_after", after=after, count=count)
 

@@ -281,6 +281,21 @@ class Autoscaler(_Cfg):
     """Bursting: another backend's expected start must be this much sooner to take a job there."""
 
 
+METRICS_PORT = 9640
+"""The Prometheus exporter's default port: ``crossdock up`` takes it, each process it starts the
+next free one (docs/operate.md)."""
+
+
+class Metrics(_Cfg):
+    """Where each long-running process serves Prometheus metrics (``CROSSDOCK_METRICS_ADDRESS``,
+    ``host:port``, ``port`` or ``0``, overrides it)."""
+
+    address: str = Field("127.0.0.1", min_length=1, max_length=253)
+    """Loopback by default: the metrics name queues and pools; expose them on purpose."""
+    port: int = Field(METRICS_PORT, ge=0, le=65535)
+    """The first port; 0 disables the exporters."""
+
+
 class ClusterConfig(_Cfg):
     priority_classes: dict[str, PriorityClass] = Field(min_length=1)
     pools: dict[str, Pool] = Field(min_length=1)
@@ -288,6 +303,7 @@ class ClusterConfig(_Cfg):
     default_queue: str | None = None
     scheduler: Scheduler = Field(default_factory=Scheduler)
     autoscaler: Autoscaler = Field(default_factory=Autoscaler)
+    metrics: Metrics = Field(default_factory=Metrics)
     admins: list[str] = Field(default_factory=list)
     """Users (login names, or uids where the passwd database has none) who may act on anyone's
     jobs, as root may; everybody else acts on their own jobs only."""

@@ -29,6 +29,7 @@ import logging
 import time
 from typing import Any, Callable, Collection, Mapping, Sequence
 
+from crossdock.observe import metrics
 from crossdock.queue.autoscale.plan import AutoscalePlan, AutoscaleState, FleetDecision, Inputs, NodeDecision, plan
 from crossdock.queue.config import ClusterConfig, Fleet
 from crossdock.queue.models import Job
@@ -130,7 +131,9 @@ class Autoscaler:
         result = self.plan_fn(Inputs(snapshot, [*pending, *active], replicas, groups), state, cfg, self.clock())
         store.autoscale.save_state(result.state.to_dict())
         changes = [*self._scale_fleets(result.fleets, fleets, errors), *self._resize_pools(result.nodes, active, errors)]
-        store.autoscale.record_pass(decisions(result, groups, fleets, errors), changes, self.holder)
+        passed = decisions(result, groups, fleets, errors)
+        store.autoscale.record_pass(passed, changes, self.holder)
+        metrics.record_autoscale(passed)
         self.waiting = dict(result.reasons)
         self._mark_waiting(pending)
         moving = {p for p, g in groups.items() if g.starting or g.stopping} | {c["pool"] for c in changes if "pool" in c}

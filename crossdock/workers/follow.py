@@ -16,6 +16,7 @@ from typing import Callable
 
 from crossdock.backends.redis_store.store import utcnow
 from crossdock.backends.registry import Backends
+from crossdock.observe import metrics
 from crossdock.queue.models import Job
 from crossdock.queue.ports import BackendError, StopsLost, SweepsOrphans, WatchedOutsideStore
 from crossdock.queue.states import JobState, Reason, stopped_outcome
@@ -74,6 +75,7 @@ class Follower:
                 log.warning("orphan sweep of %s failed: %s", kind, exc)
 
     def _resend(self, job: Job, kind: str) -> None:
+        metrics.dispatch_resent(kind)
         self.store.retry_dispatch(job.id)
         self.send("crossdock.dispatch", [job.id, job.attempts], kind)
 
@@ -130,7 +132,8 @@ class Follower:
     def _by_status(self, kind: str, jobs: list[Job]) -> None:
         store = self.store
         try:
-            statuses = self.backends(kind).status(jobs)
+            with metrics.backend_call(kind, "status"):
+                statuses = self.backends(kind).status(jobs)
         except UNAVAILABLE as exc:
             log.warning("status of %s unavailable: %s", kind, exc)
             return

@@ -89,6 +89,10 @@ def collect() -> dict[str, Any]:
             sock = report["socket"]
             parts.append({"name": "socket", "ok": sock["alive"], "detail": f"{'serving' if sock['alive'] else 'down'}"
                           f" users on {sock['path']} (restarts {sock['restarts']})"})
+        if report.get("metrics"):  # the exporter (unless disabled)
+            served = report["metrics"]
+            parts.append({"name": "metrics", "ok": served["alive"],
+                          "detail": f"serving {served['url']}" if served["url"] else "no free port: not served"})
     why = probe(rt.redis_url)
     kind = "external" if rt.settings.redis_url else "embedded"
     restarts = f" (restarts {report['redis']['restarts']})" if fresh else ""

@@ -20,6 +20,7 @@ from typing import Callable, Mapping, Sequence
 
 from crossdock.backends.redis_store.store import STORE_UNAVAILABLE, utcnow
 from crossdock.gcpause import collection_paused
+from crossdock.observe import metrics
 from crossdock.queue.assembly import Records, accrue_usage, build_snapshot, dependency_targets
 from crossdock.queue.bursting import backlog_start, bursting_queues, estimates_view, to_estimate
 from crossdock.queue.cycle import CycleResult, facts_of, order, run_cycle
@@ -62,6 +63,8 @@ class Scheduler:
         backends do not provide, the local fleet of ``crossdock up``)."""
         self._inventory: dict[str, tuple[float, Inventory]] = {}
         self._autoscaled_at = 0.0
+        self._placed: set[int] = set()
+        """Jobs placed at the last cycle (active, or admitted by it): those that leave it ended an attempt."""
         self.leader = False
         self.parts = {name: Part(f"{self.holder} {name}") for name in ("loop", "cycle", "reconcile", "retention",
                                                                       "autoscale")}
@@ -76,7 +79,8 @@ class Scheduler:
             cached = self._inventory.get(kind)
             if cached is None or time.monotonic() - cached[0] > INVENTORY_REFRESH_SECONDS:
                 try:
-                    cached = (time.monotonic(), self.rt.backends(kind).inventory())
+                    with metrics.backend_call(kind, "inventory"):
+                        cached = (time.monotonic(), self.rt.backends(kind).inventory())
                 except UNAVAILABLE as exc:
                     log.warning("inventory of %s unavailable: %s", kind, exc)
                     cached = (time.monotonic(), cached[1] if cached else Inventory(()))
@@ -150,17 +154,38 @@ class Scheduler:
         pending = store.get_many(store.pending_ids())
         if not pending:
             # Work that runs while nothing waits is charged too (the cached inventory is enough).
-            self.accrue(self._known_nodes(), store.get_many(store.active_ids()))
+            active = store.get_many(store.active_ids())
+            self.accrue(self._known_nodes(), active)
+            self.observe_jobs([], active, ())
             return CycleStats(seconds=time.perf_counter() - t0)
         active = store.get_many(store.active_ids())
+        t_read = time.perf_counter()
         snap = self.start_estimates(self.snapshot(pending, active), pending)
+        t_snap = time.perf_counter()
+        now = utcnow()
         with collection_paused():
-            result = run_cycle(snap, pending, self.rt.config, utcnow())
-        self.commit(result, {j.id: j for j in [*pending, *active]}, dict(snap.running_per_array))
-        stats = CycleStats(len(result.admitted), len(result.cancelled), len(result.pending), time.perf_counter() - t0)
+            result = run_cycle(snap, pending, self.rt.config, now)
+        t_decided = time.perf_counter()
+        jobs = {j.id: j for j in [*pending, *active]}
+        self.commit(result, jobs, dict(snap.running_per_array))
+        t_end = time.perf_counter()
+        stats = CycleStats(len(result.admitted), len(result.cancelled), len(result.pending), t_end - t0)
+        metrics.record_cycle(result, jobs, now, stats.seconds,
+                             {"read_store": t_read - t0, "build_snapshot": t_snap - t_read, "commit": t_end - t_decided})
+        self.observe_jobs(pending, active, [p.job_id for p in result.admitted])
         log.debug("cycle: %s admitted, %s pending, %.3fs (%s)", stats.admitted, stats.pending, stats.seconds,
                   {k: round(v, 4) for k, v in result.timings.items()})
         return stats
+
+    def observe_jobs(self, pending: list[Job], active: list[Job], admitted: Sequence[int]) -> None:
+        """Jobs by queue/state/backend from this cycle's reads, and the attempts that ended since
+        the last cycle (placed then, gone from the active set now: one read of just those)."""
+        metrics.record_jobs(pending, active)
+        placed = {j.id for j in active}
+        ended = self._placed - placed
+        self._placed = placed | set(admitted)
+        if ended:
+            metrics.record_ended([j for j in self.rt.store.get_many(sorted(ended)) if j.state.terminal])
 
     def commit(self, result: CycleResult, jobs: dict[int, Job], running_per_array: dict[int, int] | None = None) -> None:
         store = self.rt.store
@@ -242,7 +267,11 @@ class Scheduler:
         cfg = self.rt.config.scheduler
         was_leader, self.leader = self.leader, False  # not leader while the store cannot say so
         self.leader = self.rt.store.acquire_lease(self.holder, cfg.lease_seconds)
+        metrics.set_leader(self.leader)
         if self.leader != was_leader:
+            self._placed = set()
+            if was_leader:
+                metrics.forget_cycle_view()
             log.info("%s %s leadership", self.holder, "took" if self.leader else "lost")
         if not self.leader:
             stop.wait(cfg.lease_seconds / 3)

@@ -18,6 +18,7 @@ from functools import lru_cache
 from celery import shared_task
 
 from crossdock import signing
+from crossdock.observe import metrics
 from crossdock.queue.errors import BadSignature, NoSuchJob
 from crossdock.queue.ports import BackendUnavailable, SubmitFailed, SupportsArrays
 from crossdock.queue.states import JobState
@@ -43,6 +44,10 @@ def _fresh(task) -> bool:
     return not task.request.retries and not (task.request.delivery_info or {}).get("redelivered")
 
 
+def _submitted(kind: str, jobs: list, refs: dict) -> None:
+    metrics.record_dispatch(kind, "submitted", [j for j in jobs if j.id in refs])
+
+
 def _fail(store, ids: list[int], attempt: int, reason: str) -> None:
     for i in ids:
         store.transition(i, JobState.FAILED, attempt=attempt, reason=reason, actor="dispatch")
@@ -61,10 +66,12 @@ def _sealed(rt: Runtime, jobs: list) -> list:
     return good
 
 
-def _unavailable(task, store, ids: list[int], attempt: int, exc: BackendUnavailable) -> str:
+def _unavailable(task, store, ids: list[int], attempt: int, exc: BackendUnavailable, kind: str) -> str:
     if not exc.retryable:
         _fail(store, ids, attempt, f"BackendUnavailable: {exc}")
+        metrics.record_dispatch(kind, "failed")
         return "failed"
+    metrics.dispatch_retried(kind)
     store.release_claims(ids, attempt)
     raise task.retry(exc=exc, countdown=min(2 ** min(task.request.retries, 5), 30))
 
@@ -86,13 +93,16 @@ def dispatch(self, job_id: int, attempt: int) -> str:
     if not _sealed(rt, [job]):
         return "failed"
     try:
-        ref = rt.backends(kind).submit(job)
+        with metrics.backend_call(kind, "submit"):
+            ref = rt.backends(kind).submit(job)
     except BackendUnavailable as exc:
-        return _unavailable(self, store, [job_id], attempt, exc)
+        return _unavailable(self, store, [job_id], attempt, exc, kind)
     except SubmitFailed as exc:
         _fail(store, [job_id], attempt, f"SubmitFailed: {exc}")
+        metrics.record_dispatch(kind, "failed")
         return "failed"
     store.set_backend_refs({job_id: ref})
+    _submitted(kind, [job], {job_id: ref})
     return ref
 
 
@@ -123,16 +133,19 @@ def dispatch_array(self, array_job_id: int, attempt: int, job_ids: list[int], th
     ids = [j.id for j in jobs]
     target = rt.backends(kind)
     try:
-        if isinstance(target, SupportsArrays) and len(jobs) > 1:
-            refs = target.submit_array(jobs, throttle, fresh=all_new and _fresh(self))
-        else:
-            refs = {j.id: target.submit(j) for j in jobs}
+        with metrics.backend_call(kind, "submit_array"):
+            if isinstance(target, SupportsArrays) and len(jobs) > 1:
+                refs = target.submit_array(jobs, throttle, fresh=all_new and _fresh(self))
+            else:
+                refs = {j.id: target.submit(j) for j in jobs}
     except BackendUnavailable as exc:
-        return _unavailable(self, store, ids, attempt, exc)
+        return _unavailable(self, store, ids, attempt, exc, kind)
     except SubmitFailed as exc:
         _fail(store, ids, attempt, f"SubmitFailed: {exc}")
+        metrics.record_dispatch(kind, "failed")
         return "failed"
     store.set_backend_refs(refs)
+    _submitted(kind, jobs, refs)
     return f"{len(refs)} tasks: {next(iter(refs.values()))}…"
 
 
@@ -165,19 +178,23 @@ def dispatch_batch(self, pairs: list[list[int]]) -> str:
 
     def submit(job) -> tuple[str | None, Exception | None]:
         try:
-            return target.submit(job, fresh=fresh), None  # fresh: skip the look for its tag
+            with metrics.backend_call(kind, "submit"):
+                return target.submit(job, fresh=fresh), None  # fresh: skip the look for its tag
         except (BackendUnavailable, SubmitFailed) as exc:
             return None, exc
 
     with ThreadPoolExecutor(max_workers=BATCH_PARALLELISM) as pool:
         outcomes = list(pool.map(submit, mine))
-    store.set_backend_refs({job.id: ref for job, (ref, _exc) in zip(mine, outcomes) if ref is not None})
+    refs = {job.id: ref for job, (ref, _exc) in zip(mine, outcomes) if ref is not None}
+    store.set_backend_refs(refs)
+    _submitted(kind, mine, refs)
     for job, (_ref, exc) in zip(mine, outcomes):
         if isinstance(exc, BackendUnavailable) and exc.retryable:
+            metrics.dispatch_retried(kind)
             store.release_claims([job.id], job.attempts)
         elif exc is not None:
-            kind = "BackendUnavailable" if isinstance(exc, BackendUnavailable) else "SubmitFailed"
-            _fail(store, [job.id], job.attempts, f"{kind}: {exc}")
+            error = "BackendUnavailable" if isinstance(exc, BackendUnavailable) else "SubmitFailed"
+            _fail(store, [job.id], job.attempts, f"{error}: {exc}")
     failed = sum(1 for _ref, exc in outcomes if exc is not None)
     return f"{len(mine) - failed} submitted, {failed} not"
 
@@ -188,7 +205,8 @@ def cancel(job_id: int) -> str:
     job = rt.store.get(job_id)
     if job.state.terminal or not job.backend:
         return str(job.state)
-    rt.backends(job.backend).cancel(job)
+    with metrics.backend_call(job.backend, "cancel"):
+        rt.backends(job.backend).cancel(job)
     return "requested"
 
 
@@ -200,5 +218,6 @@ def preempt(job_id: int, grace_seconds: int) -> str:
     job = rt.store.get(job_id)
     if job.state.terminal or not job.backend:
         return str(job.state)
-    rt.backends(job.backend).preempt(job, grace_seconds)
+    with metrics.backend_call(job.backend, "preempt"):
+        rt.backends(job.backend).preempt(job, grace_seconds)
     return "requested"

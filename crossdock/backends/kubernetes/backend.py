@@ -35,6 +35,8 @@ from crossdock.backends.kubernetes import gangs
 from crossdock.backends.kubernetes import manifests as m
 from crossdock.backends.kubernetes import nodes, provisioning
 from crossdock.backends.kubernetes import states
+from crossdock.backends.kubernetes.events import (CANCELLING, PREEMPTING, SUBMITTED, JobEvents, stop_message,
+                                                 submitted_message)
 from crossdock.backends.kubernetes.fleet import DeploymentFleets
 from crossdock.backends.kubernetes.informer import Informer, body, list_all
 from crossdock.queue.config import ClusterConfig
@@ -117,6 +119,8 @@ class KubernetesBackend:
         self.provisioners = provisioning.Provisioners(config, api_client, karpenter_node_class=karpenter_node_class)
         self._informers: tuple[Informer, Informer] | None = None
         self._lock = threading.Lock()
+        self.events = JobEvents(self.core, namespace)
+        """Kubernetes Events on crossdock's Jobs (``events.py``)."""
 
     # --- inventory --------------------------------------------------------------------------
     def inventory(self) -> Inventory:
@@ -165,12 +169,16 @@ class KubernetesBackend:
         except ValueError as exc:
             raise SubmitFailed(str(exc)) from exc
 
-    def _create(self, manifest: dict[str, Any], expect: Mapping[str, str]) -> str:
+    def _create(self, manifest: dict[str, Any], expect: Mapping[str, str], message: str | None = None) -> str:
+        """Create the Job (``message``: its ``Submitted`` Event's)."""
         name = manifest["metadata"]["name"]
         ref = f"{self.namespace}/{name}"
         try:
-            body(self.batch.create_namespaced_job(self.namespace, manifest, _preload_content=False))
+            created = json.loads(body(self.batch.create_namespaced_job(self.namespace, manifest,
+                                                                       _preload_content=False)) or b"{}")
             log.info("created Job %s", ref)
+            if message is not None:
+                self.events.record(name, (created.get("metadata") or {}).get("uid"), SUBMITTED, message)
             return ref
         except ApiException as exc:
             if exc.status != 409:
@@ -191,7 +199,8 @@ class KubernetesBackend:
     def submit(self, job: Job, fresh: bool = False) -> str:
         """Create the Job; a replayed dispatch gets 409 and the existing Job, so ``fresh`` saves nothing."""
         manifest = self.manifest(job)
-        ref = self._create(manifest, {m.LABEL_JOB_ID: str(job.id), m.LABEL_ATTEMPT: str(job.attempts)})
+        ref = self._create(manifest, {m.LABEL_JOB_ID: str(job.id), m.LABEL_ATTEMPT: str(job.attempts)},
+                           submitted_message(job))
         if job.spec.nodes > 1:
             self._create_service(job, manifest["metadata"]["name"])
         return ref
@@ -230,7 +239,8 @@ class KubernetesBackend:
         manifest = self.manifest(lead, array_tasks=ordered)
         if throttle:
             manifest["spec"]["parallelism"] = min(len(ordered), throttle)
-        ref = self._create(manifest, {m.LABEL_ARRAY_JOB: str(first.array_job_id), m.LABEL_ATTEMPT: str(first.attempts)})
+        ref = self._create(manifest, {m.LABEL_ARRAY_JOB: str(first.array_job_id), m.LABEL_ATTEMPT: str(first.attempts)},
+                           submitted_message(first, len(ordered)))
         return {t.id: f"{ref}#{i}" for i, t in enumerate(ordered)}
 
     # --- stop -------------------------------------------------------------------------------
@@ -246,6 +256,21 @@ class KubernetesBackend:
         except Exception as exc:  # noqa: BLE001 - connection errors
             raise api_error(exc, what) from exc
 
+    def _mark(self, name: str, patch: dict[str, Any], what: str) -> str | None:
+        """Patch the Job ``name``; its uid ("" if unnamed), None when it is not there."""
+        try:
+            raw = body(self.batch.patch_namespaced_job(name, self.namespace, patch, _preload_content=False))
+        except ApiException as exc:
+            if exc.status == 404:
+                return None
+            raise api_error(exc, what) from exc
+        except Exception as exc:  # noqa: BLE001 - connection errors
+            raise api_error(exc, what) from exc
+        try:
+            return str((json.loads(raw or b"{}").get("metadata") or {}).get("uid") or "")
+        except ValueError:
+            return ""
+
     def _stop(self, job: Job, why: str, grace: int | None) -> None:
         """Mark the attempt's Job with why it stops, then delete it (in the foreground, so the
         Job stays visible until its pods are gone). ``grace`` overrides the pods' own period.
@@ -255,7 +280,10 @@ class KubernetesBackend:
         ``backoffLimitPerIndex: 0`` that index fails and the others go on."""
         name = m.job_name(job.id, job.attempts)
         patch = {"metadata": {"annotations": {m.ANNOTATION_STOP: why}}}
-        if self._call(f"marking Job {name} {why}", self.batch.patch_namespaced_job, name, self.namespace, patch):
+        uid = self._mark(name, patch, f"marking Job {name} {why}")
+        if uid is not None:
+            self.events.record(name, uid, PREEMPTING if why == "preempted" else CANCELLING,
+                               stop_message(job, why, grace))
             if grace is not None:
                 self._call(f"deleting the pods of Job {name}", self.core.delete_collection_namespaced_pod,
                            self.namespace, label_selector=f"job-name={name}", grace_period_seconds=grace)
@@ -271,8 +299,10 @@ class KubernetesBackend:
             return
         name, index = found
         patch = {"metadata": {"annotations": {f"{m.ANNOTATION_STOP}-{job.id}": why}}}
-        if not self._call(f"marking Job {name} {why}", self.batch.patch_namespaced_job, name, self.namespace, patch):
+        uid = self._mark(name, patch, f"marking Job {name} {why}")
+        if uid is None:
             return
+        self.events.record(name, uid, PREEMPTING if why == "preempted" else CANCELLING, stop_message(job, why, grace))
         if index is not None:
             self._call(f"deleting task {job.id} of Job {name}", self.core.delete_collection_namespaced_pod,
                        self.namespace, label_selector=f"job-name={name},{COMPLETION_INDEX}={index}",

@@ -25,6 +25,7 @@ from crossdock.backends.redis_store.autoscale import AutoscaleRecords
 from crossdock.backends.redis_store.codec import (encode_fields, facts_from_record, hash_to_job, history_record,
                                                   job_to_hash, nodes_from_json, nodes_to_json)
 from crossdock.backends.redis_store.keys import Keys
+from crossdock.backends.redis_store.timing import RoundTrip, timed_client
 from crossdock.queue.errors import NoSuchJob
 from crossdock.queue.models import Job
 from crossdock.queue.snapshot import JobFacts, Node
@@ -96,8 +97,12 @@ class JobStore:
         """The autoscaler's state, last decisions and change events."""
 
     @classmethod
-    def from_url(cls, url: str, prefix: str = "cd", actor: str = "crossdock") -> "JobStore":
-        return cls(redis.Redis.from_url(url, decode_responses=True), prefix, actor)
+    def from_url(cls, url: str, prefix: str = "cd", actor: str = "crossdock",
+                 on_round_trip: RoundTrip | None = None) -> "JobStore":
+        """``on_round_trip``: called after every Redis round trip (command, seconds, succeeded)."""
+        if on_round_trip is None:
+            return cls(redis.Redis.from_url(url, decode_responses=True), prefix, actor)
+        return cls(timed_client(url, on_round_trip, decode_responses=True), prefix, actor)
 
     @contextmanager
     def pipeline(self, transaction: bool = False) -> Iterator[Any]:
@@ -271,6 +276,43 @@ class JobStore:
             return
         pipe.rpush(key, json.dumps({**{k: str(v) for k, v in ev.items()}, "id": f"{int(now * 1000)}-0"}))
         pipe.ltrim(key, -STREAM_MAXLEN, -1)
+
+    def read_events(self, job_id: int | None = None, *, since: float | None = None, after: str | None = None,
+                    count: int = 1000, block_ms: int | None = None) -> list[dict[str, str]]:
+        """Events of the global stream (``job_id`` None) or of one job, oldest first, each with its
+        stream ``id``: after the event ``after`` (exclusive), else from ``since`` (epoch seconds),
+        else the last ``count``. ``block_ms`` (with ``after``): wait that long for a first new one."""
+        key = self.k.events if job_id is None else self.k.job_events(job_id)
+        if job_id is not None and self.r.type(key) != "stream":
+            return self._read_job_list(key, since=since, after=after, count=count, block_ms=block_ms)
+        if after is not None and block_ms is not None:
+            got = self.r.xread({key: after}, count=count, block=block_ms)
+            rows = got[0][1] if got else []
+        elif after is not None:
+            rows = self.r.xrange(key, min=f"({after}", count=count)
+        elif since is not None:
+            rows = self.r.xrange(key, min=f"{max(int(since * 1000), 0)}-0", count=count)
+        else:
+            rows = list(reversed(self.r.xrevrange(key, count=count)))
+        return [{"id": eid, **fields} for eid, fields in rows]
+
+    def _read_job_list(self, key: str, *, since: float | None, after: str | None, count: int,
+                       block_ms: int | None) -> list[dict[str, str]]:
+        """``read_events`` over a job's list: ordered by position (ids of one millisecond may
+        repeat); ``block_ms`` polls, since a job's events are few and far between."""
+        deadline = time.monotonic() + (block_ms or 0) / 1000
+        while True:
+            events = [json.loads(raw) for raw in self.r.lrange(key, 0, -1)]
+            if after is not None:
+                seen = [i for i, e in enumerate(events) if e.get("id") == after]
+                events = events[seen[-1] + 1:] if seen else [e for e in events if _ms(e) > _ms({"id": after})]
+            elif since is not None:
+                events = [e for e in events if _ms(e) >= since * 1000]
+            else:
+                events = events[-count:]
+            if events or after is None or block_ms is None or time.monotonic() >= deadline:
+                return events[:count]
+            time.sleep(min(0.2, max(deadline - time.monotonic(), 0)))
 
     # --- state changes ---------------------------------------------------------------------
     def transition(self, job_id: int, new: JobState, *, fields: dict[str, Any] | None = None, actor: str = "",
@@ -628,3 +670,8 @@ def _assign_ids(jobs: Sequence[Job], first: int) -> list[Job]:
             update["array_job_id"] = array_ids.setdefault(job.array_job_id, jid)
         out.append(job.model_copy(update=update))
     return out
+
+
+def _ms(event: dict[str, str]) -> int:
+    """The milliseconds of an event id (``<ms>-<n>``)."""
+    return int(str(event.get("id", "0")).split("-")[0] or 0)
