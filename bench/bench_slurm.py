@@ -14,7 +14,9 @@ other, each once the cluster is idle again:
   crossdock's store. Started and warmed up (one job end to end) before the clock starts;
 - ``backend array``: the N tasks as one crossdock array job → one Slurm ``--array`` submission
   through ``SlurmBackend`` alone (no scheduler, no Celery);
-- ``backend batch``: N separate crossdock jobs through ``SlurmBackend.submit_many``.
+- ``backend batch``: N separate crossdock jobs through ``SlurmBackend.submit_many``;
+- ``local``: the same N as separate jobs through crossdock to the local backend (a 16-CPU local
+  node, one supervisor per job, forked by the spawner), to compare the local path with Slurm's.
 
 Submit time is the wall time of the submission calls (for ``crossdock``: until ``Client``
 returns, with the time until every task is in Slurm as ``in_slurm_s``); time to all complete
@@ -139,6 +141,19 @@ class CrossdockRun(CrossdockService):
                 "complete_s": done - start}
 
 
+class LocalRun(CrossdockRun):
+    """crossdock with one local pool of 16 CPU slots, as the Slurm partition has."""
+
+    def __init__(self, interval: float, reconcile: float, workers: int = 2) -> None:
+        CrossdockService.__init__(self, {
+            "priority_classes": {"batch": {"value": 500}},
+            "pools": {"here": {"backend": "local", "nodes": [{"name": "localhost", "cpus": 16, "memory_mib": 16384}]}},
+            "queues": {"batch": {"priority_class": "batch", "pools": ["here"]}},
+            "default_queue": "batch",
+            "scheduler": {"interval_seconds": interval},
+        }, {}, reconcile, workers)
+
+
 def bench_crossdock(run: CrossdockRun, n: int, workdir: str, poll: float, array: bool) -> dict[str, float]:
     from crossdock.queue.models import JobSpec as Spec
 
@@ -147,7 +162,7 @@ def bench_crossdock(run: CrossdockRun, n: int, workdir: str, poll: float, array:
     return run.run(specs, poll)
 
 
-WAYS = ("loop", "crossdock", "backend-array", "backend-batch")
+WAYS = ("loop", "crossdock", "backend-array", "backend-batch", "local")
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -185,17 +200,21 @@ def main(argv: list[str] | None = None) -> int:
         env_file = str(state if state.is_file() else state / "env")
         run = CrossdockRun(args.partition, env_file, args.backend_queue if args.backend_queue is not None else args.jobs,
                            args.interval, args.reconcile)
-    names = {"loop": "sbatch loop", "crossdock": "crossdock " + ("jobs" if args.separate else "array"),
+    local = LocalRun(args.interval, args.reconcile) if "local" in ways else None
+    names = {"local": "crossdock local jobs", "loop": "sbatch loop", "crossdock": "crossdock " + ("jobs" if args.separate else "array"),
              "backend-array": f"backend array ({args.driver})", "backend-batch": f"backend batch ({args.driver})"}
     per_round: dict[str, list[dict[str, float]]] = {names[w]: [] for w in ways}
     try:
-        if run is not None:  # warm: worker started, backend built, first cycle and follow done
-            bench_crossdock(run, 1, workdir, poll, array=False)
+        for warm in (run, local):  # warm: worker started, backend built, first cycle and follow done
+            if warm is not None:
+                bench_crossdock(warm, 1, workdir, poll, array=False)
         for rnd in range(args.rounds):
             for i, way in enumerate(ways if rnd % 2 == 0 else ways[::-1]):
                 wait_idle(env, poll)
                 if way == "loop":
                     r = bench_sbatch_loop(env, args.jobs, args.partition, workdir, poll)
+                elif way == "local":
+                    r = bench_crossdock(local, args.jobs, workdir, poll, array=False)
                 elif way == "crossdock":
                     r = bench_crossdock(run, args.jobs, workdir, poll, array=not args.separate)
                 elif way == "backend-array":
@@ -207,8 +226,9 @@ def main(argv: list[str] | None = None) -> int:
                 print(f"round {rnd} {names[way]:<22} " + "  ".join(f"{k} {v:.2f}" for k, v in r.items()),
                       file=sys.stderr, flush=True)
     finally:
-        if run is not None:
-            run.close()
+        for done in (run, local):
+            if done is not None:
+                done.close()
 
     results = {name: {k: statistics.median(r[k] for r in rs) for k in rs[0]} for name, rs in per_round.items()}
     loop = results.get("sbatch loop")

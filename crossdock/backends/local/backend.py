@@ -15,7 +15,7 @@ from crossdock.backends.local import CAPABILITIES
 from crossdock.queue.ports import BackendStatus, Inventory
 from crossdock.backends.local import gpus as gpu_discovery
 from crossdock.backends.redis_store.embedded import private_dir
-from crossdock.backends.local import resources, workspace
+from crossdock.backends.local import resources, spawner, workspace
 from crossdock.backends.local.record import record
 from crossdock.backends.redis_store.store import JobStore
 from crossdock.queue.config import ClusterConfig
@@ -68,11 +68,13 @@ class LocalBackend:
         """Start a detached supervisor for this attempt. The caller has claimed the dispatch, so
         a redelivered task never gets here twice for one attempt."""
         logdir = private_dir(self.state_dir / "log")
-        with open(os.open(logdir / f"supervisor-{job.id}.log", os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o600),
-                  "ab") as log:
-            proc = subprocess.Popen([sys.executable, "-m", "crossdock.backends.local.supervisor", str(job.id),
-                                     str(job.attempts), str(self.cfg.scheduler.kill_wait_seconds), "--daemonize"], env=self.env, stdin=subprocess.DEVNULL,
-                                    stdout=log, stderr=log, close_fds=True)
+        args = [str(job.id), str(job.attempts), str(self.cfg.scheduler.kill_wait_seconds)]
+        log_path = logdir / f"supervisor-{job.id}.log"
+        if spawner.spawn(self.state_dir, args, self.env, log_path):  # forked, imports already done
+            return f"local:{socket.gethostname()}"
+        with open(os.open(log_path, os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o600), "ab") as log:
+            proc = subprocess.Popen([sys.executable, "-m", "crossdock.backends.local.supervisor", *args, "--daemonize"],
+                                    env=self.env, stdin=subprocess.DEVNULL, stdout=log, stderr=log, close_fds=True)
             proc.wait()  # the daemonizing parent exits at once
         return f"local:{socket.gethostname()}"
 

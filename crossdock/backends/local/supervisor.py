@@ -384,11 +384,23 @@ def main(argv: list[str]) -> int:
         os.setsid()
         if os.fork():  # the session leader exits so the watcher can never regain a terminal
             os._exit(0)
+    _name_process(f"cdsup-{job_id}")
     missing = [v for v in ("CROSSDOCK_REDIS_URL", "CROSSDOCK_PREFIX", "CROSSDOCK_STATE_DIR") if not os.environ.get(v)]
     if missing:
         raise SystemExit(f"crossdock supervisor: {', '.join(missing)} not set (the local backend sets them)")
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(name)s %(message)s")
     return Supervisor(store_from_env(), Path(os.environ["CROSSDOCK_STATE_DIR"]), kill_wait).run(job_id, attempt)
+
+
+def _name_process(name: str) -> None:
+    """The name ps and top show (``comm``, 15 bytes): a supervisor forked by the spawner keeps the
+    spawner's command line, so the name is what tells them apart."""
+    try:
+        import ctypes
+
+        ctypes.CDLL(None, use_errno=True).prctl(15, name.encode()[:15], 0, 0, 0)  # PR_SET_NAME
+    except (OSError, AttributeError):
+        pass
 
 
 def store_from_env() -> JobStore:

@@ -84,6 +84,12 @@ def watcher_alive(ws: Path, now: float | None = None) -> bool:
     return age < STALE_SECONDS
 
 
+def watcher_pid(ws: Path) -> int | None:
+    """The pid of the supervisor that wrote ``supervisor.json`` (alive or not)."""
+    rec = _read_json(ws / WATCHER)
+    return int(rec["pid"]) if rec else None
+
+
 def job_pid(ws: Path) -> int | None:
     rec = _read_json(ws / WATCHER)
     return int(rec["job_pid"]) if rec and rec.get("job_pid") else None
