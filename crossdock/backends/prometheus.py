@@ -31,6 +31,7 @@ from collections.abc import Callable, Mapping
 from string import Template
 from typing import Any
 
+from crossdock.queue.errors import ConfigError
 from crossdock.queue.serving import ServiceMetrics
 
 log = logging.getLogger(__name__)
@@ -126,8 +127,24 @@ def _error_body(exc: urllib.error.HTTPError) -> dict[str, Any]:
 
 def from_config(metrics: Mapping[str, Any] | Any) -> PrometheusMetrics:
     """The source for a ``services.metrics`` block whose ``source`` is ``prometheus`` (a mapping or
-    the config model)."""
+    the config model); :class:`ConfigError` names what is missing or wrong."""
     get = metrics.get if isinstance(metrics, Mapping) else (lambda k, d=None: getattr(metrics, k, d))
-    return PrometheusMetrics(str(get("url")), str(get("qps_query")), get("p95_query"),
-                             in_flight_query=get("in_flight_query"),
-                             window_seconds=float(get("window_seconds", 30.0) or 30.0))
+    errors = []
+    url = str(get("url") or "")
+    if urllib.parse.urlsplit(url).scheme not in ("http", "https") or not urllib.parse.urlsplit(url).netloc:
+        errors.append(f"services.metrics.url: {url!r} is not an http(s) URL; give the Prometheus server's, "
+                      "e.g. http://127.0.0.1:9090")
+    if not str(get("qps_query") or "").strip():
+        errors.append("services.metrics.qps_query: missing; give a PromQL query of a service's requests per second, "
+                      'e.g. sum by (replica) (rate(crossdock_service_requests_total{service="$service"}[30s]))')
+    window = get("window_seconds", 30.0)
+    try:
+        window = float(30.0 if window is None else window)
+        if not window > 0:
+            raise ValueError
+    except (TypeError, ValueError):
+        errors.append(f"services.metrics.window_seconds: {window!r} is not a positive number of seconds; e.g. 30")
+    if errors:
+        raise ConfigError(errors)
+    return PrometheusMetrics(url, str(get("qps_query")), get("p95_query") or None,
+                             in_flight_query=get("in_flight_query") or None, window_seconds=window)

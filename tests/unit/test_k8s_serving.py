@@ -110,3 +110,4 @@ def test_the_drain_patch_takes_the_pod_out_and_stamps_when():
     patch = serving.drain_patch(123.5)
     assert patch["metadata"]["labels"] == {serving.LABEL_SERVING: "false"}
     assert float(patch["metadata"]["annotations"][serving.ANNOTATION_DRAINING]) == 123.5
+
