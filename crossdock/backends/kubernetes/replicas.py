@@ -37,15 +37,16 @@ class ServiceReplicas:
 
     def ensure_service(self, spec: Any) -> str:
         """Create the Service in front of ``spec``'s replicas, or bring its selector and port up to
-        date; returns ``namespace/name``."""
+        date; returns the address clients in the cluster use, ``<name>.<namespace>.svc:<port>``."""
         want = serving.service_manifest(spec.name, spec.port, self.namespace)
         name = want["metadata"]["name"]
         ref = f"{self.namespace}/{name}"
+        address = f"{name}.{self.namespace}.svc:{spec.port}"
         try:
             try:
                 body(self.core.create_namespaced_service(self.namespace, want, _preload_content=False))
                 log.info("created Service %s for service %s", ref, spec.name)
-                return ref
+                return address
             except ApiException as exc:
                 if exc.status != 409:
                     raise
@@ -54,12 +55,14 @@ class ServiceReplicas:
             ports_have = [{k: p.get(k) for k in ("name", "port", "targetPort", "protocol")}
                           for p in spec_have.get("ports") or []]
             if spec_have.get("selector") != want["spec"]["selector"] or ports_have != want["spec"]["ports"]:
-                body(self.core.patch_namespaced_service(name, self.namespace, {"spec": {
-                    "selector": want["spec"]["selector"], "ports": want["spec"]["ports"]}}, _preload_content=False))
+                # a JSON patch replaces the lists whole (a strategic merge would add a port beside the old)
+                body(self.core.patch_namespaced_service(name, self.namespace, [
+                    {"op": "replace", "path": "/spec/selector", "value": want["spec"]["selector"]},
+                    {"op": "replace", "path": "/spec/ports", "value": want["spec"]["ports"]}], _preload_content=False))
                 log.info("updated Service %s for service %s", ref, spec.name)
         except Exception as exc:  # noqa: BLE001 - mapped to crossdock's errors
             raise self._service_error(exc, f"ensuring Service {ref}") from exc
-        return ref
+        return address
 
     def delete_service(self, name: str) -> None:
         """Remove the Service of crossdock service ``name`` (gone already is fine)."""

@@ -66,9 +66,14 @@ def test_replicas_behind_a_service_drain_out_of_its_endpoints(backend, k8s_clien
     jobs = [replica(i, node, name) for i, node in enumerate(nodes["l4"])]
     for job in jobs:
         backend.submit(job)
-    ref = backend.ensure_service(ServiceSpec(name=name, image="server:1", port=8080))
-    assert backend.ensure_service(ServiceSpec(name=name, image="server:1", port=8080)) == ref  # idempotent
-    svc_name = ref.split("/", 1)[1]
+    address = backend.ensure_service(ServiceSpec(name=name, image="server:1", port=8080))
+    svc_name = serving.service_object_name(name)
+    assert address == f"{svc_name}.{k8s_namespace}.svc:8080"
+    core = client.CoreV1Api(k8s_client)
+    backend.ensure_service(ServiceSpec(name=name, image="server:1", port=9090))  # a new port: updated in place
+    assert [p.port for p in core.read_namespaced_service(svc_name, k8s_namespace).spec.ports] == [9090]
+    assert backend.ensure_service(ServiceSpec(name=name, image="server:1", port=8080)) == address
+    assert [p.port for p in core.read_namespaced_service(svc_name, k8s_namespace).spec.ports] == [8080]
 
     up = wait_for("both replicas ready", lambda: (st := backend.status(jobs)) and all(
         s.state is JobState.RUNNING and s.extra.get("ready") == "true" and s.extra.get("host") for s in st.values())
@@ -92,5 +97,4 @@ def test_replicas_behind_a_service_drain_out_of_its_endpoints(backend, k8s_clien
 
     backend.delete_service(name)
     backend.delete_service(name)  # gone already: fine
-    core = client.CoreV1Api(k8s_client)
     assert svc_name not in {s.metadata.name for s in core.list_namespaced_service(k8s_namespace).items}
