@@ -5,15 +5,17 @@ Config (``services.metrics``)::
     metrics:
       source: prometheus
       url: http://127.0.0.1:9090
-      qps_query: sum by (replica) (rate(crossdock_service_requests_total{service="$service"}[30s]))
-      p95_query: histogram_quantile(0.95, sum by (le) (rate(crossdock_service_request_duration_seconds_bucket{service="$service"}[30s])))
-      in_flight_query: sum by (replica) (crossdock_service_in_flight{service="$service"})   # optional
+      qps_query: sum by (replica) (rate(crossdock_service_requests_total{service="{service}"}[30s]))
+      p95_query: histogram_quantile(0.95, sum by (le) (rate(crossdock_service_request_duration_seconds_bucket{service="{service}"}[30s])))
+      in_flight_query: sum by (replica) (crossdock_service_in_flight{service="{service}"})   # optional
+      cpu_query: sum by (replica) (rate(process_cpu_seconds_total{service="{service}"}[30s]))  # optional: cores
       window_seconds: 30
 
-Each query is a PromQL *instant* query (``GET /api/v1/query``) in which ``$service`` is replaced
-by the service's name (``string.Template``: PromQL's own braces stay as they are). A query that
-keeps a ``replica`` label gives per-replica figures; the service's figure is the sum of its
-series (of the qps query) and the largest value (of the p95 query). An empty answer means no
+Each query is a PromQL *instant* query (``GET /api/v1/query``) in which ``{service}`` is replaced
+by the service's name (a plain text replacement: PromQL's own braces stay as they are). A query
+that keeps a ``replica`` label gives per-replica figures; the service's figure is the sum of its
+series (of the qps query) and the largest value (of the p95 query). ``cpu_query`` (cores per
+replica) feeds the throttling check (a CPU request below 0.8 of use). An empty answer means no
 traffic (qps 0, no p95); a server that cannot be reached or refuses the query gives ``None``, so
 the controller keeps the replicas it has instead of scaling on a guess.
 """
@@ -28,7 +30,6 @@ import urllib.error
 import urllib.parse
 import urllib.request
 from collections.abc import Callable, Mapping
-from string import Template
 from typing import Any
 
 from crossdock.queue.errors import ConfigError
@@ -36,7 +37,7 @@ from crossdock.queue.serving import ServiceMetrics
 
 log = logging.getLogger(__name__)
 
-SERVICE_VAR = "service"
+SERVICE_VAR = "{service}"
 REPLICA_LABEL = "replica"
 """The series label whose value is a replica's ordinal (``CROSSDOCK_REPLICA`` in its environment)."""
 
@@ -49,12 +50,10 @@ class PrometheusMetrics:
     """``service_metrics(name)`` from instant queries against ``url``."""
 
     def __init__(self, url: str, qps_query: str, p95_query: str | None = None, *,
-                 in_flight_query: str | None = None, window_seconds: float = 30.0, timeout: float = 3.0,
-                 clock: Callable[[], float] = time.time) -> None:
+                 in_flight_query: str | None = None, cpu_query: str | None = None, window_seconds: float = 30.0,
+                 timeout: float = 3.0, clock: Callable[[], float] = time.time) -> None:
         self.url = url.rstrip("/")
-        self.qps = Template(qps_query)
-        self.p95 = Template(p95_query) if p95_query else None
-        self.in_flight = Template(in_flight_query) if in_flight_query else None
+        self.qps, self.p95, self.in_flight, self.cpu = qps_query, p95_query, in_flight_query, cpu_query
         self.window_seconds = window_seconds
         self.timeout = timeout
         self.clock = clock
@@ -85,15 +84,16 @@ class PrometheusMetrics:
                                   "drop the range selector's outer [..] or wrap it in rate()/sum()")
         return [(dict(s.get("metric") or {}), float(s["value"][1])) for s in result]
 
-    def _render(self, template: Template, service: str) -> str:
-        return template.safe_substitute({SERVICE_VAR: service})
+    def _series(self, query: str | None, service: str, at: float) -> list[tuple[dict[str, str], float]]:
+        return self.query(query.replace(SERVICE_VAR, service), at) if query else []
 
     def service_metrics(self, service: str) -> ServiceMetrics | None:
         at = self.clock()
         try:
-            qps_series = self.query(self._render(self.qps, service), at)
-            p95_series = self.query(self._render(self.p95, service), at) if self.p95 else []
-            flight_series = self.query(self._render(self.in_flight, service), at) if self.in_flight else []
+            qps_series = self._series(self.qps, service, at)
+            p95_series = self._series(self.p95, service, at)
+            flight_series = self._series(self.in_flight, service, at)
+            cpu_series = self._series(self.cpu, service, at)
         except PrometheusError as exc:
             log.warning("service %s: no metrics from Prometheus: %s", service, exc)
             return None
@@ -106,6 +106,7 @@ class PrometheusMetrics:
             in_flight={k: int(v) for k, v in _by_replica(flight_series).items()},
             window_seconds=self.window_seconds,
             at=at,
+            cpu_used=_by_replica(cpu_series),
         )
 
 
@@ -136,7 +137,7 @@ def from_config(metrics: Mapping[str, Any] | Any) -> PrometheusMetrics:
                       "e.g. http://127.0.0.1:9090")
     if not str(get("qps_query") or "").strip():
         errors.append("services.metrics.qps_query: missing; give a PromQL query of a service's requests per second, "
-                      'e.g. sum by (replica) (rate(crossdock_service_requests_total{service="$service"}[30s]))')
+                      'e.g. sum by (replica) (rate(crossdock_service_requests_total{service="{service}"}[30s]))')
     window = get("window_seconds", 30.0)
     try:
         window = float(30.0 if window is None else window)
@@ -147,4 +148,5 @@ def from_config(metrics: Mapping[str, Any] | Any) -> PrometheusMetrics:
     if errors:
         raise ConfigError(errors)
     return PrometheusMetrics(url, str(get("qps_query")), get("p95_query") or None,
-                             in_flight_query=get("in_flight_query") or None, window_seconds=window)
+                             in_flight_query=get("in_flight_query") or None, cpu_query=get("cpu_query") or None,
+                             window_seconds=window)

@@ -291,6 +291,12 @@ class ServiceMetricsSource(_Cfg):
     url: str | None = Field(None, min_length=1)
     qps_query: str | None = Field(None, min_length=1)
     p95_query: str | None = Field(None, min_length=1)
+    in_flight_query: str | None = Field(None, min_length=1)
+    """Prometheus: requests in flight, ``by (replica)``."""
+    cpu_query: str | None = Field(None, min_length=1)
+    """Prometheus: CPU cores used, ``by (replica)`` (the throttling check)."""
+    window_seconds: float = Field(30, gt=0, le=3600)
+    """Prometheus: the range the queries' ``rate()`` covers, reported with each sample."""
 
     @model_validator(mode="after")
     def _needs_url(self) -> "ServiceMetricsSource":

@@ -14,10 +14,11 @@ from tests.prometheus_server import scraped
 
 pytestmark = [pytest.mark.services]
 
-QPS = 'sum by (replica) (rate(svc_requests_total{service="$service"}[3s]))'
+QPS = 'sum by (replica) (rate(svc_requests_total{service="{service}"}[3s]))'
 P95 = ('histogram_quantile(0.95, sum by (le) '
-       '(rate(svc_request_duration_seconds_bucket{service="$service"}[3s])))')
-IN_FLIGHT = 'sum by (replica) (svc_in_flight{service="$service"})'
+       '(rate(svc_request_duration_seconds_bucket{service="{service}"}[3s])))')
+IN_FLIGHT = 'sum by (replica) (svc_in_flight{service="{service}"})'
+CPU = 'sum by (replica) (svc_cpu_cores{service="{service}"})'
 
 
 def wait_for(what, fn, timeout=30.0):
@@ -42,6 +43,9 @@ def test_rates_latency_and_in_flight_come_from_promql(tmp_path):
         in_flight.labels("chat", "0").set(3)
         in_flight.labels("chat", "1").set(1)
         in_flight.labels("other", "0").set(50)
+        cpu = Gauge("svc_cpu_cores", "cores used", ["service", "replica"], registry=registry)
+        cpu.labels("chat", "0").set(1.5)
+        cpu.labels("chat", "1").set(0.5)
         stop = threading.Event()
 
         def traffic():  # replica 0 gets 40/s, replica 1 20/s, every request takes 0.3 s; "other" 100/s
@@ -56,7 +60,7 @@ def test_rates_latency_and_in_flight_come_from_promql(tmp_path):
         thread.start()
         try:
             source = from_config({"source": "prometheus", "url": url, "qps_query": QPS, "p95_query": P95,
-                                  "in_flight_query": IN_FLIGHT, "window_seconds": 3})
+                                  "in_flight_query": IN_FLIGHT, "cpu_query": CPU, "window_seconds": 3})
             m = wait_for("a full rate window", lambda: (s := source.service_metrics("chat")) is not None
                          and len(s.replica_qps) == 2 and s.p95_seconds is not None and s.qps > 50 and s)
         finally:
@@ -68,6 +72,7 @@ def test_rates_latency_and_in_flight_come_from_promql(tmp_path):
     # every observation in the (0.2, 0.4] bucket: linear interpolation gives 0.2 + 0.95 × 0.2
     assert m.p95_seconds == pytest.approx(0.39, abs=1e-6)
     assert m.in_flight == {0: 3, 1: 1}
+    assert m.cpu_used == {0: 1.5, 1: 0.5}
     assert m.window_seconds == 3
 
 
