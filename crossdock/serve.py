@@ -17,7 +17,7 @@ from pydantic import ValidationError
 from crossdock.queue.config import ClusterConfig, service_placement_error
 from crossdock.queue.errors import CrossdockError, InvalidJob, PermissionDenied
 from crossdock.queue.models import Job, validation_message
-from crossdock.queue.serving import Endpoint, ServiceRecord, ServiceReplica, ServiceSpec
+from crossdock.queue.serving import Endpoint, ServiceRecord, ServiceReplica, ServiceSpec, ServiceState, ServiceStatus
 from crossdock.queue.services.replicas import most_cpu, replica_job, service_pools, throttling_warning
 from crossdock.runtime import Runtime
 from crossdock.service import Caller, caller, load_inventory
@@ -192,3 +192,53 @@ def declared_warnings(rt: Runtime, cfg: ClusterConfig) -> list[str]:
         if found:
             out.append(f"services.deploy.{spec.name}.cpus: {found}")
     return out
+
+
+class ServiceHandle:
+    """A deployed service as the Python API sees it (``Client.serve``); every call reads the store."""
+
+    def __init__(self, rt: Runtime, name: str, who: Caller):
+        self.rt, self.name, self.who = rt, name, who
+
+    def __repr__(self) -> str:
+        return f"ServiceHandle({self.name!r})"
+
+    def record(self) -> ServiceRecord:
+        return _get(self.rt, self.name)
+
+    def show(self) -> ServiceView:
+        return show(self.rt, self.name)
+
+    @property
+    def address(self) -> str | None:
+        """``host:port`` where clients reach it, once its router or Service is up."""
+        return self.record().address
+
+    def scale(self, replicas: int | None) -> ServiceRecord:
+        """Pin the replicas (None: back to the autoscaler)."""
+        return scale(self.rt, self.name, replicas, self.who)
+
+    def update(self, **changes: Any) -> ServiceRecord:
+        return update(self.rt, self.name, changes, self.who)
+
+    def delete(self) -> ServiceRecord:
+        return delete(self.rt, self.name, self.who)
+
+    def wait(self, *states: str, timeout: float = 120.0, poll: float = 0.2) -> ServiceRecord:
+        """The record once the service is in one of ``states`` (default AVAILABLE); TimeoutError after
+        ``timeout`` s. Waiting for DELETED returns when the record is gone."""
+        import time
+
+        wanted = {str(s) for s in states} or {"AVAILABLE"}
+        deadline = time.monotonic() + timeout
+        while True:
+            rec = self.rt.store.services.get(self.name)
+            if rec is None and "DELETED" in wanted:
+                return ServiceRecord(spec=ServiceSpec(name=self.name, image="-"), generation=0,
+                                     status=ServiceStatus(state=ServiceState.DELETED))
+            if rec is not None and rec.status.state.value in wanted:
+                return rec
+            if time.monotonic() > deadline:
+                now = rec.status.state.value if rec else "gone"
+                raise TimeoutError(f"service {self.name!r} is {now}, not {' or '.join(sorted(wanted))}, after {timeout:g} s")
+            time.sleep(poll)

@@ -104,3 +104,28 @@ def test_the_throttling_trap_is_shown_and_checked(crossdock_env, runtime, tmp_pa
     store.services.put_metrics("chat", ServiceMetrics(qps=1, cpu_used={0: 2.0}, at=1))
     r = cli(crossdock_env, "config", "check", str(path))
     assert r.returncode == 0 and "CPU request" not in r.stderr, r.stderr
+
+
+def test_client_serve_returns_a_handle_that_follows_the_service(runtime):
+    from crossdock.client import Client
+    from crossdock.queue.errors import InvalidArgument
+    from crossdock.queue.services import ServiceState
+    from crossdock.workers.services import ServiceStep
+
+    client = Client(runtime)
+    with pytest.raises(InvalidArgument, match="min_replicas, max_replicas: 4 is above 2"):
+        client.serve("chat", "python -m server", replicas=(4, 2))
+    handle = client.serve("chat", "python -m server --port 0", replicas=(1, 3), target_qps=15, queue="inference",
+                          mem="512M")
+    rec = handle.record()
+    assert rec.spec.command == ["python", "-m", "server", "--port", "0"] and rec.spec.mem_mib == 512
+    assert rec.spec.user == client.user and (rec.spec.min_replicas, rec.spec.max_replicas) == (1, 3)
+    assert handle.scale(2).override == 2
+    assert handle.update(cpus=2).generation == 2
+    assert client.service("chat").record().generation == 2
+    handle.delete()
+    step = ServiceStep(runtime, "test-leader", lambda *a: None)
+    step.pass_once()  # its pending replica (never placed) stops at once
+    step.pass_once()  # ... and is forgotten: the record goes
+    assert handle.wait("DELETED", timeout=5).status.state is ServiceState.DELETED
+    assert runtime.store.services.get("chat") is None
