@@ -129,3 +129,13 @@ def test_client_serve_returns_a_handle_that_follows_the_service(runtime):
     step.pass_once()  # ... and is forgotten: the record goes
     assert handle.wait("DELETED", timeout=5).status.state is ServiceState.DELETED
     assert runtime.store.services.get("chat") is None
+
+
+def test_a_submitted_job_cannot_claim_to_be_a_replica(runtime):
+    from crossdock import service
+    from crossdock.queue.errors import InvalidJob
+    from crossdock.queue.models import JobSpec, ServiceReplica
+
+    with pytest.raises(InvalidJob, match="service: a job cannot claim to be a service replica"):
+        service.submit(runtime, [JobSpec(command=["true"], service=ServiceReplica(name="chat", replica=0))])
+    assert runtime.store.pending_ids() == []
