@@ -1,5 +1,6 @@
-"""kwok nodes of the services tests' own: an ``l4`` and a ``cpu`` pool under unique names and
-labels (other tests share the control plane), removed with every pod on them afterwards."""
+"""What the services tests on Kubernetes share: kwok nodes of their own (an ``l4`` and a ``cpu``
+pool under unique names and labels, since other tests share the control plane, removed
+afterwards) and the addresses behind a Service."""
 
 from __future__ import annotations
 
@@ -54,3 +55,10 @@ def pool_config(tag: str) -> dict[str, dict]:
     return {"l4": {"backend": "k8s", "selector": {"crossdock.io/pool": f"{tag}-l4"}, "gpu": {"model": "L4"},
                    "tolerations": TOLERATE_GPU},
             "cpu": {"backend": "k8s", "selector": {"crossdock.io/pool": f"{tag}-cpu"}}}
+
+
+def endpoint_ips(api: client.ApiClient, namespace: str, service: str) -> set[str]:
+    """The ready addresses the EndpointSlice controller lists behind Service ``service``."""
+    slices = client.DiscoveryV1Api(api).list_namespaced_endpoint_slice(
+        namespace, label_selector=f"kubernetes.io/service-name={service}").items
+    return {a for s in slices for e in s.endpoints or [] if e.conditions and e.conditions.ready for a in e.addresses}

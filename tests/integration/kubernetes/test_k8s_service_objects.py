@@ -21,7 +21,7 @@ from crossdock.queue.ports import RunsServices
 from crossdock.queue.serving import ServiceSpec
 from crossdock.queue.states import JobState
 from k8s_helpers import wait_for
-from service_nodes import pool_config, service_pools
+from service_nodes import endpoint_ips, pool_config, service_pools
 
 pytestmark = [pytest.mark.kubernetes, pytest.mark.services]
 
@@ -52,12 +52,6 @@ def replica(i: int, node: str, name: str) -> Job:
                    service=ServiceReplica(name=name, replica=i, port=8080, ready_path="/"))
     return Job(id=int(time.time() * 1000) % 10**9 * 10 + i, spec=spec, queue="inference", priority_class="inference",
                priority=1000, preemptible=False, pools=["l4"], pool="l4", nodes=[node], attempts=1, backend="k8s")
-
-
-def endpoint_ips(core_api: client.ApiClient, ns: str, svc: str) -> set[str]:
-    slices = client.DiscoveryV1Api(core_api).list_namespaced_endpoint_slice(
-        ns, label_selector=f"kubernetes.io/service-name={svc}").items
-    return {a for s in slices for e in s.endpoints or [] if e.conditions and e.conditions.ready for a in e.addresses}
 
 
 def test_replicas_behind_a_service_drain_out_of_its_endpoints(backend, k8s_client, k8s_namespace, nodes):
