@@ -58,7 +58,7 @@ def decorate(job: Job, labels: dict[str, str], container: dict[str, Any], pod_sp
     labels.update({LABEL_SERVICE: label_value(replica.name), LABEL_SERVING: "true",
                    LABEL_REPLICA: str(replica.replica)})
     container["ports"] = [{"name": PORT_NAME, "containerPort": replica.port, "protocol": "TCP"}]
-    container["readinessProbe"] = {"httpGet": {"path": replica.ready_path or "/", "port": replica.port},
+    container["readinessProbe"] = {"httpGet": {"path": replica.ready_path, "port": replica.port},
                                    **READINESS}
     names = {e["name"] for e in container.get("env", [])}
     container.setdefault("env", []).extend(
@@ -83,7 +83,7 @@ def service_manifest(name: str, port: int, namespace: str) -> dict[str, Any]:
 
 
 def drain_patch(now: float) -> dict[str, Any]:
-    """The merge patch that takes a replica's pod out of its Service."""
+    """The patch that takes a replica's pod out of its Service (its labels and annotations merge)."""
     return {"metadata": {"labels": {LABEL_SERVING: "false"}, "annotations": {ANNOTATION_DRAINING: f"{now:.3f}"}}}
 
 
