@@ -139,3 +139,25 @@ def test_a_submitted_job_cannot_claim_to_be_a_replica(runtime):
     with pytest.raises(InvalidJob, match="service: a job cannot claim to be a service replica"):
         service.submit(runtime, [JobSpec(command=["true"], service=ServiceReplica(name="chat", replica=0))])
     assert runtime.store.pending_ids() == []
+
+
+def test_the_leader_deploys_what_the_config_declares(crossdock_env, tmp_path, monkeypatch):
+    from crossdock.runtime import Runtime
+    from crossdock.workers.services import ServiceStep
+
+    cfg = yaml.safe_load(open(crossdock_env["CROSSDOCK_CONFIG"]))
+    cfg["services"] = {"deploy": {"chat": {"command": ["x"], "queue": "inference", "min_replicas": 0,
+                                           "max_replicas": 3, "user": "ana"}}}
+    path = tmp_path / "declared.yaml"
+    path.write_text(yaml.safe_dump(cfg))
+    monkeypatch.setenv("CROSSDOCK_CONFIG", str(path))
+    rt = Runtime.from_env()
+    step = ServiceStep(rt, "leader-test", lambda *a: None)
+    assert step.wanted() and rt.store.services.names() == []
+    step.pass_once()
+    rec = rt.store.services.get("chat")
+    assert rec.spec.user == "ana" and rec.spec.max_replicas == 3 and rec.generation == 1
+    assert [e["event"] for e in rt.store.services.events("chat")][0] == "deployed"
+    serve.scale(rt, "chat", 2, Caller("ana", False))
+    step.pass_once()  # an unchanged declaration is not deployed again: the owner's override stays
+    assert rt.store.services.get("chat").override == 2 and rt.store.services.get("chat").generation == 1
