@@ -96,8 +96,8 @@ class ServiceStep:
             current = services.get(spec.name)
             if current is None or current.spec != spec:
                 generation = services.put(spec)
-                services.add_events(spec.name, [{"event": "deployed", "message": f"from the config, generation {generation}"}],
-                                    actor=self.holder)
+                event = {"event": "deployed", "message": f"from the config, generation {generation}"}
+                services.add_events(spec.name, [event], actor=self.holder)
             self._declared[spec.name] = text
 
     # --- one service -------------------------------------------------------------------------
