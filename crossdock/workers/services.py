@@ -106,7 +106,11 @@ class ServiceStep:
         rec = services.get(name)
         if rec is None:
             return None
-        jobs = store.get_many(services.replica_ids(name))
+        ids = services.replica_ids(name)
+        jobs = store.get_many(ids)
+        gone = set(ids) - {j.id for j in jobs}
+        if gone:  # expired from the store (retention) before a pass forgot them
+            services.forget_replicas(name, gone)
         endpoints = {e.job_id: e for e in services.endpoints(name)}
         try:
             metrics = self.metrics.service_metrics(name)

@@ -162,3 +162,13 @@ def test_the_leader_deploys_what_the_config_declares(crossdock_env, tmp_path, mo
     serve.scale(rt, "chat", 2, Caller("ana", False))
     step.pass_once()  # an unchanged declaration is not deployed again: the owner's override stays
     assert rt.store.services.get("chat").override == 2 and rt.store.services.get("chat").generation == 1
+
+
+def test_replica_jobs_that_expired_from_the_store_are_forgotten(runtime):
+    from crossdock.workers.services import ServiceStep
+
+    serve.deploy(runtime, ServiceSpec(name="chat", command=["x"], queue="inference", min_replicas=0),
+                 Caller("ana", False))
+    runtime.store.services.add_replicas("chat", [987654])  # archived by retention meanwhile
+    ServiceStep(runtime, "leader-test", lambda *a: None).pass_once()
+    assert runtime.store.services.replica_ids("chat") == []
