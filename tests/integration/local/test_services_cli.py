@@ -172,3 +172,12 @@ def test_replica_jobs_that_expired_from_the_store_are_forgotten(runtime):
     runtime.store.services.add_replicas("chat", [987654])  # archived by retention meanwhile
     ServiceStep(runtime, "leader-test", lambda *a: None).pass_once()
     assert runtime.store.services.replica_ids("chat") == []
+
+
+def test_show_of_a_replica_job_names_its_service(crossdock_env, runtime):
+    from crossdock.queue.models import Job, JobSpec, ServiceReplica
+
+    (job,) = runtime.store.submit([Job(id=0, queue="inference", spec=JobSpec(
+        command=["x"], service=ServiceReplica(name="chat", replica=3, generation=2)))])
+    r = cli(crossdock_env, "show", str(job.id))
+    assert r.returncode == 0 and "Service=chat Replica=3 Generation=2 (crossdock services show chat)" in r.stdout, r
