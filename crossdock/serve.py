@@ -240,5 +240,6 @@ class ServiceHandle:
                 return rec
             if time.monotonic() > deadline:
                 now = rec.status.state.value if rec else "gone"
-                raise TimeoutError(f"service {self.name!r} is {now}, not {' or '.join(sorted(wanted))}, after {timeout:g} s")
+                raise TimeoutError(f"service {self.name!r} is {now}, not {' or '.join(sorted(wanted))},"
+                                   f" after {timeout:g} s")
             time.sleep(poll)

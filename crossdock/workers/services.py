@@ -100,8 +100,8 @@ class ServiceStep:
             current = services.get(spec.name)
             if current is None or current.spec != spec:
                 generation = services.put(spec)
-                services.add_events(spec.name, [{"event": "deployed", "message": f"from the config, generation {generation}"}],
-                                    actor=self.holder)
+                event = {"event": "deployed", "message": f"from the config, generation {generation}"}
+                services.add_events(spec.name, [event], actor=self.holder)
             self._declared[spec.name] = text
 
     # --- one service -------------------------------------------------------------------------
@@ -110,7 +110,11 @@ class ServiceStep:
         rec = services.get(name)
         if rec is None:
             return None
-        jobs = store.get_many(services.replica_ids(name))
+        ids = services.replica_ids(name)
+        jobs = store.get_many(ids)
+        gone = set(ids) - {j.id for j in jobs}
+        if gone:  # expired from the store (retention) before a pass forgot them
+            services.forget_replicas(name, gone)
         endpoints = {e.job_id: e for e in services.endpoints(name)}
         try:
             metrics = self.metrics.service_metrics(name)

@@ -100,7 +100,8 @@ def test_the_throttling_trap_is_shown_and_checked(crossdock_env, runtime, tmp_pa
     path.write_text(yaml.safe_dump(cfg))
     store.services.put_metrics("chat", ServiceMetrics(qps=1, cpu_used={0: 3.0, 1: 1.0}, at=1))
     r = cli(crossdock_env, "config", "check", str(path))
-    assert r.returncode == 0 and "warning: services.deploy.chat.cpus: service 'chat': CPU request 2 per replica is below 0.8 × the 3.00" in r.stderr, r
+    needle = "warning: services.deploy.chat.cpus: service 'chat': CPU request 2 per replica is below 0.8 × the 3.00"
+    assert r.returncode == 0 and needle in r.stderr, r
     store.services.put_metrics("chat", ServiceMetrics(qps=1, cpu_used={0: 2.0}, at=1))
     r = cli(crossdock_env, "config", "check", str(path))
     assert r.returncode == 0 and "CPU request" not in r.stderr, r.stderr
@@ -139,3 +140,44 @@ def test_a_submitted_job_cannot_claim_to_be_a_replica(runtime):
     with pytest.raises(InvalidJob, match="service: a job cannot claim to be a service replica"):
         service.submit(runtime, [JobSpec(command=["true"], service=ServiceReplica(name="chat", replica=0))])
     assert runtime.store.pending_ids() == []
+
+
+def test_the_leader_deploys_what_the_config_declares(crossdock_env, tmp_path, monkeypatch):
+    from crossdock.runtime import Runtime
+    from crossdock.workers.services import ServiceStep
+
+    cfg = yaml.safe_load(open(crossdock_env["CROSSDOCK_CONFIG"]))
+    cfg["services"] = {"deploy": {"chat": {"command": ["x"], "queue": "inference", "min_replicas": 0,
+                                           "max_replicas": 3, "user": "ana"}}}
+    path = tmp_path / "declared.yaml"
+    path.write_text(yaml.safe_dump(cfg))
+    monkeypatch.setenv("CROSSDOCK_CONFIG", str(path))
+    rt = Runtime.from_env()
+    step = ServiceStep(rt, "leader-test", lambda *a: None)
+    assert step.wanted() and rt.store.services.names() == []
+    step.pass_once()
+    rec = rt.store.services.get("chat")
+    assert rec.spec.user == "ana" and rec.spec.max_replicas == 3 and rec.generation == 1
+    assert [e["event"] for e in rt.store.services.events("chat")][0] == "deployed"
+    serve.scale(rt, "chat", 2, Caller("ana", False))
+    step.pass_once()  # an unchanged declaration is not deployed again: the owner's override stays
+    assert rt.store.services.get("chat").override == 2 and rt.store.services.get("chat").generation == 1
+
+
+def test_replica_jobs_that_expired_from_the_store_are_forgotten(runtime):
+    from crossdock.workers.services import ServiceStep
+
+    serve.deploy(runtime, ServiceSpec(name="chat", command=["x"], queue="inference", min_replicas=0),
+                 Caller("ana", False))
+    runtime.store.services.add_replicas("chat", [987654])  # archived by retention meanwhile
+    ServiceStep(runtime, "leader-test", lambda *a: None).pass_once()
+    assert runtime.store.services.replica_ids("chat") == []
+
+
+def test_show_of_a_replica_job_names_its_service(crossdock_env, runtime):
+    from crossdock.queue.models import Job, JobSpec, ServiceReplica
+
+    (job,) = runtime.store.submit([Job(id=0, queue="inference", spec=JobSpec(
+        command=["x"], service=ServiceReplica(name="chat", replica=3, generation=2)))])
+    r = cli(crossdock_env, "show", str(job.id))
+    assert r.returncode == 0 and "Service=chat Replica=3 Generation=2 (crossdock services show chat)" in r.stdout, r
