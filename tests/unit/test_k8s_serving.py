@@ -111,3 +111,21 @@ def test_the_drain_patch_takes_the_pod_out_and_stamps_when():
     assert patch["metadata"]["labels"] == {serving.LABEL_SERVING: "false"}
     assert float(patch["metadata"]["annotations"][serving.ANNOTATION_DRAINING]) == 123.5
 
+
+
+def test_an_image_only_replica_is_admitted_and_runs_the_images_entrypoint():
+    from datetime import datetime, timezone
+
+    from crossdock.queue.admission import admit
+    from crossdock.queue.errors import InvalidJob
+    from crossdock.queue.services.replicas import replica_spec
+    from crossdock.queue.serving import ServiceSpec
+
+    spec = replica_spec(ServiceSpec(name="chat", image="registry.local/chat:1", queue="inference"),
+                        ServiceReplica(name="chat", replica=0))
+    (job,) = admit(spec, CONFIG, [], datetime.now(timezone.utc))
+    job = job.model_copy(update={"id": 5, "attempts": 1, "pool": "l4"})
+    _, container = pod_of(job)
+    assert container["image"] == "registry.local/chat:1" and "command" not in container
+    with pytest.raises(InvalidJob, match="nothing to run"):  # a batch job still needs something to run
+        admit(JobSpec(image="registry.local/chat:1", queue="inference"), CONFIG, [], datetime.now(timezone.utc))

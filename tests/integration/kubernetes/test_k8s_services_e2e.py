@@ -83,8 +83,7 @@ def start(tmp_path: Path, redis_url: str, monkeypatch, k8s_kubeconfig: Path, k8s
 
 
 def deploy(rt, name: str, **kw: Any) -> None:
-    rt.store.services.put(ServiceSpec(name=name, image="registry.local/chat:1", command=["python", "-m", "chat"],
-                                      port=8080, ready_path="/healthz",
+    rt.store.services.put(ServiceSpec(name=name, image="registry.local/chat:1", port=8080, ready_path="/healthz",
                                       queue="inference", user="root", fallback_after_seconds=FALLBACK_SECONDS,
                                       drain_timeout_seconds=20, **kw))
 
