@@ -234,7 +234,9 @@ def admit(spec: JobSpec, cfg: ClusterConfig, nodes: Sequence[Node], now: datetim
         spec = JobSpec.model_validate(spec.model_dump())
     except ValidationError as exc:
         raise InvalidJob(validation_message(exc)) from None
-    if spec.command is None and spec.script is None and spec.python is None:
+    # a service replica may name only an image: a Kubernetes pod runs the image's entrypoint
+    image_only = spec.service is not None and spec.image is not None
+    if spec.command is None and spec.script is None and spec.python is None and not image_only:
         raise InvalidJob("nothing to run: give a script, a command (--wrap) or a Python callable")
     if spec.script is not None and not spec.script.startswith("#!"):
         raise InvalidJob("script: the first line must start with #! followed by the path to an interpreter,"

@@ -21,6 +21,7 @@ from crossdock.queue.models import Job
 from crossdock.queue.ports import BackendError, StopsLost, SweepsOrphans, WatchedOutsideStore
 from crossdock.queue.states import JobState, Reason, stopped_outcome
 from crossdock.workers.app import SendTask
+from crossdock.workers.replica_follow import record_replicas
 
 log = logging.getLogger(__name__)
 
@@ -137,6 +138,7 @@ class Follower:
         except UNAVAILABLE as exc:
             log.warning("status of %s unavailable: %s", kind, exc)
             return
+        record_replicas(store, jobs, statuses)  # readiness and drain of service replicas
         now = time.time()
         # The stop requests standing when these attempts ended decide how they ended (one round trip).
         ended = [i for i, st in statuses.items() if st.state.terminal or st.state is JobState.PREEMPTED]

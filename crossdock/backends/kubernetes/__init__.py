@@ -8,7 +8,8 @@ when a job names none), ``CROSSDOCK_K8S_TTL_SECONDS`` (``ttlSecondsAfterFinished
 default 300: it also counts time spent Pending, so it is only a backstop for the pod-level one),
 ``CROSSDOCK_K8S_SYNC_PRIORITY_CLASSES`` (``0`` to leave PriorityClasses alone),
 ``CROSSDOCK_KARPENTER_NODE_CLASS`` (``group/Kind/name`` of the node class that ``provisioner:
-karpenter`` pools launch from; default: a KWOKNodeClass per pool).
+karpenter`` pools launch from; default: a KWOKNodeClass per pool), ``CROSSDOCK_K8S_DRAIN_SECONDS``
+(how long a service replica that left its Service stays up before it is stopped, default 5).
 """
 
 from __future__ import annotations
@@ -57,6 +58,7 @@ class KubernetesSettings(BaseModel):
     deadline_slack_seconds: int = Field(300, ge=0)
     sync_priority_classes: bool = True
     karpenter_node_class: str | None = Field(None, pattern=r"^[^/\s]+/[^/\s]+/[^/\s]+$")
+    drain_seconds: float = Field(5.0, ge=0)
 
     ENV: ClassVar[dict[str, str]] = {
         "namespace": "CROSSDOCK_K8S_NAMESPACE", "image": "CROSSDOCK_K8S_IMAGE",
@@ -64,6 +66,7 @@ class KubernetesSettings(BaseModel):
         "deadline_slack_seconds": "CROSSDOCK_K8S_DEADLINE_SLACK_SECONDS",
         "sync_priority_classes": "CROSSDOCK_K8S_SYNC_PRIORITY_CLASSES",
         "karpenter_node_class": "CROSSDOCK_KARPENTER_NODE_CLASS",
+        "drain_seconds": "CROSSDOCK_K8S_DRAIN_SECONDS",
     }
 
     @classmethod

@@ -39,6 +39,7 @@ from crossdock.backends.kubernetes.events import (CANCELLING, PREEMPTING, SUBMIT
                                                  submitted_message)
 from crossdock.backends.kubernetes.fleet import DeploymentFleets
 from crossdock.backends.kubernetes.informer import Informer, body, list_all
+from crossdock.backends.kubernetes.replicas import ServiceReplicas
 from crossdock.queue.config import ClusterConfig
 from crossdock.queue.models import Job
 from crossdock.queue.states import JobState, Reason
@@ -95,16 +96,18 @@ def _array_tasks(kjobs: Mapping[str, tuple[dict[str, Any], bool]]) -> dict[tuple
     return out
 
 
-class KubernetesBackend:
+class KubernetesBackend(ServiceReplicas):
     kind = "k8s"
     capabilities = Capabilities(arrays=True, batches=True, reowns_claims=True, backend_queue=True, logs=True,
-                                provisioners=provisioning.PROVISIONERS, fleets=True)
+                                provisioners=provisioning.PROVISIONERS, fleets=True, services=True)
 
     def __init__(self, config: ClusterConfig, api_client: client.ApiClient, *, namespace: str = "default",
                  store: Any = None, image: str = "python:3.11-slim", ttl_seconds_after_finished: int | None = 3600,
                  deadline_slack_seconds: int = 300, watch: bool = True, sync_timeout: float = 30.0,
-                 karpenter_node_class: str | None = None) -> None:
+                 karpenter_node_class: str | None = None, drain_seconds: float = 5.0) -> None:
         self.config = config
+        self.drain_seconds = drain_seconds
+        """How long a draining replica stays up after leaving its Service (``replicas.py``)."""
         self.api = api_client
         self.core = client.CoreV1Api(api_client)
         self.batch = client.BatchV1Api(api_client)
@@ -383,6 +386,7 @@ class KubernetesBackend:
             st = self._status_of(job, by_attempt, by_index, kjobs, tasks)
             if st is not None:
                 out[job.id] = st
+        self._with_replica_status(out, jobs, by_attempt)
         unexplained = {i: st for i, st in out.items() if st.native_state == "job/Failed/BackoffLimitExceeded"
                        and not st.nodes}
         if unexplained:

@@ -20,6 +20,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
+from crossdock.backends.kubernetes import serving
 from crossdock.queue.config import ClusterConfig, Pool
 from crossdock.queue.models import Job
 from crossdock.queue.sbatch_extras import constraint_terms
@@ -391,6 +392,8 @@ def build(job: Job, cfg: ClusterConfig, opts: Options = Options(), *,
         pod_spec["topologySpreadConstraints"] = spread
     if opts.service_account:
         pod_spec["serviceAccountName"] = opts.service_account
+    pod_labels = dict(labels)
+    serving.decorate(job, pod_labels, container, pod_spec)  # a service replica's port, probe and labels
     security = security_context(owner_ids)
     if security:
         pod_spec["securityContext"] = security
@@ -407,7 +410,7 @@ def build(job: Job, cfg: ClusterConfig, opts: Options = Options(), *,
         # with one, the Job controller waits for a deleted pod to reach phase Failed, which
         # kwok never reports; the pods' DisruptionTarget condition tells why anyway.)
         "backoffLimit": 0,
-        "template": {"metadata": {"labels": dict(labels), "annotations": pod_annotations}, "spec": pod_spec},
+        "template": {"metadata": {"labels": pod_labels, "annotations": pod_annotations}, "spec": pod_spec},
     }
     if limit:
         job_spec["activeDeadlineSeconds"] = limit + opts.deadline_slack_seconds
