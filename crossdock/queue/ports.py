@@ -14,6 +14,7 @@ from typing import Any, Collection, Iterable, Mapping, Protocol, Sequence, runti
 
 from crossdock.queue.errors import CrossdockError
 from crossdock.queue.models import Job
+from crossdock.queue.serving import ServiceMetrics, ServiceSpec
 from crossdock.queue.snapshot import Allocation, Node
 from crossdock.queue.states import JobState
 
@@ -69,6 +70,8 @@ class Capabilities:
     """Tells when a job would start if sent now (``EstimatesStart``), for bursting between backends."""
     signals: bool = False
     """Delivers ``--signal`` (``JobSpec.kill_signal``) before the time limit."""
+    services: bool = False
+    """Runs the replicas of inference services (``RunsServices``): readiness, drain, a stable address."""
 
 
 @dataclass(frozen=True)
@@ -215,3 +218,28 @@ class EstimatesStart(Protocol):
 @runtime_checkable
 class ServesLogs(Protocol):
     def logs(self, job: Job, *, tail_lines: int | None = None, worker: int = 0) -> str: ...
+
+
+@runtime_checkable
+class RunsServices(Protocol):
+    """A backend that runs inference-service replicas (``Capabilities.services``): it gives a
+    service one stable address (a Kubernetes Service; the local router needs nothing here) and takes
+    a replica out of traffic before the controller stops it."""
+
+    def ensure_service(self, spec: ServiceSpec) -> None:
+        """Create or update what routes to the service's ready replicas. Idempotent."""
+
+    def delete_service(self, name: str) -> None:
+        """Remove what ``ensure_service`` made; nothing to remove is not an error."""
+
+    def drain_replica(self, job: Job) -> None:
+        """Stop sending new requests to this replica job (its in-flight ones finish). Idempotent."""
+
+
+@runtime_checkable
+class ReadsServiceMetrics(Protocol):
+    """A source of a service's traffic: crossdock's router, or a Prometheus server's HTTP API."""
+
+    def service_metrics(self, service: str) -> ServiceMetrics | None:
+        """The latest sample for ``service``; None when the source has none (no traffic seen yet,
+        or the source is away): the controller then keeps the replicas it has."""
