@@ -33,7 +33,8 @@ from aiohttp import web
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, generate_latest
 from prometheus_client.exposition import CONTENT_TYPE_LATEST
 
-from crossdock.workers.traffic import Upstream, WindowStats, Window, pick, to_drain
+from crossdock.queue.serving import Endpoint, ServiceMetrics
+from crossdock.workers.traffic import Upstream, Window, pick, to_drain
 
 log = logging.getLogger(__name__)
 
@@ -66,24 +67,12 @@ class RouteSpec:
     port: int = 0
 
 
-@dataclass(frozen=True)
-class EndpointView:
-    job_id: int
-    attempt: int
-    replica: int
-    host: str | None
-    port: int | None
-    draining: bool = False
-    drained: bool = False
-    ready: bool = False
-
-
 class RouteSource(Protocol):
-    """What the router reads and writes (the service store, through :mod:`.router_store`)."""
+    """What the router reads and writes: the service store, through :class:`crossdock.workers.routes.StoreRoutes`."""
 
     def routes(self) -> dict[str, RouteSpec]: ...
 
-    def endpoints(self, service: str) -> list[EndpointView]: ...
+    def endpoints(self, service: str) -> list[Endpoint]: ...
 
     def set_ready(self, job_id: int, attempt: int, ready: bool) -> None: ...
 
@@ -91,7 +80,7 @@ class RouteSource(Protocol):
 
     def set_route(self, service: str, host: str, port: int) -> None: ...
 
-    def put_metrics(self, service: str, stats: WindowStats, at: float) -> None: ...
+    def put_metrics(self, service: str, sample: ServiceMetrics) -> None: ...
 
 
 class Metrics:
@@ -139,9 +128,9 @@ class Router:
         self.picked = 0
 
     # --- ReadsServiceMetrics ---------------------------------------------------------------------
-    def service_metrics(self, service: str) -> WindowStats | None:
+    def service_metrics(self, service: str) -> ServiceMetrics | None:
         route = self.routes.get(service)
-        return None if route is None else route.window.stats(time.monotonic(), route.listed())
+        return None if route is None else route.window.stats(time.monotonic(), route.listed(), time.time())
 
     def ports(self) -> dict[str, int]:
         return {name: r.port for name, r in self.routes.items()}
@@ -218,7 +207,7 @@ class Router:
             self._merge(route, views)
             await self._report_drained(route)
 
-    def _merge(self, route: Route, views: list[EndpointView]) -> None:
+    def _merge(self, route: Route, views: list[Endpoint]) -> None:
         seen = set()
         for v in views:
             if not v.host or not v.port:
@@ -293,7 +282,7 @@ class Router:
     async def publish(self) -> None:
         now, wall = time.monotonic(), time.time()
         for name, route in list(self.routes.items()):
-            await self._io(self.source.put_metrics, name, route.window.stats(now, route.listed()), wall)
+            await self._io(self.source.put_metrics, name, route.window.stats(now, route.listed(), wall))
 
     # --- requests ---------------------------------------------------------------------------------
     async def _upstream(self, route: Route, tried: frozenset) -> Upstream | None:
@@ -318,14 +307,14 @@ class Router:
             up = await self._upstream(route, tried)
             if up is None:
                 if not tried:
-                    route.window.arrive(started, "none")
+                    route.window.arrive(started, None)
                 return self._answer(route, None, started, web.Response(status=503, text="no ready replica\n"))
             self.picked += 1
             up.in_flight += 1
             up.last_pick = self.picked
             if not tried:  # a retry is the same arrival
-                route.window.arrive(started, up.label)
-            gauge = self.metrics.in_flight.labels(route.name, up.label)
+                route.window.arrive(started, up.replica)
+            gauge = self.metrics.in_flight.labels(route.name, str(up.replica))
             gauge.inc()
             try:
                 async with self.session.request(request.method, up.url(request.path_qs), headers=headers,
@@ -348,7 +337,7 @@ class Router:
     def _answer(self, route: Route, up: Upstream | None, started: float, resp: web.Response) -> web.Response:
         now = time.monotonic()
         route.window.finish(now, now - started)
-        self.metrics.requests.labels(route.name, up.label if up else "none", str(resp.status)).inc()
+        self.metrics.requests.labels(route.name, str(up.replica) if up else "none", str(resp.status)).inc()
         self.metrics.duration.labels(route.name).observe(now - started)
         return resp
 

@@ -12,6 +12,8 @@ import math
 from collections import deque
 from dataclasses import dataclass, field
 
+from crossdock.queue.serving import ServiceMetrics
+
 
 @dataclass
 class Upstream:
@@ -40,10 +42,6 @@ class Upstream:
         return self.job_id, self.attempt
 
     @property
-    def label(self) -> str:
-        return str(self.replica)
-
-    @property
     def serving(self) -> bool:
         return self.ready and not self.draining and not self.drained
 
@@ -63,16 +61,6 @@ def to_drain(upstreams: list[Upstream]) -> list[Upstream]:
     return [u for u in upstreams if u.draining and not u.drained and u.in_flight == 0]
 
 
-@dataclass(frozen=True)
-class WindowStats:
-    qps: float
-    p95_seconds: float | None
-    replica_qps: dict[str, float]
-    in_flight: dict[str, int]
-    window_seconds: float
-    requests: int
-
-
 @dataclass
 class Window:
     """Arrivals (for the rate) and completions (for latency) of the last ``seconds``.
@@ -84,11 +72,11 @@ class Window:
     seconds: float
     started: float
     arrivals: deque = field(default_factory=deque)
-    """(time, replica label)"""
+    """(time, replica ordinal or None when no replica took it)"""
     done: deque = field(default_factory=deque)
     """(time, latency seconds)"""
 
-    def arrive(self, now: float, replica: str) -> None:
+    def arrive(self, now: float, replica: int | None) -> None:
         self.arrivals.append((now, replica))
         self._prune(now)
 
@@ -103,17 +91,19 @@ class Window:
         while self.done and self.done[0][0] < edge:
             self.done.popleft()
 
-    def stats(self, now: float, upstreams: list[Upstream]) -> WindowStats:
+    def stats(self, now: float, upstreams: list[Upstream], at: float = 0.0) -> ServiceMetrics:
+        """The sample of the window ending ``now`` (monotonic), stamped ``at`` (epoch seconds)."""
         self._prune(now)
         span = max(min(self.seconds, now - self.started), 1.0)
-        per: dict[str, int] = {}
+        per: dict[int | None, int] = {}
         for _, replica in self.arrivals:
             per[replica] = per.get(replica, 0) + 1
         latencies = sorted(lat for _, lat in self.done)
         p95 = latencies[max(0, math.ceil(0.95 * len(latencies)) - 1)] if latencies else None
         live = [u for u in upstreams if not u.drained]
-        return WindowStats(
-            qps=len(self.arrivals) / span, p95_seconds=p95,
-            replica_qps={u.label: per.get(u.label, 0) / span for u in live},
-            in_flight={u.label: u.in_flight for u in live}, window_seconds=self.seconds,
-            requests=len(self.arrivals))
+        in_flight: dict[int, int] = {}
+        for u in live:  # a replacement attempt and the one it replaces share the ordinal
+            in_flight[u.replica] = in_flight.get(u.replica, 0) + u.in_flight
+        return ServiceMetrics(qps=len(self.arrivals) / span, p95_seconds=p95,
+                              replica_qps={r: per.get(r, 0) / span for r in in_flight}, in_flight=in_flight,
+                              window_seconds=self.seconds, at=at)

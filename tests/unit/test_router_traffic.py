@@ -58,11 +58,11 @@ def test_drained_only_when_nothing_in_flight_and_once():
 def test_window_rate_counts_arrivals_of_the_window():
     w = Window(seconds=10, started=0.0)
     for i in range(200):  # 20 QPS for 10 s on two replicas
-        w.arrive(i * 0.05, str(i % 2))
+        w.arrive(i * 0.05, i % 2)
     ups = [up(0), up(1)]
     s = w.stats(10.0, ups)
     assert s.qps == pytest.approx(20.0)
-    assert s.replica_qps == {"0": pytest.approx(10.0), "1": pytest.approx(10.0)}
+    assert s.replica_qps == {0: pytest.approx(10.0), 1: pytest.approx(10.0)}
     later = w.stats(15.0, ups)  # the first half slid out
     assert later.qps == pytest.approx(10.0)
     assert w.stats(25.0, ups).qps == 0
@@ -71,7 +71,7 @@ def test_window_rate_counts_arrivals_of_the_window():
 def test_window_rate_before_a_whole_window_is_over_the_time_watched():
     w = Window(seconds=10, started=100.0)
     for i in range(40):
-        w.arrive(100 + i * 0.05, "0")  # 20 QPS for 2 s
+        w.arrive(100 + i * 0.05, 0)  # 20 QPS for 2 s
     assert w.stats(102.0, [up(0)]).qps == pytest.approx(20.0)
 
 
@@ -86,4 +86,4 @@ def test_window_p95_is_nearest_rank_of_completions():
 
 def test_window_in_flight_per_replica_leaves_out_drained():
     ups = [up(0, 3), up(1, 0, draining=True, drained=True)]
-    assert Window(5, 0.0).stats(1.0, ups).in_flight == {"0": 3}
+    assert Window(5, 0.0).stats(1.0, ups).in_flight == {0: 3}

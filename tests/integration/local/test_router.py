@@ -4,7 +4,7 @@ a replica that dies, and its Prometheus metrics."""
 
 from __future__ import annotations
 
-import asyncio
+import dataclasses
 import socket
 import subprocess
 import sys
@@ -15,7 +15,8 @@ import urllib.request
 import pytest
 
 from crossdock.dev.loadgen import LoadRun, Step
-from crossdock.workers.router import EndpointView, RouterPart, RouterSettings, RouteSpec
+from crossdock.queue.serving import Endpoint
+from crossdock.workers.router import RouterPart, RouterSettings, RouteSpec
 
 pytestmark = pytest.mark.services
 
@@ -42,7 +43,7 @@ class MemorySource:
     def __init__(self):
         self.lock = threading.Lock()
         self.specs: dict[str, RouteSpec] = {}
-        self.eps: dict[str, dict[int, EndpointView]] = {}
+        self.eps: dict[str, dict[int, Endpoint]] = {}
         self.ready: dict[int, bool] = {}
         self.drained: list[int] = []
         self.route: dict[str, int] = {}
@@ -51,12 +52,11 @@ class MemorySource:
     def add(self, service: str, job_id: int, replica: int, port: int) -> None:
         with self.lock:
             self.specs.setdefault(service, RouteSpec("/healthz"))
-            self.eps.setdefault(service, {})[job_id] = EndpointView(job_id, 1, replica, "127.0.0.1", port)
+            self.eps.setdefault(service, {})[job_id] = Endpoint(job_id, 1, replica, "127.0.0.1", port)
 
     def drain(self, service: str, job_id: int) -> None:
         with self.lock:
-            v = self.eps[service][job_id]
-            self.eps[service][job_id] = EndpointView(v.job_id, v.attempt, v.replica, v.host, v.port, draining=True)
+            self.eps[service][job_id] = dataclasses.replace(self.eps[service][job_id], draining=True)
 
     def routes(self):
         with self.lock:
@@ -64,8 +64,7 @@ class MemorySource:
 
     def endpoints(self, service):
         with self.lock:
-            return [EndpointView(v.job_id, v.attempt, v.replica, v.host, v.port, v.draining,
-                                 v.job_id in self.drained, self.ready.get(v.job_id, False))
+            return [dataclasses.replace(v, drained=v.job_id in self.drained, ready=self.ready.get(v.job_id, False))
                     for v in self.eps.get(service, {}).values()]
 
     def set_ready(self, job_id, attempt, ready):
@@ -77,8 +76,8 @@ class MemorySource:
     def set_route(self, service, host, port):
         self.route[service] = port
 
-    def put_metrics(self, service, stats, at):
-        self.samples.append((service, stats))
+    def put_metrics(self, service, sample):
+        self.samples.append((service, sample))
 
 
 @pytest.fixture
