@@ -89,6 +89,13 @@ def collect() -> dict[str, Any]:
             sock = report["socket"]
             parts.append({"name": "socket", "ok": sock["alive"], "detail": f"{'serving' if sock['alive'] else 'down'}"
                           f" users on {sock['path']} (restarts {sock['restarts']})"})
+        if report.get("router"):  # the local services' router
+            r = report["router"]
+            listening = ", ".join(f"{n} :{p}" for n, p in sorted(r["services"].items())) or "no service yet"
+            errors = "; ".join(f"{k}: {v}" for k, v in r.get("errors", {}).items())
+            parts.append({"name": "router", "ok": r["alive"] and not errors,
+                          "detail": f"{'serving' if r['alive'] else 'down'} ({listening}), metrics :{r['metrics_port']}"
+                          f"{'; ' + errors if errors else ''} (restarts {r['restarts']})"})
     why = probe(rt.redis_url)
     kind = "external" if rt.settings.redis_url else "embedded"
     restarts = f" (restarts {report['redis']['restarts']})" if fresh else ""

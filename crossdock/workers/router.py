@@ -124,7 +124,8 @@ class Router:
         self.loop: asyncio.AbstractEventLoop | None = None
         self.ready_event = threading.Event()
         self._stop: asyncio.Event | None = None
-        self.last_error: str | None = None
+        self.errors: dict[str, str] = {}
+        """The last error of each step (refresh, probe, publish) failing now; ``stopped`` when it ended."""
         self.picked = 0
 
     # --- ReadsServiceMetrics ---------------------------------------------------------------------
@@ -146,7 +147,7 @@ class Router:
             tasks = [asyncio.create_task(self._every(self.settings.refresh_seconds, self.refresh)),
                      asyncio.create_task(self._every(self.settings.probe_seconds, self.probe)),
                      asyncio.create_task(self._every(self.settings.publish_seconds, self.publish))]
-            await self.refresh()
+            await self._guarded(self.refresh)
             self.ready_event.set()
             await self._stop.wait()
             for t in tasks:
@@ -166,12 +167,17 @@ class Router:
     async def _every(self, seconds: float, step) -> None:
         while True:
             await asyncio.sleep(seconds)
-            try:
-                await step()
-            except Exception as exc:  # the store away, a replica's odd answer: next turn tries again
-                if str(exc) != self.last_error:
-                    log.warning("router: %s failed: %s", step.__name__, exc)
-                self.last_error = str(exc)
+            await self._guarded(step)
+
+    async def _guarded(self, step) -> None:
+        try:
+            await step()
+        except Exception as exc:  # the store away, a replica's odd answer: the next turn tries again
+            if str(exc) != self.errors.get(step.__name__):
+                log.warning("router: %s failed: %s", step.__name__, exc)
+            self.errors[step.__name__] = str(exc)
+        else:
+            self.errors.pop(step.__name__, None)
 
     async def _io(self, fn, *args):
         assert self.loop is not None
@@ -363,7 +369,7 @@ class RouterPart:
         try:
             asyncio.run(router.serve())
         except Exception as exc:  # the part is restarted by up's supervision
-            router.last_error = str(exc)
+            router.errors["stopped"] = str(exc)
             log.error("router stopped: %s", exc)
 
     def alive(self) -> bool:
@@ -372,7 +378,7 @@ class RouterPart:
     def report(self) -> dict[str, Any]:
         r = self.router
         return {"alive": self.alive(), "services": r.ports() if r else {},
-                "metrics_port": r.metrics_port if r else None, "last_error": r.last_error if r else None}
+                "metrics_port": r.metrics_port if r else None, "errors": dict(r.errors) if r else {}}
 
     def stop(self) -> None:
         if self.router is not None:

@@ -12,7 +12,7 @@ from __future__ import annotations
 from crossdock.backends.redis_store.services import ServiceStore
 from crossdock.queue.config import ClusterConfig
 from crossdock.queue.serving import Endpoint, ServiceMetrics, ServiceRecord
-from crossdock.workers.router import RouteSpec
+from crossdock.workers.router import RouterPart, RouterSettings, RouteSpec
 
 
 def local_pools(cfg: ClusterConfig) -> frozenset[str]:
@@ -56,3 +56,16 @@ class StoreRoutes:
 
     def put_metrics(self, service: str, sample: ServiceMetrics) -> None:
         self.services.put_metrics(service, sample)
+
+
+def router_part(rt) -> list[RouterPart]:
+    """The router as a part of ``crossdock up`` (``rt``: its Runtime), where a pool is local; it
+    opens a listener only for services that exist, so without any it reads the store and waits."""
+    cfg = rt.config
+    if not local_pools(cfg):
+        return []
+    return [RouterPart(StoreRoutes(rt.store.services, cfg), router_settings(cfg))]
+
+
+def router_settings(cfg: ClusterConfig) -> RouterSettings:
+    return RouterSettings()
