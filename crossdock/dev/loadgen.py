@@ -143,3 +143,31 @@ class LoadRun:
             raise self.error
         assert self.result is not None
         return self.result
+
+
+def main(argv: list[str] | None = None) -> int:
+    """``python -m crossdock.dev.loadgen URL QPS:SECONDS[,QPS:SECONDS…] [--timeout S]``: run the
+    steps and print one JSON line per request (step, due, latency, status, error)."""
+    import argparse
+    import json
+
+    p = argparse.ArgumentParser(prog="python -m crossdock.dev.loadgen", description=main.__doc__)
+    p.add_argument("url")
+    p.add_argument("steps", help="QPS:SECONDS,… e.g. 10:5,200:10,20:10")
+    p.add_argument("--timeout", type=float, default=10.0)
+    p.add_argument("--max-outstanding", type=int, default=500)
+    args = p.parse_args(argv)
+    try:
+        steps = [Step(float(q), float(s)) for q, s in (part.split(":") for part in args.steps.split(","))]
+    except ValueError:
+        p.error(f"steps: {args.steps!r} is not QPS:SECONDS[,QPS:SECONDS…]; e.g. 10:5,200:10")
+    if any(s.qps <= 0 or s.seconds <= 0 for s in steps):
+        p.error(f"steps: {args.steps!r}: every QPS and SECONDS must be above 0")
+    result = asyncio.run(generate(args.url, steps, args.timeout, args.max_outstanding))
+    for s in result.samples:
+        print(json.dumps({"step": s.step, "due": s.due, "latency": s.latency, "status": s.status, "error": s.error}))
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
