@@ -68,4 +68,9 @@ def router_part(rt) -> list[RouterPart]:
 
 
 def router_settings(cfg: ClusterConfig) -> RouterSettings:
-    return RouterSettings()
+    """From ``services.router``; samples are published at least twice per controller pass."""
+    r = cfg.services.router
+    return RouterSettings(probe_seconds=r.probe_seconds, window_seconds=r.window_seconds, wait_seconds=r.wait_seconds,
+                          metrics_port=r.metrics_port,
+                          publish_seconds=min(1.0, cfg.services.interval_seconds / 2),
+                          refresh_seconds=min(0.5, cfg.services.interval_seconds / 2))
