@@ -146,8 +146,102 @@ def main() -> int:
     return 0
 
 
-def bench_scale() -> dict:
-    raise SystemExit("bench_services: the scale part needs the services controller step")
+# --- following a traffic step ----------------------------------------------------------------------
+TARGET_QPS, STABILIZATION = 60, 10.0  # 10 QPS -> 1 replica, 200 -> 4, 20 -> 1
+
+
+def scale_config(window: float, interval: float) -> dict:
+    return {
+        "priority_classes": {"inference": {"value": 1000, "preemptible": False}},
+        "pools": {"local": {"backend": "local", "nodes": [{"name": "localhost", "cpus": 16, "memory_mib": 16384}]}},
+        "queues": {"inference": {"priority_class": "inference", "pools": ["local"], "placement": "spread"}},
+        "scheduler": {"interval_seconds": 0.2, "kill_wait_seconds": 2, "lease_seconds": 2},
+        "services": {"interval_seconds": interval, "router": {"window_seconds": window, "probe_seconds": 0.2}},
+    }
+
+
+def bench_scale(window: float = 5.0, interval: float = 1.0) -> dict:
+    import threading
+
+    import yaml
+
+    from crossdock.backends.redis_store import embedded
+    from crossdock.dev.loadgen import LoadRun, Step
+    from crossdock.dev.servicewatch import Timeline
+    from crossdock.queue.serving import ServiceSpec
+    from crossdock.runtime import Runtime
+    from crossdock.workers.app import celery_sender, make_app
+    from crossdock.workers.leader import Scheduler
+    from crossdock.workers.routes import router_part
+    from crossdock.workers.supervision import start_worker, stop_worker
+
+    tmp = Path(tempfile.mkdtemp(prefix="crossdock-bench-services-"))
+    url = embedded.ensure_running(tmp / "redis")
+    (tmp / "crossdock.yaml").write_text(yaml.safe_dump(scale_config(window, interval)))
+    os.environ.update({"CROSSDOCK_REDIS_URL": url, "CROSSDOCK_CONFIG": str(tmp / "crossdock.yaml"),
+                       "CROSSDOCK_STATE_DIR": str(tmp / "state"), "CROSSDOCK_PREFIX": f"bs{uuid.uuid4().hex[:6]}"})
+    rt = Runtime.from_env()
+    services = rt.store.services
+    sched = Scheduler(rt, celery_sender(make_app(rt.redis_url)))
+    stop = threading.Event()
+    loop = threading.Thread(target=sched.run, args=(stop,), daemon=True)
+    worker = start_worker(rt, 2, tmp / "worker.log")
+    router, = router_part(rt)
+    loop.start()
+    router.start()
+    steps = [Step(10, 10), Step(200, 20), Step(20, STABILIZATION + window + 15)]
+    try:
+        services.put(ServiceSpec(name="bench", command=SERVER, env={"PYTHONPATH": str(ROOT)}, workdir=str(tmp),
+                                 queue="inference", min_replicas=1, max_replicas=8, target_qps=TARGET_QPS,
+                                 scale_down_stabilization_seconds=STABILIZATION))
+        ready = lambda: sum(e.ready and not e.draining for e in services.endpoints("bench"))  # noqa: E731
+        wait_for(lambda: ready() == 1 and services.get("bench").address, 90, "the first replica ready")
+        address = services.get("bench").address
+        t0 = time.monotonic()
+        timeline = Timeline(services, "bench", t0, every=0.05).start()
+        result = LoadRun(f"http://{address}/infer", steps).start().wait()
+        wait_for(lambda: services.get("bench").status.desired == 1 and ready() == 1, 60, "back to one replica")
+        timeline.close()
+    finally:
+        stop.set()
+        router.stop()
+        stop_worker(worker)
+        loop.join(10)
+        ids = rt.store.active_ids()
+        for job_id in ids:
+            rt.store.cancel(job_id)
+        deadline = time.monotonic() + 30
+        while any(j.state.active for j in rt.store.get_many(ids)) and time.monotonic() < deadline:
+            time.sleep(0.2)
+        embedded.stop(tmp / "redis")
+    shift = result.started - t0
+    up_at, down_at = shift + result.step_started(1), shift + result.step_started(2)
+    first_decision = timeline.first(lambda p: p.desired > 1, since=up_at)
+    full_decision = timeline.first(lambda p: p.desired >= 4, since=up_at)
+    first_ready = timeline.first(lambda p: p.ready >= 2, since=up_at)
+    all_ready = timeline.first(lambda p: p.ready >= 4, since=up_at)
+    lowered = timeline.first(lambda p: p.desired < 4, since=down_at)
+    drain_from = (lowered or down_at) - shift
+    scale_in = dict(since=drain_from)
+    hpa_mean = HPA_SYNC_SECONDS / 2
+
+    def rel(t):
+        return None if t is None else round(t - up_at, 2)
+
+    decision = rel(first_decision)
+    return {"window_seconds": window, "interval_seconds": interval,
+            "step_to_first_decision_s": decision, "step_to_desired_4_s": rel(full_decision),
+            "step_to_first_new_replica_ready_s": rel(first_ready), "step_to_4_ready_s": rel(all_ready),
+            "hpa_sync_period_s": HPA_SYNC_SECONDS,
+            "decision_vs_hpa_mean_wait": None if decision is None else round(decision / hpa_mean, 3),
+            "step_down_to_scale_in_s": None if lowered is None else round(lowered - down_at, 2),
+            "stabilization_s": STABILIZATION,
+            "scale_in_requests": len(result.select(**scale_in)),
+            "scale_in_success_rate": result.success_rate(**scale_in),
+            "scale_in_p95_ms": round(1000 * result.p95(**scale_in), 1),
+            "step_p95_ms": round(1000 * result.p95(step=1), 1),
+            "step_p95_ms_once_ready": round(1000 * result.p95(step=1, since=(all_ready or up_at) - shift), 1),
+            "overall_success_rate": result.success_rate()}
 
 
 if __name__ == "__main__":
