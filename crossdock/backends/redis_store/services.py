@@ -105,6 +105,9 @@ class ServiceStore:
         h = self.r.hgetall(self.k.service(name))
         return _record(h) if h else None
 
+    def count(self) -> int:
+        return int(self.r.scard(self.k.services))
+
     def names(self) -> list[str]:
         return sorted(self.r.smembers(self.k.services))
 

@@ -3,10 +3,14 @@ it is, and the CPU request check that warns of the throttling trap."""
 
 from __future__ import annotations
 
+from datetime import datetime
 from typing import Mapping, Sequence
 
+from crossdock.queue.admission import admit
+from crossdock.queue.config import ClusterConfig
 from crossdock.queue.models import GpuRequest, Job, JobSpec
 from crossdock.queue.serving import Endpoint, ServiceReplica, ServiceSpec
+from crossdock.queue.snapshot import Node
 from crossdock.queue.states import JobState
 
 THROTTLE_RATIO = 0.8
@@ -57,3 +61,11 @@ def _at_least(used: float, ratio: float) -> int:
 
 def most_cpu(cpu_used: Mapping[int, float]) -> float | None:
     return max(cpu_used.values()) if cpu_used else None
+
+
+def replica_job(spec: ServiceSpec, replica: ServiceReplica, pools: Sequence[str], config: ClusterConfig,
+                nodes: Sequence[Node], now: datetime) -> Job:
+    """The job record of one new replica, admitted like any submission (InvalidJob if it cannot
+    be), limited to ``pools`` and never preemptible whatever its queue's class says."""
+    (job,) = admit(replica_spec(spec, replica), config, nodes, now)
+    return job.model_copy(update={"pools": list(pools), "preemptible": False})

@@ -8,7 +8,7 @@ import pytest
 from crossdock.queue.serving import ServiceState
 from crossdock.queue.services.controller import CRASH_LIMIT
 from crossdock.queue.states import JobState
-from tests.unit.services.world import World, replica_job, ready_endpoint, spec
+from svc_world import World, replica_job, ready_endpoint, spec
 
 pytestmark = pytest.mark.services
 
