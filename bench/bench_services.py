@@ -170,6 +170,7 @@ def bench_scale(window: float = 5.0, interval: float = 1.0) -> dict:
     from crossdock.dev.servicewatch import Timeline
     from crossdock.queue.serving import ServiceSpec
     from crossdock.runtime import Runtime
+    from crossdock.settings import current_user
     from crossdock.workers.app import celery_sender, make_app
     from crossdock.workers.leader import Scheduler
     from crossdock.workers.routes import router_part
@@ -191,7 +192,8 @@ def bench_scale(window: float = 5.0, interval: float = 1.0) -> dict:
     router.start()
     steps = [Step(10, 10), Step(200, 20), Step(20, STABILIZATION + window + 15)]
     try:
-        services.put(ServiceSpec(name="bench", command=SERVER, env={"PYTHONPATH": str(ROOT)}, workdir=str(tmp),
+        services.put(ServiceSpec(name="bench", user=current_user(), command=SERVER, env={"PYTHONPATH": str(ROOT)},
+                                 workdir=str(tmp),
                                  queue="inference", min_replicas=1, max_replicas=8, target_qps=TARGET_QPS,
                                  scale_down_stabilization_seconds=STABILIZATION))
         ready = lambda: sum(e.ready and not e.draining for e in services.endpoints("bench"))  # noqa: E731

@@ -28,6 +28,7 @@ from crossdock.dev.loadgen import LoadRun, Step
 from crossdock.dev.servicewatch import Timeline
 from crossdock.queue.serving import ServiceSpec
 from crossdock.queue.states import JobState
+from crossdock.settings import current_user
 from crossdock.workers.routes import router_part
 from tests.conftest import TEST_CONFIG
 
@@ -74,10 +75,11 @@ def test_replicas_follow_a_traffic_step_and_scale_in_loses_no_request(stack, tmp
     cluster, router = stack
     rt = cluster.rt
     services = rt.store.services
-    services.put(ServiceSpec(name="chat", command=SERVER, env={"PYTHONPATH": str(ROOT)}, workdir=str(tmp_path),
+    services.put(ServiceSpec(name="chat", user=current_user(), command=SERVER, env={"PYTHONPATH": str(ROOT)},
+                             workdir=str(tmp_path),
                              queue="inference", min_replicas=1, max_replicas=6, target_qps=TARGET_QPS,
                              scale_down_stabilization_seconds=STABILIZATION, drain_timeout_seconds=30))
-    wait_for(lambda: ready(services) == 1, 60, "the first replica ready")
+    wait_for(lambda: ready(services) == 1, 60, "the first replica ready", lambda: diagnose(rt, tmp_path))
     address = services.get("chat").address
     want = [math.ceil(s.qps / TARGET_QPS) for s in STEPS]
     assert want == [1, 4, 1]
@@ -129,11 +131,23 @@ def ready(services) -> int:
     return sum(e.ready and not e.draining for e in services.endpoints("chat"))
 
 
-def wait_for(cond, timeout: float, what: str):
+def wait_for(cond, timeout: float, what: str, why=lambda: ""):
     deadline = time.monotonic() + timeout
     while time.monotonic() < deadline:
         value = cond()
         if value:
             return value
         time.sleep(0.1)
-    raise AssertionError(f"{what} not reached within {timeout}s")
+    raise AssertionError(f"{what} not reached within {timeout}s\n{why()}")
+
+
+def diagnose(rt, tmp_path: Path) -> str:
+    """The service's status and endpoints, its replica jobs and the end of their output."""
+    services = rt.store.services
+    rec = services.get("chat")
+    jobs = rt.store.get_many(services.replica_ids("chat"))
+    out = [f"status: {rec.status if rec else None}", f"endpoints: {services.endpoints('chat')}",
+           *(f"job {j.id}: {j.state.value} {j.reason} pool={j.pool}" for j in jobs)]
+    for f in sorted(tmp_path.glob("slurm-*.out"))[-3:]:
+        out.append(f"{f.name}: {f.read_text(errors='replace')[-800:]}")
+    return "\n".join(out)
