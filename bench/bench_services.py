@@ -1,7 +1,7 @@
 """Inference services on the local backend: how fast crossdock follows a traffic step, what a
 scale-in costs the clients, and what the router costs.
 
-    python bench/bench_services.py [--part all|scale|router] [--json OUT]
+    python bench/bench_services.py [--part all|scale|router] [--window 5] [--interval 1] [--json OUT]
 
 ``scale``: a real crossdock (scheduling loop with the services step, a Celery worker, the local
 backend, the router) runs one service of demo replicas (``crossdock.jobtools.demo_server``,
@@ -132,6 +132,8 @@ def bench_router() -> dict:
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--part", choices=["all", "scale", "router"], default="all")
+    ap.add_argument("--window", type=float, default=5.0, help="services.router.window_seconds (default 5)")
+    ap.add_argument("--interval", type=float, default=1.0, help="services.interval_seconds (default 1)")
     ap.add_argument("--json", type=Path, help="write the figures there too")
     args = ap.parse_args()
     figures = {}
@@ -139,7 +141,7 @@ def main() -> int:
         figures["router"] = bench_router()
         print("router:", json.dumps(figures["router"]))
     if args.part in ("all", "scale"):
-        figures["scale"] = bench_scale()
+        figures["scale"] = bench_scale(args.window, args.interval)
         print("scale:", json.dumps(figures["scale"]))
     if args.json:
         args.json.write_text(json.dumps(figures, indent=2))

@@ -60,3 +60,20 @@ def test_replica_job_is_routed_drained_and_stopped(cluster, tmp_path):
         assert cluster.wait(job.id, timeout=30).state is JobState.CANCELLED
     finally:
         part.stop()
+
+
+def test_up_runs_the_router_where_a_pool_is_local(runtime):
+    from crossdock.workers.supervision import Service
+
+    svc = Service(runtime, workers=0, scheduler=False)
+    try:
+        report = wait_for(lambda: (r := svc.report()["router"]) and r["metrics_port"] and r, what="the router part")
+        assert report["alive"] and report["services"] == {} and report["restarts"] == 0
+        with urllib.request.urlopen(f"http://127.0.0.1:{report['metrics_port']}/metrics", timeout=10) as r:
+            assert r.status == 200
+X
+        svc.check()
+        assert wait_for(lambda: svc.report()["router"]["alive"], what="the router restarted")
+        assert svc.report()["router"]["restarts"] == 1
+    finally:
+        svc.stop()
