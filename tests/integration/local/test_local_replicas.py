@@ -71,7 +71,7 @@ def test_up_runs_the_router_where_a_pool_is_local(runtime):
         assert report["alive"] and report["services"] == {} and report["restarts"] == 0
         with urllib.request.urlopen(f"http://127.0.0.1:{report['metrics_port']}/metrics", timeout=10) as r:
             assert r.status == 200
-X
+        next(p for p in svc.parts if p.name == "router").stop()  # it dies: up's check starts it again
         svc.check()
         assert wait_for(lambda: svc.report()["router"]["alive"], what="the router restarted")
         assert svc.report()["router"]["restarts"] == 1
