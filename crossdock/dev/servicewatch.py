@@ -19,6 +19,8 @@ class Point:
     draining: int
     replicas: int
     """The status's replica jobs alive (pending or placed, not draining)."""
+    qps: float | None = None
+    """The traffic sample the controller reads (the router's), when there is one."""
 
 
 class Timeline:
@@ -47,6 +49,7 @@ class Timeline:
             try:
                 rec = self.services.get(self.name)
                 eps = self.services.endpoints(self.name)
+                sample = self.services.metrics(self.name)
             except Exception:  # a store hiccup: the next sample
                 self.errors += 1
                 continue
@@ -59,7 +62,7 @@ class Timeline:
                     self.drained.setdefault(e.job_id, now)
             self.points.append(Point(now, rec.status.desired,
                                      sum(e.ready and not e.draining for e in eps), sum(e.draining for e in eps),
-                                     rec.status.replicas))
+                                     rec.status.replicas, None if sample is None else round(sample.qps, 1)))
 
     def first(self, cond, since: float = 0.0) -> float | None:
         """The first sample time at or after ``since`` where ``cond(point)`` holds."""
@@ -67,3 +70,12 @@ class Timeline:
 
     def between(self, since: float, until: float) -> list[Point]:
         return [p for p in self.points if since <= p.t < until]
+
+    def changes(self) -> str:
+        """The samples where desired or ready changed, one line each (for a failing assertion)."""
+        out, last = [], None
+        for p in self.points:
+            if last is None or (p.desired, p.ready, p.draining) != (last.desired, last.ready, last.draining):
+                out.append(f"{p.t:6.2f}s desired={p.desired} ready={p.ready} draining={p.draining} qps={p.qps}")
+            last = p
+        return "\n".join(out)
