@@ -124,7 +124,12 @@ def bench_router() -> dict:
             p.terminate()
             p.wait()
     ok = sum(1 for r in rows if r["status"] == 200)
-    return {"requests": len(rows), "ok": ok, "router_cpu_seconds_per_1000": round(1000 * busy / max(ok, 1), 3),
+    failed: dict[str, int] = {}
+    for r in rows:
+        if r["status"] != 200:
+            kind = str(r["status"] or r["error"])
+            failed[kind] = failed.get(kind, 0) + 1
+    return {"requests": len(rows), "ok": ok, "failed": failed, "router_cpu_seconds_per_1000": round(1000 * busy / max(ok, 1), 3),
             "p95_ms_direct_60qps": round(1000 * p95(direct), 1), "p95_ms_routed_60qps": round(1000 * p95(routed), 1),
             "p95_ms_routed_200qps": round(1000 * p95(rows), 1)}
 

@@ -93,6 +93,15 @@ class Metrics:
                                   buckets=(.005, .01, .025, .05, .1, .25, .5, 1, 2.5, 5, 10, 30))
         self.in_flight = Gauge("crossdock_service_in_flight", "Requests under way", ["service", "replica"],
                                registry=self.registry)
+        self._children: dict[tuple, Any] = {}
+
+    def child(self, metric, *labels: str):
+        """``metric.labels(*labels)``, looked up once (it takes a lock and builds a key each time)."""
+        key = (metric, *labels)
+        found = self._children.get(key)
+        if found is None:
+            found = self._children[key] = metric.labels(*labels)
+        return found
 
 
 class Route:
@@ -320,7 +329,7 @@ class Router:
             up.last_pick = self.picked
             if not tried:  # a retry is the same arrival
                 route.window.arrive(started, up.replica)
-            gauge = self.metrics.in_flight.labels(route.name, str(up.replica))
+            gauge = self.metrics.child(self.metrics.in_flight, route.name, str(up.replica))
             gauge.inc()
             try:
                 async with self.session.request(request.method, up.url(request.path_qs), headers=headers,
@@ -343,8 +352,9 @@ class Router:
     def _answer(self, route: Route, up: Upstream | None, started: float, resp: web.Response) -> web.Response:
         now = time.monotonic()
         route.window.finish(now, now - started)
-        self.metrics.requests.labels(route.name, str(up.replica) if up else "none", str(resp.status)).inc()
-        self.metrics.duration.labels(route.name).observe(now - started)
+        m = self.metrics
+        m.child(m.requests, route.name, str(up.replica) if up else "none", str(resp.status)).inc()
+        m.child(m.duration, route.name).observe(now - started)
         return resp
 
 
