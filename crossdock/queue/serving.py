@@ -239,7 +239,8 @@ class ServiceMetrics:
 
     @classmethod
     def from_dict(cls, data: Mapping) -> "ServiceMetrics":
-        return cls(qps=float(data["qps"]), p95_seconds=None if data.get("p95_seconds") is None else float(data["p95_seconds"]),
+        p95 = data.get("p95_seconds")
+        return cls(qps=float(data["qps"]), p95_seconds=None if p95 is None else float(p95),
                    replica_qps={int(k): float(v) for k, v in (data.get("replica_qps") or {}).items()},
                    in_flight={int(k): int(v) for k, v in (data.get("in_flight") or {}).items()},
                    window_seconds=float(data.get("window_seconds") or 0), at=float(data.get("at") or 0),

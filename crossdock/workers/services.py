@@ -20,7 +20,7 @@ from typing import Callable, Iterable
 
 from crossdock.backends.redis_store.store import JobStore
 from crossdock.queue.assembly import allocations_of
-from crossdock.queue.errors import InvalidJob
+from crossdock.queue.errors import CrossdockError, InvalidJob
 from crossdock.queue.models import Job
 from crossdock.queue.ports import ReadsServiceMetrics, RunsServices
 from crossdock.queue.serving import ServiceMetrics, ServiceRecord, ServiceReplica
@@ -79,7 +79,7 @@ class ServiceStep:
         for name in self.rt.store.services.names():
             try:
                 plan = self.reconcile_one(name)
-            except InvalidJob as exc:
+            except (CrossdockError, ValueError, LookupError) as exc:  # this service's problem: the others go on
                 log.warning("service %s: %s", name, exc)
                 continue
             if plan is not None:
@@ -96,8 +96,8 @@ class ServiceStep:
             current = services.get(spec.name)
             if current is None or current.spec != spec:
                 generation = services.put(spec)
-                services.add_events(spec.name, [{"event": "deployed", "message": f"from the config, generation {generation}"}],
-                                    actor=self.holder)
+                event = {"event": "deployed", "message": f"from the config, generation {generation}"}
+                services.add_events(spec.name, [event], actor=self.holder)
             self._declared[spec.name] = text
 
     # --- one service -------------------------------------------------------------------------
@@ -106,7 +106,11 @@ class ServiceStep:
         rec = services.get(name)
         if rec is None:
             return None
-        jobs = store.get_many(services.replica_ids(name))
+        ids = services.replica_ids(name)
+        jobs = store.get_many(ids)
+        gone = set(ids) - {j.id for j in jobs}
+        if gone:  # expired from the store (retention) before a pass forgot them
+            services.forget_replicas(name, gone)
         endpoints = {e.job_id: e for e in services.endpoints(name)}
         try:
             metrics = self.metrics.service_metrics(name)
@@ -116,8 +120,11 @@ class ServiceStep:
         pools = self._pools(rec)
         now = time.time()
         plan = reconcile(Inputs(rec, jobs, endpoints, metrics, pools, self._room(rec, jobs, pools), now))
-        self._ensure(rec, pools)
         self._act(rec, plan, {j.id: j for j in jobs})
+        try:
+            self._ensure(rec, pools)
+        except CrossdockError as exc:  # a backend that is away: its replicas still come, its Service next pass
+            log.warning("service %s: ensure_service failed: %s", name, exc)
         return plan
 
     def _pools(self, rec: ServiceRecord) -> tuple[str, ...]:

@@ -146,6 +146,8 @@ def reconcile(inputs: Inputs) -> Plan:
             p.take_out(job, "the service is being deleted")
         remaining = alive  # the record goes once every replica job has ended
         state = ServiceState.DELETED if not remaining else ServiceState.DELETING
+        if state is ServiceState.DELETED and old_state is not ServiceState.DELETING:  # nothing to drain: both steps now
+            old_state = _finish(p, old_state, ServiceState.DELETING, 0, [], [], "deleting").status.state
         return _finish(p, old_state, state, desired=0, live=[], ready=[],
                        message="deleting: draining every replica" if remaining else "deleted", remove=not remaining)
     _replacements(p, live)

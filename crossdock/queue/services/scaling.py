@@ -26,7 +26,6 @@ STALE_SAMPLE_SECONDS = 60.0
 
 @dataclass(frozen=True)
 class Scale:
-    current: int
     recommended: int
     desired: int
     limited_by: str
@@ -75,13 +74,13 @@ def desired_replicas(spec: ServiceSpec, status: ServiceStatus, metrics: ServiceM
     history = [(t, r) for t, r in status.recommendations if now - t <= window]
     events = [(t, c) for t, c in status.scale_events if now - t < period]
     if override is not None:
-        return Scale(current, override, override, "Override", f"set to {override} by hand (scale --auto clears it)",
+        return Scale(override, override, "Override", f"set to {override} by hand (scale --auto clears it)",
                      history, events)
     fresh = metrics is not None and now - metrics.at <= STALE_SAMPLE_SECONDS
     if not spec.autoscaled() or not fresh:
         desired = min(max(current, spec.min_replicas), spec.max_replicas)
         why = "no traffic target" if not spec.autoscaled() else "no recent traffic sample"
-        return Scale(current, current, desired, "NoMetrics" if spec.autoscaled() else "",
+        return Scale(current, desired, "NoMetrics" if spec.autoscaled() else "",
                      f"{why}: {desired} replica(s) (min {spec.min_replicas}, max {spec.max_replicas})", history, events)
     assert metrics is not None
     asked = proposals(spec, metrics, current, ready, rules)
@@ -101,4 +100,4 @@ def desired_replicas(spec: ServiceSpec, status: ServiceStatus, metrics: ServiceM
     kept = seeded + [(now, recommended)] if current else seeded
     if desired != current and current and desired:
         events = events + [(now, desired - current)]
-    return Scale(current, recommended, desired, limited, message, kept, events)
+    return Scale(recommended, desired, limited, message, kept, events)

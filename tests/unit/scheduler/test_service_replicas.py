@@ -110,3 +110,21 @@ def test_replicas_are_never_preemption_victims(case):
     r = run_cycle(Snapshot(nodes=tuple(nodes), allocations=tuple(allocs)), pending, CFG, NOW)
     replicas = {a.job_id for a in allocs if a.service is not None}
     assert not replicas & {p.victim_id for p in r.preemptions}
+
+
+def test_the_spread_score_prefers_nodes_without_a_sibling():
+    from crossdock.queue.scheduler.framework import CycleState
+    from crossdock.queue.scheduler.inventory import Inventory
+    from crossdock.queue.scheduler.plugins.service_spread import ServiceSpread
+    from crossdock.queue.scheduler.request import build_request
+
+    import numpy as np
+
+    inv = Inventory([node(f"n{i}") for i in range(3)])
+    inv.load([Allocation(90, "n0", 1000, 0, service="chat"), Allocation(91, "n0", 1000, 0, service="chat"),
+              Allocation(92, "n1", 1000, 0, service="chat"), Allocation(93, "n2", 1000, 0, service="search")])
+    state = CycleState(inv, CFG, NOW)
+    scores = ServiceSpread().score(state, build_request(replica(1, 0), CFG), np.arange(3))
+    assert scores.tolist() == [0, 50, 100]
+    batch = ServiceSpread().score(state, build_request(job(2).build(), CFG), np.arange(3))
+    assert len(set(batch.tolist())) == 1  # the same everywhere: no effect on a batch job

@@ -216,3 +216,10 @@ def test_a_requeued_replica_is_not_ready_until_its_new_attempt_is():
     w.endpoints[1] = ready_endpoint(job)  # attempt 1's readiness
     plan = w.step(0)
     assert plan.status.ready == 0 and plan.status.state is ServiceState.DEPLOYING
+
+
+def test_deleting_a_service_without_replicas_goes_through_deleting_to_deleted_in_one_pass():
+    w = World(spec(min_replicas=0, target_qps=None), deleting=True)
+    plan = w.step(0)
+    assert plan.remove and [(e["from"], e["to"]) for e in plan.events if e["event"] == "state"] == [
+        ("DEPLOYING", "DELETING"), ("DELETING", "DELETED")]
