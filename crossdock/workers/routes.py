@@ -83,11 +83,12 @@ def router_part(rt) -> list["RouterProcess"]:
 class RouterProcess:
     """The router in a process of its own (``python -m crossdock.workers.routes``), so that its
     requests and the scheduling loop do not share one interpreter lock. It stops when ``up``
-    does (SIGTERM, then SIGKILL after ``STOP_SECONDS``) or, should ``up`` die, by itself; it
-    writes what ``report`` shows to ``state_dir/router.json`` every second."""
+    does (SIGTERM: requests under way get ``STOP_SECONDS`` to finish, then SIGKILL; ``up`` must
+    stop within seconds) or, should ``up`` die, by itself; it writes what ``report`` shows to
+    ``state_dir/router.json`` every second."""
 
     name = "router"
-    STOP_SECONDS = 5.0
+    STOP_SECONDS = 2.0
 
     def __init__(self, rt):
         self.rt = rt

@@ -120,6 +120,7 @@ def test_replicas_follow_a_traffic_step_and_scale_in_loses_no_request(stack, tmp
 
     # p95 under the step, once its replicas were ready, against the same load on fixed replicas
     settled = result.p95(step=1, since=serving - shift + SETTLE)
+    assert not math.isnan(settled), "no answer under the step once its replicas were ready"
     services.set_override("chat", want[1])
     wait_for(lambda: ready(services) == want[1], 60, "four fixed replicas ready")
     fixed = LoadRun(f"http://{address}/v1/infer", [Step(STEPS[1].qps, 6)]).start().wait()
