@@ -90,7 +90,7 @@ def bench_router() -> dict:
         route = {}
 
         def routes(self):
-            return {"bench": RouteSpec("/healthz")}
+            return {"bench": RouteSpec("/healthz", self.route.get("bench", 0))}
 
         def endpoints(self, service):
             return [Endpoint(100 + i, 1, i, "127.0.0.1", p, ready=True) for i, p in enumerate(ports)]

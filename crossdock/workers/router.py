@@ -213,11 +213,12 @@ class Router:
             await self._close(self.routes.pop(name))
         for name, spec in wanted.items():
             route = self.routes.get(name)
-            if route is None or route.spec != spec:
-                if route is not None:
-                    await self._close(route)
+            if route is None:
                 route = self.routes[name] = Route(name, spec, self.settings.window_seconds)
                 await self._open(route)
+            route.spec = spec
+            if spec.port != route.port:  # new, moved, or its address not recorded yet (the store was away)
+                await self._io(self.source.set_route, name, self.settings.host, route.port)
             views = await self._io(self.source.endpoints, name)
             self._merge(route, views)
             await self._report_drained(route)
@@ -263,7 +264,6 @@ class Router:
             log.warning("router: port %s for %s is taken (%s); listening on a free one", route.spec.port, route.name, exc)
             await web.TCPSite(runner, self.settings.host, 0).start()
         route.runner, route.port = runner, runner.addresses[0][1]
-        await self._io(self.source.set_route, route.name, self.settings.host, route.port)
         log.info("router: %s on http://%s:%s", route.name, self.settings.host, route.port)
 
     async def _close(self, route: Route) -> None:

@@ -1,6 +1,7 @@
-"""Local replica jobs behind the router, through the real scheduler, worker, supervisor and store:
-the replica gets its port and identity, its endpoint is recorded, the router finds it, probes
-it ready, routes to it, drains it and reports it drained, and a cancel stops it."""
+"""Local replica jobs behind the router, through the real scheduler (with its services step),
+worker, supervisor and store: the replica gets its port and identity, its endpoint is recorded,
+the router finds it, probes it ready, routes to it, drains it and reports it drained, and the
+controller then stops it."""
 
 from __future__ import annotations
 
@@ -11,11 +12,9 @@ import urllib.request
 
 import pytest
 
-from crossdock import service
-from crossdock.backends.local.backend import LocalBackend
-from crossdock.queue.models import JobSpec, ServiceReplica
 from crossdock.queue.serving import ServiceSpec
 from crossdock.queue.states import JobState
+from crossdock.settings import current_user
 from crossdock.workers.router import RouterPart, RouterSettings
 from crossdock.workers.routes import StoreRoutes
 
@@ -38,26 +37,24 @@ def wait_for(cond, timeout: float = 30.0, what: str = "condition"):
 def test_replica_job_is_routed_drained_and_stopped(cluster, tmp_path):
     rt = cluster.rt
     services = rt.store.services
-    services.put(ServiceSpec(name="echo", command=SERVER, queue="inference"))
-    job, = service.submit(rt, [JobSpec(command=SERVER, queue="inference", workdir=str(tmp_path), env=ENV,
-                                       service=ServiceReplica(name="echo", replica=3))])
-    services.add_replicas("echo", [job.id])
+    services.put(ServiceSpec(name="echo", user=current_user(), command=SERVER, env=ENV, workdir=str(tmp_path),
+                             queue="inference"))
     part = RouterPart(StoreRoutes(services, rt.config), RouterSettings(refresh_seconds=0.1, probe_seconds=0.1))
     part.start()
     try:
-        cluster.wait(job.id, {JobState.RUNNING})
-        ep = wait_for(lambda: services.endpoint(job.id), what="the endpoint recorded")
-        assert ep.host == "127.0.0.1" and ep.port > 0 and ep.attempt == 1 and ep.replica == 3
-        wait_for(lambda: services.endpoint(job.id).ready, what="the router's probe marks it ready")
+        job_id = wait_for(lambda: services.replica_ids("echo"), what="the controller's replica job")[0]
+        cluster.wait(job_id, {JobState.RUNNING})
+        ep = wait_for(lambda: services.endpoint(job_id), what="the endpoint recorded")
+        assert ep.host == "127.0.0.1" and ep.port > 0 and ep.attempt == 1 and ep.replica == 0
+        wait_for(lambda: services.endpoint(job_id).ready, what="the router's probe marks it ready")
         address = wait_for(lambda: services.get("echo").address, what="the router's address recorded")
         with urllib.request.urlopen(f"http://{address}/predict", timeout=10) as r:
-            assert r.status == 200 and b'"replica": "3"' in r.read()  # CROSSDOCK_REPLICA reached it
+            assert r.status == 200 and b'"replica": "0"' in r.read()  # CROSSDOCK_REPLICA reached it
         assert part.report()["services"] == {"echo": int(address.rsplit(":", 1)[1])}
 
-        LocalBackend(rt.store, rt.config, rt.settings.state_dir, {}).drain_replica(rt.store.get(job.id))
-        wait_for(lambda: services.endpoint(job.id).drained, what="drained by the router")
-        service.cancel(rt, [str(job.id)], cluster.send)
-        assert cluster.wait(job.id, timeout=30).state is JobState.CANCELLED
+        services.set_override("echo", 0)  # the controller drains it (drain_replica), the router reports it drained
+        wait_for(lambda: (e := services.endpoint(job_id)) is None or e.drained, what="drained by the router")
+        assert cluster.wait(job_id, timeout=30).state is JobState.CANCELLED  # then the controller stops it
     finally:
         part.stop()
 

@@ -59,8 +59,8 @@ class MemorySource:
             self.eps[service][job_id] = dataclasses.replace(self.eps[service][job_id], draining=True)
 
     def routes(self):
-        with self.lock:
-            return dict(self.specs)
+        with self.lock:  # as the store does: a service's recorded address is the port asked for
+            return {n: dataclasses.replace(spec, port=self.route.get(n, 0)) for n, spec in self.specs.items()}
 
     def endpoints(self, service):
         with self.lock:
