@@ -7,8 +7,8 @@ from __future__ import annotations
 
 import sys
 import time
-from pathlib import Path
 import urllib.request
+from pathlib import Path
 
 import pytest
 

@@ -15,6 +15,7 @@ import urllib.request
 import pytest
 
 from crossdock.dev.loadgen import LoadRun, Step
+from crossdock.queue.ports import ReadsServiceMetrics
 from crossdock.queue.serving import Endpoint
 from crossdock.workers.router import RouterPart, RouterSettings, RouteSpec
 
@@ -143,6 +144,7 @@ def test_balances_ready_replicas_and_follows_readiness(replicas, router):
     metrics = urllib.request.urlopen(f"http://127.0.0.1:{part.router.metrics_port}/metrics").read().decode()
     assert 'crossdock_service_requests_total{code="200",replica="0",service="m"}' in metrics
     assert "crossdock_service_request_duration_seconds_bucket" in metrics
+    assert isinstance(part.router, ReadsServiceMetrics)
     m = part.router.service_metrics("m")
     assert m.qps > 0 and m.p95_seconds > 0.009  # at least the 10 ms service time
     assert src.samples and src.samples[-1][0] == "m"
