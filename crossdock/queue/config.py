@@ -320,12 +320,27 @@ class ServiceMetricsSource(_Cfg):
         return self
 
 
+class ServiceRouter(_Cfg):
+    """crossdock's router in front of the replicas of services on local pools
+    (``crossdock/workers/router.py``, run by ``crossdock up``)."""
+
+    probe_seconds: float = Field(0.5, ge=0.05, le=60)
+    """How often each replica's readiness path is probed."""
+    window_seconds: float = Field(10, ge=1, le=600)
+    """The sliding window its QPS and p95 are over."""
+    wait_seconds: float = Field(5, ge=0, le=300)
+    """How long a request waits for a ready replica when none is, before a 503."""
+    metrics_port: int = Field(0, ge=0, le=65535)
+    """Its Prometheus ``/metrics`` on 127.0.0.1 (0: a free port, shown by ``crossdock health``)."""
+
+
 class Services(_Cfg):
     """Inference services: the controller's pace, the traffic source, and services to deploy."""
 
     interval_seconds: float = Field(2.0, ge=0.1, le=3600)
     """How often the leader's controller step looks at every service."""
     metrics: ServiceMetricsSource = Field(default_factory=ServiceMetricsSource)
+    router: ServiceRouter = Field(default_factory=ServiceRouter)
     deploy: dict[str, dict[str, Any]] = Field(default_factory=dict)
     """Name → a service spec (``crossdock serve``'s fields: command, image, port, ready_path,
     min_replicas, max_replicas, target_qps, p95_ms, cpus, mem_mib, gpus, queue, pools …),

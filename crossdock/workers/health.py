@@ -93,6 +93,13 @@ def collect() -> dict[str, Any]:
             served = report["metrics"]
             parts.append({"name": "metrics", "ok": served["alive"],
                           "detail": f"serving {served['url']}" if served["url"] else "no free port: not served"})
+        if report.get("router"):  # the local services' router
+            r = report["router"]
+            listening = ", ".join(f"{n} :{p}" for n, p in sorted(r["services"].items())) or "no service yet"
+            errors = "; ".join(f"{k}: {v}" for k, v in r.get("errors", {}).items())
+            parts.append({"name": "router", "ok": r["alive"] and not errors,
+                          "detail": f"{'serving' if r['alive'] else 'down'} ({listening}), metrics :{r['metrics_port']}"
+                          f"{'; ' + errors if errors else ''} (restarts {r['restarts']})"})
     why = probe(rt.redis_url)
     kind = "external" if rt.settings.redis_url else "embedded"
     restarts = f" (restarts {report['redis']['restarts']})" if fresh else ""

@@ -233,7 +233,8 @@ class Service:
     together by :meth:`stop`."""
 
     def __init__(self, rt: Runtime, workers: int = 2, scheduler: bool = True, logfile: Path | None = None,
-                 embedded_redis: bool = False, lock: UpLock | None = None, parts: Sequence[Part] = ()):
+                 embedded_redis: bool = False, lock: UpLock | None = None, parts: Sequence[Part] = (),
+                 router: bool = True):
         self.rt, self.concurrency, self.logfile, self.lock = rt, workers, logfile, lock
         self.embedded_redis = embedded_redis
         self.stop_event = threading.Event()
@@ -242,6 +243,10 @@ class Service:
                          (("scheduler", "the scheduler loop"), ("worker", "the Celery worker"),
                           ("redis", "the embedded Redis"))}
         self.parts = list(parts)
+        if router:  # the local services' router (crossdock.workers.router), where a pool is local
+            from crossdock.workers.routes import router_part
+
+            self.parts.extend(router_part(rt))
         self.restarts.update({part.name: Restarts(f"the {part.name} part") for part in self.parts})
         self.worker: subprocess.Popen | None = None
         self.thread: threading.Thread | None = None

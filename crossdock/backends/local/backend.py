@@ -20,6 +20,7 @@ from crossdock.backends.local.record import record
 from crossdock.backends.redis_store.store import JobStore
 from crossdock.queue.config import ClusterConfig
 from crossdock.queue.models import Job
+from crossdock.queue.serving import ServiceSpec
 from crossdock.queue.snapshot import GpuDevice, Node
 from crossdock.queue.states import JobState
 
@@ -87,6 +88,18 @@ class LocalBackend:
     def status(self, jobs: Sequence[Job]) -> dict[int, BackendStatus]:
         alive = self.store.alive([j.id for j in jobs])
         return {j.id: BackendStatus(j.backend_ref or "", JobState.RUNNING) for j in jobs if alive.get(j.id)}
+
+    # --- RunsServices: the router (crossdock.workers.router) is the service's address --------------
+    def ensure_service(self, spec: ServiceSpec) -> None:
+        """Nothing to create: the router opens a listener for every service with a local pool."""
+
+    def delete_service(self, name: str) -> None:
+        """Nothing to remove: the router closes the listener once the record is gone."""
+
+    def drain_replica(self, job: Job) -> None:
+        """Out of the router's rotation: it sends the replica nothing new and reports it drained
+        once its last request is answered; the controller then cancels the job."""
+        self.store.services.set_draining(job.id)
 
     def kill_orphan(self, job: Job) -> None:
         """Stop what is left of a job whose supervisor died (its process group; the pid from the

@@ -30,7 +30,7 @@ import redis
 from redis.backoff import NoBackoff
 from redis.retry import Retry
 
-from crossdock.backends.local import workspace
+from crossdock.backends.local import replica as service_replica, workspace
 from crossdock.backends.local.memlimit import MemoryLimit
 from crossdock.backends.local.environment import job_environment, output_paths
 from crossdock.jobtools.srun import steps_file
@@ -253,6 +253,10 @@ class Supervisor:
             os.umask(old_umask)
         uid = owner.uid if owner else os.getuid()
         env = job_environment(job, node, home=owner.home if owner else None, uid=uid)
+        if job.spec.service is not None:  # a service replica: its port, recorded before it listens
+            port = service_replica.free_port()
+            env.update(service_replica.replica_environment(job, port))
+            self._until_answered(lambda: service_replica.record_endpoint(self.store.services, job, port))
         try:
             proc = subprocess.Popen(argv, cwd=job.spec.workdir or None, env=env, stdin=subprocess.DEVNULL,
                                     stdout=files[0], stderr=files[-1], start_new_session=True, close_fds=True,
