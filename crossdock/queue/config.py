@@ -408,7 +408,8 @@ class RemoveDuplicatesArgs(_Cfg):
 class PodLifeTimeArgs(_Cfg):
     enabled: bool = False
     maxPodLifeTimeSeconds: int = Field(86400, ge=1, le=10 * YEAR_SECONDS)
-    states: list[Literal["Running", "Scheduled"]] = Field(default_factory=lambda: ["Running"], min_length=1)
+    states: list[Literal["Running"]] = Field(default_factory=lambda: ["Running"], min_length=1)
+    """Only running jobs are evicted (a SCHEDULED job has not started anywhere yet)."""
 
 
 class Defrag(_Cfg):

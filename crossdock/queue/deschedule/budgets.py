@@ -97,6 +97,14 @@ class BudgetLedger:
                 return b.name
         return None
 
+    def blocking_group(self, subjects: list[BudgetSubject]) -> str | None:
+        """The name of a budget these together would overdraw; None: they may all go."""
+        for b in self._budgets:
+            n = sum(b.covers(s) for s in subjects)
+            if n and self._left[b.name] < n:
+                return f"disruption budget {b.name} allows {max(self._left[b.name], 0)}"
+        return None
+
     def take(self, subject: BudgetSubject) -> None:
         for b in self._budgets:
             if b.covers(subject):

@@ -40,3 +40,13 @@ class DeschedulePlan:
     skipped: tuple[Skipped, ...] = ()
     unblocked: tuple[int, ...] = ()
     """Pending jobs that fit once the migrations are done (defragmentation)."""
+
+
+@dataclass(frozen=True)
+class MoveRecord:
+    """What the descheduler remembers of one job: how often it moved it, when last, from where."""
+
+    count: int
+    last_at: float
+    """Epoch seconds of the last move."""
+    from_nodes: tuple[str, ...] = ()
