@@ -26,6 +26,7 @@ from crossdock.backends.redis_store.codec import (encode_fields, facts_from_reco
                                                   job_to_hash, nodes_from_json, nodes_to_json)
 from crossdock.backends.redis_store.descheduler import DeschedulerRecords
 from crossdock.backends.redis_store.keys import Keys
+from crossdock.backends.redis_store.services import ServiceStore
 from crossdock.queue.errors import NoSuchJob
 from crossdock.queue.models import Job
 from crossdock.queue.snapshot import JobFacts, Node
@@ -97,6 +98,8 @@ class JobStore:
         """The autoscaler's state, last decisions and change events."""
         self.deschedule = DeschedulerRecords(self.r, self.k, STREAM_MAXLEN)
         """The descheduler's moves, reserved destinations and last plan."""
+        self.services = ServiceStore(self.r, self.k, STREAM_MAXLEN, actor)
+        """Inference services: records, replica jobs, endpoints, traffic samples, events."""
 
     @classmethod
     def from_url(cls, url: str, prefix: str = "cd", actor: str = "crossdock") -> "JobStore":
