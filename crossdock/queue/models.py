@@ -134,6 +134,27 @@ class KillSignal(_Model):
     """``R:``: also before the end of the job's reservation."""
 
 
+class ServiceReplica(_Model):
+    """Marks a job as one replica of an inference service (:mod:`crossdock.queue.services`):
+    placed like any job, spread from its siblings, never preempted, stopped by the service's
+    controller rather than by a time limit."""
+
+    name: str = Field(min_length=1, max_length=40)
+    """The service."""
+    replica: int = Field(ge=0, le=INT32)
+    """Its ordinal in the service (never reused)."""
+    generation: int = Field(1, ge=1, le=2**53)
+    """The spec generation it runs; older ones are replaced by a rolling update."""
+    port: int = Field(8000, ge=1, le=65535)
+    """The container port the server listens on (local replicas get ``PORT`` instead)."""
+    ready_path: str = Field("/healthz", min_length=1, max_length=MAX_PATH_BYTES)
+    replaces: int | None = Field(None, ge=1, le=2**53)
+    """The replica job this one takes over from (a move back to the preferred pool, a rolling
+    update): that one drains once this one is ready."""
+    pinned: bool = False
+    """Placed only in its first pool, never widened to a fallback pool (a move back)."""
+
+
 class JobSpec(_Model):
     """What a user asked for. Defaults are Slurm's."""
 
@@ -198,6 +219,8 @@ class JobSpec(_Model):
     deadline: datetime | None = None
     time_min_seconds: int | None = Field(None, ge=1, le=MAX_TIME_LIMIT_SECONDS)
     kill_signal: KillSignal | None = None
+    service: ServiceReplica | None = None
+    """Set on the replica jobs of a service (by its controller); None for batch jobs."""
 
     @model_validator(mode="before")
     @classmethod

@@ -15,6 +15,7 @@ from typing import Any, Collection, Iterable, Mapping, Protocol, Sequence, runti
 
 from crossdock.queue.errors import CrossdockError
 from crossdock.queue.models import Job
+from crossdock.queue.serving import ServiceMetrics, ServiceSpec
 from crossdock.queue.snapshot import Allocation, Node
 from crossdock.queue.states import JobState
 
@@ -73,6 +74,8 @@ class Capabilities:
     evicts: bool = False
     """Stops a running job so that it is placed again elsewhere, honouring disruption budgets
     (``EvictsJobs``): the descheduler's way to move work."""
+    services: bool = False
+    """Runs the replicas of inference services (``RunsServices``): readiness, drain, a stable address."""
 
 
 @dataclass(frozen=True)
@@ -251,3 +254,28 @@ class ReportsDisruptionBudgets(Protocol):
         """Budgets covering crossdock's jobs on this backend, as
         ``crossdock.queue.deschedule.budgets.DisruptionBudget`` (not imported here: the
         descheduling policy sits above the ports; a string annotation keeps the arrow down)."""
+
+
+@runtime_checkable
+class RunsServices(Protocol):
+    """A backend that runs inference-service replicas (``Capabilities.services``): it gives a
+    service one stable address (a Kubernetes Service; the local router needs nothing here) and takes
+    a replica out of traffic before the controller stops it."""
+
+    def ensure_service(self, spec: ServiceSpec) -> None:
+        """Create or update what routes to the service's ready replicas. Idempotent."""
+
+    def delete_service(self, name: str) -> None:
+        """Remove what ``ensure_service`` made; nothing to remove is not an error."""
+
+    def drain_replica(self, job: Job) -> None:
+        """Stop sending new requests to this replica job (its in-flight ones finish). Idempotent."""
+
+
+@runtime_checkable
+class ReadsServiceMetrics(Protocol):
+    """A source of a service's traffic: crossdock's router, or a Prometheus server's HTTP API."""
+
+    def service_metrics(self, service: str) -> ServiceMetrics | None:
+        """The latest sample for ``service``; None when the source has none (no traffic seen yet,
+        or the source is away): the controller then keeps the replicas it has."""

@@ -91,6 +91,52 @@ class Keys:
         """HASH ``fleet:<queue>`` | ``pool:<pool>`` -> JSON of its last change (when, from, to, why)."""
         return f"{self.prefix}:autoscale:changes"
 
+    # the descheduler (crossdock.workers.descheduler; records in redis_store/descheduler.py)
+    @property
+    def deschedule_moves(self) -> str:
+        """HASH job id -> JSON of its moves (count, last time, from where): budget and cooldown."""
+        return f"{self.prefix}:deschedule:moves"
+
+    @property
+    def deschedule_destinations(self) -> str:
+        """HASH job id -> "node|attempt": the destination reserved for a moved job's next attempt."""
+        return f"{self.prefix}:deschedule:destinations"
+
+    @property
+    def deschedule_plan(self) -> str:
+        """STRING JSON of the last plan (moves and skipped candidates with why), for ``crossdock deschedule``."""
+        return f"{self.prefix}:deschedule:plan"
+
+    # inference services (records in redis_store/services.py)
+    @property
+    def services(self) -> str:
+        """SET of every service name."""
+        return f"{self.prefix}:services"
+
+    def service(self, name: str) -> str:
+        """HASH spec, generation, status (JSON), override, deleting, address, created of one service."""
+        return f"{self.prefix}:svc:{name}"
+
+    def service_jobs(self, name: str) -> str:
+        """SET of the replica job ids of one service the controller still follows."""
+        return f"{self.prefix}:svc:{name}:jobs"
+
+    def service_endpoints(self, name: str) -> str:
+        """SET of the replica job ids of one service that have an endpoint record."""
+        return f"{self.prefix}:svc:{name}:endpoints"
+
+    def service_metrics(self, name: str) -> str:
+        """STRING JSON of the latest traffic sample of one service (with a TTL: stale samples go)."""
+        return f"{self.prefix}:svc:{name}:metrics"
+
+    def service_events(self, name: str) -> str:
+        """STREAM of one service's events (scaled, replica created/drained/stopped, widened …)."""
+        return f"{self.prefix}:svc:{name}:events"
+
+    def endpoint(self, job_id: int) -> str:
+        """HASH service, replica, attempt, host, port, ready, draining, drained, draining_since of a replica job."""
+        return f"{self.prefix}:job:{job_id}:endpoint"
+
     # per job
     def job(self, job_id: int) -> str:
         """HASH: spec (JSON) and status fields of one job."""

@@ -24,7 +24,9 @@ from crossdock.backends.redis_store import scripts
 from crossdock.backends.redis_store.autoscale import AutoscaleRecords
 from crossdock.backends.redis_store.codec import (encode_fields, facts_from_record, hash_to_job, history_record,
                                                   job_to_hash, nodes_from_json, nodes_to_json)
+from crossdock.backends.redis_store.descheduler import DeschedulerRecords
 from crossdock.backends.redis_store.keys import Keys
+from crossdock.backends.redis_store.services import ServiceStore
 from crossdock.queue.errors import NoSuchJob
 from crossdock.queue.models import Job
 from crossdock.queue.snapshot import JobFacts, Node
@@ -94,6 +96,10 @@ class JobStore:
         self._archive = self.r.register_script(scripts.ARCHIVE)
         self.autoscale = AutoscaleRecords(self.r, self.k, STREAM_MAXLEN)
         """The autoscaler's state, last decisions and change events."""
+        self.deschedule = DeschedulerRecords(self.r, self.k, STREAM_MAXLEN)
+        """The descheduler's moves, reserved destinations and last plan."""
+        self.services = ServiceStore(self.r, self.k, STREAM_MAXLEN, actor)
+        """Inference services: records, replica jobs, endpoints, traffic samples, events."""
 
     @classmethod
     def from_url(cls, url: str, prefix: str = "cd", actor: str = "crossdock") -> "JobStore":

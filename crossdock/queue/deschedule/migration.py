@@ -50,3 +50,12 @@ class MoveRecord:
     last_at: float
     """Epoch seconds of the last move."""
     from_nodes: tuple[str, ...] = ()
+
+
+def plan_report(plan: DeschedulePlan) -> dict:
+    """The plan as JSON-able data (``crossdock deschedule --dry-run --json``)."""
+    return {"migrations": [{"job": m.job_id, "attempt": m.attempt, "from": list(m.from_nodes),
+                            "to": list(m.to_nodes) if m.to_nodes is not None else None, "strategy": m.strategy,
+                            "reason": m.reason, "for_job": m.for_job, "gpus": m.gpus} for m in plan.migrations],
+            "skipped": [{"job": s.job_id, "strategy": s.strategy, "why": s.why} for s in plan.skipped],
+            "unblocked": list(plan.unblocked)}
