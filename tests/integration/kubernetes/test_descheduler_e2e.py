@@ -3,10 +3,10 @@ Celery worker, the Kubernetes backend) over kwok GPU nodes of the test's own (un
 after), fragmented as ``crossdock.dev.k8s.fragmented`` builds it.
 
 - Eight 8-GPU nodes left 6/7/7/7/7/7/7/7 used by one-GPU training jobs, one of node 0's six an
-  inference job (never moved), a PodDisruptionBudget over the training pods that lets one be down
-  at a time, and an 8-GPU job of a higher class that may not preempt: it binds after the fewest
-  migrations (node 0 cannot be emptied, so one of the 7/8 nodes: 7), no migrated job goes back to
-  its node, the inference job is untouched and the budget never broken.
+  inference job (never moved), a PodDisruptionBudget of 1 (minAvailable 1 of 2) over two training
+  jobs of node 1, and an 8-GPU job of a higher class that may not preempt: it binds after the
+  fewest migrations (nodes 0 and 1 cannot be emptied, so another 7/8 node: 7 moves), no migrated
+  job goes back to its node, the inference job is untouched and the budget never broken.
 - HighNodeUtilization empties the nodes under its threshold (their jobs pack onto the others), so an
   autoscaler could retire them.
 """
@@ -36,6 +36,19 @@ pytestmark = [pytest.mark.kubernetes, pytest.mark.descheduler, pytest.mark.redis
 
 def wait_for(what: str, fn: Callable[[], Any], timeout: float = 180.0) -> Any:
     return k8s_helpers.wait_for(what, fn, timeout)
+
+
+def explained(rt: Any, what: str, fn: Callable[[], Any], timeout: float = 180.0) -> Any:
+    """``wait_for``, failing with the descheduler's last plan and the latest events."""
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        if last := fn():
+            return last
+        time.sleep(0.25)
+    events = [{k: e.get(k) for k in ("job", "event", "to", "reason", "from", "why") if e.get(k)}
+              for e in rt.store.events(count=100_000)][-30:]
+    pytest.fail(f"timed out after {timeout:.0f}s waiting for {what}\nplan: {rt.store.deschedule.last_plan()}\n"
+                f"events: {events}")
 
 
 def crossdock_on(tmp_path: Path, redis_url: str, monkeypatch, kubeconfig: Path, namespace: str, pool: str,
@@ -93,38 +106,42 @@ def test_blocked_8_gpu_job_binds_after_the_fewest_migrations(tmp_path, redis_url
                                                        gpus=GpuRequest(count=1))])
             wait_for("the inference job running", lambda: rt.store.get(inference.id).state is JobState.RUNNING)
             training = sorted(i for ids in kept.values() for i in ids)
+            # A PDB of 1 over two training jobs of node 1: emptying node 1 would take both down at once.
+            pair = kept[nodes[1]][:2]
             policy = client.PolicyV1Api(k8s_client)
-            selector = f"{m.LABEL_QUEUE}=training"
+            selector = f"{m.LABEL_JOB_ID} in ({','.join(map(str, pair))})"
             policy.create_namespaced_pod_disruption_budget(k8s_namespace, {
-                "apiVersion": "policy/v1", "kind": "PodDisruptionBudget", "metadata": {"name": "training"},
-                "spec": {"selector": {"matchLabels": {m.LABEL_QUEUE: "training"}},
-                         "minAvailable": len(training) - 1}})
+                "apiVersion": "policy/v1", "kind": "PodDisruptionBudget", "metadata": {"name": "pair"},
+                "spec": {"selector": {"matchExpressions": [
+                    {"key": m.LABEL_JOB_ID, "operator": "In", "values": [str(i) for i in pair]}]}, "minAvailable": 1}})
             wait_for("the PDB counted", lambda: (s := policy.read_namespaced_pod_disruption_budget(
-                "training", k8s_namespace).status) is not None and s.expected_pods == len(training))
+                "pair", k8s_namespace).status) is not None and s.expected_pods == 2 and s.disruptions_allowed == 1)
             source = {i: node for node, ids in kept.items() for i in ids}
 
-            with BudgetWatch(k8s_client, k8s_namespace, selector, len(training)) as budget:
+            with BudgetWatch(k8s_client, k8s_namespace, selector, len(pair)) as budget:
                 (big,) = service.submit(rt, [JobSpec(command=["train"], queue="urgent", gpus=GpuRequest(count=8))])
-                done = wait_for("the 8-GPU job running", lambda: (j := rt.store.get(big.id)).state is JobState.RUNNING
-                                and j, 300)
+                done = explained(rt, "the 8-GPU job running", lambda: (j := rt.store.get(big.id)).state
+                                 is JobState.RUNNING and j, 300)
                 moved = [j for j in rt.store.get_many(training) if j.attempts > 1]
                 wait_for("the moved jobs running again", lambda: all(
                     j.state is JobState.RUNNING for j in rt.store.get_many([j.id for j in moved])))
             moved = rt.store.get_many([j.id for j in moved])
 
             (target,) = done.nodes
-            assert target != nodes[0]  # node 0 holds the inference job: it could not be emptied
+            # node 0 holds the inference job and node 1 the PDB's pair: neither could be emptied
+            assert target not in nodes[:2]
             assert {source[j.id] for j in moved} == {target}
             assert len(moved) == 7  # the fewest: every job of one 7/8 node, none more
             assert all(j.attempts == 2 for j in moved)
             assert not any(set(j.nodes) & {source[j.id]} for j in moved)  # none went back where it was
-            assert budget.worst <= 1  # the PDB's one disruption at a time, never more
+            assert budget.worst <= 1  # the PDB's one disruption, never more
             inf = rt.store.get(inference.id)
             assert (inf.state, inf.attempts, inf.nodes) == (JobState.RUNNING, 1, [nodes[0]])
             untouched = [j for j in rt.store.get_many(training) if source[j.id] != target]
             assert all(j.attempts == 1 and j.state is JobState.RUNNING for j in untouched)
-            assert {j.reason for j in moved} <= {"Migrated", ""} or all(
-                any(e.get("reason") == "Migrated" for e in rt.store.events(j.id)) for j in moved)
+            for j in moved:  # every move is an event saying from where, to where and why
+                (ev,) = [e for e in rt.store.events(j.id) if e.get("event") == "migrated"]
+                assert ev.get("reason") == "Migrated" and source[j.id] in str(ev.get("from")), ev
         finally:
             cluster.close()
 
