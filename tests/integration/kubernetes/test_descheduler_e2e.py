@@ -157,7 +157,8 @@ def test_high_node_utilization_empties_the_least_used_nodes(tmp_path, redis_url,
         try:
             rt = cluster.rt
             cancel = lambda ids: service.cancel(rt, [str(i) for i in ids], cluster.send)  # noqa: E731
-            kept = frag.fragment_crossdock(rt, cancel, nodes, [1, 2, 8, 5])
+            # the strategy acts as soon as nodes 0 and 1 fall under 30 %, while the rest is cancelled
+            kept = frag.fragment_crossdock(rt, cancel, nodes, [1, 2, 8, 5], exact=False)
             ids = [i for v in kept.values() for i in v]
             wait_for("nodes 0 and 1 emptied", lambda: frag.gpu_use(k8s_client, nodes) == {
                 nodes[0]: 0, nodes[1]: 0, nodes[2]: 8, nodes[3]: 8} and all(
