@@ -104,15 +104,17 @@ def gpu_use(api: client.ApiClient, nodes: Sequence[str]) -> dict[str, int]:
 
 
 def fragment_crossdock(rt: Any, cancel: Callable[[list[int]], Any], nodes: Sequence[str], used: Sequence[int],
-                       gpus: int = 8, timeout: float = 240.0, exact: bool = True) -> dict[str, list[int]]:
-    """Fill ``nodes`` with one-GPU training jobs, then cancel those beyond ``used[i]`` on node ``i``;
-    returns the kept job ids by the node they were on. ``exact``: wait until the pool holds exactly
-    ``used`` (False where a descheduler strategy already acts on the way there)."""
+                       gpus: int | Sequence[int] = 8, timeout: float = 240.0, exact: bool = True) -> dict[str, list[int]]:
+    """Fill ``nodes`` (``gpus`` each, or per node) with one-GPU training jobs, then cancel those beyond
+    ``used[i]`` on node ``i``; returns the kept job ids by the node they were on. ``exact``: wait until
+    the Kubernetes pool holds exactly ``used`` (False on other backends, or where a descheduler
+    strategy already acts on the way there)."""
     from crossdock import service
     from crossdock.queue.models import GpuRequest, JobSpec
     from crossdock.queue.states import JobState
 
-    specs = [JobSpec(command=["train"], queue="training", gpus=GpuRequest(count=1)) for _ in range(gpus * len(nodes))]
+    total = gpus * len(nodes) if isinstance(gpus, int) else sum(gpus)
+    specs = [JobSpec(command=["sleep", "3600"], queue="training", gpus=GpuRequest(count=1)) for _ in range(total)]
     ids = [j.id for j in service.submit(rt, specs)]
     jobs = wait_until("the fill running", lambda: (js := rt.store.get_many(ids)) and all(
         j.state is JobState.RUNNING for j in js) and js, timeout)
