@@ -1,14 +1,17 @@
 """crossdock's descheduler against the upstream descheduler, from the same fragmented GPU pool on the
 live plane: GPU allocation reached, pending jobs started, evictions used.
 
-    python bench/bench_descheduler.py [--nodes 8] [--used 6,7,7,7,7,7,7,7] [--passes 3] [--settle 60]
-                                      [--side both|crossdock|upstream] [--json]
+    python bench/bench_descheduler.py [--nodes 8] [--used 6,7,7,7,7,7,7,7] [--pinned] [--passes 3]
+                                      [--settle 60] [--side both|crossdock|upstream]
+                                      [--upstream-scheduler most-allocated|default] [--json]
 
 Against the local control plane (``crossdock.dev.k8s``, started if needed) or ``KUBECONFIG``. Each side
 gets its own pool of ``--nodes`` 8-GPU kwok nodes and its own namespace, fragmented the same way
 (``crossdock.dev.k8s.fragmented``: node ``i`` holds ``used[i]`` one-GPU low-priority jobs), then one
 8-GPU high-priority job that may not preempt (``preemptionPolicy: Never``) waits: it can only start
-once a descheduler empties a node.
+once a descheduler empties a node. ``--pinned``: one of node 0's GPUs is held by an inference job
+(a pod above every eviction threshold) instead of a fill job, so the least-used node cannot be
+emptied and a 7/8 node must be.
 
 - ``upstream``: the pinned ``sigs.k8s.io/descheduler`` release run once per pass
   (``--descheduling-interval=0``) with HighNodeUtilization on ``nvidia.com/gpu`` (nodes under 80 %
@@ -100,6 +103,11 @@ def drop_namespace(api: client.ApiClient, name: str) -> None:
     core.delete_namespace(name)
 
 
+def fill_of(args: argparse.Namespace) -> list[int]:
+    """GPUs of fill jobs per node (with ``--pinned`` node 0's inference job holds one of ``used[0]``)."""
+    return [u - (1 if args.pinned and i == 0 else 0) for i, u in enumerate(args.used)]
+
+
 def allocation(api: client.ApiClient, nodes: list[str], gpus: int) -> float:
     return sum(frag.gpu_use(api, nodes).values()) / (gpus * len(nodes))
 
@@ -112,7 +120,9 @@ def run_upstream(api: client.ApiClient, kubeconfig: str, args: argparse.Namespac
     core, apps = client.CoreV1Api(api), client.AppsV1Api(api)
     try:
         with frag.own_nodes(api, pool) as nodes, _scheduler(kubeconfig, args.upstream_scheduler) as scheduler:
-            frag.fragment_upstream(api, ns, pool.name, nodes, args.used, pcs["low"], scheduler)
+            frag.fragment_upstream(api, ns, pool.name, nodes, fill_of(args), pcs["low"], scheduler)
+            if args.pinned:
+                frag.pin_inference(api, ns, pool.name, nodes[0], pcs["inference"], scheduler)
             before = allocation(api, nodes, 8)
             labels = {"app": "big"}
             apps.create_namespaced_deployment(ns, {
@@ -126,7 +136,7 @@ def run_upstream(api: client.ApiClient, kubeconfig: str, args: argparse.Namespac
                 return next((p for p in pods if p.status.phase == phase and p.metadata.deletion_timestamp is None), None)
 
             frag.wait_until("the big pod pending", lambda: big_pod("Pending"))
-            policy = upstream.high_node_utilization({upstream.GPU: 80}, namespaces=[ns],
+            policy = upstream.high_node_utilization({upstream.GPU: 80}, pod_labels={"app": "fill"},
                                                     node_selector=f"crossdock.io/pool={pool.name}",
                                                     priority_threshold=frag.HIGH)
             passes, evicted_logged, bound_after = 0, 0, None
@@ -142,7 +152,8 @@ def run_upstream(api: client.ApiClient, kubeconfig: str, args: argparse.Namespac
                     except TimeoutError:
                         continue
                 frag.wait_until("the fill back", lambda: sum(1 for p in core.list_namespaced_pod(
-                    ns, label_selector="app=fill").items if p.status.phase == "Running") == sum(args.used), args.settle)
+                    ns, label_selector="app=fill").items if p.status.phase == "Running") == sum(fill_of(args)),
+                    args.settle)
                 after = allocation(api, nodes, 8)
                 counted = len(evictions.evicted)
             return {"side": f"upstream {os.environ.get('DESCHEDULER_VERSION', '')}".strip(),
@@ -184,7 +195,13 @@ def run_crossdock(api: client.ApiClient, kubeconfig: str, args: argparse.Namespa
             try:
                 rt = svc.rt
                 gateway = Client(rt).gateway
-                kept = frag.fragment_crossdock(rt, lambda ids: gateway.cancel([str(i) for i in ids]), nodes, args.used)
+                kept = frag.fragment_crossdock(rt, lambda ids: gateway.cancel([str(i) for i in ids]), nodes,
+                                               fill_of(args))
+                if args.pinned:
+                    (inf,) = service.submit(rt, [JobSpec(command=["serve"], queue="inference", nodelist=[nodes[0]],
+                                                         gpus=GpuRequest(count=1))])
+                    frag.wait_until("the inference job running",
+                                    lambda: rt.store.get(inf.id).state is JobState.RUNNING)
                 before = allocation(api, nodes, 8)
                 with EvictionWatch(api, ns) as evictions:
                     start = time.monotonic()
@@ -217,6 +234,7 @@ def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--nodes", type=int, default=8)
     ap.add_argument("--used", default="6,7,7,7,7,7,7,7", help="GPUs held on each node (comma-separated)")
+    ap.add_argument("--pinned", action="store_true", help="node 0 holds an inference job among its used GPUs")
     ap.add_argument("--passes", type=int, default=3, help="upstream descheduler passes at most")
     ap.add_argument("--settle", type=float, default=60.0, help="seconds to wait after each pass")
     ap.add_argument("--side", choices=("both", "crossdock", "upstream"), default="both")
@@ -224,8 +242,8 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--json", action="store_true")
     args = ap.parse_args(argv)
     args.used = [int(x) for x in args.used.split(",")]
-    if len(args.used) != args.nodes or not all(0 <= u <= 8 for u in args.used):
-        ap.error(f"--used: {args.used} must give {args.nodes} counts of 0–8")
+    if len(args.used) != args.nodes or not all(0 <= u <= 8 for u in args.used) or (args.pinned and not args.used[0]):
+        ap.error(f"--used: {args.used} must give {args.nodes} counts of 0–8 (with --pinned, node 0's at least 1)")
     kubeconfig = os.environ.get("KUBECONFIG") or str(k8s.up())
     api = config.new_client_from_config(config_file=kubeconfig)
     os.environ.setdefault("DESCHEDULER_VERSION", k8s.versions()["DESCHEDULER_VERSION"])
@@ -235,9 +253,10 @@ def main(argv: list[str] | None = None) -> int:
     if args.side in ("both", "upstream"):
         results.append(run_upstream(api, kubeconfig, args))
     if args.json:
-        print(json.dumps({"used": args.used, "results": results}, indent=1))
+        print(json.dumps({"used": args.used, "pinned": args.pinned, "results": results}, indent=1))
     else:
-        print(f"fragmented pool: {args.nodes} x 8 GPUs, used {args.used}; one 8-GPU job waiting")
+        pinned = ", one an inference job on node 0" if args.pinned else ""
+        print(f"fragmented pool: {args.nodes} x 8 GPUs, used {args.used}{pinned}; one 8-GPU job waiting")
         print(f"{'side':<22} {'alloc before':>12} {'alloc after':>11} {'started':>7} {'bound after':>11} "
               f"{'evictions':>9}")
         for r in results:

@@ -11,7 +11,7 @@ HighNodeUtilization only compacts when kube-scheduler scores with ``MostAllocate
 documented requirement); the plane's scheduler keeps the default ``LeastAllocated``.
 ``most_allocated_scheduler()`` runs a second kube-scheduler of the pinned release against the plane
 with one profile, :data:`MOST_ALLOCATED`, that scores ``NodeResourcesFit`` by ``MostAllocated`` on
-``nvidia.com/gpu``, cpu and memory; pods opt in with ``schedulerName``. It binds 127.0.0.1 only,
+``nvidia.com/gpu``, cpu and memory and nothing that spreads; pods opt in with ``schedulerName``. It binds 127.0.0.1 only,
 has leader election off and is stopped when the context ends.
 """
 
@@ -24,7 +24,7 @@ import ssl
 import subprocess
 import tempfile
 import urllib.request
-from collections.abc import Iterator, Mapping, Sequence
+from collections.abc import Iterator, Mapping
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -53,20 +53,21 @@ def exe() -> Path:
     return path
 
 
-def high_node_utilization(thresholds: Mapping[str, float] | None = None, *, namespaces: Sequence[str] = (),
+def high_node_utilization(thresholds: Mapping[str, float] | None = None, *, pod_labels: Mapping[str, str] | None = None,
                           node_selector: str | None = None, priority_threshold: int | None = None,
                           node_fit: bool = True, max_total: int | None = None) -> dict[str, Any]:
     """A DeschedulerPolicy with one profile: HighNodeUtilization (default: nodes under 80 % of their
-    ``nvidia.com/gpu`` are emptied), evicting only pods that request a thresholded resource, from
-    ``namespaces`` (all when empty), on the nodes ``node_selector`` picks, below
-    ``priority_threshold``, with DefaultEvictor's ``nodeFit``."""
+    ``nvidia.com/gpu`` are emptied), evicting only pods that request a thresholded resource and carry
+    ``pod_labels`` (DefaultEvictor's ``labelSelector``; HighNodeUtilization itself can only exclude
+    namespaces), on the nodes ``node_selector`` picks, below ``priority_threshold``, with
+    DefaultEvictor's ``nodeFit``."""
     evictor: dict[str, Any] = {"nodeFit": node_fit}
     if priority_threshold is not None:
         evictor["priorityThreshold"] = {"value": priority_threshold}
+    if pod_labels:
+        evictor["labelSelector"] = {"matchLabels": dict(pod_labels)}
     hnu: dict[str, Any] = {"thresholds": dict(thresholds or {GPU: 80}),
                            "evictionModes": ["OnlyThresholdingResources"]}
-    if namespaces:
-        hnu["evictableNamespaces"] = {"include": list(namespaces)}
     policy: dict[str, Any] = {
         "apiVersion": "descheduler/v1alpha2", "kind": "DeschedulerPolicy",
         "profiles": [{"name": "gpu-compaction",
@@ -115,9 +116,14 @@ def scheduler_config(kubeconfig: str | os.PathLike[str]) -> dict[str, Any]:
         "apiVersion": "kubescheduler.config.k8s.io/v1", "kind": "KubeSchedulerConfiguration",
         "clientConnection": {"kubeconfig": str(kubeconfig)},
         "leaderElection": {"leaderElect": False},
-        "profiles": [{"schedulerName": MOST_ALLOCATED, "pluginConfig": [{
-            "name": "NodeResourcesFit",
-            "args": {"scoringStrategy": {"type": "MostAllocated", "resources": resources}}}]}],
+        # bin packing alone: the default profile's spreading scores (PodTopologySpread's system
+        # defaults spread a ReplicaSet's pods over hostnames; BalancedAllocation) would send the
+        # evicted pods back to the emptied node
+        "profiles": [{"schedulerName": MOST_ALLOCATED,
+                      "plugins": {"score": {"disabled": [{"name": "PodTopologySpread"},
+                                                         {"name": "NodeResourcesBalancedAllocation"}]}},
+                      "pluginConfig": [{"name": "NodeResourcesFit",
+                                        "args": {"scoringStrategy": {"type": "MostAllocated", "resources": resources}}}]}],
     }
 
 

@@ -29,8 +29,8 @@ from kubernetes.client.rest import ApiException
 from crossdock.dev.k8s.nodes import GPU_RESOURCE, LABEL_POOL, NodePool
 
 GPU_TOLERATION = {"key": GPU_RESOURCE, "operator": "Exists", "effect": "NoSchedule"}
-LOW, HIGH = 100, 1000
-"""Priorities of the fill (preemptible training) and of the blocked 8-GPU job."""
+LOW, HIGH, INFERENCE = 100, 1000, 5000
+"""Priorities of the fill (preemptible training), of the blocked 8-GPU job and of inference (never moved)."""
 
 
 def wait_until(what: str, fn: Callable[[], Any], timeout: float = 120.0, interval: float = 0.25) -> Any:
@@ -75,7 +75,7 @@ def crossdock_config(pool: str, descheduler: dict[str, Any] | None = None) -> di
     ``inference`` (never preempted, never moved)."""
     return {
         "priority_classes": {
-            "inference": {"value": 5000, "preemptible": False, "grace_seconds": 0},
+            "inference": {"value": INFERENCE, "preemptible": False, "grace_seconds": 0},
             "urgent": {"value": HIGH, "preemptible": False, "preemption_policy": "Never", "grace_seconds": 0},
             "training": {"value": LOW, "preemptible": True, "grace_seconds": 0},
         },
@@ -116,8 +116,12 @@ def fragment_crossdock(rt: Any, cancel: Callable[[list[int]], Any], nodes: Seque
     total = gpus * len(nodes) if isinstance(gpus, int) else sum(gpus)
     specs = [JobSpec(command=["sleep", "3600"], queue="training", gpus=GpuRequest(count=1)) for _ in range(total)]
     ids = [j.id for j in service.submit(rt, specs)]
-    jobs = wait_until("the fill running", lambda: (js := rt.store.get_many(ids)) and all(
-        j.state is JobState.RUNNING for j in js) and js, timeout)
+    try:
+        jobs = wait_until("the fill running", lambda: (js := rt.store.get_many(ids)) and all(
+            j.state is JobState.RUNNING for j in js) and js, timeout)
+    except TimeoutError as err:
+        states = Counter(f"{j.state.value}/{j.reason}" for j in rt.store.get_many(ids))
+        raise TimeoutError(f"{err}: {dict(states)}") from err
     by_node: dict[str, list[int]] = {n: [] for n in nodes}
     for job in jobs:
         by_node[job.nodes[0]].append(job.id)
@@ -136,10 +140,12 @@ def rt_api(rt: Any) -> client.ApiClient:
 
 
 def priority_classes(api: client.ApiClient, prefix: str) -> dict[str, str]:
-    """A low (preemptible fill) and a high (``preemptionPolicy: Never``) PriorityClass; names by role."""
+    """A low (preemptible fill), a high (``preemptionPolicy: Never``) and an inference PriorityClass;
+    names by role."""
     scheduling = client.SchedulingV1Api(api)
-    names = {"low": f"{prefix}-low", "high": f"{prefix}-high"}
-    for role, value, policy in (("low", LOW, "PreemptLowerPriority"), ("high", HIGH, "Never")):
+    names = {"low": f"{prefix}-low", "high": f"{prefix}-high", "inference": f"{prefix}-inference"}
+    for role, value, policy in (("low", LOW, "PreemptLowerPriority"), ("high", HIGH, "Never"),
+                                ("inference", INFERENCE, "Never")):
         scheduling.create_priority_class({"apiVersion": "scheduling.k8s.io/v1", "kind": "PriorityClass",
                                           "metadata": {"name": names[role]}, "value": value,
                                           "preemptionPolicy": policy})
@@ -192,3 +198,19 @@ def fragment_upstream(api: client.ApiClient, namespace: str, pool: str, nodes: S
     apps.patch_namespaced_deployment_scale("fill", namespace, {"spec": {"replicas": sum(used)}})
     wait_until("the fill fragmented", lambda: gpu_use(api, nodes) == dict(zip(nodes, used)), timeout)
     return "fill"
+
+
+def pin_inference(api: client.ApiClient, namespace: str, pool: str, node: str, priority_class: str,
+                  scheduler: str | None, timeout: float = 120.0) -> None:
+    """One one-GPU inference pod (a Deployment's, above every eviction threshold) on ``node``."""
+    labels = {"app": "inference"}
+    spec = gpu_pod_spec(pool, 1, priority_class, scheduler)
+    spec["nodeSelector"]["kubernetes.io/hostname"] = node
+    client.AppsV1Api(api).create_namespaced_deployment(namespace, {
+        "apiVersion": "apps/v1", "kind": "Deployment", "metadata": {"name": "inference"},
+        "spec": {"replicas": 1, "selector": {"matchLabels": labels},
+                 "template": {"metadata": {"labels": labels}, "spec": spec}}})
+    core = client.CoreV1Api(api)
+    wait_until("the inference pod running", lambda: any(
+        p.status.phase == "Running" for p in core.list_namespaced_pod(namespace, label_selector="app=inference").items),
+        timeout)
