@@ -103,7 +103,7 @@ def apply(jobs: Jobs, plan_: DeschedulePlan) -> dict[int, str]:
         job = by_id[m.job_id]
         jobs.active.remove(job)
         for n in job.nodes:
-            jobs.used[n] -= len([g for g in job.gpu_ids if g.startswith(n + ":")])
+            jobs.used[n] = jobs.used.get(n, 0) - len([g for g in job.gpu_ids if g.startswith(n + ":")])
         job.state, job.nodes, job.gpu_ids, job.start_time = JobState.PENDING, [], [], None
         jobs.pending.append(job)
         if m.to_nodes:
@@ -120,4 +120,6 @@ def admit(jobs: Jobs, result: Any, now: datetime = NOW) -> None:
         job.state, job.nodes, job.gpu_ids, job.start_time = JobState.RUNNING, list(p.nodes), list(p.gpu_ids), now
         job.attempts += 1
         job.alloc_cpu_milli = p.cpu_milli
+        for n in p.nodes:
+            jobs.used[n] = jobs.used.get(n, 0) + len([g for g in p.gpu_ids if g.startswith(n + ":")])
         jobs.active.append(job)
