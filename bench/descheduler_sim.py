@@ -45,13 +45,14 @@ def main() -> int:
     ap.add_argument("--seeds", type=int, default=3)
     ap.add_argument("--trace", type=Path, default=TRACE)
     ap.add_argument("--plot", type=Path)
-    ap.add_argument("--json", type=Path)
+    ap.add_argument("--json", type=Path, help="write the figures here")
+    ap.add_argument("--replot", type=Path, help="chart the figures of an earlier --json instead of running")
     args = ap.parse_args()
     sc = load_scenario(SCENARIO)
-    tod = load_pods(args.trace).creation % 86400.0 if args.trace.exists() else None
+    tod = load_pods(args.trace).creation % 86400.0 if args.trace.exists() and not args.replot else None
     arrivals = {"Poisson": None, **({"Alibaba": tod} if tod is not None else {})}
-    out: dict[str, dict[str, dict[str, float]]] = {}
-    for name, times in arrivals.items():
+    out: dict[str, dict[str, dict[str, float]]] = json.loads(args.replot.read_text()) if args.replot else {}
+    for name, times in ({} if args.replot else arrivals).items():
         runs: dict[str, list[dict[str, float]]] = {}
         for seed in range(42, 42 + args.seeds):
             for setup, result in run_scenario(sc, seed=seed, times_of_day=times).items():
@@ -68,7 +69,7 @@ def main() -> int:
     if args.plot:
         from crossdock.sim.plot import plot_bars
 
-        labels = {"without": "no descheduler", "descheduler": "descheduler"}
+        labels = {"without": "off", "descheduler": "on"}
         rows = [(f"{name}\n{labels.get(setup, setup)}", r) for name, setups in out.items() for setup, r in setups.items()]
         metrics = [("gpu_util_pct", "GPU utilisation (%)"), ("training_gpu_h", "training GPU-h done"),
                    ("never_started", "training jobs never started"), ("migrations", "migrations"),
