@@ -135,7 +135,7 @@ def test_an_already_nominated_job_is_left_to_its_preemption():
 def test_destinations_are_reserved_for_the_next_blocked_job_of_the_plan():
     jobs = Jobs()
     fragmented(jobs, [7, 7, 8, 8, 8, 8])  # room for one 2-GPU job after one move, not for two
-    a, b = jobs.wait("high", 2), jobs.wait("high", 2)
+    a, _b = jobs.wait("high", 2), jobs.wait("high", 2)
     plan = jobs.plan(cluster(6), config())
     # one move frees n0 for a; its job takes n1's last idle GPU, which b cannot count on
     assert plan.unblocked == (a.id,) and len(plan.migrations) == 1
