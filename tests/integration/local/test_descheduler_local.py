@@ -102,6 +102,8 @@ def test_a_blocked_two_gpu_job_starts_after_one_migration(ds_cluster, tmp_path):
     again = _until("the moved job runs again", lambda: (j := rt.store.get(moved)).state is JobState.RUNNING
                    and j.attempts == 2 and j)
     assert again.nodes == [move["to"]] and again.nodes != before[moved]
+    went = [(e.get("to"), e.get("reason")) for e in rt.store.events(moved) if e.get("to")]
+    assert ("PENDING", "Migrated") in went, went  # requeued as Migrated, not Preempted
     # nothing else moved or stopped
     for j in rt.store.get_many([i for i in staying if i != moved]):
         assert (j.state, j.attempts, j.nodes) == (JobState.RUNNING, 1, before[j.id])
