@@ -753,6 +753,10 @@ def lint(cfg: ClusterConfig) -> list[str]:
             warnings.append(f"queues.{qname}.placement: spread on a preemptible class fragments GPUs; use binpack")
         if q.elastic != "none" and q.elastic.max is None:
             warnings.append(f"queues.{qname}.elastic.max: no maximum; autoscaling is unbounded — set max")
+    st = cfg.descheduler.strategies
+    if cfg.descheduler.enabled and st.LowNodeUtilization.enabled and st.HighNodeUtilization.enabled:
+        warnings.append("descheduler.strategies: LowNodeUtilization spreads and HighNodeUtilization packs;"
+                        " both enabled undo each other's moves — enable one")
     for name, pc in cfg.priority_classes.items():
         if pc.preemptible and pc.value >= max(c.value for c in cfg.priority_classes.values()):
             warnings.append(f"priority_classes.{name}: preemptible class has the highest value; nothing can preempt it")

@@ -59,3 +59,11 @@ def test_the_cycle_lands_a_moved_job_on_its_reserved_destination_and_holds_it_fr
     snap = build_snapshot(Records(jobs.pending, jobs.active, nodes), cfg)
     placed = {p.job_id: p.nodes for p in run_cycle(snap, jobs.pending, cfg, NOW).admitted}
     assert placed == {moved.id: ("n0",), first.id: ("n1",)}
+
+
+def test_lint_warns_when_both_utilization_strategies_are_on():
+    from crossdock.queue.config import lint
+
+    both = config({"strategies": {"LowNodeUtilization": {"enabled": True}, "HighNodeUtilization": {"enabled": True}}})
+    assert any("undo each other's moves" in w for w in lint(both))
+    assert not any("undo each other" in w for w in lint(config()))
