@@ -20,7 +20,7 @@ import os
 import shlex
 import uuid
 import warnings
-from typing import Any, Callable, Iterable, Sequence
+from typing import TYPE_CHECKING, Any, Callable, Iterable, Sequence
 
 from crossdock import gateway
 from crossdock.backends.pypayload import args_context, fn_context
@@ -34,6 +34,9 @@ from crossdock.queue.errors import CrossdockError, InvalidArgument, InvalidOptio
 from crossdock.queue.models import ArraySpec, GpuRequest, JobSpec, PythonCall, validation_message
 from crossdock.runtime import Runtime
 from crossdock.settings import submit_umask
+
+if TYPE_CHECKING:
+    from crossdock.serve import ServiceHandle
 
 
 def _whole(name: str, value: Any, low: int = 1) -> int:
@@ -181,6 +184,37 @@ class Client:
         other = copy.copy(self)
         other._defaults = {**self._defaults, **resources}
         return other
+
+    def serve(self, name: str, command: Sequence[str] | str | None = None, *, replicas: int | tuple[int, int] = 1,
+              mem: int | str | None = None, **fields: Any) -> "ServiceHandle":
+        """Deploy an inference service (or update yours) and return its handle: ``command`` (an
+        argv, or a string split as a shell would) and/or ``image``, ``replicas`` (N or (min, max)),
+        and ServiceSpec's other fields: ``port``, ``ready_path``, ``target_qps``, ``p95_ms``,
+        ``cpus``, ``gpus``, ``gpu_type``, ``queue``, ``pools``, ``env``, ``fallback_after_seconds`` …
+        ``client.serve("chat", ["python", "server.py"], replicas=(1, 8), target_qps=20, queue="inference")``."""
+        from crossdock import serve as api
+        from crossdock.queue.serving import ServiceSpec
+
+        low, high = (replicas, replicas) if isinstance(replicas, int) else replicas
+        if command is not None:
+            fields["command"] = _argv(command)
+        if mem is not None:
+            fields["mem_mib"] = _mem_mib(mem)
+        try:
+            spec = ServiceSpec(name=name, min_replicas=low, max_replicas=high, **fields)
+        except ValidationError as exc:
+            raise InvalidArgument(validation_message(exc)) from None
+        except TypeError as exc:
+            raise InvalidArgument(f"replicas: {replicas!r}; give N or (MIN, MAX)") from exc
+        api.deploy(self.runtime, spec, self.who)
+        return api.ServiceHandle(self.runtime, name, self.who)
+
+    def service(self, name: str) -> "ServiceHandle":
+        """The handle of a service already deployed (NoSuchService if there is none)."""
+        from crossdock import serve as api
+
+        api.show(self.runtime, name)
+        return api.ServiceHandle(self.runtime, name, self.who)
 
     def submit_specs(self, specs: Iterable[JobSpec], token: str | None = None) -> list[JobHandle]:
         """Submit many specs in one atomic, pipelined step."""

@@ -14,7 +14,7 @@ from crossdock import signing
 from crossdock.backends.local import gpus
 from crossdock.backends.local.backend import local_nodes
 from crossdock.queue.admission import admit
-from crossdock.queue.errors import PermissionDenied
+from crossdock.queue.errors import InvalidJob, PermissionDenied
 from crossdock.queue.models import Job, JobSpec
 from crossdock.queue.snapshot import Node
 from crossdock.runtime import Runtime
@@ -86,6 +86,9 @@ def check(rt: Runtime, specs: Iterable[JobSpec], nodes: Sequence[Node] | None = 
     nodes = load_inventory(rt) if nodes is None else nodes
     jobs: list[Job] = []
     for group, spec in enumerate(specs):
+        if spec.service is not None:  # never preempted, never a victim: only the service controller makes one
+            raise InvalidJob("service: a job cannot claim to be a service replica; deploy a service with"
+                             " `crossdock serve` or client.serve(...), whose controller creates its replicas")
         if not spec.user:
             spec = spec.model_copy(update={"user": who.name})
         elif spec.user != who.name and not who.admin:

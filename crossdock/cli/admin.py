@@ -39,7 +39,10 @@ def config_check(path: Path = typer.Argument(..., help="a crossdock YAML config"
         for line in errors:  # file-level errors (unreadable, broken YAML) name the file already
             typer.echo(one_line(line if line.startswith(f"{path}:") else f"{path}: {line}"), err=True)
         raise typer.Exit(2)
-    warnings = lint(cfg)
+    from crossdock.runtime import Runtime
+    from crossdock.serve import declared_warnings
+
+    warnings = lint(cfg) + declared_warnings(Runtime.from_env(start_redis=False), cfg)
     for w in warnings:
         typer.echo(one_line(f"{path}: warning: {w}"), err=True)
     typer.echo(f"{path}: OK ({len(cfg.priority_classes)} priority classes, {len(cfg.pools)} pools,"

@@ -13,7 +13,7 @@ import typer.core
 from typer.core import TyperGroup
 from typer.main import get_group
 
-from crossdock.cli import admin, autoscale, deschedule, history, jobs, keys, metrics, views
+from crossdock.cli import admin, autoscale, deschedule, history, jobs, keys, metrics, services, views
 from crossdock.cli.common import one_line
 
 # Typer vendors its own click (typer._click) in recent versions; older ones use click itself.
@@ -65,6 +65,8 @@ app.command()(deschedule.deschedule)
 app.command("issue-key")(keys.issue_key)
 app.command("metrics-adapter")(metrics.metrics_adapter)
 app.add_typer(admin.config_app, name="config")
+app.command()(services.serve)
+app.add_typer(services.services_app, name="services")
 
 
 @app.command()

@@ -184,6 +184,10 @@ def show(job: str = typer.Argument(..., help="job id, array task (12_3) or array
                         "explanation": j.explanation, "events": gw.events(j.id)})
             continue
         lines = scontrol_lines(j)
+        if j.spec.service is not None:  # a replica: its service tells the rest (readiness, drain, warnings)
+            r = j.spec.service
+            lines.append(f"   Service={r.name} Replica={r.replica} Generation={r.generation}"
+                         f" (crossdock services show {r.name})")
         if j.explanation and j.state is JobState.PENDING:
             lines.append(f"   Explanation={j.explanation}")
         lines.append("   Events=")

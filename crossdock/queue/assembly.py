@@ -27,10 +27,12 @@ def allocations_of(job: Job, config: ClusterConfig) -> list[Allocation]:
     by_node: dict[str, list[str]] = {}
     for g in job.gpu_ids:
         by_node.setdefault(g.rsplit(":", 1)[0], []).append(g)
+    service = job.spec.service.name if job.spec.service is not None else None
     return [Allocation(job.id, node, cpu, mem, tuple(by_node.get(node, ())), priority=job.priority,
-                       preemptible=job.preemptible, queue=job.queue, user=job.spec.user, start_time=job.start_time,
+                       preemptible=job.preemptible and service is None, queue=job.queue, user=job.spec.user, start_time=job.start_time,
                        time_limit_seconds=job.spec.time_limit_seconds, grace_seconds=pc.grace_seconds if pc else 0,
-                       group=job.array_job_id, terminating=job.preempt_requested)
+                       group=job.array_job_id, terminating=job.preempt_requested,
+                       service=service)
             for node in job.nodes]
 
 

@@ -14,10 +14,11 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_valida
 
 from crossdock.queue.errors import ConfigError
 from crossdock.queue.ports import Capabilities
+from crossdock.queue.serving import ServiceSpec
 
 RESOURCE_WEIGHTS = ("cpu", "memory", "nvidia.com/gpu")
 SCORE_PLUGINS = ("BalancedAllocation", "CrossdockGpu", "GpuFragmentation", "LeastAllocated", "MostAllocated",
-                 "RequestedToCapacityRatio")
+                 "RequestedToCapacityRatio", "ServiceSpread")
 """The score plugins a queue's ``plugin_weights`` may name: the vocabulary of the config, kept here so
 that validating a config needs no plugin; the scheduler's registry holds exactly these scores
 (``tests/unit/scheduler/test_scheduler_framework.py`` checks both lists agree)."""
@@ -500,6 +501,38 @@ class Descheduler(_Cfg):
         return v
 
 
+class ServiceMetricsSource(_Cfg):
+    """Where services' traffic comes from: crossdock's router (its samples in the store) or a
+    Prometheus server's HTTP API (``url``, with PromQL for one service's QPS and p95 in seconds;
+    ``{service}`` in a query is the service's name)."""
+
+    source: Literal["router", "prometheus"] = "router"
+    url: str | None = Field(None, min_length=1)
+    qps_query: str | None = Field(None, min_length=1)
+    p95_query: str | None = Field(None, min_length=1)
+
+    @model_validator(mode="after")
+    def _needs_url(self) -> "ServiceMetricsSource":
+        if self.source == "prometheus" and not self.url:
+            raise ValueError("url: a prometheus source needs the server's URL, e.g. http://127.0.0.1:9090")
+        return self
+
+
+class Services(_Cfg):
+    """Inference services: the controller's pace, the traffic source, and services to deploy."""
+
+    interval_seconds: float = Field(2.0, ge=0.1, le=3600)
+    """How often the leader's controller step looks at every service."""
+    metrics: ServiceMetricsSource = Field(default_factory=ServiceMetricsSource)
+    deploy: dict[str, dict[str, Any]] = Field(default_factory=dict)
+    """Name → a service spec (``crossdock serve``'s fields: command, image, port, ready_path,
+    min_replicas, max_replicas, target_qps, p95_ms, cpus, mem_mib, gpus, queue, pools …),
+    deployed (created or updated) by the leader; owned by ``user`` (default: admins only)."""
+
+    def declared(self) -> list[ServiceSpec]:
+        return [ServiceSpec.model_validate({**entry, "name": name}) for name, entry in self.deploy.items()]
+
+
 class ClusterConfig(_Cfg):
     priority_classes: dict[str, PriorityClass] = Field(min_length=1)
     pools: dict[str, Pool] = Field(min_length=1)
@@ -511,6 +544,7 @@ class ClusterConfig(_Cfg):
     admins: list[str] = Field(default_factory=list)
     """Users (login names, or uids where the passwd database has none) who may act on anyone's
     jobs, as root may; everybody else acts on their own jobs only."""
+    services: Services = Field(default_factory=Services)
 
     @model_validator(mode="after")
     def _unique_nodes(self) -> "ClusterConfig":
@@ -524,6 +558,21 @@ class ClusterConfig(_Cfg):
                 seen[node.name] = pname
         return self
 
+    @model_validator(mode="after")
+    def _declared_services(self) -> "ClusterConfig":
+        for name, entry in self.services.deploy.items():
+            try:
+                spec = ServiceSpec.model_validate({**entry, "name": name})
+            except ValidationError as exc:
+                err = exc.errors()[0]
+                where = ".".join(str(p) for p in err["loc"])
+                raise ValueError(f"services.deploy.{name}{'.' + where if where else ''}: "
+                                 f"{err['msg'].removeprefix('Value error, ')}") from None
+            problem = service_placement_error(self, spec)
+            if problem:
+                raise ValueError(f"services.deploy.{name}.{problem}")
+        return self
+
     # --- lookups -------------------------------------------------------------------------
     def queue_name(self, requested: str | None) -> str:
         if requested:
@@ -534,6 +583,18 @@ class ClusterConfig(_Cfg):
 
     def pools_of(self, queue: str) -> list[str]:
         return list(self.queues[queue].pools)
+
+
+def service_placement_error(cfg: "ClusterConfig", spec: ServiceSpec) -> str | None:
+    """Why ``spec``'s queue or pools do not fit ``cfg`` (``field: problem; fix``), or None."""
+    queue = cfg.queue_name(spec.queue)
+    if queue not in cfg.queues:
+        return f"queue: unknown queue {queue!r}; defined: {', '.join(sorted(cfg.queues))}"
+    allowed = cfg.queues[queue].pools
+    for pool in spec.pools or ():
+        if pool not in allowed:
+            return f"pools: {pool!r} is not one of queue {queue!r}'s pools ({', '.join(allowed)}); list only those"
+    return None
 
 
 def _num(x: Any) -> Any:
@@ -692,6 +753,10 @@ def lint(cfg: ClusterConfig) -> list[str]:
             warnings.append(f"queues.{qname}.placement: spread on a preemptible class fragments GPUs; use binpack")
         if q.elastic != "none" and q.elastic.max is None:
             warnings.append(f"queues.{qname}.elastic.max: no maximum; autoscaling is unbounded — set max")
+    st = cfg.descheduler.strategies
+    if cfg.descheduler.enabled and st.LowNodeUtilization.enabled and st.HighNodeUtilization.enabled:
+        warnings.append("descheduler.strategies: LowNodeUtilization spreads and HighNodeUtilization packs;"
+                        " both enabled undo each other's moves — enable one")
     for name, pc in cfg.priority_classes.items():
         if pc.preemptible and pc.value >= max(c.value for c in cfg.priority_classes.values()):
             warnings.append(f"priority_classes.{name}: preemptible class has the highest value; nothing can preempt it")

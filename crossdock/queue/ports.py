@@ -250,10 +250,10 @@ class EvictsJobs(Protocol):
 class ReportsDisruptionBudgets(Protocol):
     """A backend that knows disruption budgets of its own (Kubernetes' PodDisruptionBudgets)."""
 
-    def disruption_budgets(self) -> list["DisruptionBudget"]:
-        """Budgets covering crossdock's jobs on this backend, as
+    def disruption_budgets(self) -> list[Any]:
+        """Budgets covering crossdock's jobs on this backend, each a
         ``crossdock.queue.deschedule.budgets.DisruptionBudget`` (not imported here: the
-        descheduling policy sits above the ports; a string annotation keeps the arrow down)."""
+        descheduling policy sits above the ports, and the arrow must point down)."""
 
 
 @runtime_checkable

@@ -228,15 +228,20 @@ class ServiceMetrics:
     """Replica ordinal → requests it is serving now."""
     window_seconds: float = 0
     at: float = 0
+    cpu_used: Mapping[int, float] = field(default_factory=dict)
+    """Replica ordinal → CPUs it uses (cores), where the source measures it: the throttling check."""
 
     def to_dict(self) -> dict:
         return {"qps": self.qps, "p95_seconds": self.p95_seconds, "window_seconds": self.window_seconds,
                 "at": self.at, "replica_qps": {str(k): v for k, v in self.replica_qps.items()},
-                "in_flight": {str(k): v for k, v in self.in_flight.items()}}
+                "in_flight": {str(k): v for k, v in self.in_flight.items()},
+                "cpu_used": {str(k): v for k, v in self.cpu_used.items()}}
 
     @classmethod
     def from_dict(cls, data: Mapping) -> "ServiceMetrics":
-        return cls(qps=float(data["qps"]), p95_seconds=None if data.get("p95_seconds") is None else float(data["p95_seconds"]),
+        p95 = data.get("p95_seconds")
+        return cls(qps=float(data["qps"]), p95_seconds=None if p95 is None else float(p95),
                    replica_qps={int(k): float(v) for k, v in (data.get("replica_qps") or {}).items()},
                    in_flight={int(k): int(v) for k, v in (data.get("in_flight") or {}).items()},
-                   window_seconds=float(data.get("window_seconds") or 0), at=float(data.get("at") or 0))
+                   window_seconds=float(data.get("window_seconds") or 0), at=float(data.get("at") or 0),
+                   cpu_used={int(k): float(v) for k, v in (data.get("cpu_used") or {}).items()})

@@ -61,6 +61,8 @@ class Allocation:
     """The array job id for array tasks (anti-affinity keeps one task of a group per node)."""
     terminating: bool = False
     """Being preempted: still holds its capacity until it is gone."""
+    service: str | None = None
+    """The inference service this allocation is a replica of: spread from its siblings, never a victim."""
 
 
 @dataclass(frozen=True, slots=True)

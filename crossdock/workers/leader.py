@@ -34,6 +34,7 @@ from crossdock.workers.autoscaler import Autoscaler, Busy, capacity_reasons
 from crossdock.workers.descheduler import Descheduler, live_destinations
 from crossdock.workers.follow import UNAVAILABLE, Follower
 from crossdock.workers.loops import Part, resilient
+from crossdock.workers.services import ServiceStep
 
 log = logging.getLogger(__name__)
 
@@ -63,11 +64,13 @@ class Scheduler:
         backends do not provide, the local fleet of ``crossdock up``)."""
         self.descheduler = Descheduler(rt, self.holder, self.snapshot)
         """Run as a step of the leader's turn, before the cycle (``descheduler.enabled``)."""
+        self.services = ServiceStep(rt, self.holder, send)
+        """Inference services: the controller's pass, run as a step of the leader's turn."""
         self._inventory: dict[str, tuple[float, Inventory]] = {}
         self._autoscaled_at = 0.0
         self.leader = False
         self.parts = {name: Part(f"{self.holder} {name}") for name in ("loop", "cycle", "reconcile", "retention",
-                                                                      "autoscale", "deschedule")}
+                                                                      "autoscale", "services", "deschedule")}
         """Each step's state (running, backing off...) and last error, for ``crossdock health``."""
 
     # --- reading ---------------------------------------------------------------------------
@@ -234,7 +237,7 @@ class Scheduler:
         retention step backs off on its own while the others go on; a failure to reach the lease
         or the pending index (the store is away) backs off the whole loop. Nothing escapes but a
         stop (see :mod:`crossdock.workers.loops`)."""
-        due = {"reconcile": 0.0, "retention": 0.0, "autoscale": 0.0, "deschedule": 0.0}
+        due = {"reconcile": 0.0, "retention": 0.0, "autoscale": 0.0, "services": 0.0, "deschedule": 0.0}
         try:
             resilient(self.parts["loop"], stop, lambda: self._turn(stop, reconcile_every, due))
         finally:
@@ -259,10 +262,13 @@ class Scheduler:
         deschedule = [("deschedule", self.rt.config.descheduler.interval_seconds, self.descheduler.pass_once)
                       ] if self.descheduler.wanted() else []
         follow = [("reconcile", reconcile_every, self.reconcile), ("retention", RETENTION_EVERY_SECONDS, self.expire)]
+        serve = [("services", self.rt.config.services.interval_seconds, self.services.pass_once)
+                 ] if self.services.wanted() else []
         # the autoscaler goes first: a backlog spike is answered before the cycle that admits
         # what fits now (a cycle over thousands of new jobs takes a second); the descheduler
         # too: a job blocked by scattered GPUs is moved for before the cycle would preempt for it
         self._steps(autoscale + deschedule, due)
+        self._steps(serve, due)  # before the cycle: new replicas are placed in the same turn
         started = time.monotonic()
         self.parts["cycle"].call(self.cycle_once)
         took = time.monotonic() - started
@@ -270,7 +276,7 @@ class Scheduler:
         # The next cycle, or the next step if one is due sooner; a cycle that took longer than
         # the interval (thousands pending) is followed by as long a wait, so that the loop takes
         # at most half a core from the workers and supervisors that run the jobs it admits.
-        soonest = min(due[step] for step, _every, _fn in autoscale + deschedule + follow) - time.monotonic()
+        soonest = min(due[step] for step, _every, _fn in autoscale + deschedule + serve + follow) - time.monotonic()
         if self._wait_for_work(stop, min(max(cfg.interval_seconds, took), max(soonest, 0.05))):
             # new jobs: the autoscaler looks at once (at most every ARRIVAL_AUTOSCALE_SECONDS
             # while they keep arriving)

@@ -34,6 +34,14 @@ class DeschedulerRecords:
                 continue  # an unreadable record counts as no move
         return out
 
+    def moved_attempt(self, job_id: int) -> int | None:
+        """The attempt of ``job_id`` the descheduler last evicted; None: never moved."""
+        raw = self.r.hget(self.k.deschedule_moves, str(job_id))
+        try:
+            return int(json.loads(raw)["attempt"]) if raw else None
+        except (ValueError, KeyError, TypeError):
+            return None
+
     def destinations(self) -> dict[int, tuple[str, int]]:
         """Job id -> (reserved node, the attempt that was evicted)."""
         out = {}
@@ -64,7 +72,8 @@ class DeschedulerRecords:
             if event == "migrated":
                 before = (history or {}).get(m.job_id)
                 pipe.hset(self.k.deschedule_moves, str(m.job_id), json.dumps(
-                    {"count": (before.count if before else 0) + 1, "last_at": now, "from": list(m.from_nodes),
+                    {"count": (before.count if before else 0) + 1, "last_at": now, "attempt": m.attempt,
+                     "from": list(m.from_nodes),
                      "to": list(m.to_nodes or ()), "why": m.reason, "strategy": m.strategy}))
             pipe.execute()
 

@@ -105,6 +105,9 @@ class ServiceStore:
         h = self.r.hgetall(self.k.service(name))
         return _record(h) if h else None
 
+    def count(self) -> int:
+        return int(self.r.scard(self.k.services))
+
     def names(self) -> list[str]:
         return sorted(self.r.smembers(self.k.services))
 
@@ -122,7 +125,8 @@ class ServiceStore:
 
     def set_override(self, name: str, replicas: int | None) -> bool:
         """Pin the replica count (``None`` clears it: the autoscaler decides again)."""
-        return bool(self._hset_if_exists(keys=[self.k.service(name)], args=["override", "" if replicas is None else replicas]))
+        value = "" if replicas is None else replicas
+        return bool(self._hset_if_exists(keys=[self.k.service(name)], args=["override", value]))
 
     def set_address(self, name: str, address: str | None) -> bool:
         """Where clients reach the service (``host:port``), set by whoever routes to it."""

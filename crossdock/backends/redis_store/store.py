@@ -351,8 +351,10 @@ class JobStore:
         client = self.r.pipeline(transaction=True) if own else pipe
         queued = 0
         if requeue and not cancelled:
-            self.requeue(job_id, actor=actor, reason=Reason.PREEMPTED, unless="cancel_requested", attempt=attempt,
-                         only_from=(JobState.PREEMPTED,), pipe=client)
+            # an attempt the descheduler evicted goes back as Migrated (its event says from where and why)
+            moved = attempt is not None and self.deschedule.moved_attempt(job_id) == attempt
+            self.requeue(job_id, actor=actor, reason=Reason.MIGRATED if moved else Reason.PREEMPTED,
+                         unless="cancel_requested", attempt=attempt, only_from=(JobState.PREEMPTED,), pipe=client)
             queued += 1
         why = Reason.CANCELLED_BY_USER if cancelled else reason
         self.transition(job_id, JobState.CANCELLED, actor=actor, reason=why, fields={"end_time": utcnow()},

@@ -50,7 +50,7 @@ WAITING_REASONS = frozenset({Reason.NONE, Reason.RESOURCES, Reason.PRIORITY, Rea
 do not ask for nodes."""
 PLACEMENT_FIELDS = ("cpus_per_task", "ntasks", "nodes", "ntasks_per_node", "mem_per_node_mib", "mem_per_cpu_mib",
                     "time_limit_seconds", "exclusive", "placement", "anti_affinity", "topology", "nice", "constraint")
-PLACEMENT_COLLECTIONS = ("gres", "gpus", "nodelist", "exclude", "node_selector", "tolerations")
+PLACEMENT_COLLECTIONS = ("gres", "gpus", "nodelist", "exclude", "node_selector", "tolerations", "service")
 """The JobSpec fields :func:`build_request` reads for a job's fit (the job's own ``queue``, ``pools``
 and class decide the rest); jobs equal in these have equal requests. ``tests/unit/autoscale``
 checks that every other field is one placement does not read."""

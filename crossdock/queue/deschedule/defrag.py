@@ -36,8 +36,8 @@ LANDING_TRIES = 5000
 
 @dataclass
 class Found:
-    job: Job
     node: int
+    """The node freed for the blocked job."""
     moves: list[tuple[Candidate, int]]
     """Each moved job with its destination node."""
 
@@ -126,7 +126,7 @@ def _search(view: View, evictor: Evictor, job: Job, req: Request, cap: int, limi
                     continue
                 moves = _try(view, req, i, list(combo))
                 if moves is not None:
-                    return Found(job, i, moves)
+                    return Found(i, moves)
     return None
 
 

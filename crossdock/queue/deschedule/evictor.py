@@ -12,7 +12,7 @@ from __future__ import annotations
 from datetime import datetime
 
 from crossdock.queue.config import ClusterConfig
-from crossdock.queue.deschedule.budgets import BudgetLedger, DisruptionBudget
+from crossdock.queue.deschedule.budgets import BudgetLedger
 from crossdock.queue.deschedule.view import Candidate, is_service_replica
 from crossdock.queue.states import JobState
 
@@ -27,11 +27,10 @@ def threshold_of(config: ClusterConfig) -> int | None:
 
 
 class Evictor:
-    def __init__(self, config: ClusterConfig, budgets: list[DisruptionBudget], ledger: BudgetLedger, now: datetime):
+    def __init__(self, config: ClusterConfig, ledger: BudgetLedger, now: datetime):
         self.cfg = config.descheduler
         self.threshold = threshold_of(config)
         self.ledger, self.now = ledger, now.timestamp()
-        self.budgets = budgets
         self.per_node: dict[str, int] = {}
         self.per_queue: dict[str, int] = {}
         self.total = 0

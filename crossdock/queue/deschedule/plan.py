@@ -26,7 +26,7 @@ def plan(snapshot: Snapshot, pending: Sequence[Job], active: Sequence[Job], conf
     cfg = config.descheduler
     view = View(snapshot, pending, active, config, now, history)
     budgets = [*declared_budgets(cfg.budgets), *reported]
-    evictor = Evictor(config, budgets, BudgetLedger(budgets, view.subjects), now)
+    evictor = Evictor(config, BudgetLedger(budgets, view.subjects), now)
     skipped: list[Skipped] = []
     migrations: list[Migration] = []
     unblocked: list[int] = []

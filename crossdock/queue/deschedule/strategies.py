@@ -24,7 +24,7 @@ from crossdock.queue.config import (HighNodeUtilizationArgs, LowNodeUtilizationA
                                     RemovePodsViolatingTopologySpreadConstraintArgs)
 from crossdock.queue.deschedule.evictor import Evictor
 from crossdock.queue.deschedule.migration import Migration, Skipped
-from crossdock.queue.deschedule.view import Candidate, View, away_from
+from crossdock.queue.deschedule.view import Candidate, View
 from crossdock.queue.scheduler.inventory import NO_POD_LIMIT
 from crossdock.queue.scheduler.placement import choose
 

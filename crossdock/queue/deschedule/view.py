@@ -25,8 +25,8 @@ from crossdock.queue.states import JobState
 
 
 def is_service_replica(job: Job) -> bool:
-    """A replica of an inference service (``JobSpec.service``, issue 14): never moved."""
-    return getattr(job.spec, "service", None) is not None
+    """A replica of an inference service (``JobSpec.service``): never moved."""
+    return job.spec.service is not None
 
 
 @dataclass(frozen=True)

@@ -36,6 +36,7 @@ class Assignment:
     slices: list[tuple[str, str]] = field(default_factory=list)
     """(profile, slice id)."""
     group: int | None = None
+    service: str | None = None
 
     def gpu_ids(self, inv: "Inventory") -> tuple[str, ...]:
         if not self.devices and not self.slices:
@@ -110,6 +111,8 @@ class Inventory:
         self.mig_free = {p: np.array([len(s.get(p, ())) for s in self.slice_free], np.int64) for p in profiles}
         self.group_nodes: dict[int, set[int]] = {}
         """Anti-affinity group -> nodes running one of its workers."""
+        self.service_nodes: dict[str, dict[int, int]] = {}
+        """Inference service -> node -> its replicas there (the ServiceSpread plugin)."""
         shapes: dict[tuple, int] = {}
         self.shape_id = np.array([shapes.setdefault((x.cpu_milli, x.memory_mib, self.model[i], tuple(self.dev_island[i]),
                                                      int(self.gpu_total[i])), len(shapes))
@@ -213,6 +216,8 @@ class Inventory:
                 self.dev_free[i, cols[gid]] -= max(1, round(frac * FULL))
         if a.job_id is not None:
             self.group_nodes.setdefault(a.group if a.group is not None else a.job_id, set()).add(i)
+        if a.service is not None:
+            self._count_service(a.service, i, 1)
         if refresh:
             self.refresh(i)
 
@@ -232,6 +237,8 @@ class Inventory:
         for gid, frac in a.gpu_share.items():
             if gid in cols:
                 self.dev_free[i, cols[gid]] += max(1, round(frac * FULL))
+        if a.service is not None:
+            self._count_service(a.service, i, -1)
         self.version += not self.quiet
         self.refresh(i)
 
@@ -252,7 +259,7 @@ class Inventory:
 
     # --- taking capacity ---------------------------------------------------------------------
     def take(self, i: int, cpu: int, mem: int, devices: list[tuple[int, int]], slices: list[tuple[str, str]],
-             group: int | None) -> Assignment:
+             group: int | None, service: str | None = None) -> Assignment:
         self._use(i, cpu, mem, 1)
         for c, amount in devices:
             if self.dev_free[i, c] < amount:
@@ -262,8 +269,10 @@ class Inventory:
             self.slice_free[i][profile].remove(sid)
         if group is not None:
             self.group_nodes.setdefault(group, set()).add(i)
+        if service is not None:
+            self._count_service(service, i, 1)
         self.refresh(i)
-        return Assignment(i, cpu, mem, devices, slices, group)
+        return Assignment(i, cpu, mem, devices, slices, group, service)
 
     def undo(self, a: Assignment) -> None:
         i = a.node
@@ -275,8 +284,18 @@ class Inventory:
             self.slice_free[i][profile].sort()
         if a.group is not None:
             self.group_nodes.get(a.group, set()).discard(i)
+        if a.service is not None:
+            self._count_service(a.service, i, -1)
         self.version += not self.quiet
         self.refresh(i)
+
+    def _count_service(self, service: str, i: int, change: int) -> None:
+        counts = self.service_nodes.setdefault(service, {})
+        left = counts.get(i, 0) + change
+        if left > 0:
+            counts[i] = left
+        else:
+            counts.pop(i, None)
 
 
 def slice_id(device_id: str, profile: str, k: int) -> str:

@@ -23,6 +23,7 @@ import numpy as np
 from crossdock.queue.scheduler import gpus
 from crossdock.queue.scheduler.framework import CycleState
 from crossdock.queue.scheduler.inventory import FULL, Assignment, Inventory
+from crossdock.queue.scheduler.plugins import service_spread
 from crossdock.queue.scheduler.registry import Profile, passing
 from crossdock.queue.scheduler.request import Request
 
@@ -167,7 +168,7 @@ def assign_worker(inv: Inventory, req: Request, i: int) -> Assignment | None:
         if picked is None:
             return None
         slices = [(req.mig or "", s) for s in picked]
-    return inv.take(i, cpu, mem, devices, slices, req.group if req.anti_affinity else None)
+    return inv.take(i, cpu, mem, devices, slices, req.group if req.anti_affinity else None, req.service)
 
 
 def score_distinct(state: CycleState, profile: Profile, req: Request, cand: np.ndarray) -> np.ndarray:
@@ -310,6 +311,13 @@ def _domains(state: CycleState, req: Request, feasible: np.ndarray, scores: np.n
 
 def choose(state: CycleState, profile: Profile, req: Request) -> np.ndarray | None:
     """The node indexes the workers go to, best first; None when no node (or too few) fits."""
+    if req.service is not None:  # a service replica: among every feasible node, spread first
+        cand = service_spread.prefer(state, req, feasible(state, profile, req))
+        if len(cand) < req.nodes:
+            return None
+        scores = score_distinct(state, profile, req, cand)
+        order = np.lexsort((cand, -scores))
+        return cand[order[:req.nodes]]
     if req.nodes == 1 and _wants_gpu(req):  # every feasible node is scored: pick over the node array
         cand, whole = _feasible(state, profile, req)
         if whole is not None:

@@ -84,8 +84,8 @@ class Preemptor:
         a_slices: list[int] = []
         self.shared_nodes: set[int] = set()
         for a in allocations:
-            if a.job_id is None or not a.preemptible or a.terminating:
-                continue
+            if a.job_id is None or not a.preemptible or a.terminating or a.service is not None:
+                continue  # a service replica is never a victim, whatever its priority class says
             i = index.get(a.node)
             if i is None:
                 continue

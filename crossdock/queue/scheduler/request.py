@@ -58,6 +58,8 @@ class Request:
     limit_error: str | None = None
     grace_seconds: int = 30
     nice: int = 0
+    service: str | None = None
+    """The inference service a replica job belongs to (``JobSpec.service.name``): spread, never a victim."""
     skey: tuple = field(init=False, repr=False, compare=False)
     hkey: tuple = field(init=False, repr=False, compare=False)
 
@@ -117,8 +119,10 @@ def build_request(job: Job, config: ClusterConfig) -> Request:
     limit = spec.time_limit_seconds
     if limit is None and queue is not None and queue.default_time_minutes:
         limit = queue.default_time_minutes * 60
+    service = fields.get("service")
     return Request(
-        job_id=job.id, queue=job.queue, user=spec.user, priority=job.priority, preemptible=job.preemptible,
+        job_id=job.id, queue=job.queue, user=spec.user, priority=job.priority,
+        preemptible=job.preemptible and service is None,
         can_preempt=pc is not None and pc.preemption_policy != "Never", pools=pools, nodes=spec.nodes,
         cpu_milli=max(1, int(cpus * 1000 * ratio)), memory_mib=mem, gpus=gpus, gpu_share_milli=share, mig=mig,
         mig_count=mig_count, models=models, nodelist=frozenset(spec.nodelist), exclude=frozenset(spec.exclude),
@@ -128,7 +132,8 @@ def build_request(job: Job, config: ClusterConfig) -> Request:
         topology_key=fields.get("topology"), exclusive=spec.exclusive,
         time_limit_s=float(limit) if limit else None, submit_time=job.submit_time,
         placement=spec.placement or (queue.placement if queue else "binpack"), limit_error=limit_error,
-        grace_seconds=pc.grace_seconds if pc else 30, nice=spec.nice)
+        grace_seconds=pc.grace_seconds if pc else 30, nice=spec.nice,
+        service=service.name if service is not None else None)
 
 
 def _toleration(t: dict[str, str] | Toleration) -> Toleration:

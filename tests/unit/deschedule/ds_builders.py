@@ -92,3 +92,34 @@ def fragmented(jobs: Jobs, used: Sequence[int], queue: str = "low") -> None:
     for i, n in enumerate(used):
         for _ in range(n):
             jobs.run(queue, f"n{i}", 1)
+
+
+def apply(jobs: Jobs, plan_: DeschedulePlan) -> dict[int, str]:
+    """Carry a plan out as the live plane would: every moved job back to PENDING (a new attempt);
+    returns the reserved destinations (job id -> node)."""
+    by_id = {j.id: j for j in jobs.active}
+    dest = {}
+    for m in plan_.migrations:
+        job = by_id[m.job_id]
+        jobs.active.remove(job)
+        for n in job.nodes:
+            jobs.used[n] = jobs.used.get(n, 0) - len([g for g in job.gpu_ids if g.startswith(n + ":")])
+        job.state, job.nodes, job.gpu_ids, job.start_time = JobState.PENDING, [], [], None
+        jobs.pending.append(job)
+        if m.to_nodes:
+            dest[m.job_id] = m.to_nodes[0]
+    return dest
+
+
+def admit(jobs: Jobs, result: Any, now: datetime = NOW) -> None:
+    """Start what a cycle admitted."""
+    by_id = {j.id: j for j in jobs.pending}
+    for p in result.admitted:
+        job = by_id[p.job_id]
+        jobs.pending.remove(job)
+        job.state, job.nodes, job.gpu_ids, job.start_time = JobState.RUNNING, list(p.nodes), list(p.gpu_ids), now
+        job.attempts += 1
+        job.alloc_cpu_milli = p.cpu_milli
+        for n in p.nodes:
+            jobs.used[n] = jobs.used.get(n, 0) + len([g for g in p.gpu_ids if g.startswith(n + ":")])
+        jobs.active.append(job)

@@ -72,3 +72,47 @@ def test_service_transitions(old, new, ok):
 def test_metrics_round_trip():
     m = ServiceMetrics(qps=3.5, p95_seconds=None, replica_qps={1: 3.5}, in_flight={1: 0}, window_seconds=5, at=2.0)
     assert ServiceMetrics.from_dict(m.to_dict()) == m
+
+
+def _config(services: dict):
+    from crossdock.queue.config import parse_config
+
+    return parse_config({
+        "priority_classes": {"inference": {"value": 1000}},
+        "pools": {"l4": {"backend": "k8s"}, "cpu": {"backend": "k8s"}, "hpc": {"backend": "slurm", "partition": "cpu"}},
+        "queues": {"inference": {"priority_class": "inference", "pools": ["l4", "cpu"], "cpu_request_ratio": 0.5}},
+        "services": services})
+
+
+def test_a_services_block_declares_services_and_names_bad_fields():
+    from crossdock.queue.errors import ConfigError
+
+    cfg = _config({"interval_seconds": 1, "deploy": {"chat": {"command": ["s"], "max_replicas": 4, "pools": ["l4"]}}})
+    (spec,) = cfg.services.declared()
+    assert (spec.name, spec.max_replicas, spec.pools, cfg.services.interval_seconds) == ("chat", 4, ["l4"], 1)
+    assert _config({}).services.deploy == {} and _config({}).services.metrics.source == "router"
+    for services, needle in [
+        ({"deploy": {"chat": {"command": ["s"], "pools": ["hpc"]}}},
+         "services.deploy.chat.pools: 'hpc' is not one of queue 'inference''s pools (l4, cpu)"),
+        ({"deploy": {"chat": {"command": ["s"], "queue": "batch"}}}, "services.deploy.chat.queue: unknown queue 'batch'"),
+        ({"deploy": {"chat": {"command": ["s"], "cpus": 0}}}, "services.deploy.chat.cpus: Input should be greater"),
+        ({"deploy": {"Chat": {"command": ["s"]}}}, "services.deploy.Chat: name: 'Chat' is not a service name"),
+        ({"metrics": {"source": "prometheus"}}, "a prometheus source needs the server's URL"),
+        ({"interval_seconds": 0}, "services.interval_seconds: must be ≥ 0.1"),
+    ]:
+        with pytest.raises(ConfigError) as exc:
+            _config(services)
+        assert any(needle in e for e in exc.value.errors), exc.value.errors
+
+
+@pytest.mark.parametrize(("cpus", "ratio", "used", "warned", "fix"), [
+    (1, 1.0, 2.5, True, 2), (2, 1.0, 2.5, False, None), (4, 0.5, 2.6, True, 5), (1, 1.0, None, False, None),
+    (1, 1.0, 1.25, False, None),
+], ids=["below", "enough", "ratio", "unmeasured", "at-0.8"])
+def test_throttling_warning_compares_the_request_with_0_8_of_measured_use(cpus, ratio, used, warned, fix):
+    from crossdock.queue.services.replicas import throttling_warning
+
+    found = throttling_warning(ServiceSpec(name="chat", command=["s"], cpus=cpus), ratio, used)
+    assert (found is not None) == warned
+    if warned:
+        assert f"raise cpus to at least {fix}" in found and "below 0.8" in found

@@ -22,5 +22,6 @@ from crossdock.queue.scheduler.plugins import (  # noqa: F401
     pool_membership,
     requested_to_capacity_ratio,
     reserved_capacity,
+    service_spread,
     taint_toleration,
 )
