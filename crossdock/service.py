@@ -231,3 +231,21 @@ def history(rt: Runtime, since: float | None = None, until: float | None = None,
     """Records of jobs that expired from the hot keys (``scheduler.min_job_age_seconds`` after
     their end), by end time: who, what, where, how it ended (``crossdock history`` and the API)."""
     return rt.store.history(since=since, until=until, limit=limit)
+
+
+def deschedule(rt: Runtime, dry_run: bool = False) -> dict:
+    """``crossdock deschedule``: the leader's last plan (``at`` None before any), or with ``dry_run``
+    a plan made now from the store and the backends, which moves and writes nothing:
+    ``{"at", "dry_run", "migrations": [...], "skipped": [...], "unblocked": [...]}``."""
+    if not dry_run:
+        return rt.store.deschedule.last_plan() or {"at": None, "migrations": [], "skipped": [], "unblocked": []}
+    import time as _time
+
+    from crossdock.queue.deschedule.migration import plan_report
+    from crossdock.workers.descheduler import Descheduler
+    from crossdock.workers.leader import Scheduler
+
+    scheduler = Scheduler(rt, send=lambda *args, **kw: None, holder="deschedule-dry-run")
+    planner = Descheduler(rt, scheduler.holder, lambda pending, active: scheduler.snapshot(pending, active, read_only=True))
+    result, _jobs = planner.plan_once()
+    return {"at": _time.time(), "dry_run": True, **plan_report(result)}

@@ -18,8 +18,9 @@ cleanup() {
 trap cleanup EXIT
 
 $py -m crossdock.dev.slurm up || { echo "local Slurm cluster failed to start" >&2; exit 1; }
-# Kubernetes binaries (and Karpenter, for the node-pool tests) are built from the pinned upstream
-# modules once (about 9 + 4 minutes cold on 2 idle cores) and cached in ~/.cache/crossdock/k8s; later
+# Kubernetes binaries (and Karpenter, for the node-pool tests; the upstream descheduler, for the
+# descheduler's comparison) are built from the pinned upstream modules once (about 9 + 4 + 5 minutes
+# cold on 2 idle cores) and cached in ~/.cache/crossdock/k8s; later
 # runs reuse them. `up` starts Karpenter beside the plane.
 $py -m crossdock.dev.k8s build || { echo "building the Kubernetes control plane failed" >&2; exit 1; }
 $py -m crossdock.dev.k8s up || { echo "local Kubernetes control plane failed to start" >&2; exit 1; }

@@ -13,7 +13,7 @@ import typer.core
 from typer.core import TyperGroup
 from typer.main import get_group
 
-from crossdock.cli import admin, autoscale, events, history, jobs, keys, metrics, services, views
+from crossdock.cli import admin, autoscale, deschedule, events, history, jobs, keys, metrics, services, views
 from crossdock.cli.common import one_line
 
 # Typer vendors its own click (typer._click) in recent versions; older ones use click itself.
@@ -61,6 +61,7 @@ app.command()(admin.info)
 app.command()(admin.up)
 app.command()(admin.health)
 app.command()(autoscale.autoscale)
+app.command()(deschedule.deschedule)
 app.command("issue-key")(keys.issue_key)
 app.command("metrics-adapter")(metrics.metrics_adapter)
 app.command()(events.events)

@@ -169,7 +169,8 @@ def replay(nodes: Optional[Path] = NODES_OPT, pods: Optional[Path] = PODS_OPT,
 def scenario(path: Path = typer.Argument(Path("configs/scenarios/mixed-gpu-cluster.yaml"), help="scenario YAML"),
              seed: int = typer.Option(42, "--seed"),
              pods: Optional[Path] = typer.Option(None, "--pods", help="elastic scenarios: a pod list with submit "
-                                                 "times instead of the file's trace.pods"),
+                                                 "times instead of the file's trace.pods; other scenarios: take the "
+                                                 "arrivals' times of day from this pod list (the Alibaba arrivals)"),
              keda_factors: str = typer.Option("", "--keda-per-replica", help="elastic scenarios: also run the "
                                               "KEDA-like poll with every per_replica times these factors, e.g. 0.5,0.75"),
              as_json: bool = typer.Option(False, "--json"),
@@ -187,7 +188,15 @@ def scenario(path: Path = typer.Argument(Path("configs/scenarios/mixed-gpu-clust
         sc = load_scenario(path)
     except ScenarioError as exc:
         _fail(str(exc))
-    results = run_scenario(sc, seed=seed)
+    times_of_day = None
+    if pods is not None:
+        from crossdock.sim.trace import load_pods
+
+        try:
+            times_of_day = load_pods(pods).creation % 86400.0
+        except (OSError, ValueError) as exc:
+            _fail(f"--pods {pods}: {exc}")
+    results = run_scenario(sc, seed=seed, times_of_day=times_of_day)
     if plot is not None:
         from crossdock.sim.scenario import plot_scenario
 

@@ -93,6 +93,8 @@ class Records:
     """Facts of the ``wanted`` jobs that are neither pending nor active."""
     nominations: Mapping[int, str] = field(default_factory=dict)
     usage: Mapping[str, float] = field(default_factory=dict)
+    destinations: Mapping[int, str] = field(default_factory=dict)
+    """The descheduler's reserved destinations of moved jobs (job id -> node)."""
 
 
 def build_snapshot(records: Records, config: ClusterConfig) -> Snapshot:
@@ -113,4 +115,5 @@ def build_snapshot(records: Records, config: ClusterConfig) -> Snapshot:
     return Snapshot(nodes=tuple(records.nodes), allocations=tuple(allocations), jobs=facts,
                     running_per_array=running_per_array, usage=dict(records.usage),
                     nominations={k: v for k, v in records.nominations.items() if k in pending_ids},
-                    backend_queued=backend_queued)
+                    backend_queued=backend_queued,
+                    destinations={k: v for k, v in records.destinations.items() if k in known})

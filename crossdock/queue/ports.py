@@ -10,6 +10,7 @@ method is a small Protocol beside it (``SupportsArrays``, ``SweepsOrphans`` …)
 from __future__ import annotations
 
 from dataclasses import dataclass, field
+from enum import StrEnum
 from typing import Any, Collection, Iterable, Mapping, Protocol, Sequence, runtime_checkable
 
 from crossdock.queue.errors import CrossdockError
@@ -70,6 +71,9 @@ class Capabilities:
     """Tells when a job would start if sent now (``EstimatesStart``), for bursting between backends."""
     signals: bool = False
     """Delivers ``--signal`` (``JobSpec.kill_signal``) before the time limit."""
+    evicts: bool = False
+    """Stops a running job so that it is placed again elsewhere, honouring disruption budgets
+    (``EvictsJobs``): the descheduler's way to move work."""
     services: bool = False
     """Runs the replicas of inference services (``RunsServices``): readiness, drain, a stable address."""
 
@@ -218,6 +222,38 @@ class EstimatesStart(Protocol):
 @runtime_checkable
 class ServesLogs(Protocol):
     def logs(self, job: Job, *, tail_lines: int | None = None, worker: int = 0) -> str: ...
+
+
+class Eviction(StrEnum):
+    """What asking a backend to evict one job came to (``EvictsJobs.evict``)."""
+
+    EVICTED = "evicted"
+    """The job is being stopped (its grace period runs) and goes back to the queue."""
+    REFUSED_BY_BUDGET = "refused_by_budget"
+    """A disruption budget refused it (Kubernetes' 429 from a PodDisruptionBudget): nothing was
+    stopped; try again in a later cycle, never at once."""
+    GONE = "gone"
+    """The job was no longer there to evict (finished, or lost): nothing to do."""
+
+
+@runtime_checkable
+class EvictsJobs(Protocol):
+    """A backend that evicts running jobs for the descheduler (``Capabilities.evicts``)."""
+
+    def evict(self, job: Job, grace_seconds: int) -> Eviction:
+        """Stop ``job``'s attempt with ``grace_seconds`` between SIGTERM and SIGKILL so that it is
+        requeued (the job's requeue policy and the backend's own budgets hold: Kubernetes' Eviction
+        API, Slurm's requeue, the local requeue). Idempotent per attempt."""
+
+
+@runtime_checkable
+class ReportsDisruptionBudgets(Protocol):
+    """A backend that knows disruption budgets of its own (Kubernetes' PodDisruptionBudgets)."""
+
+    def disruption_budgets(self) -> list[Any]:
+        """Budgets covering crossdock's jobs on this backend, each a
+        ``crossdock.queue.deschedule.budgets.DisruptionBudget`` (not imported here: the
+        descheduling policy sits above the ports, and the arrow must point down)."""
 
 
 @runtime_checkable

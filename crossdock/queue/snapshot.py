@@ -93,6 +93,9 @@ class Snapshot:
     """Pending preemptor job id -> node whose capacity is being freed for it (from earlier cycles)."""
     backend_queued: Mapping[str, int] = field(default_factory=lambda: MappingProxyType({}))
     """Pool -> jobs handed to its backend's own queue that have no node yet (``backend_queue``)."""
+    destinations: Mapping[int, str] = field(default_factory=lambda: MappingProxyType({}))
+    """Job moved by the descheduler (still stopping, or pending again) -> the node reserved for it:
+    its capacity is held there and the job tries that node first (``deschedule.defrag``)."""
     start_estimates: Mapping[int, Mapping[str, float]] = field(default_factory=lambda: MappingProxyType({}))
     """Pending job -> pool -> seconds until it would start there if sent now, for jobs of queues
     that burst between backends (:mod:`crossdock.queue.bursting`); absent: not estimated."""

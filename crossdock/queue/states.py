@@ -131,5 +131,7 @@ class Reason(StrEnum):
     CANCELLED_BY_USER = "CancelledByUser"
     NODE_LOST = "NodeLost"
     PREEMPTED = "Preempted"
+    MIGRATED = "Migrated"
+    """Evicted by the descheduler to be placed elsewhere (the event says from where and why)."""
     OUT_OF_MEMORY = "OutOfMemory"
     """Went past its memory request and was killed."""

@@ -30,7 +30,7 @@ from crossdock.sim.trace import MILLI, NodeTable, PodTable
 from crossdock.queue.scheduler.plugins import gpu_frag
 from crossdock.queue.scheduler.plugins.gpu_frag import TypicalPods
 
-ARRIVE, FINISH = 0, 1
+ARRIVE, FINISH, TICK = 0, 1, 2
 MAX_PREEMPT_TRIES = 8
 MAX_DEFRAG_TRIES = 2
 PREEMPT_NODES = 32
@@ -128,7 +128,7 @@ class DynamicResult:
 
 class _Sim:
     def __init__(self, nodes: NodeTable, jobs: Sequence[SimJob], typical: TypicalPods | None, seed: int,
-                 preemption: bool, defrag: bool, scan_limit: int, sample_every_s: float):
+                 preemption: bool, defrag: bool, scan_limit: int, sample_every_s: float, descheduler: Any = None):
         self.state = ClusterState(nodes, typical)
         self.rng = np.random.default_rng(seed)
         self.state.tie_rank = self.rng.permutation(len(nodes))
@@ -146,6 +146,8 @@ class _Sim:
         self.sample_every = sample_every_s
         self.next_sample = 0.0
         self.policies = {name: get_policy(name) for name in {j.policy for j in self.jobs}}
+        self.descheduler = descheduler
+        """A :class:`crossdock.sim.deschedule.SimDescheduler` run every ``interval`` simulated seconds."""
 
     def push(self, t: float, kind: int, job: SimJob) -> None:
         self.seq += 1
@@ -326,12 +328,19 @@ class _Sim:
         by_id = {j.id: j for j in self.jobs}
         for j in self.jobs:
             self.push(j.arrival, ARRIVE, j)
+        if self.descheduler is not None:  # the descheduler runs on its own clock, not only at events
+            self.seq += 1
+            heapq.heappush(self.heap, (self.descheduler.interval, TICK, self.seq, -1))
         last = 0.0
         while self.heap:
             t, kind, _, key = heapq.heappop(self.heap)
             if horizon_s is not None and t > horizon_s:
                 break
-            if kind == FINISH:
+            if kind == TICK:
+                if any(k != TICK for _, k, _, _ in self.heap) or self.pending:
+                    self.seq += 1
+                    heapq.heappush(self.heap, (t + self.descheduler.interval, TICK, self.seq, -1))
+            elif kind == FINISH:
                 job = by_id[key // 1_000_000]
                 if self.epoch.get(job.id) != key % 1_000_000 or job.id not in self.running:
                     continue  # a stale completion of a preempted attempt
@@ -343,28 +352,36 @@ class _Sim:
             if self.heap and self.heap[0][0] == t:
                 continue
             self._schedule(t)
+            if self.descheduler is not None and t >= self.descheduler.next_at:
+                self.descheduler.next_at = t + self.descheduler.interval
+                if self.descheduler.run(self, t):
+                    self._schedule(t)
             if t >= self.next_sample:
                 self._sample(t)
                 self.next_sample = t + self.sample_every
             last = t
         horizon = (horizon_s if horizon_s is not None else last) / 3600
         arr = np.array(self.samples) if self.samples else np.zeros((1, 5))
-        return DynamicResult(self.jobs, arr[:, 0], arr[:, 1], arr[:, 2], arr[:, 3], horizon,
-                             self.state.total_gpu_milli // MILLI, self.preemptions, self.migrations,
-                             self.lost_gpu_hours, scattered_gpus=arr[:, 4])
+        result = DynamicResult(self.jobs, arr[:, 0], arr[:, 1], arr[:, 2], arr[:, 3], horizon,
+                               self.state.total_gpu_milli // MILLI, self.preemptions, self.migrations,
+                               self.lost_gpu_hours, scattered_gpus=arr[:, 4])
+        if self.descheduler is not None:
+            result.extra["migration_lost_gpu_hours"] = round(self.descheduler.lost_gpu_hours, 1)
+        return result
 
 
 def simulate(nodes: NodeTable, jobs: Sequence[SimJob], typical: TypicalPods | None = None, seed: int = 42,
              preemption: bool = False, defrag: bool = False, horizon_s: float | None = None,
-             scan_limit: int = 256, sample_every_s: float = 60.0) -> DynamicResult:
+             scan_limit: int = 256, sample_every_s: float = 60.0, descheduler: Any = None) -> DynamicResult:
     """Run ``jobs`` (arrival/duration in seconds) on ``nodes``; see the module docstring.
-    ``typical`` defaults to the typical pods of the GPU jobs given."""
+    ``typical`` defaults to the typical pods of the GPU jobs given; ``descheduler``: the live
+    descheduling policy, run periodically (:mod:`crossdock.sim.deschedule`)."""
     if typical is None:
         gpu = [j.req for j in jobs if j.req.num > 0]
         if gpu:
             typical = gpu_frag.typical_pods(np.array([r.cpu for r in gpu]), np.array([r.milli for r in gpu]),
                                             np.array([r.num for r in gpu]), np.array([r.spec for r in gpu]))
-    return _Sim(nodes, jobs, typical, seed, preemption, defrag, scan_limit, sample_every_s).run(horizon_s)
+    return _Sim(nodes, jobs, typical, seed, preemption, defrag, scan_limit, sample_every_s, descheduler).run(horizon_s)
 
 
 def replay_trace(nodes: NodeTable, pods: PodTable, policy: str = "crossdock", seed: int = 42,

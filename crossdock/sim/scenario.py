@@ -95,6 +95,9 @@ class Setup(_M):
     label: str = ""
     preemption: bool = False
     defragmentation: bool = False
+    descheduler: dict[str, Any] | None = None
+    """The live descheduler (``crossdock.queue.deschedule``) with this ``descheduler:`` config block
+    (``interval_seconds`` is simulated time); None: off."""
     classes: dict[str, ClassSetup]
 
 
@@ -171,12 +174,23 @@ def _arrivals(spec: WorkloadSpec, hours: float, rng: np.random.Generator) -> np.
     return t * 3600
 
 
-def generate_jobs(sc: Scenario, seed: int) -> list[dict[str, Any]]:
-    """The scenario's arrivals, identical for every setup of a seed."""
+def trace_arrivals(spec: WorkloadSpec, hours: float, times_of_day: np.ndarray, rng: np.random.Generator) -> np.ndarray:
+    """As many arrivals as the Poisson process would give, at times of day drawn from a trace's
+    own submit times (its diurnal shape; bursts come from the trace, not from ``burst``)."""
+    n = rng.poisson(spec.rate_per_hour * hours)
+    days = int(np.ceil(hours / 24))
+    t = rng.choice(times_of_day, size=n) + rng.integers(0, days, size=n) * 86400.0
+    return np.sort(t[t < hours * 3600])
+
+
+def generate_jobs(sc: Scenario, seed: int, times_of_day: np.ndarray | None = None) -> list[dict[str, Any]]:
+    """The scenario's arrivals, identical for every setup of a seed; ``times_of_day`` (seconds in
+    0–86400, e.g. the Alibaba trace's submit times folded onto a day) replaces the Poisson timing."""
     rng = np.random.default_rng(seed)
     out: list[dict[str, Any]] = []
     for klass, spec in sc.workloads.items():
-        times = _arrivals(spec, sc.hours, rng)
+        times = (_arrivals(spec, sc.hours, rng) if times_of_day is None
+                 else trace_arrivals(spec, sc.hours, times_of_day, rng))
         n = len(times)
         if spec.gpus:
             keys = np.array(list(spec.gpus))
@@ -221,15 +235,29 @@ def run_setup(sc: Scenario, setup_name: str, jobs: list[dict[str, Any]], seed: i
                                PodReq(j["cpu"], j["mem"], j["num"], j["milli"], PodTable.ANY, k),
                                cs.priority, cs.preemptible and setup.preemption, cs.placement, allowed,
                                pools=[pools[p] for p in cs.pools], checkpoint_s=cs.checkpoint_minutes * 60))
+    desched = None
+    if setup.descheduler is not None:
+        from crossdock.sim.deschedule import SimDescheduler, sim_config
+
+        block = dict(setup.descheduler)
+        interval = float(block.pop("interval_seconds", 300))
+        classes = {c: {"priority": cs.priority, "preemptible": cs.preemptible, "pools": cs.pools,
+                       "placement": cs.placement} for c, cs in setup.classes.items()}
+        pool_of = [""] * len(nodes)
+        for p, idx in pools.items():
+            for i in idx.tolist():
+                pool_of[i] = p
+        desched = SimDescheduler(sim_config(classes, list(sc.pools), block), pool_of, interval)
     result = simulate(nodes, sim_jobs, _typical(jobs), seed=seed, preemption=setup.preemption,
-                      defrag=setup.defragmentation, horizon_s=sc.hours * 3600, sample_every_s=300.0)
+                      defrag=setup.defragmentation, horizon_s=sc.hours * 3600, sample_every_s=300.0,
+                      descheduler=desched)
     result.extra["setup"] = setup_name
     result.extra["label"] = setup.label
     return result
 
 
-def run_scenario(sc: Scenario, seed: int = 42) -> dict[str, DynamicResult]:
-    jobs = generate_jobs(sc, seed)
+def run_scenario(sc: Scenario, seed: int = 42, times_of_day: np.ndarray | None = None) -> dict[str, DynamicResult]:
+    jobs = generate_jobs(sc, seed, times_of_day)
     return {name: run_setup(sc, name, jobs, seed) for name in sc.setups}
 
 

@@ -32,6 +32,7 @@ from crossdock.queue.states import JobState, Reason
 from crossdock.runtime import Runtime
 from crossdock.workers.app import SendTask
 from crossdock.workers.autoscaler import Autoscaler, Busy, capacity_reasons
+from crossdock.workers.descheduler import Descheduler, live_destinations
 from crossdock.workers.follow import UNAVAILABLE, Follower
 from crossdock.workers.loops import Part, resilient
 from crossdock.workers.services import ServiceStep
@@ -62,6 +63,8 @@ class Scheduler:
                                      nodes_changed=lambda kind: self._inventory.pop(kind, None))
         """Run as a step of the leader's turn (``fleets``: actuators by backend kind that the
         backends do not provide, the local fleet of ``crossdock up``)."""
+        self.descheduler = Descheduler(rt, self.holder, self.snapshot)
+        """Run as a step of the leader's turn, before the cycle (``descheduler.enabled``)."""
         self.services = ServiceStep(rt, self.holder, send)
         """Inference services: the controller's pass, run as a step of the leader's turn."""
         self._inventory: dict[str, tuple[float, Inventory]] = {}
@@ -70,7 +73,7 @@ class Scheduler:
         """Jobs placed at the last cycle (active, or admitted by it): those that leave it ended an attempt."""
         self.leader = False
         self.parts = {name: Part(f"{self.holder} {name}") for name in ("loop", "cycle", "reconcile", "retention",
-                                                                      "autoscale", "services")}
+                                                                      "autoscale", "services", "deschedule")}
         """Each step's state (running, backing off...) and last error, for ``crossdock health``."""
 
     # --- reading ---------------------------------------------------------------------------
@@ -95,7 +98,8 @@ class Scheduler:
             self.rt.store.save_inventory(nodes)
         return Inventory(tuple(nodes), tuple(foreign))
 
-    def snapshot(self, pending: list[Job], active: list[Job]) -> Snapshot:
+    def snapshot(self, pending: list[Job], active: list[Job], read_only: bool = False) -> Snapshot:
+        """``read_only``: write nothing (no usage accrued, no spent reservation dropped), for a dry run."""
         store, config = self.rt.store, self.rt.config
         inv = self.inventory()
         targets = dependency_targets(pending)
@@ -108,9 +112,12 @@ class Scheduler:
         missing = [i for i in wanted if i not in known]
         others = {j.id: facts_of(j) for j in store.get_many(missing)}
         others.update(store.history_facts(i for i in missing if i not in others))
-        usage = self.accrue(inv.nodes, active)
+        usage = store.usage()[0] if read_only else self.accrue(inv.nodes, active)
+        destinations, spent = live_destinations(store.deschedule.destinations(), {j.id: j for j in [*pending, *active]})
+        if spent and not read_only:
+            store.deschedule.release(spent)
         return build_snapshot(Records(pending, active, inv.nodes, inv.foreign, frozenset(wanted), others,
-                                      store.nominations(j.id for j in pending), usage), config)
+                                      store.nominations(j.id for j in pending), usage, destinations), config)
 
     def accrue(self, nodes: Sequence[Node], active: list[Job]) -> dict[str, float]:
         """Charge the running jobs' fair-share usage since the last accrual, and save it."""
@@ -255,7 +262,7 @@ class Scheduler:
         retention step backs off on its own while the others go on; a failure to reach the lease
         or the pending index (the store is away) backs off the whole loop. Nothing escapes but a
         stop (see :mod:`crossdock.workers.loops`)."""
-        due = {"reconcile": 0.0, "retention": 0.0, "autoscale": 0.0, "services": 0.0}
+        due = {"reconcile": 0.0, "retention": 0.0, "autoscale": 0.0, "services": 0.0, "deschedule": 0.0}
         try:
             resilient(self.parts["loop"], stop, lambda: self._turn(stop, reconcile_every, due))
         finally:
@@ -281,12 +288,15 @@ class Scheduler:
             return
         autoscale = [("autoscale", self.rt.config.autoscaler.interval_seconds, self.autoscaler.pass_once)
                      ] if self.autoscaler.wanted() else []
+        deschedule = [("deschedule", self.rt.config.descheduler.interval_seconds, self.descheduler.pass_once)
+                      ] if self.descheduler.wanted() else []
         follow = [("reconcile", reconcile_every, self.reconcile), ("retention", RETENTION_EVERY_SECONDS, self.expire)]
         serve = [("services", self.rt.config.services.interval_seconds, self.services.pass_once)
                  ] if self.services.wanted() else []
         # the autoscaler goes first: a backlog spike is answered before the cycle that admits
-        # what fits now (a cycle over thousands of new jobs takes a second)
-        self._steps(autoscale, due)
+        # what fits now (a cycle over thousands of new jobs takes a second); the descheduler
+        # too: a job blocked by scattered GPUs is moved for before the cycle would preempt for it
+        self._steps(autoscale + deschedule, due)
         self._steps(serve, due)  # before the cycle: new replicas are placed in the same turn
         started = time.monotonic()
         self.parts["cycle"].call(self.cycle_once)
@@ -295,11 +305,12 @@ class Scheduler:
         # The next cycle, or the next step if one is due sooner; a cycle that took longer than
         # the interval (thousands pending) is followed by as long a wait, so that the loop takes
         # at most half a core from the workers and supervisors that run the jobs it admits.
-        soonest = min(due[step] for step, _every, _fn in autoscale + serve + follow) - time.monotonic()
+        soonest = min(due[step] for step, _every, _fn in autoscale + deschedule + serve + follow) - time.monotonic()
         if self._wait_for_work(stop, min(max(cfg.interval_seconds, took), max(soonest, 0.05))):
             # new jobs: the autoscaler looks at once (at most every ARRIVAL_AUTOSCALE_SECONDS
             # while they keep arriving)
             due["autoscale"] = min(due["autoscale"], self._autoscaled_at + ARRIVAL_AUTOSCALE_SECONDS)
+            due["deschedule"] = min(due["deschedule"], time.monotonic())
 
     def _steps(self, steps: list[tuple[str, float, Callable[[], object]]], due: dict[str, float]) -> None:
         """Run the steps that are due, each in its own part."""

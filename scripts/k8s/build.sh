@@ -2,7 +2,7 @@
 # Build the local Kubernetes control plane from upstream Go modules at the
 # releases pinned in versions.env, into
 #   ${CROSSDOCK_CACHE:-$HOME/.cache/crossdock}/k8s/<KUBERNETES_VERSION>/bin/
-# (kube-apiserver, kube-controller-manager, kube-scheduler, etcd, kwok, karpenter).
+# (kube-apiserver, kube-controller-manager, kube-scheduler, etcd, kwok, karpenter, descheduler).
 # Go module and build caches live in ${CROSSDOCK_CACHE}/k8s/go/. Binaries
 # already present are kept; pass --force to rebuild. Nothing is written to the
 # repository.
@@ -95,6 +95,20 @@ if [[ $force == 1 || ! -x "$bin_dir/karpenter" || ! -s "$karpenter_crds/karpente
   rm -rf "$karpenter_crds"
   mv "$stage/karpenter-crds" "$karpenter_crds"
   echo "$KARPENTER_VERSION+loopback" > "$bin_dir/karpenter.version"
+fi
+
+if [[ $force == 1 || ! -x "$bin_dir/descheduler" \
+      || "$(cat "$bin_dir/descheduler.version" 2>/dev/null)" != "$DESCHEDULER_VERSION" ]]; then
+  step "descheduler $DESCHEDULER_VERSION"
+  # Its go.mod has a replace directive, so `go install …@v` refuses it: build it as the main
+  # module from its downloaded source (its own module graph, client libraries of its release).
+  descheduler_dir="$(cd "$stage" && "$go_bin" mod download -json "sigs.k8s.io/descheduler@$DESCHEDULER_VERSION" \
+      | sed -n 's/^[[:space:]]*"Dir": "\(.*\)",$/\1/p')"
+  (cd "$descheduler_dir" && nice -n 10 "$go_bin" build -trimpath \
+      -ldflags "-s -w -X sigs.k8s.io/descheduler/pkg/version.version=$DESCHEDULER_VERSION" \
+      -o "$stage/descheduler" ./cmd/descheduler)
+  mv -f "$stage/descheduler" "$bin_dir/"
+  echo "$DESCHEDULER_VERSION" > "$bin_dir/descheduler.version"
 fi
 
 stages_dir="$bin_dir/../kwok-stages"

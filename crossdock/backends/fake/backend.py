@@ -21,6 +21,9 @@ same attempt answers with that name and creates nothing. What happens to a job i
   reports it: the follower marks it lost).
 - ``cancel`` ends a job CANCELLED; ``preempt`` records the stop in the store
   (``request_preempt``, as the real backends do) and ends it PREEMPTED after the grace period.
+- ``evict`` stops a job as ``preempt`` does and answers ``Eviction.EVICTED``; ``GONE`` for a job it
+  no longer runs; ``REFUSED_BY_BUDGET`` (nothing stopped) while a budget in :attr:`budgets` that
+  covers the job allows no more disruptions — which ``disruption_budgets`` also reports.
 - ``inventory`` lists the nodes declared in the ``nodes:`` of the config's ``fake`` pools.
 
 Safe to share between threads (a batch dispatch submits from several). Its memory is its
@@ -41,7 +44,9 @@ from crossdock.backends.fake import CAPABILITIES
 from crossdock.backends.fake.elastic import FakeFleets, FakeNodes
 from crossdock.queue.config import ClusterConfig
 from crossdock.queue.models import Job
-from crossdock.queue.ports import BackendStatus, Inventory
+from crossdock.queue.deschedule.budgets import DisruptionBudget
+from crossdock.queue.deschedule.view import subject_of
+from crossdock.queue.ports import BackendStatus, Eviction, Inventory
 from crossdock.queue.snapshot import GpuDevice, Node
 from crossdock.queue.states import JobState, Reason
 
@@ -109,6 +114,10 @@ class FakeBackend(FakeFleets, FakeNodes):
         self.throttles: dict[str, int] = {}
         """Array submission → at most this many of its tasks RUNNING at once."""
         self.down: set[str] = set()
+        self.budgets: list[DisruptionBudget] = []
+        """Disruption budgets this backend enforces and reports, as a PodDisruptionBudget would be."""
+        self.evicted: list[int] = []
+        """Job ids evicted, in order."""
         self._lock = threading.RLock()
 
     # --- the Backend protocol ---------------------------------------------------------------
@@ -155,6 +164,29 @@ class FakeBackend(FakeFleets, FakeNodes):
             else:
                 obj.ends_at = self.clock() + grace_seconds
                 obj.ends_as = (JobState.PREEMPTED, Reason.PREEMPTED, None, int(signals.SIGTERM))
+
+    def evict(self, job: Job, grace_seconds: int) -> Eviction:
+        with self._lock:
+            self._settle()
+            obj = self.jobs.get((job.id, job.attempts))
+            if obj is None or obj.state not in _UNFINISHED:
+                return Eviction.GONE
+            for b in self.budgets:
+                covered = [subject_of(j) for j in self._known_jobs() if b.covers(subject_of(j))]
+                if b.covers(subject_of(job)) and b.allowed(covered) <= 0:
+                    return Eviction.REFUSED_BY_BUDGET
+            self.evicted.append(job.id)
+        self.preempt(job, grace_seconds)
+        return Eviction.EVICTED
+
+    def disruption_budgets(self) -> list[DisruptionBudget]:
+        return list(self.budgets)
+
+    def _known_jobs(self) -> list[Job]:
+        """The store's records of the jobs this backend holds (a budget counts them as a PDB counts pods)."""
+        if self.store is None:
+            return []
+        return self.store.get_many(sorted({i for i, _ in self.jobs}))
 
     def status(self, jobs: Sequence[Job]) -> dict[int, BackendStatus]:
         with self._lock:

@@ -9,6 +9,9 @@
   of each. ``states.py`` translates; this module only gathers what belongs to which job.
 * ``cancel``/``preempt`` mark the Job (``crossdock.io/stop``) and delete it in the foreground,
   preempt first deleting the pods with the job's grace period.
+* ``evict`` (the descheduler's) goes through the Eviction API, so PodDisruptionBudgets hold: a
+  budget's 429 is ``REFUSED_BY_BUDGET`` and nothing is retried; ``disruption_budgets`` reads the
+  namespace's PDBs (``eviction.py``).
 * gangs (multi-node jobs) are created behind a scheduling gate that ``status`` lifts from
   every worker at once when all of them fit (``gangs.py``).
 * ``orphans``/``delete_orphans`` find unfinished Jobs of no active attempt (reconcile).
@@ -29,9 +32,9 @@ from typing import Any
 from kubernetes import client
 from kubernetes.client.rest import ApiException
 
-from crossdock.queue.ports import (BackendError, BackendStatus, BackendUnavailable, Capabilities, Inventory, NodeGroup,
-                                   Orphan, SubmitFailed)
-from crossdock.backends.kubernetes import gangs
+from crossdock.queue.ports import (BackendError, BackendStatus, BackendUnavailable, Capabilities, Eviction, Inventory,
+                                   NodeGroup, Orphan, SubmitFailed)
+from crossdock.backends.kubernetes import eviction, gangs
 from crossdock.backends.kubernetes import manifests as m
 from crossdock.backends.kubernetes import nodes, provisioning
 from crossdock.backends.kubernetes import states
@@ -99,7 +102,7 @@ def _array_tasks(kjobs: Mapping[str, tuple[dict[str, Any], bool]]) -> dict[tuple
 class KubernetesBackend(ServiceReplicas):
     kind = "k8s"
     capabilities = Capabilities(arrays=True, batches=True, reowns_claims=True, backend_queue=True, logs=True,
-                                provisioners=provisioning.PROVISIONERS, fleets=True, services=True)
+                                provisioners=provisioning.PROVISIONERS, fleets=True, services=True, evicts=True)
 
     def __init__(self, config: ClusterConfig, api_client: client.ApiClient, *, namespace: str = "default",
                  store: Any = None, image: str = "python:3.11-slim", ttl_seconds_after_finished: int | None = 3600,
@@ -320,6 +323,68 @@ class KubernetesBackend(ServiceReplicas):
             self.store.request_preempt(job.id, grace_seconds)
         self._stop(job, "preempted", grace_seconds)
 
+    # --- evict (EvictsJobs, ReportsDisruptionBudgets: eviction.py) ----------------------------
+    def _attempt_pods(self, job: Job) -> list[str]:
+        """The names of the attempt's pods that are not terminating yet (an array task: its index's pod)."""
+        try:
+            pods, _ = list_all(lambda **kw: self.core.list_namespaced_pod(self.namespace, **kw),
+                               label_selector=f"{m.LABEL_JOB_ID}={job.id},{m.LABEL_ATTEMPT}={job.attempts}")
+            if not pods and job.array_job_id is not None:
+                _, kjobs = self._objects()
+                found = _array_tasks(kjobs).get((job.id, job.attempts))
+                if found is not None:
+                    pods, _ = list_all(lambda **kw: self.core.list_namespaced_pod(self.namespace, **kw),
+                                       label_selector=f"job-name={found[0]},{COMPLETION_INDEX}={found[1]}")
+        except BackendError:
+            raise
+        except Exception as exc:  # noqa: BLE001
+            raise api_error(exc, f"listing the pods of job {job.id}") from exc
+        return sorted(p["metadata"]["name"] for p in pods if not p["metadata"].get("deletionTimestamp")
+                      and (p.get("status") or {}).get("phase") not in ("Succeeded", "Failed"))
+
+    def evict(self, job: Job, grace_seconds: int) -> Eviction:
+        """Evict the attempt's pods through the Eviction API. The Job is marked ``evicted`` first
+        (so its end reads as an eviction even if its pods vanish unseen) and unmarked when a
+        budget refuses; on success the store counts the capacity as terminating, as for a
+        preemption, and the follower requeues the job as a new attempt."""
+        pods = self._attempt_pods(job)
+        if not pods:
+            return Eviction.GONE
+        name = m.job_name(job.id, job.attempts) if job.array_job_id is None else None
+        mark = (lambda why: self._call(f"marking Job {name}", self.batch.patch_namespaced_job, name, self.namespace,
+                                       {"metadata": {"annotations": {m.ANNOTATION_STOP: why}}})) if name else None
+        if mark is not None:
+            mark("evicted")
+        outcome, why = eviction.evict_pods(self.core, self.namespace, pods, grace_seconds, api_error)
+        if outcome is Eviction.REFUSED_BY_BUDGET:
+            if mark is not None:
+                mark(None)
+            log.info("job %s: eviction refused: %s", job.id, why)
+        elif outcome is Eviction.EVICTED:
+            if self.store is not None:
+                self.store.request_preempt(job.id, grace_seconds)
+            log.info("job %s: evicted (%s)", job.id, why)
+        return outcome
+
+    def disruption_budgets(self) -> list[Any]:
+        """The namespace's PodDisruptionBudgets, each covering the crossdock jobs its selector matches."""
+        policy = client.PolicyV1Api(self.api)
+        try:
+            pdbs, _ = list_all(lambda **kw: policy.list_namespaced_pod_disruption_budget(self.namespace, **kw))
+            out = []
+            for pdb in pdbs:
+                selector = eviction.selector_string((pdb.get("spec") or {}).get("selector"))
+                if selector is None:
+                    continue
+                sel = ",".join(filter(None, [f"{m.LABEL_MANAGED_BY}={m.MANAGED_BY}", selector]))
+                pods, _ = list_all(lambda **kw: self.core.list_namespaced_pod(self.namespace, **kw), label_selector=sel)
+                budget = eviction.budget_of(pdb, eviction.job_ids_of(pods))
+                if budget is not None:
+                    out.append(budget)
+            return out
+        except Exception as exc:  # noqa: BLE001
+            raise api_error(exc, "reading PodDisruptionBudgets") from exc
+
     # --- follow -----------------------------------------------------------------------------
     def informers(self) -> tuple[Informer, Informer]:
         """Crossdock's pods and Jobs in the namespace, watched (started on first use)."""
@@ -489,7 +554,7 @@ class KubernetesBackend(ServiceReplicas):
                 stop, deleted = task_stop, True
             if stop and (deleted or (kjob.get("metadata") or {}).get("deletionTimestamp") or jt.state.terminal):
                 state = JobState.CANCELLED if stop == "cancelled" else JobState.PREEMPTED
-                reason = Reason.CANCELLED_BY_USER if stop == "cancelled" else Reason.PREEMPTED
+                reason = {"cancelled": Reason.CANCELLED_BY_USER, "evicted": "Evicted"}.get(stop, Reason.PREEMPTED)
                 native = f"job/{stop}"
             elif state is not JobState.PREEMPTED and (jt.state.terminal or jt.state is JobState.PREEMPTED):
                 state, reason, native, message = jt.state, jt.reason, jt.signal, jt.message

@@ -4,11 +4,12 @@ from __future__ import annotations
 
 from crossdock.queue.ports import Capabilities
 
-CAPABILITIES = Capabilities(heartbeat=True, fleets=True, sizes_nodes=True, signals=True, services=True)
+CAPABILITIES = Capabilities(heartbeat=True, fleets=True, sizes_nodes=True, signals=True, services=True, evicts=True)
 """``services``: replicas of inference services run as local jobs, each on a loopback port of its own
 (:mod:`.replica`), behind crossdock's router (``crossdock.workers.router``, run by ``crossdock up``).
 ``fleets``: a queue's ``elastic.fleet`` may be local — Celery worker processes that ``crossdock up``
 runs and the autoscaler scales (``crossdock.workers.fleet``; the backend object itself scales nothing).
+``evicts``: the descheduler's eviction is a requeue (the supervisor stops the job after its grace).
 ``sizes_nodes``: ``cpus: auto`` / ``memory_mib: auto`` are this machine's (:mod:`.resources`)."""
 
 

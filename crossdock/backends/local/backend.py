@@ -12,7 +12,7 @@ from types import MappingProxyType
 from typing import Sequence
 
 from crossdock.backends.local import CAPABILITIES
-from crossdock.queue.ports import BackendStatus, Inventory
+from crossdock.queue.ports import BackendStatus, Eviction, Inventory
 from crossdock.backends.local import gpus as gpu_discovery
 from crossdock.backends.redis_store.embedded import private_dir
 from crossdock.backends.local import resources, spawner, workspace
@@ -84,6 +84,13 @@ class LocalBackend:
 
     def preempt(self, job: Job, grace_seconds: int) -> None:
         self.store.request_preempt(job.id, grace_seconds)
+
+    def evict(self, job: Job, grace_seconds: int) -> Eviction:
+        """A requeue: the supervisor sees the stop request within a heartbeat, signals the job and
+        stops it after ``grace_seconds``; the follower puts it back in the queue (its ``requeue``
+        policy holds). No budgets of its own: the config's ``descheduler.budgets`` apply."""
+        moved = self.store.request_preempt(job.id, grace_seconds)
+        return Eviction.EVICTED if moved else Eviction.GONE
 
     def status(self, jobs: Sequence[Job]) -> dict[int, BackendStatus]:
         alive = self.store.alive([j.id for j in jobs])

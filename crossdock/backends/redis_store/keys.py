@@ -91,6 +91,22 @@ class Keys:
         """HASH ``fleet:<queue>`` | ``pool:<pool>`` -> JSON of its last change (when, from, to, why)."""
         return f"{self.prefix}:autoscale:changes"
 
+    # the descheduler (crossdock.workers.descheduler; records in redis_store/descheduler.py)
+    @property
+    def deschedule_moves(self) -> str:
+        """HASH job id -> JSON of its moves (count, last time, from where): budget and cooldown."""
+        return f"{self.prefix}:deschedule:moves"
+
+    @property
+    def deschedule_destinations(self) -> str:
+        """HASH job id -> "node|attempt": the destination reserved for a moved job's next attempt."""
+        return f"{self.prefix}:deschedule:destinations"
+
+    @property
+    def deschedule_plan(self) -> str:
+        """STRING JSON of the last plan (moves and skipped candidates with why), for ``crossdock deschedule``."""
+        return f"{self.prefix}:deschedule:plan"
+
     # inference services (records in redis_store/services.py)
     @property
     def services(self) -> str:

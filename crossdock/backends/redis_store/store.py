@@ -24,6 +24,7 @@ from crossdock.backends.redis_store import scripts
 from crossdock.backends.redis_store.autoscale import AutoscaleRecords
 from crossdock.backends.redis_store.codec import (encode_fields, facts_from_record, hash_to_job, history_record,
                                                   job_to_hash, nodes_from_json, nodes_to_json)
+from crossdock.backends.redis_store.descheduler import DeschedulerRecords
 from crossdock.backends.redis_store.keys import Keys
 from crossdock.backends.redis_store.services import ServiceStore
 from crossdock.backends.redis_store.timing import RoundTrip, timed_client
@@ -96,6 +97,8 @@ class JobStore:
         self._archive = self.r.register_script(scripts.ARCHIVE)
         self.autoscale = AutoscaleRecords(self.r, self.k, STREAM_MAXLEN)
         """The autoscaler's state, last decisions and change events."""
+        self.deschedule = DeschedulerRecords(self.r, self.k, STREAM_MAXLEN)
+        """The descheduler's moves, reserved destinations and last plan."""
         self.services = ServiceStore(self.r, self.k, STREAM_MAXLEN, actor)
         """Inference services: records, replica jobs, endpoints, traffic samples, events."""
 
@@ -404,8 +407,10 @@ class JobStore:
         client = self.r.pipeline(transaction=True) if own else pipe
         queued = 0
         if requeue and not cancelled:
-            self.requeue(job_id, actor=actor, reason=Reason.PREEMPTED, unless="cancel_requested", attempt=attempt,
-                         only_from=(JobState.PREEMPTED,), pipe=client)
+            # an attempt the descheduler evicted goes back as Migrated (its event says from where and why)
+            moved = attempt is not None and self.deschedule.moved_attempt(job_id) == attempt
+            self.requeue(job_id, actor=actor, reason=Reason.MIGRATED if moved else Reason.PREEMPTED,
+                         unless="cancel_requested", attempt=attempt, only_from=(JobState.PREEMPTED,), pipe=client)
             queued += 1
         why = Reason.CANCELLED_BY_USER if cancelled else reason
         self.transition(job_id, JobState.CANCELLED, actor=actor, reason=why, fields={"end_time": utcnow()},

@@ -15,7 +15,9 @@ Preemption: SIGTERM at once; the store records the deadline, and the status pass
 stops what still runs: ``scancel`` (policy ``cancel``, the default) or ``scontrol requeue``
 (policy ``requeue``: Slurm's own requeue, then crossdock cancels the requeued Slurm job so it
 cannot restart on the GPU that was freed). Either way the follower ends the attempt PREEMPTED
-however the job exited, and crossdock requeues the job as a new attempt. Jobs Slurm itself
+however the job exited, and crossdock requeues the job as a new attempt. Eviction (the
+descheduler's, ``evict``) is the same path with Slurm's requeue: ``scontrol requeue`` at once
+without grace, else SIGTERM now and, after the grace, the preemption policy's stop. Jobs Slurm itself
 preempts for a higher partition tier (no crossdock preemption) come back as PENDING with
 ``restarts`` counted in ``extra``.
 """
@@ -30,7 +32,7 @@ from dataclasses import dataclass, field, replace
 from types import MappingProxyType
 from typing import Any, Literal
 
-from crossdock.queue.ports import BackendStatus, Capabilities, Inventory
+from crossdock.queue.ports import BackendStatus, Capabilities, Eviction, Inventory
 from crossdock.backends.slurm.cli import CliDriver
 from crossdock.backends.slurm.estimate import StartEstimates
 from crossdock.backends.slurm.power import (
@@ -104,7 +106,7 @@ class ClusterView:
 class SlurmBackend(PowerSave, StartEstimates):
     kind = "slurm"
     capabilities = Capabilities(arrays=True, batches=True, reowns_claims=True, backend_queue=True,
-                                provisioners=(PROVISIONER,), estimates_start=True, signals=True)
+                                provisioners=(PROVISIONER,), estimates_start=True, signals=True, evicts=True)
 
     def __init__(
         self,
@@ -418,6 +420,33 @@ class SlurmBackend(PowerSave, StartEstimates):
             return
         if self.store is not None and isinstance(job, Job):
             self.store.request_preempt(job.id, grace_seconds)  # the grace counts from the signal
+
+    def evict(self, job: Job, grace_seconds: int) -> Eviction:
+        """Move ``job`` off its nodes for the descheduler: a preemption whose stop is Slurm's requeue.
+        Without grace ``scontrol requeue`` at once; with grace SIGTERM now and the stop after it
+        (``stop_preempted``). The store marks the attempt preempted, so the status pass cancels the
+        job Slurm requeued (it must not start again where it was) and crossdock requeues it as a
+        new attempt for the place the descheduler reserved. Slurm has no disruption budgets of its
+        own: crossdock's (``descheduler.budgets``) are checked before this is called."""
+        ref = self._ref(job)
+        # Only a running job moves; and Slurm would requeue a finished batch job too (it runs again).
+        if ref is None or self.status_refs([ref])[ref].state is not JobState.RUNNING:
+            return Eviction.GONE
+        try:
+            if grace_seconds <= 0:
+                self.driver.requeue(ref)
+            else:
+                self.driver.signal(ref, "TERM")
+        except SlurmUnavailable:
+            raise
+        except SlurmError as exc:  # ended (or never started) meanwhile: nothing runs to move
+            log.info("job %s: evicting Slurm job %s found nothing running: %s", job.id, ref, exc)
+            return Eviction.GONE
+        if self.store is not None:
+            self.store.request_preempt(job.id, grace_seconds)
+        log.info("job %s: evicted Slurm job %s (%s)", job.id, ref,
+                 "requeued" if grace_seconds <= 0 else f"SIGTERM, {grace_seconds}s grace")
+        return Eviction.EVICTED
 
     def stop_preempted(self, job: Job | str, requeued: bool = False) -> None:
         """The end of a preemption's grace period: ``scancel`` (policy ``cancel``) or ``scontrol

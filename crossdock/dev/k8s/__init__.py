@@ -50,8 +50,13 @@ APIService whose Service is an ExternalName for ``localhost`` (see
 Karpenter (its kwok cloud provider) runs beside the plane, started by ``up`` after it and
 recorded apart (``addons`` in state.json): see ``karpenter``.
 
+The upstream descheduler (``sigs.k8s.io/descheduler``) is built beside them and run once on
+demand, never by ``up``: see ``descheduler``; ``fragmented`` builds the fragmented GPU pools its
+comparison with crossdock's descheduler starts from.
+
 Modules: ``build`` (pinned releases, cache, build.sh), ``karpenter`` (Karpenter's CRDs, instance
-types and process), ``pki`` (certificates, kubeconfigs),
+types and process), ``descheduler`` (the upstream descheduler, a MostAllocated kube-scheduler),
+``fragmented`` (fragmented GPU pools for crossdock and upstream), ``pki`` (certificates, kubeconfigs),
 ``components`` (each component's flags, kwok's config), ``nodes`` and ``stages`` (fake nodes
 and their pod lifecycle), ``state`` (state directory, lock, state.json), ``processes``
 (start, identify, stop by PID), ``api`` (HTTPS client, readiness), ``controlplane`` (up,

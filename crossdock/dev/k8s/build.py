@@ -18,11 +18,14 @@ VERSIONS_FILE = SCRIPTS_DIR / "versions.env"
 COMPONENTS = ("etcd", "kube-apiserver", "kube-controller-manager", "kube-scheduler", "kwok")
 ADDONS = ("karpenter",)
 """Started after the plane, recorded apart (state.json ``addons``): the plane runs without them."""
-BINARIES = COMPONENTS + ADDONS
+TOOLS = ("descheduler",)
+"""Run on demand against the plane, never by ``up`` (the upstream descheduler: ``descheduler.py``)."""
+BINARIES = COMPONENTS + ADDONS + TOOLS
 
 
 def versions() -> dict[str, str]:
-    """The pinned releases (``KUBERNETES_VERSION``, ``ETCD_VERSION``, ``KWOK_VERSION``, ``KARPENTER_VERSION``)."""
+    """The pinned releases (``KUBERNETES_VERSION``, ``ETCD_VERSION``, ``KWOK_VERSION``, ``KARPENTER_VERSION``,
+    ``DESCHEDULER_VERSION``)."""
     out: dict[str, str] = {}
     for line in VERSIONS_FILE.read_text().splitlines():
         line = line.strip()
@@ -58,6 +61,9 @@ def missing_binaries() -> list[str]:
     stamp, wanted = bins / "karpenter.version", versions()["KARPENTER_VERSION"] + "+loopback"
     if "karpenter" not in missing and (not stamp.is_file() or stamp.read_text().strip() != wanted):
         missing.append(f"karpenter {wanted}")
+    stamp, wanted = bins / "descheduler.version", versions()["DESCHEDULER_VERSION"]
+    if "descheduler" not in missing and (not stamp.is_file() or stamp.read_text().strip() != wanted):
+        missing.append(f"descheduler {wanted}")
     return missing
 
 

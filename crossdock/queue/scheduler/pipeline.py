@@ -19,8 +19,8 @@ from crossdock.queue.scheduler import backfill
 from crossdock.queue.scheduler.decisions import CycleResult, Placement, Preemption, Reservation
 from crossdock.queue.scheduler.fairshare import FairOrder, dominant_share
 from crossdock.queue.scheduler.framework import CycleState
-from crossdock.queue.scheduler.inventory import Assignment, Inventory
-from crossdock.queue.scheduler.placement import place
+from crossdock.queue.scheduler.inventory import FULL, Assignment, Inventory
+from crossdock.queue.scheduler.placement import assign_worker, place
 from crossdock.queue.scheduler.plugins.gpu_fragmentation import FragCache, typical_of
 from crossdock.queue.scheduler.plugins.reserved_capacity import NOMINATED, RESERVED
 from crossdock.queue.scheduler.preemption import Preemptor
@@ -58,6 +58,7 @@ class Cycle:
                 self.nominated[i] = max(self.nominated.get(i, -(2**62)), pending_ids[job_id].priority)
                 self.nominated_by[job_id] = i
         self.terminating = {inv.index[a.node] for a in snap.allocations if a.terminating and a.node in inv.index}
+        self.destined = self._hold_destinations(pending_ids) if snap.destinations else {}
         self.state.extra.update(nominated=self.nominated, reservations=[])
         models = sorted({m for m in inv.model if m})
         gpu_requests = [r for r in requests if r.gpus or r.gpu_share_milli]
@@ -72,6 +73,45 @@ class Cycle:
         self.failed: dict[tuple, tuple[int, dict[str, int]]] = {}
         self.reserved = False
         self.profiles: dict[tuple[str, str], Profile] = {}
+
+    def _hold_destinations(self, pending: dict[int, Request]) -> dict[int, Assignment]:
+        """Hold what each moved job needs on its reserved destination (Koordinator's
+        ReservationFirst): a job still stopping holds what it holds now, a pending one its request."""
+        inv = self.inv
+        held: dict[int, Assignment] = {}
+        holding: dict[int, list] = {}
+        for a in self.snapshot.allocations:
+            if a.job_id in self.snapshot.destinations:
+                holding.setdefault(a.job_id, []).append(a)
+        for job_id, node in sorted(self.snapshot.destinations.items()):
+            i = inv.index.get(node)
+            req = pending.get(job_id)
+            if i is None or (req is None and job_id not in holding):
+                continue
+            if req is not None:
+                if req.nodes != 1 or req.gpu_share_milli or req.mig_count:
+                    continue
+                cpu, mem, gpus = req.cpu_milli, req.memory_mib, req.gpus
+            else:
+                first = holding[job_id][0]
+                cpu, mem, gpus = first.cpu_milli, first.memory_mib, len(first.gpu_ids)
+            idle = np.flatnonzero(inv.dev_exists[i] & (inv.dev_free[i] == FULL))
+            if inv.cpu_free[i] < cpu or inv.mem_free[i] < mem or len(idle) < gpus:
+                continue  # taken since: the job goes wherever the cycle puts it
+            held[job_id] = inv.take(i, cpu, mem, [(int(c), FULL) for c in idle[:gpus]], [], None)
+        return held
+
+    def _to_destination(self, req: Request, profile: Profile) -> list[Assignment] | None:
+        """A moved job lands on its reserved destination when it fits there (its hold given back first)."""
+        hold = self.destined.pop(req.job_id, None)
+        if hold is None:
+            return None
+        self.inv.undo(hold)
+        i = hold.node
+        if len(profile.feasible(self.state, req, np.array([i], np.int64))) != 1:
+            return None
+        a = assign_worker(self.inv, req, i)
+        return [a] if a is not None else None
 
     def profile_of(self, req: Request) -> Profile:
         """The profile ``req`` is scheduled with: its queue's placement and plugin weights."""
@@ -114,6 +154,13 @@ class Cycle:
         own = self.nominated_by.pop(req.job_id, None)
         if own is not None:
             self.nominated.pop(own, None)
+        if self.destined:
+            landed = self._to_destination(req, profile)
+            if landed:
+                placement = self._admit(req, profile, landed)
+                if placement is not None:
+                    res.admitted.append(placement)
+                return placement
         key = req.shape_key()
         cached = self.failed.get(key)
         if cached is None or cached[0] != self.inv.version:
