@@ -13,7 +13,7 @@ import typer.core
 from typer.core import TyperGroup
 from typer.main import get_group
 
-from crossdock.cli import admin, autoscale, history, jobs, keys, metrics, views
+from crossdock.cli import admin, api, autoscale, history, jobs, keys, metrics, views
 from crossdock.cli.common import one_line
 
 # Typer vendors its own click (typer._click) in recent versions; older ones use click itself.
@@ -64,6 +64,8 @@ app.command()(autoscale.autoscale)
 app.command("issue-key")(keys.issue_key)
 app.command("metrics-adapter")(metrics.metrics_adapter)
 app.add_typer(admin.config_app, name="config")
+app.command("api")(api.api)
+app.add_typer(api.tokens_app, name="tokens")
 
 
 @app.command()

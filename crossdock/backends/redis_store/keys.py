@@ -91,6 +91,12 @@ class Keys:
         """HASH ``fleet:<queue>`` | ``pool:<pool>`` -> JSON of its last change (when, from, to, why)."""
         return f"{self.prefix}:autoscale:changes"
 
+    # the REST API (crossdock.api; records in redis_store/access.py)
+    @property
+    def api_tokens(self) -> str:
+        """HASH token id -> JSON of one bearer token: user, admin, salt, HMAC of the secret, who made it, when."""
+        return f"{self.prefix}:api:tokens"
+
     # per job
     def job(self, job_id: int) -> str:
         """HASH: spec (JSON) and status fields of one job."""

@@ -21,9 +21,11 @@ from redis.backoff import NoBackoff
 from redis.retry import Retry
 
 from crossdock.backends.redis_store import scripts
+from crossdock.backends.redis_store.access import AccessRecords
 from crossdock.backends.redis_store.autoscale import AutoscaleRecords
 from crossdock.backends.redis_store.codec import (encode_fields, facts_from_record, hash_to_job, history_record,
                                                   job_to_hash, nodes_from_json, nodes_to_json)
+from crossdock.backends.redis_store.feed import EventFeed
 from crossdock.backends.redis_store.keys import Keys
 from crossdock.queue.errors import NoSuchJob
 from crossdock.queue.models import Job
@@ -94,6 +96,10 @@ class JobStore:
         self._archive = self.r.register_script(scripts.ARCHIVE)
         self.autoscale = AutoscaleRecords(self.r, self.k, STREAM_MAXLEN)
         """The autoscaler's state, last decisions and change events."""
+        self.access = AccessRecords(self.r, self.k, STREAM_MAXLEN)
+        """The REST API's tokens and refusals."""
+        self.feed = EventFeed(self.r, self.k)
+        """The event streams, read from their new end."""
 
     @classmethod
     def from_url(cls, url: str, prefix: str = "cd", actor: str = "crossdock") -> "JobStore":

@@ -1,0 +1,47 @@
+"""Who calls the REST API: a bearer token's user (``crossdock tokens create``), or, on the API's
+Unix socket, the connecting process's uid from the kernel (``SO_PEERCRED``), as the multi-user
+socket knows its callers. Nothing a request declares (a user name, a header) makes anyone
+someone else; admins are a token's own grant or the config's ``admins`` (root on the socket).
+
+What then may be done to which job is the service's one ownership check
+(:func:`crossdock.service.authorize`), shared with the CLI and the Python API.
+"""
+
+from __future__ import annotations
+
+from fastapi import Request
+
+from crossdock import service
+from crossdock.api import tokens
+from crossdock.runtime import Runtime
+
+PEER_UID = "crossdock.peer_uid"
+"""The ASGI scope key where the Unix-socket server puts the peer's uid (see :mod:`crossdock.api.serve`)."""
+
+
+class Unauthenticated(Exception):
+    """No identity the API accepts (401): no token and not on the Unix socket, or a bad token."""
+
+
+def identify(rt: Runtime, authorization: str | None, peer_uid: int | None) -> tuple[service.Caller, str]:
+    """The caller and how it was known (``token <id>`` or ``peer uid <n>``)."""
+    if authorization:
+        scheme, _, credential = authorization.partition(" ")
+        if scheme.lower() != "bearer" or not credential.strip():
+            raise Unauthenticated("Authorization: give `Bearer <token>`")
+        try:
+            token = tokens.verify(credential.strip(), rt.store)
+        except tokens.BadToken as exc:
+            raise Unauthenticated(str(exc)) from None
+        return service.Caller(token.user, token.admin or token.user in rt.config.admins), f"token {token.id}"
+    if peer_uid is not None:
+        return service.caller(rt, uid=peer_uid), f"peer uid {peer_uid}"
+    raise Unauthenticated("no credentials: send `Authorization: Bearer <token>` (an admin makes one with"
+                          " `crossdock tokens create USER`), or connect through the API's Unix socket")
+
+
+def caller(request: Request) -> service.Caller:
+    """The FastAPI dependency: this request's caller (``request.state.via`` says how it was known)."""
+    who, via = identify(request.app.state.rt, request.headers.get("authorization"), request.scope.get(PEER_UID))
+    request.state.via = via
+    return who

@@ -1,0 +1,55 @@
+"""Serving the API (``crossdock api``): uvicorn on a loopback TCP port, or on a Unix socket whose
+connections carry their peer's uid (``SO_PEERCRED``) into each request, so that local users
+need no token there.
+
+uvicorn keeps the socket to itself; its HTTP protocol is subclassed so that each connection's
+app sees the peer's uid under :data:`crossdock.api.auth.PEER_UID` in the ASGI scope.
+"""
+
+from __future__ import annotations
+
+import socket
+from pathlib import Path
+from typing import Any
+
+import uvicorn
+from uvicorn.protocols.http.h11_impl import H11Protocol
+
+from crossdock.api.auth import PEER_UID
+from crossdock.gateway.server import peer_uid
+
+
+def with_peer(app: Any, uid: int) -> Any:
+    async def scoped(scope: dict, receive: Any, send: Any) -> None:
+        scope[PEER_UID] = uid
+        await app(scope, receive, send)
+
+    return scoped
+
+
+class PeerCredentials(H11Protocol):
+    """uvicorn's h11 protocol; on a Unix socket, each request's scope names the peer's uid."""
+
+    def connection_made(self, transport: Any) -> None:  # type: ignore[override]
+        super().connection_made(transport)
+        sock = transport.get_extra_info("socket")
+        if sock is not None and sock.family == socket.AF_UNIX:
+            self.app = with_peer(self.app, peer_uid(sock))
+
+
+def serve(app: Any, host: str = "127.0.0.1", port: int = 8400, uds: Path | None = None,
+          log_level: str = "info") -> None:
+    """Serve ``app`` until SIGINT/SIGTERM. On ``uds`` the socket is 0666: anyone may connect,
+    since who they are comes from the kernel, not from what they send."""
+    if uds is not None:
+        uds.parent.mkdir(mode=0o755, parents=True, exist_ok=True)
+        uds.unlink(missing_ok=True)
+        config = uvicorn.Config(app, uds=str(uds), http=PeerCredentials, log_level=log_level, access_log=False)
+    else:
+        config = uvicorn.Config(app, host=host, port=port, log_level=log_level, access_log=False)
+    try:
+        uvicorn.Server(config).run()  # uvicorn makes a new socket file 0666
+    finally:
+        if uds is not None:
+            uds.unlink(missing_ok=True)
+
