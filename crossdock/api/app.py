@@ -16,7 +16,7 @@ from fastapi.responses import FileResponse, JSONResponse
 from fastapi.staticfiles import StaticFiles
 from redis.exceptions import RedisError
 
-from crossdock import __version__
+from crossdock import __version__, service
 from crossdock.api import cluster, jobs
 from crossdock.api.auth import Unauthenticated
 from crossdock.backends.redis_store.embedded import shown
@@ -33,14 +33,15 @@ def _error(status: int, kind: str, lines: list[str], headers: dict[str, str] | N
     return JSONResponse({"error": kind, "problems": lines}, status_code=status, headers=headers)
 
 
-def create_app(rt: Runtime, send: Any = None) -> FastAPI:
-    """The API over ``rt``'s store and config; ``send`` (a Celery sender) is made on first use."""
+def create_app(rt: Runtime | None, send: Any = None) -> FastAPI:
+    """The API over ``rt``'s store and config (None: for its schema alone); ``send`` (a Celery
+    sender) is made on first use."""
     app = FastAPI(title="crossdock", version=__version__,
                   description="One batch queue in front of Slurm, Kubernetes and this machine. Authenticate with"
                               " `Authorization: Bearer <token>` (`crossdock tokens create USER`), or through the"
                               " API's Unix socket (the kernel says who you are).")
     app.state.rt = rt
-    app.state.send = Direct(rt, send=send).send if send is None else send
+    app.state.send = Direct(rt, service.Caller("crossdock", True), send).send  # one Celery producer for all requests
     app.include_router(jobs.router)
     app.include_router(cluster.router)
     app.mount("/static", StaticFiles(directory=STATIC), name="static")

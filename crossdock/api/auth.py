@@ -9,7 +9,8 @@ What then may be done to which job is the service's one ownership check
 
 from __future__ import annotations
 
-from fastapi import Request
+from fastapi import Depends, Request
+from fastapi.security import HTTPAuthorizationCredentials, HTTPBearer
 
 from crossdock import service
 from crossdock.api import tokens
@@ -17,6 +18,11 @@ from crossdock.runtime import Runtime
 
 PEER_UID = "crossdock.peer_uid"
 """The ASGI scope key where the Unix-socket server puts the peer's uid (see :mod:`crossdock.api.serve`)."""
+
+
+BEARER = HTTPBearer(auto_error=False, description="a token from `crossdock tokens create USER` (not needed on"
+                    " the API's Unix socket)")
+"""Declares the scheme in the OpenAPI schema; the header is read by :func:`identify`, whose messages say more."""
 
 
 class Unauthenticated(Exception):
@@ -40,7 +46,7 @@ def identify(rt: Runtime, authorization: str | None, peer_uid: int | None) -> tu
                           " `crossdock tokens create USER`), or connect through the API's Unix socket")
 
 
-def caller(request: Request) -> service.Caller:
+def caller(request: Request, _: HTTPAuthorizationCredentials | None = Depends(BEARER)) -> service.Caller:
     """The FastAPI dependency: this request's caller (``request.state.via`` says how it was known)."""
     who, via = identify(request.app.state.rt, request.headers.get("authorization"), request.scope.get(PEER_UID))
     request.state.via = via
