@@ -34,7 +34,7 @@ STATE_CODES = {"PD": JobState.PENDING, "R": JobState.RUNNING, "CD": JobState.COM
                "CA": JobState.CANCELLED, "TO": JobState.TIMEOUT}
 
 
-def view(request: Request, who: service.Caller = Depends(caller)) -> Direct:
+async def view(request: Request, who: service.Caller = Depends(caller)) -> Direct:
     """The service as this request's caller sees it."""
     return Direct(request.app.state.rt, who, request.app.state.send)
 

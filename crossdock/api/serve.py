@@ -37,6 +37,19 @@ class PeerCredentials(H11Protocol):
             self.app = with_peer(self.app, peer_uid(sock))
 
 
+KEEP_ALIVE_SECONDS = 30
+"""How long an idle connection is kept for its client's next request (uvicorn's default, 5 s,
+closes connections under clients slowed by load, which then fail their next request)."""
+
+
+def config(app: Any, host: str = "127.0.0.1", port: int = 8400, uds: Path | None = None,
+           log_level: str = "info") -> uvicorn.Config:
+    common = {"log_level": log_level, "access_log": False, "timeout_keep_alive": KEEP_ALIVE_SECONDS, "backlog": 2048}
+    if uds is not None:
+        return uvicorn.Config(app, uds=str(uds), http=PeerCredentials, **common)
+    return uvicorn.Config(app, host=host, port=port, **common)
+
+
 def serve(app: Any, host: str = "127.0.0.1", port: int = 8400, uds: Path | None = None,
           log_level: str = "info") -> None:
     """Serve ``app`` until SIGINT/SIGTERM. On ``uds`` the socket is 0666: anyone may connect,
@@ -44,11 +57,8 @@ def serve(app: Any, host: str = "127.0.0.1", port: int = 8400, uds: Path | None 
     if uds is not None:
         uds.parent.mkdir(mode=0o755, parents=True, exist_ok=True)
         uds.unlink(missing_ok=True)
-        config = uvicorn.Config(app, uds=str(uds), http=PeerCredentials, log_level=log_level, access_log=False)
-    else:
-        config = uvicorn.Config(app, host=host, port=port, log_level=log_level, access_log=False)
     try:
-        uvicorn.Server(config).run()  # uvicorn makes a new socket file 0666
+        uvicorn.Server(config(app, host, port, uds, log_level)).run()  # uvicorn makes a new socket file 0666
     finally:
         if uds is not None:
             uds.unlink(missing_ok=True)

@@ -12,22 +12,16 @@ import uvicorn
 
 from crossdock.api import tokens
 from crossdock.api.app import create_app
-from crossdock.api.serve import PeerCredentials
+from crossdock.api.serve import config
 from tests.integration.local.test_users import free_port
 
 
 class ApiServer:
     def __init__(self, rt: Any, send: Any = None, uds: Path | None = None):
         self.app = create_app(rt, send)
-        if uds is None:
-            self.port = free_port()
-            self.url = f"http://127.0.0.1:{self.port}"
-            config = uvicorn.Config(self.app, host="127.0.0.1", port=self.port, log_level="warning",
-                                    access_log=False, backlog=1024)
-        else:
-            self.url = "http://crossdock"
-            config = uvicorn.Config(self.app, uds=str(uds), http=PeerCredentials, log_level="warning", access_log=False)
-        self.server = uvicorn.Server(config)
+        self.port = free_port()
+        self.url = "http://crossdock" if uds else f"http://127.0.0.1:{self.port}"
+        self.server = uvicorn.Server(config(self.app, port=self.port, uds=uds, log_level="warning"))
         self.thread = threading.Thread(target=self.server.run, daemon=True, name="api")
         self.thread.start()
         deadline = time.monotonic() + 30
