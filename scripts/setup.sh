@@ -10,6 +10,7 @@ command -v python3 >/dev/null || need_apt+=(python3)
 python3 -c 'import ensurepip, venv' 2>/dev/null || need_apt+=(python3-venv)
 command -v redis-server >/dev/null || need_apt+=(redis-server)
 command -v openssl >/dev/null || need_apt+=(openssl)
+command -v chromium >/dev/null || need_apt+=(chromium)  # the dashboard's browser test (Playwright drives it)
 if ((${#need_apt[@]})); then
   export DEBIAN_FRONTEND=noninteractive
   apt-get update -qq

@@ -84,7 +84,8 @@ function drawPools(pools) {
         class: `gpu${g.job === null ? "" : " used"}`, title: `${g.id} ${g.model}${g.job === null ? " free" : ` job ${g.job}`}`,
       })))));
     return el("div", { class: "pool", dataset: { pool: p.pool } },
-      el("h3", {}, `${p.pool} `, el("span", { class: "muted" }, `${p.backend}, ${p.nodes.length} nodes`)), summary, ...nodes);
+      el("h3", {}, `${p.pool} `, el("span", { class: "muted" },
+        `${p.backend} backend, ${p.nodes.length} node${p.nodes.length === 1 ? "" : "s"}`)), summary, ...nodes);
   }));
   if (!pools.length) box.replaceChildren(el("p", { class: "empty" }, "no nodes known yet (the scheduler has not run)"));
 }
