@@ -9,11 +9,12 @@ from __future__ import annotations
 import asyncio
 import os
 import pwd
+import stat
 from pathlib import Path
 from typing import Any, AsyncIterator, Literal
 
-from fastapi import APIRouter, Depends, Header, Query, Request, Response
-from fastapi.responses import StreamingResponse
+from fastapi import APIRouter, Depends, Header, Query, Request
+from fastapi.responses import JSONResponse, StreamingResponse
 from starlette.concurrency import run_in_threadpool
 
 from crossdock import service
@@ -58,7 +59,7 @@ def _workdir(spec_workdir: str | None, user: str) -> str:
              summary="Submit a job (the JSON `crossdock submit --dry-run --json` prints)",
              responses={400: {"description": "refused by admission"}, 403: {"description": "not yours to submit"},
                         422: {"description": "the body's problems, every one"}})
-def submit(body: Submission, response: Response, gw: Direct = Depends(view),
+def submit(body: Submission, gw: Direct = Depends(view),
            dry_run: bool = Query(False, description="admit as a submission is, store nothing; answer the"
                                                     " normalized spec as `--dry-run --json` prints it"),
            idempotency_key: str | None = Header(None, description="the same key twice stores the job once")) -> Any:
@@ -71,14 +72,14 @@ def submit(body: Submission, response: Response, gw: Direct = Depends(view),
     try:
         if dry_run:
             gw.check([spec])
-            response.status_code = 200
-            return [dry_run_json(spec)]
+            return JSONResponse([dry_run_json(spec)])
         jobs = gw.submit([spec], token=idempotency_key)
     except PermissionDenied as exc:
         gw.rt.store.access.record_refusal(gw.who.name, "submit", str(exc))
         raise
     first = jobs[0].array_job_id if jobs[0].array_job_id is not None else jobs[0].id
-    return Accepted(job_id=first, jobs=[j.id for j in jobs])
+    # a response as it is: no second validation of it, in a worker thread of its own
+    return JSONResponse({"job_id": first, "jobs": [j.id for j in jobs]}, status_code=201)
 
 
 @router.get("/jobs", summary="List jobs (squeue): pending and running, or every one with which=all")
@@ -172,34 +173,69 @@ def logs(job_id: int, gw: Direct = Depends(view), follow: bool = Query(False, de
     if served is not None:
         return StreamingResponse(iter([served.encode()]), media_type="text/plain; charset=utf-8")
     out, err = output_paths(job, job.nodes[0] if job.nodes else "localhost")
-    return StreamingResponse(_tail(gw, job.id, err if stderr else out, follow), media_type="text/plain; charset=utf-8")
+    path, uid = (err if stderr else out), _owner_uid(job)
+    try:
+        first = _read_from(path, 0, uid)
+    except PermissionDenied as exc:
+        gw.rt.store.access.record_refusal(gw.who.name, "read the output of", str(exc), job.id)
+        raise
+    return StreamingResponse(_tail(gw, job.id, path, uid, first, follow), media_type="text/plain; charset=utf-8")
 
 
-async def _tail(gw: Direct, job_id: int, path: Path, follow: bool) -> AsyncIterator[bytes]:
+def _owner_uid(job: Job) -> int | None:
+    """Whose file a job's output must be for the API to serve it: its owner's when the API runs
+    as root (which reads any file, so an output path naming another's file, or a link to one,
+    would have it read for the user); None when it runs as the jobs' own user."""
+    if os.geteuid() != 0:
+        return None
+    try:
+        return pwd.getpwnam(job.spec.user).pw_uid
+    except KeyError:
+        raise PermissionDenied(f"read the output of job {job.display_id}: its owner {job.spec.user!r} has no"
+                               " account here") from None
+
+
+async def _tail(gw: Direct, job_id: int, path: Path, uid: int | None, first: bytes,
+                follow: bool) -> AsyncIterator[bytes]:
     """The file's bytes as they come; with ``follow``, until the job has ended and all is read."""
-    pos = 0
+    chunk, pos = first, 0
     while True:
-        chunk = await run_in_threadpool(_read_from, path, pos)
         pos += len(chunk)
         if chunk:
             yield chunk
-        if not follow:
+        if not follow and len(chunk) < READ_BYTES:
             return
-        if (await run_in_threadpool(gw.job, job_id)).state.terminal:
-            rest = await run_in_threadpool(_read_from, path, pos)
-            if rest:
+        if follow and (await run_in_threadpool(gw.job, job_id)).state.terminal:
+            while rest := await run_in_threadpool(_read_from, path, pos, uid):
+                pos += len(rest)
                 yield rest
             return
-        await asyncio.sleep(FOLLOW_POLL_SECONDS)
+        if follow and len(chunk) < READ_BYTES:
+            await asyncio.sleep(FOLLOW_POLL_SECONDS)
+        try:
+            chunk = await run_in_threadpool(_read_from, path, pos, uid)
+        except PermissionDenied:  # the file was replaced by one that is not the owner's
+            return
 
 
-def _read_from(path: Path, pos: int) -> bytes:
+READ_BYTES = 1 << 20
+
+
+def _read_from(path: Path, pos: int, uid: int | None) -> bytes:
+    """Up to :data:`READ_BYTES` of a regular file (no link) from ``pos``; with ``uid``, only of a
+    file that user owns; nothing while it does not exist."""
     try:
-        with open(path, "rb") as f:
-            f.seek(pos)
-            return f.read(1 << 20)
+        fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK)
     except FileNotFoundError:
         return b""
+    except OSError as exc:
+        raise PermissionDenied(f"the output file {str(path)!r} cannot be served ({exc.strerror})") from None
+    with os.fdopen(fd, "rb") as f:
+        st = os.fstat(fd)
+        if not stat.S_ISREG(st.st_mode) or (uid is not None and st.st_uid != uid):
+            raise PermissionDenied(f"the output file {str(path)!r} is not a file of the job's owner; not served")
+        f.seek(pos)
+        return f.read(READ_BYTES)
 
 
 @router.get("/history", summary="Expired jobs' records (sacct's window)")

@@ -34,7 +34,7 @@ def api(host: str = typer.Option("127.0.0.1", "--host", help="address to listen 
         console.print(f"crossdock api: warning: listening on {host}, beyond this machine; the API speaks plain"
                       " HTTP, so put a TLS proxy in front of it", highlight=False)
     where = f"unix socket {uds}" if uds else f"http://{host}:{port}/"
-    console.print(f"crossdock api: serving {where} (the dashboard at /, the schema at /docs)", highlight=False)
+    console.print(f"crossdock api: serving {where} (the dashboard at /, the schema at /openapi.json)", highlight=False)
     serve(create_app(rt), host=host, port=port, uds=uds, log_level=log_level)
 
 

@@ -196,6 +196,31 @@ def test_logs_stream_until_the_job_ends(runtime, cluster, tmp_path):
         server.close()
 
 
+def test_logs_are_served_only_from_the_owners_own_files(api, runtime, tmp_path):
+    """The API runs as root here, and reads any file: a job whose output names someone else's
+    file (or a link to one) does not get it read for its owner."""
+    t2 = second_user()
+    mine = make_token(runtime.store, t2.pw_name)
+    admin = make_token(runtime.store, "root", admin=True)
+    link = tmp_path / "out.txt"
+    link.symlink_to(tmp_path / "elsewhere.txt")
+    (tmp_path / "elsewhere.txt").write_text("not yours\n")
+    for output in ("/etc/hostname", str(link)):
+        body = {"command": ["true"], "hold": True, "chdir": str(tmp_path), "output": output, "user": t2.pw_name}
+        job_id = api.client.post("/v1/jobs", json=body, headers=admin).json()["job_id"]
+        r = api.client.get(f"/v1/jobs/{job_id}/logs", headers=mine)
+        assert r.status_code == 403, r.text
+        assert "not served" in r.json()["problems"][0] or "cannot be served" in r.json()["problems"][0]
+        assert refusals(runtime.store, job_id) == [(t2.pw_name, "read the output of")]
+    own = tmp_path / "own.txt"
+    own.write_text("yours\n")
+    os.chown(own, t2.pw_uid, t2.pw_gid)
+    body = {"command": ["true"], "hold": True, "chdir": str(tmp_path), "output": str(own), "user": t2.pw_name}
+    job_id = api.client.post("/v1/jobs", json=body, headers=admin).json()["job_id"]
+    r = api.client.get(f"/v1/jobs/{job_id}/logs", headers=mine)
+    assert (r.status_code, r.text) == (200, "yours\n")
+
+
 PEER_CLIENT = textwrap.dedent("""
     import socket, sys
     s = socket.socket(socket.AF_UNIX)
