@@ -98,25 +98,28 @@ def pool_view(nodes: Sequence[Node], active: Iterable[Job]) -> list[dict[str, An
     return list(pools.values())
 
 
+MIGRATION_EVENTS = {"migrated": "migration", "migration_planned": "planned migration",
+                    "eviction_refused": "eviction refused"}
+"""The descheduler's events (its ``from``/``to`` are nodes) and how the dashboard names them."""
+
+
 def disruptions(events: Iterable[dict[str, str]]) -> list[dict[str, str]]:
-    """Preemptions and migrations among ``events`` (the global stream's), newest last."""
+    """Preemptions and the descheduler's moves among ``events`` (the global stream's), newest last."""
     out = []
     for e in events:
-        reason = e.get("reason", "")
         if e.get("to") == JobState.PREEMPTED.value:
             out.append({"kind": "preemption", **e})
-        elif reason.startswith("Migrated") or e.get("event") in ("migrated", "evicted"):
-            out.append({"kind": "migration", **e})
+        elif e.get("event") in MIGRATION_EVENTS:
+            out.append({"kind": MIGRATION_EVENTS[e["event"]], **e})
     return out
 
 
 def descheduler_status(rt: Any) -> dict[str, Any]:
     """The descheduler as far as this installation has one: its config block
-    (``config.descheduler``) and its last pass (``store.descheduler.last_pass()``) where they
-    exist; else disabled, with nothing to show. Migrations are read from the events."""
+    (``config.descheduler``) and its last plan (``store.deschedule.last_plan()``) where they
+    exist; else disabled, with nothing to show. Its moves are read from the events."""
     cfg = getattr(rt.config, "descheduler", None)
-    records = getattr(rt.store, "descheduler", None)
-    last = records.last_pass() if hasattr(records, "last_pass") else None
-    shown = cfg.model_dump(mode="json") if hasattr(cfg, "model_dump") else cfg
-    enabled = bool(cfg) and not (isinstance(shown, dict) and shown.get("enabled") is False)
-    return {"enabled": enabled, "config": shown, "last_pass": last}
+    records = getattr(rt.store, "deschedule", None)
+    last = records.last_plan() if hasattr(records, "last_plan") else None
+    shown = cfg.model_dump(mode="json") if hasattr(cfg, "model_dump") else None
+    return {"enabled": bool(shown and shown.get("enabled")), "config": shown, "last_pass": last}

@@ -127,9 +127,12 @@ def test_queue_rows_count_depth_held_apart_and_wait():
 
 def test_disruptions_are_preemptions_and_migrations():
     events = [{"job": "1", "from": "RUNNING", "to": "PREEMPTED", "reason": "Preempted"},
-              {"job": "2", "from": "RUNNING", "to": "PENDING", "reason": "Migrated from n1: defrag"},
-              {"job": "3", "from": "PENDING", "to": "RUNNING", "reason": ""}]
-    assert [(d["kind"], d["job"]) for d in views.disruptions(events)] == [("preemption", "1"), ("migration", "2")]
+              {"job": "2", "event": "migrated", "reason": "Migrated", "from": "n1", "to": "n2"},
+              {"job": "2", "from": "RUNNING", "to": "PENDING", "reason": "Migrated"},
+              {"job": "3", "from": "PENDING", "to": "RUNNING", "reason": ""},
+              {"job": "4", "event": "eviction_refused", "reason": "Migrated", "from": "n1", "to": ""}]
+    assert [(d["kind"], d["job"]) for d in views.disruptions(events)] == [
+        ("preemption", "1"), ("migration", "2"), ("eviction refused", "4")]
 
 
 def test_the_published_openapi_schema_is_current():
@@ -138,3 +141,24 @@ def test_the_published_openapi_schema_is_current():
     published = json.loads((ROOT / "docs" / "openapi.json").read_text())
     assert published == json.loads(openapi.text()), \
         "docs/openapi.json is stale: python -m crossdock.api.openapi > docs/openapi.json"
+
+
+def test_the_descheduler_status_reads_what_the_installation_has():
+    from types import SimpleNamespace
+
+    from pydantic import BaseModel
+
+    class Descheduler(BaseModel):  # the shape of config.descheduler
+        enabled: bool = False
+        dry_run: bool = False
+        interval_seconds: float = 30
+
+    plan = {"at": 1.0, "migrations": [], "evicted": [], "skipped": [], "unblocked": []}
+    on = SimpleNamespace(config=SimpleNamespace(descheduler=Descheduler(enabled=True)),
+                         store=SimpleNamespace(deschedule=SimpleNamespace(last_plan=lambda: plan)))
+    assert views.descheduler_status(on) == {"enabled": True, "last_pass": plan, "config": {
+        "enabled": True, "dry_run": False, "interval_seconds": 30.0}}
+    off = SimpleNamespace(config=SimpleNamespace(descheduler=Descheduler()), store=SimpleNamespace())
+    assert views.descheduler_status(off)["enabled"] is False
+    none = SimpleNamespace(config=SimpleNamespace(), store=SimpleNamespace())
+    assert views.descheduler_status(none) == {"enabled": False, "config": None, "last_pass": None}

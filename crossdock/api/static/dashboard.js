@@ -110,10 +110,14 @@ function drawAutoscaler(a, events) {
 }
 
 function drawDescheduler(d) {
-  const text = !d.enabled ? "disabled (no descheduler configured)"
-    : `enabled${d.config && d.config.dry_run ? " (dry run)" : ""}; last pass: ` +
-      (d.last_pass ? JSON.stringify(d.last_pass) : "none yet");
-  document.getElementById("descheduler").textContent = text;
+  const last = d.last_pass;
+  const count = (xs) => (xs || []).length;
+  const plan = !last ? "no plan yet"
+    : `last plan ${when(last.at)}: ${count(last.migrations)} migrations, ${count(last.evicted)} evicted,` +
+      ` ${count(last.skipped)} candidates skipped, unblocking ${(last.unblocked || []).join(", ") || "none"}`;
+  document.getElementById("descheduler").textContent = !d.enabled
+    ? "disabled (descheduler.enabled is off, or this installation has none)"
+    : `enabled${d.config.dry_run ? " (dry run)" : ""}, every ${d.config.interval_seconds}s; ${plan}`;
 }
 
 function setStatus(text, bad) {
