@@ -154,6 +154,11 @@ def test_no_bad_or_revoked_token_is_401(api, runtime):
     assert r.status_code == 401 and "unknown or revoked" in r.json()["problems"][0]
     events = [e["event"] for e in runtime.store.feed.latest(10) if e.get("token") == token["id"]]
     assert events == ["token_created", "token_revoked"]
+    for args, message in ((("create", "a b"), "USER: 'a b' is not a user name"),
+                          (("revoke", token["id"]), f"TOKEN: no token {token['id']!r}")):
+        bad = crossdock_cli("tokens", *args)
+        assert bad.returncode == 2 and bad.stderr.startswith(f"crossdock: error: {message}"), bad.stderr
+        assert len(bad.stderr.splitlines()) == 1
 
 
 def test_reads_queues_pools_history_and_status(api, runtime, tmp_path):
