@@ -5,9 +5,10 @@ from __future__ import annotations
 
 import os
 import pwd
+from contextlib import contextmanager
 from datetime import datetime, timezone
 from pathlib import Path
-from typing import Optional
+from typing import Iterator, Optional
 
 import typer
 
@@ -38,6 +39,16 @@ def api(host: str = typer.Option("127.0.0.1", "--host", help="address to listen 
     serve(create_app(rt), host=host, port=port, uds=uds, log_level=log_level)
 
 
+@contextmanager
+def _store_errors() -> Iterator[None]:
+    from redis.exceptions import RedisError
+
+    try:
+        yield
+    except RedisError as exc:
+        fail(f"tokens: the store does not answer ({type(exc).__name__}: {exc})", code=1)
+
+
 def _admin_runtime():
     rt = runtime()
     if not is_admin(rt.config.admins):
@@ -57,7 +68,9 @@ def create(user: str = typer.Argument(..., help="whom the token stands for"),
         text, record = tokens.new_token(user, admin, current_user())
     except CrossdockError as exc:
         fail(str(exc))
-    rt.store.access.put_token(record, actor=current_user())
+    with _store_errors():
+        if not rt.store.access.put_token(record, actor=current_user()):
+            fail("tokens create: a token by that id exists already (a one-in-2^48 chance); run it again", code=1)
     if as_json:
         print_json({"token": text, "id": record["id"], "user": user, "admin": admin})
         return
@@ -66,8 +79,8 @@ def create(user: str = typer.Argument(..., help="whom the token stands for"),
     typer.echo(f"crossdock: token {record['id']} for {user}{note}, shown only now; it is sent as"
                " `Authorization: Bearer <token>`", err=True)
     if os.geteuid() == 0 and not _has_account(user):
-        typer.echo(f"crossdock: warning: {user!r} has no account here; the service runs as root and runs local"
-                   " jobs as their owners, so their local jobs will fail", err=True)
+        typer.echo(f"crossdock: warning: {user!r} has no account here; a service run as root runs local jobs as"
+                   " their owners, so this user's local jobs fail there", err=True)
 
 
 def _has_account(user: str) -> bool:
@@ -81,8 +94,9 @@ def _has_account(user: str) -> bool:
 @tokens_app.command("list")
 def list_tokens(as_json: bool = typer.Option(False, "--json")) -> None:
     """Every token: its id, user, grant, and who made it when (never the secret)."""
-    rows = [{k: rec.get(k) for k in ("id", "user", "admin", "created", "created_by")}
-            for rec in _admin_runtime().store.access.tokens()]
+    with _store_errors():
+        records = _admin_runtime().store.access.tokens()
+    rows = [{k: rec.get(k) for k in ("id", "user", "admin", "created", "created_by")} for rec in records]
     if as_json:
         print_json(rows)
         return
@@ -103,7 +117,8 @@ def revoke(token: str = typer.Argument(..., help="the token's id (from `tokens l
     from crossdock.api.tokens import token_id
 
     token = token_id(token) or token
-    record = _admin_runtime().store.access.revoke_token(token, actor=current_user())
+    with _store_errors():
+        record = _admin_runtime().store.access.revoke_token(token, actor=current_user())
     if record is None:
         fail(f"TOKEN: no token {token!r}; `crossdock tokens list` shows their ids")
     typer.echo(f"token {token} of {record['user']}: revoked")
