@@ -57,11 +57,12 @@ function drawJobs(jobs, now) {
   document.getElementById("jobs-count").textContent = `(${jobs.length} most recent)`;
   fill(document.querySelector("#jobs tbody"), jobs.map(j => {
     const since = Date.parse(j.start_time || j.submit_time || "") / 1000;
+    const until = j.end_time ? Date.parse(j.end_time) / 1000 : now;  // a finished job: how long it ran
     const gpus = j.gpu_ids.length ? j.gpu_ids.join(" ") : "–";
     return el("tr", { id: `job-${j.display_id}`, dataset: { jobId: j.display_id, state: j.state } },
       td(j.display_id), td(j.spec.name || (j.spec.command || ["job"])[0]), td(j.spec.user), td(j.queue),
       el("td", {}, el("span", { class: `state ${j.state}` }, j.state)), td(j.reason === "None" ? "" : j.reason),
-      td(j.nodes.join(",") || "–"), td(gpus), td(isNaN(since) ? "–" : duration(now - since), "n"));
+      td(j.nodes.join(",") || "–"), td(gpus), td(isNaN(since) ? "–" : duration(until - since), "n"));
   }), 9, "no jobs");
 }
 
