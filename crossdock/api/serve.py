@@ -8,6 +8,7 @@ app sees the peer's uid under :data:`crossdock.api.auth.PEER_UID` in the ASGI sc
 
 from __future__ import annotations
 
+import signal
 import socket
 from pathlib import Path
 from typing import Any
@@ -52,14 +53,20 @@ def config(app: Any, host: str = "127.0.0.1", port: int = 8400, uds: Path | None
 
 def serve(app: Any, host: str = "127.0.0.1", port: int = 8400, uds: Path | None = None,
           log_level: str = "info") -> None:
-    """Serve ``app`` until SIGINT/SIGTERM. On ``uds`` the socket is 0666: anyone may connect,
-    since who they are comes from the kernel, not from what they send."""
+    """Serve ``app`` until SIGINT/SIGTERM, then return (the socket file removed). On ``uds`` the
+    socket is 0666: anyone may connect, since who they are comes from the kernel, not from what
+    they send. (Run from the main thread: it takes the two signals.)"""
     if uds is not None:
         uds.parent.mkdir(mode=0o755, parents=True, exist_ok=True)
         uds.unlink(missing_ok=True)
+    # uvicorn stops gracefully on these, then raises the signal again for the handler it found:
+    # this one, so that the process ends here, cleanly, rather than killed by its own signal
+    previous = {sig: signal.signal(sig, lambda *_: None) for sig in (signal.SIGINT, signal.SIGTERM)}
     try:
         uvicorn.Server(config(app, host, port, uds, log_level)).run()  # uvicorn makes a new socket file 0666
     finally:
+        for sig, handler in previous.items():
+            signal.signal(sig, handler)
         if uds is not None:
             uds.unlink(missing_ok=True)
 

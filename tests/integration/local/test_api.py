@@ -240,13 +240,22 @@ PEER_CLIENT = textwrap.dedent("""
 
 
 def test_local_users_are_known_by_the_unix_sockets_peer_credentials(runtime, tmp_path):
+    """``crossdock api --uds``: no token, the kernel names each caller; the socket goes with the server."""
     t2 = second_user()
     home = Path(f"/tmp/crossdock-api-{uuid.uuid4().hex[:8]}")
     home.mkdir(mode=0o755)
-    sock = home / "api.sock"
-    server = ApiServer(runtime, send=lambda *task: None, uds=sock)
+    sock = home / "run" / "api.sock"
+    log = tmp_path / "api.log"
+    with open(log, "wb") as out:
+        server = subprocess.Popen([sys.executable, "-m", "crossdock", "api", "--uds", str(sock), "--log-level", "warning"],
+                                  stdout=out, stderr=subprocess.STDOUT, start_new_session=True)
     try:
-        with httpx.Client(transport=httpx.HTTPTransport(uds=str(sock)), base_url=server.url, timeout=30) as client:
+        deadline = time.monotonic() + 60
+        while not sock.exists():
+            assert server.poll() is None and time.monotonic() < deadline, log.read_text()
+            time.sleep(0.1)
+        assert sock.stat().st_mode & 0o777 == 0o666
+        with httpx.Client(transport=httpx.HTTPTransport(uds=str(sock)), base_url="http://crossdock", timeout=30) as client:
             assert client.get("/v1/whoami").json() == {"user": "root", "admin": True, "via": "peer uid 0"}
             job_id = client.post("/v1/jobs", json={"command": ["true"], "hold": True, "chdir": str(tmp_path)}).json()["job_id"]
 
@@ -263,7 +272,13 @@ def test_local_users_are_known_by_the_unix_sockets_peer_credentials(runtime, tmp
         assert status == 403 and body["problems"][0].endswith(f"you are {t2.pw_name!r}; only its owner or an admin may")
         assert refusals(runtime.store, job_id) == [(t2.pw_name, "cancel")]
         assert runtime.store.get(job_id).state is JobState.PENDING
+        server.terminate()
+        assert server.wait(15) == 0, log.read_text()
+        assert not sock.exists()  # the server took its socket with it
     finally:
-        server.close()
+        if server.poll() is None:
+            server.kill()
+            server.wait()
         sock.unlink(missing_ok=True)
+        sock.parent.rmdir()
         home.rmdir()

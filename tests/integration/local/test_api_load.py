@@ -45,7 +45,7 @@ def api_process(runtime, tmp_path):
         time.sleep(0.1)
     yield port
     proc.terminate()
-    assert proc.wait(15) in (0, -15), log.read_text()[-3000:]  # uvicorn stops cleanly, then re-raises the signal
+    assert proc.wait(15) == 0, log.read_text()[-3000:]  # a clean stop on SIGTERM
 
 
 def client(i: int, port: int, headers: dict, job_id: int, chdir: str, start: threading.Barrier, until: list[float],
