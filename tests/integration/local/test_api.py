@@ -131,6 +131,22 @@ def test_two_users_tokens_each_acts_only_on_their_own_jobs(api, runtime, tmp_pat
     assert theirs.status_code == 201 and store.get(theirs.json()["job_id"]).spec.user == "alice"
 
 
+def test_an_array_is_one_submission_and_one_reference(api, runtime, tmp_path):
+    headers = {**make_token(runtime.store, "alice"), "Idempotency-Key": "array-once"}
+    body = {"command": ["true"], "hold": True, "chdir": str(tmp_path), "array": {"task_ids": [0, 1, 2]}}
+    r = api.client.post("/v1/jobs", json=body, headers=headers)
+    assert r.status_code == 201, r.text
+    again = api.client.post("/v1/jobs", json=body, headers=headers)
+    assert again.json() == r.json() and len(r.json()["jobs"]) == 3  # the same key stores it once
+    assert len(runtime.store.all_ids()) == 3
+    array = r.json()["job_id"]
+    shown = api.client.get(f"/v1/jobs/{array}", headers=headers).json()
+    assert [j["display_id"] for j in shown] == [f"{array}_{t}" for t in (0, 1, 2)]
+    assert [o["outcome"] for o in api.client.post(f"/v1/jobs/{array}_1/cancel", headers=headers).json()] == ["CANCELLED"]
+    states = [j["state"] for j in api.client.get(f"/v1/jobs/{array}", headers=headers).json()]
+    assert states == ["PENDING", "CANCELLED", "PENDING"]
+
+
 def test_no_bad_or_revoked_token_is_401(api, runtime):
     r = api.client.get("/v1/jobs")
     assert r.status_code == 401 and r.headers["www-authenticate"] == "Bearer"
