@@ -12,6 +12,7 @@ from fastapi import APIRouter, Depends, Query, Request
 from crossdock import service
 from crossdock.api import views
 from crossdock.api.jobs import view
+from crossdock.backends.redis_store.autoscale import EVENTS as SCALING_EVENTS
 from crossdock.gateway.direct import Direct
 
 router = APIRouter(prefix="/v1", tags=["cluster"])
@@ -65,7 +66,6 @@ def overview(gw: Direct = Depends(view), jobs: int = Query(OVERVIEW_JOBS, ge=1, 
         "pools": views.pool_view(gw.inventory(), active),
         "disruptions": views.disruptions(events)[-50:],
         "autoscaler": service.autoscaling(gw.rt),
-        "scaling_events": [e for e in events if e.get("event") in ("fleet_scaled", "nodes_added", "nodes_drained",
-                                                                     "nodes_removed")][-50:],
+        "scaling_events": [e for e in events if e.get("event") in SCALING_EVENTS][-50:],
         "descheduler": views.descheduler_status(gw.rt),
     }
