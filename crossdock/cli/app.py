@@ -13,7 +13,7 @@ import typer.core
 from typer.core import TyperGroup
 from typer.main import get_group
 
-from crossdock.cli import admin, autoscale, deschedule, events, history, jobs, keys, metrics, services, views
+from crossdock.cli import admin, api, autoscale, deschedule, events, history, jobs, keys, metrics, services, views
 from crossdock.cli.common import one_line
 
 # Typer vendors its own click (typer._click) in recent versions; older ones use click itself.
@@ -68,6 +68,8 @@ app.command()(events.events)
 app.add_typer(admin.config_app, name="config")
 app.command()(services.serve)
 app.add_typer(services.services_app, name="services")
+app.command("api")(api.api)
+app.add_typer(api.tokens_app, name="tokens")
 
 
 @app.command()

@@ -136,6 +136,10 @@ class Keys:
     def endpoint(self, job_id: int) -> str:
         """HASH service, replica, attempt, host, port, ready, draining, drained, draining_since of a replica job."""
         return f"{self.prefix}:job:{job_id}:endpoint"
+    # the REST API (crossdock.api; records in redis_store/access.py)
+    def api_tokens(self) -> str:
+        """HASH token id -> JSON of one bearer token: user, admin, salt, HMAC of the secret, who made it, when."""
+        return f"{self.prefix}:api:tokens"
 
     # per job
     def job(self, job_id: int) -> str:

@@ -21,6 +21,7 @@ from redis.backoff import NoBackoff
 from redis.retry import Retry
 
 from crossdock.backends.redis_store import scripts
+from crossdock.backends.redis_store.access import AccessRecords
 from crossdock.backends.redis_store.autoscale import AutoscaleRecords
 from crossdock.backends.redis_store.codec import (encode_fields, facts_from_record, hash_to_job, history_record,
                                                   job_to_hash, nodes_from_json, nodes_to_json)
@@ -101,6 +102,8 @@ class JobStore:
         """The descheduler's moves, reserved destinations and last plan."""
         self.services = ServiceStore(self.r, self.k, STREAM_MAXLEN, actor)
         """Inference services: records, replica jobs, endpoints, traffic samples, events."""
+        self.access = AccessRecords(self.r, self.k, STREAM_MAXLEN)
+        """The REST API's tokens and refusals."""
 
     @classmethod
     def from_url(cls, url: str, prefix: str = "cd", actor: str = "crossdock",
