@@ -32,6 +32,7 @@ from crossdock.runtime import Runtime
 from crossdock.workers.app import SendTask
 from crossdock.workers.autoscaler import Autoscaler, Busy, capacity_reasons
 from crossdock.workers.follow import UNAVAILABLE, Follower
+from crossdock.workers.liveconfig import Switch
 from crossdock.workers.loops import Part, resilient
 
 log = logging.getLogger(__name__)
@@ -63,8 +64,10 @@ class Scheduler:
         self._inventory: dict[str, tuple[float, Inventory]] = {}
         self._autoscaled_at = 0.0
         self.leader = False
+        self.switch_config = Switch(rt, self.holder)
+        """A new live config is taken at the top of a turn: a cycle boundary (``crossdock config apply``)."""
         self.parts = {name: Part(f"{self.holder} {name}") for name in ("loop", "cycle", "reconcile", "retention",
-                                                                      "autoscale")}
+                                                                      "autoscale", "config")}
         """Each step's state (running, backing off...) and last error, for ``crossdock health``."""
 
     # --- reading ---------------------------------------------------------------------------
@@ -247,6 +250,8 @@ class Scheduler:
         if not self.leader:
             stop.wait(cfg.lease_seconds / 3)
             return
+        self.parts["config"].call(self.switch_config)
+        cfg = self.rt.config.scheduler
         autoscale = [("autoscale", self.rt.config.autoscaler.interval_seconds, self.autoscaler.pass_once)
                      ] if self.autoscaler.wanted() else []
         follow = [("reconcile", reconcile_every, self.reconcile), ("retention", RETENTION_EVERY_SECONDS, self.expire)]

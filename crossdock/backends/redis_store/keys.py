@@ -91,6 +91,17 @@ class Keys:
         """HASH ``fleet:<queue>`` | ``pool:<pool>`` -> JSON of its last change (when, from, to, why)."""
         return f"{self.prefix}:autoscale:changes"
 
+    # the live admin config (crossdock config apply; records in redis_store/liveconfig.py)
+    @property
+    def config_desired(self) -> str:
+        """HASH of the config last stored for the leader: version, text (YAML), digest, source, by, at."""
+        return f"{self.prefix}:config:desired"
+
+    @property
+    def config_in_force(self) -> str:
+        """HASH of the config the leader switched to, as ``config_desired`` plus holder, switched_at."""
+        return f"{self.prefix}:config:in_force"
+
     # per job
     def job(self, job_id: int) -> str:
         """HASH: spec (JSON) and status fields of one job."""

@@ -25,6 +25,7 @@ from crossdock.backends.redis_store.autoscale import AutoscaleRecords
 from crossdock.backends.redis_store.codec import (encode_fields, facts_from_record, hash_to_job, history_record,
                                                   job_to_hash, nodes_from_json, nodes_to_json)
 from crossdock.backends.redis_store.keys import Keys
+from crossdock.backends.redis_store.liveconfig import ConfigRecords
 from crossdock.queue.errors import NoSuchJob
 from crossdock.queue.models import Job
 from crossdock.queue.snapshot import JobFacts, Node
@@ -94,6 +95,8 @@ class JobStore:
         self._archive = self.r.register_script(scripts.ARCHIVE)
         self.autoscale = AutoscaleRecords(self.r, self.k, STREAM_MAXLEN)
         """The autoscaler's state, last decisions and change events."""
+        self.live_config = ConfigRecords(self.r, self.k, STREAM_MAXLEN)
+        """The admin config stored for the leader and the one in force, with their events."""
 
     @classmethod
     def from_url(cls, url: str, prefix: str = "cd", actor: str = "crossdock") -> "JobStore":
