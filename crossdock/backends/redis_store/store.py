@@ -20,7 +20,7 @@ import redis
 from redis.backoff import NoBackoff
 from redis.retry import Retry
 
-from crossdock.backends.redis_store import scripts
+from crossdock.backends.redis_store import connect, scripts
 from crossdock.backends.redis_store.autoscale import AutoscaleRecords
 from crossdock.backends.redis_store.codec import (encode_fields, facts_from_record, hash_to_job, history_record,
                                                   job_to_hash, nodes_from_json, nodes_to_json)
@@ -45,12 +45,11 @@ STORE_UNAVAILABLE: tuple[type[Exception], ...] = (redis.ConnectionError, redis.T
 def probe(url: str, timeout: float = 1.0) -> str | None:
     """None when the Redis at ``url`` answers within ``timeout`` s, else why not (one try, no retries:
     redis-py's default retries take ~5 s to say that a socket is missing)."""
-    client = redis.Redis.from_url(url, socket_timeout=timeout, socket_connect_timeout=timeout,
-                                  retry=Retry(NoBackoff(), 0))
+    client = connect.client(url, socket_timeout=timeout, socket_connect_timeout=timeout, retry=Retry(NoBackoff(), 0))
     try:
         client.ping()
         return None
-    except (*STORE_UNAVAILABLE, OSError) as exc:
+    except (*STORE_UNAVAILABLE, OSError) as exc:  # MasterNotFoundError is a ConnectionError
         return f"{type(exc).__name__}: {exc}"
     finally:
         client.close()
@@ -100,7 +99,8 @@ class JobStore:
 
     @classmethod
     def from_url(cls, url: str, prefix: str = "cd", actor: str = "crossdock") -> "JobStore":
-        return cls(redis.Redis.from_url(url, decode_responses=True), prefix, actor)
+        """``url``: a Redis server, or a master through Sentinel (:mod:`.connect`)."""
+        return cls(connect.client(url, decode_responses=True), prefix, actor)
 
     @contextmanager
     def pipeline(self, transaction: bool = False) -> Iterator[Any]:
