@@ -9,6 +9,7 @@ Celery worker process loads.
 
 from __future__ import annotations
 
+import os
 from typing import Callable
 
 from celery import Celery
@@ -16,6 +17,8 @@ from celery import Celery
 from crossdock.backends.redis_store.connect import is_sentinel, kombu_broker
 
 QUEUE_PREFIX = "crossdock"
+EVENTS_ENV = "CROSSDOCK_CELERY_EVENTS"
+"""1: workers send Celery's task events and senders the task-sent event (what Flower shows)."""
 
 
 def queue_for(backend: str) -> str:
@@ -55,6 +58,8 @@ def make_app(redis_url: str) -> Celery:
         task_serializer="json",
         accept_content=["json"],
     )
+    if os.environ.get(EVENTS_ENV, "").lower() in ("1", "true", "yes"):
+        app.conf.update(worker_send_task_events=True, task_send_sent_event=True)
     return app
 
 

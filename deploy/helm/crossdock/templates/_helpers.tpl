@@ -60,6 +60,10 @@ app.kubernetes.io/instance: {{ .Release.Name }}
   value: {{ .Values.kubernetes.jobImage | quote }}
 - name: CROSSDOCK_K8S_SYNC_PRIORITY_CLASSES
   value: {{ .Values.kubernetes.syncPriorityClasses | quote }}
+{{- if .Values.celeryEvents }}
+- name: CROSSDOCK_CELERY_EVENTS
+  value: "1"
+{{- end }}
 {{- if gt (int .Values.metrics.port) 0 }}
 - name: CROSSDOCK_METRICS_ADDRESS
   value: "0.0.0.0:{{ .Values.metrics.port }}"
