@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import logging
 import os
+import time
 from dataclasses import dataclass, field
 from functools import cached_property
 
@@ -20,6 +21,8 @@ from crossdock.settings import Settings, current_user
 
 log = logging.getLogger(__name__)
 
+CONFIG_REFRESH_SECONDS = 1.0
+
 
 @dataclass
 class Runtime:
@@ -31,6 +34,12 @@ class Runtime:
     _config: ClusterConfig | None = field(default=None, repr=False)
     config_version: int = 0
     """The live config's version this process uses; 0: the file's."""
+    switched_by_leader: bool = False
+    """True in a process that runs the scheduling loop: its leader switches the config at a cycle
+    boundary (:class:`crossdock.workers.liveconfig.Switch`); elsewhere (the API, the multi-user
+    socket, a Python session) the version in force is looked up at most every
+    ``CONFIG_REFRESH_SECONDS`` when the config is read."""
+    _checked_at: float = field(default=0.0, repr=False)
 
     @classmethod
     def from_env(cls, start_redis: bool = True) -> "Runtime":
@@ -55,6 +64,8 @@ class Runtime:
         if self._config is None:
             if not (self.live and self.refresh_config()):
                 self._config = load_config(self.settings.config_path, catalog())
+        elif self.live and not self.switched_by_leader and time.monotonic() - self._checked_at > CONFIG_REFRESH_SECONDS:
+            self.refresh_config()
         assert self._config is not None
         return self._config
 
@@ -68,6 +79,7 @@ class Runtime:
     def refresh_config(self) -> bool:
         """Take the store's config in force when its version is not this process's; True when it
         switched. One round trip when nothing changed. A store that is away keeps what is used."""
+        self._checked_at = time.monotonic()
         try:
             version = self.store.live_config.in_force_version()
             if not version or version == self.config_version:

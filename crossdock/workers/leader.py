@@ -64,6 +64,7 @@ class Scheduler:
         self._inventory: dict[str, tuple[float, Inventory]] = {}
         self._autoscaled_at = 0.0
         self.leader = False
+        rt.switched_by_leader = True
         self.switch_config = Switch(rt, self.holder)
         """A new live config is taken at the top of a turn: a cycle boundary (``crossdock config apply``)."""
         self.parts = {name: Part(f"{self.holder} {name}") for name in ("loop", "cycle", "reconcile", "retention",
@@ -248,6 +249,7 @@ class Scheduler:
         if self.leader != was_leader:
             log.info("%s %s leadership", self.holder, "took" if self.leader else "lost")
         if not self.leader:
+            self.parts["config"].call(self.rt.refresh_config)  # a standby follows the leader's switches
             stop.wait(cfg.lease_seconds / 3)
             return
         self.parts["config"].call(self.switch_config)

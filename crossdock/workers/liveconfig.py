@@ -94,9 +94,9 @@ class Switch:
         live = self.rt.store.live_config
         version = live.desired_version()
         if not version or version in (self.seen, self.rt.config_version):
-            if version and version != self.seen and version == live.in_force_version():
-                self.seen = version  # another leader switched to it already
             return False
+        if version == live.in_force_version():  # a leader before this one switched to it already
+            return self.rt.refresh_config()
         record = live.desired()
         if record is None:
             return False
