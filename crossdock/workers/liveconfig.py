@@ -50,11 +50,22 @@ def validate(path: str | Path) -> Checked:
     from crossdock.backends.local.backend import local_nodes
     from crossdock.queue.probe import dry_cycle
 
-    cfg = load_config(path, catalog())
+    before = _text(path)
+    cfg = load_config(path, catalog())  # its errors name the file, the line and the column
+    text = _text(path)
+    if text is None or text != before:  # an editor still writing it: the next reload sees the end
+        raise ConfigError([f"{path}: changed while it was read; apply it again"])
     errors = dry_cycle(cfg, local_nodes(cfg, gpus.discover()), datetime.now(timezone.utc))
     if errors:
         raise ConfigError(errors)
-    return Checked(cfg, Path(path).read_text(), lint(cfg))
+    return Checked(cfg, text, lint(cfg))
+
+
+def _text(path: str | Path) -> str | None:
+    try:
+        return Path(path).read_text()
+    except (OSError, ValueError):
+        return None
 
 
 @dataclass(frozen=True)
@@ -70,7 +81,7 @@ def apply_file(rt: Runtime, path: str | Path, by: str) -> Applied:
     """Validate ``path`` whole and store it for the leader; :class:`ConfigError` refuses it and
     stores nothing."""
     checked = validate(path)
-    version, new = rt.store.live_config.store(checked.text, str(Path(path).resolve()), by)
+    version, new = rt.store.live_config.store(checked.text, str(Path(path).absolute()), by)
     return Applied(version, new, diff_configs(rt.config, checked.config), checked.warnings)
 
 
@@ -151,7 +162,7 @@ class Watcher:
         except ConfigError as exc:
             self.last_result = f"refused: {'; '.join(exc.errors)}"
             log.error("config reload of %s refused, the running config stays: %s", self.path, "; ".join(exc.errors))
-            self.rt.store.live_config.refused(str(self.path.resolve()), exc.errors, self.actor)
+            self.rt.store.live_config.refused(str(self.path.absolute()), exc.errors, self.actor)
             return False
         self.reloads += applied.new
         self.last_result = f"stored version {applied.version}" + ("" if applied.new else " (unchanged)")
