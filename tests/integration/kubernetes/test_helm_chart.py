@@ -185,5 +185,55 @@ def test_chart_installs_on_the_local_plane(helm, k8s_kubeconfig, k8s_client, rel
                                              ("delete", "nodes", "", None), ("create", "jobs", "batch", "default"),
                                              ("patch", "deployments/scale", "apps", ns), ("list", "configmaps", "", ns)]:
             assert not can(authz, ns, sa, verb, resource, group, where), (verb, resource, where)
+        backend_as_the_service_account(k8s_client, ns, sa)
     finally:
         subprocess.run(cleanup, capture_output=True, timeout=120)
+
+
+def backend_as_the_service_account(admin: client.ApiClient, ns: str, sa: str) -> None:
+    """crossdock's Kubernetes backend with the service account's own token: it syncs its priority
+    classes, reads the inventory, runs a job to COMPLETED and cancels another; the RBAC is enough."""
+    from crossdock.backends.kubernetes import KubernetesBackend
+    from crossdock.backends.kubernetes.manifests import LABEL_JOB_ID
+    from crossdock.queue.config import parse_config
+    from crossdock.queue.models import Job, JobSpec
+    from crossdock.queue.states import JobState
+
+    token = client.CoreV1Api(admin).create_namespaced_service_account_token(
+        sa, ns, client.AuthenticationV1TokenRequest(spec=client.V1TokenRequestSpec(audiences=[],
+                                                                                  expiration_seconds=600))).status.token
+    conf = client.Configuration()
+    conf.host, conf.ssl_ca_cert, conf.verify_ssl = (admin.configuration.host, admin.configuration.ssl_ca_cert,
+                                                    admin.configuration.verify_ssl)
+    conf.api_key = {"authorization": f"Bearer {token}"}
+    klass = f"opd{uuid.uuid4().hex[:6]}"  # the plane is shared: PriorityClasses of this test's own
+    cfg = parse_config({"priority_classes": {klass: {"value": 10, "preemptible": True, "grace_seconds": 1}},
+                        "pools": {"cpu": {"backend": "k8s", "selector": {"crossdock.io/pool": "cpu"}}},
+                        "queues": {"q": {"priority_class": klass, "pools": ["cpu"]}}})
+    scheduling = client.SchedulingV1Api(admin)
+    with client.ApiClient(conf) as api:
+        backend = KubernetesBackend(cfg, api, namespace=ns, ttl_seconds_after_finished=None, deadline_slack_seconds=0)
+        with pytest.raises(client.ApiException) as refused:  # it is the service account, not the admin
+            client.CoreV1Api(api).list_namespaced_secret(ns)
+        assert refused.value.status == 403
+        try:
+            assert backend.sync_priority_classes() == [f"crossdock-{klass}"]
+            assert {n.pool for n in backend.inventory().nodes} == {"cpu"}
+
+            def job(job_id: int, seconds: float) -> Job:
+                spec = JobSpec(command=["python", "work.py"], env={"CROSSDOCK_SIMULATE_RUN_SECONDS": str(seconds)})
+                return Job(id=job_id, spec=spec, queue="q", priority_class=klass, priority=10, preemptible=True,
+                           pools=["cpu"], pool="cpu", attempts=1, backend="k8s")
+
+            short, long = job(910001, 1), job(910002, 600)
+            backend.submit(short)
+            backend.submit(long)
+            state = lambda j: (st := backend.status([j]).get(j.id)) and st.state  # noqa: E731
+            assert wait_for("the short job to complete", lambda: state(short) is JobState.COMPLETED, timeout=90)
+            wait_for("the long job to run", lambda: state(long) is JobState.RUNNING, timeout=90)
+            backend.cancel(long)
+            wait_for("the long job's pods gone", lambda: not client.CoreV1Api(admin).list_namespaced_pod(
+                ns, label_selector=f"{LABEL_JOB_ID}={long.id}").items or None, timeout=90)
+        finally:
+            backend.close()
+            scheduling.delete_priority_class(f"crossdock-{klass}")
