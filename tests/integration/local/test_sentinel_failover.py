@@ -12,7 +12,6 @@ import uuid
 from collections import Counter
 
 import pytest
-import redis
 import yaml
 
 from crossdock import service
