@@ -12,6 +12,7 @@ from functools import cached_property
 import yaml
 
 from crossdock.backends.redis_store import embedded
+from crossdock.backends.redis_store.connect import is_sentinel, parse_sentinel
 from crossdock.backends.redis_store.store import STORE_UNAVAILABLE, JobStore
 from crossdock.backends.registry import BackendContext, Backends, catalog
 from crossdock.configfile import load_config
@@ -49,6 +50,8 @@ class Runtime:
             url = embedded.with_password(url)
         if url is None:
             url = embedded.ensure_running(settings.state_dir) if start_redis else embedded.url_for(settings.state_dir)
+        elif is_sentinel(url):
+            parse_sentinel(url)  # BadRedisURL, one line naming what to fix, before anything connects
         # an embedded Redis that is not running is not asked (``submit --dry-run`` starts none)
         live = start_redis or settings.redis_url is not None or embedded.pid(settings.state_dir) is not None
         return cls(settings, url, live=live)

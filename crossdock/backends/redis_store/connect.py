@@ -23,12 +23,14 @@ from urllib.parse import parse_qs, unquote, urlsplit
 import redis
 from redis.sentinel import Sentinel
 
+from crossdock.queue.errors import CrossdockError
+
 SENTINEL_SCHEMES = ("redis+sentinel", "rediss+sentinel")
 SENTINEL_PORT = 26379
 
 
-class BadRedisURL(ValueError):
-    pass
+class BadRedisURL(CrossdockError, ValueError):
+    """``CROSSDOCK_REDIS_URL`` cannot be read: the message names the part and the fix."""
 
 
 @dataclass(frozen=True)
