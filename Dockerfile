@@ -8,7 +8,8 @@ COPY pyproject.toml README.md ./
 COPY crossdock ./crossdock
 COPY crossdock/configs ./configs
 RUN pip install --no-cache-dir '.[kubernetes]' flower
-RUN useradd --create-home --uid 1000 crossdock
+RUN useradd --create-home --uid 1000 crossdock \
+ && install -d -o crossdock -g crossdock /home/crossdock/state
 USER crossdock
 ENV CROSSDOCK_CONFIG=/opt/crossdock/configs/crossdock.yaml \
     CROSSDOCK_STATE_DIR=/home/crossdock/state

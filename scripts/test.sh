@@ -23,5 +23,7 @@ $py -m crossdock.dev.slurm up || { echo "local Slurm cluster failed to start" >&
 # cold on 2 idle cores) and cached in ~/.cache/crossdock/k8s; later
 # runs reuse them. `up` starts Karpenter beside the plane.
 $py -m crossdock.dev.k8s build || { echo "building the Kubernetes control plane failed" >&2; exit 1; }
+# helm for the chart test (deploy/helm/crossdock), built from its Go module once and cached the same way.
+bash scripts/helm/build.sh >/dev/null || { echo "building helm failed" >&2; exit 1; }
 $py -m crossdock.dev.k8s up || { echo "local Kubernetes control plane failed to start" >&2; exit 1; }
 $py -m pytest -q -p no:cacheprovider "$@"

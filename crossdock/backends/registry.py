@@ -8,7 +8,7 @@ are imported on first use, so a process pays only for the backends its config na
 from __future__ import annotations
 
 import importlib
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from types import ModuleType
 from typing import Any, Iterator, Mapping
@@ -87,6 +87,7 @@ class Backends:
     def __init__(self, ctx: BackendContext):
         self.ctx = ctx
         self._built: dict[str, Backend] = {}
+        self._given: set[str] = set()
 
     def __call__(self, kind: str) -> Backend:
         if kind not in self._built:
@@ -96,6 +97,23 @@ class Backends:
     def use(self, kind: str, backend: Backend) -> None:
         """Serve ``kind`` with this instance (a test's fake, a backend built elsewhere)."""
         self._built[kind] = backend
+        self._given.add(kind)
+
+    def reconfigure(self, config: ClusterConfig) -> None:
+        """A new admin config (a live change): the backends built from the old one are closed and
+        built again from the new one on first use; one handed in with :meth:`use` is kept (told
+        through its ``reconfigure(config)`` when it has one)."""
+        self.ctx = replace(self.ctx, config=config)
+        for kind in list(self._built):
+            backend = self._built[kind]
+            if kind in self._given:
+                if hasattr(backend, "reconfigure"):
+                    backend.reconfigure(config)
+                continue
+            close = getattr(backend, "close", None)
+            if close is not None:
+                close()
+            del self._built[kind]
 
     def capabilities(self, kind: str) -> Capabilities:
         """What ``kind`` can do: the instance's own declaration once built, else its package's."""

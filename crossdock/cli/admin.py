@@ -11,38 +11,35 @@ from pathlib import Path
 import typer
 
 from crossdock.cli.common import console, fail, gateway, one_line, print_json, runtime
+from crossdock.cli.liveconfig import config_apply, config_show
 from crossdock.cli.render import info_table, node_rows
 from crossdock.queue.errors import CrossdockError
 
 config_app = typer.Typer(help="Admin configuration files.", no_args_is_help=True)
+config_app.command("apply")(config_apply)
+config_app.command("show")(config_show)
 
 
 @config_app.command("check")
 def config_check(path: Path = typer.Argument(..., help="a crossdock YAML config")) -> None:
     """Validate a config: every error with its path, then warnings about risky settings."""
-    from datetime import datetime, timezone
-
-    from crossdock.backends.local import gpus
-    from crossdock.backends.local.backend import local_nodes
-    from crossdock.backends.registry import catalog
-    from crossdock.configfile import load_config
-    from crossdock.queue.config import lint
     from crossdock.queue.errors import ConfigError
-    from crossdock.queue.probe import dry_cycle
+    from crossdock.workers.liveconfig import validate
 
     try:
-        cfg = load_config(path, catalog())  # what `up` loads, with the same backend catalog
-        errors = dry_cycle(cfg, local_nodes(cfg, gpus.discover()), datetime.now(timezone.utc))
+        checked = validate(path)  # what `up` loads, with the same backend catalog, and a dry cycle
+        errors: list[str] = []
     except ConfigError as exc:
         errors = exc.errors
     if errors:
         for line in errors:  # file-level errors (unreadable, broken YAML) name the file already
             typer.echo(one_line(line if line.startswith(f"{path}:") else f"{path}: {line}"), err=True)
         raise typer.Exit(2)
+    cfg = checked.config
     from crossdock.runtime import Runtime
     from crossdock.serve import declared_warnings
 
-    warnings = lint(cfg) + declared_warnings(Runtime.from_env(start_redis=False), cfg)
+    warnings = checked.warnings + declared_warnings(Runtime.from_env(start_redis=False), cfg)
     for w in warnings:
         typer.echo(one_line(f"{path}: warning: {w}"), err=True)
     typer.echo(f"{path}: OK ({len(cfg.priority_classes)} priority classes, {len(cfg.pools)} pools,"
@@ -93,6 +90,15 @@ def up(workers: int = typer.Option(2, "--workers", "-w", help="Celery worker pro
     for sig in (signal.SIGINT, signal.SIGTERM):  # before anything starts, so that a stop is always clean
         signal.signal(sig, lambda *_: done.set())
     parts = [*_metrics_part(rt)]
+    if scheduler:  # the file is the leader's from now: stored at once, reloaded on SIGHUP and on change
+        from crossdock.workers.liveconfig import Watcher
+
+        watcher = Watcher(rt, rt.settings.config_path)
+        if not watcher.reload() and watcher.last_result.startswith(("refused", "cannot")):
+            lock.release()
+            fail(f"config {rt.settings.config_path}: {watcher.last_result}")
+        signal.signal(signal.SIGHUP, lambda *_: watcher.request())
+        parts.append(watcher)
     if multi_user:
         from crossdock.gateway.server import SocketPart
 

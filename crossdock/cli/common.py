@@ -34,7 +34,10 @@ def runtime(start_redis: bool = True) -> Runtime:
     """This process's runtime, its config loaded: a broken config is one line here, for every
     command, rather than a traceback wherever it is first read. ``start_redis=False`` leaves the
     embedded Redis alone (``submit --dry-run`` stores nothing)."""
-    rt = Runtime.from_env(start_redis=start_redis)
+    try:
+        rt = Runtime.from_env(start_redis=start_redis)
+    except CrossdockError as exc:  # CROSSDOCK_REDIS_URL unreadable, the embedded Redis unable to start
+        fail(str(exc), code=1)
     try:
         rt.config
     except ConfigError as exc:

@@ -9,11 +9,16 @@ Celery worker process loads.
 
 from __future__ import annotations
 
+import os
 from typing import Callable
 
 from celery import Celery
 
+from crossdock.backends.redis_store.connect import is_sentinel, kombu_broker
+
 QUEUE_PREFIX = "crossdock"
+EVENTS_ENV = "CROSSDOCK_CELERY_EVENTS"
+"""1: workers send Celery's task events and senders the task-sent event (what Flower shows)."""
 
 
 def queue_for(backend: str) -> str:
@@ -21,10 +26,21 @@ def queue_for(backend: str) -> str:
 
 
 def celery_url(redis_url: str) -> str:
-    """Celery (kombu) spells a unix-socket Redis ``redis+socket://``."""
+    """Celery (kombu) spells a unix-socket Redis ``redis+socket://`` and Sentinel ``sentinel://h:p;…``."""
     if redis_url.startswith("unix://"):
         return "redis+socket://" + redis_url.removeprefix("unix://")
+    if is_sentinel(redis_url):
+        return kombu_broker(redis_url)[0]
     return redis_url
+
+
+def transport_options(redis_url: str) -> dict:
+    """The broker's transport options: tasks redelivered after an hour unacknowledged; under
+    Sentinel, the master's name (and the sentinels' password)."""
+    options = {"visibility_timeout": 3600}
+    if is_sentinel(redis_url):
+        options.update(kombu_broker(redis_url)[1])
+    return options
 
 
 def make_app(redis_url: str) -> Celery:
@@ -36,12 +52,14 @@ def make_app(redis_url: str) -> Celery:
         task_ignore_result=True,
         worker_prefetch_multiplier=1,
         task_default_queue=queue_for("local"),
-        broker_transport_options={"visibility_timeout": 3600},
+        broker_transport_options=transport_options(redis_url),
         broker_connection_retry_on_startup=True,
         worker_hijack_root_logger=False,
         task_serializer="json",
         accept_content=["json"],
     )
+    if os.environ.get(EVENTS_ENV, "").lower() in ("1", "true", "yes"):
+        app.conf.update(worker_send_task_events=True, task_send_sent_event=True)
     return app
 
 

@@ -34,6 +34,7 @@ from crossdock.workers.app import SendTask
 from crossdock.workers.autoscaler import Autoscaler, Busy, capacity_reasons
 from crossdock.workers.descheduler import Descheduler, live_destinations
 from crossdock.workers.follow import UNAVAILABLE, Follower
+from crossdock.workers.liveconfig import Switch
 from crossdock.workers.loops import Part, resilient
 from crossdock.workers.services import ServiceStep
 
@@ -72,8 +73,11 @@ class Scheduler:
         self._placed: set[int] = set()
         """Jobs placed at the last cycle (active, or admitted by it): those that leave it ended an attempt."""
         self.leader = False
+        rt.switched_by_leader = True
+        self.switch_config = Switch(rt, self.holder)
+        """A new live config is taken at the top of a turn: a cycle boundary (``crossdock config apply``)."""
         self.parts = {name: Part(f"{self.holder} {name}") for name in ("loop", "cycle", "reconcile", "retention",
-                                                                      "autoscale", "services", "deschedule")}
+                                                                      "autoscale", "services", "deschedule", "config")}
         """Each step's state (running, backing off...) and last error, for ``crossdock health``."""
 
     # --- reading ---------------------------------------------------------------------------
@@ -284,8 +288,11 @@ class Scheduler:
                 metrics.forget_cycle_view()
             log.info("%s %s leadership", self.holder, "took" if self.leader else "lost")
         if not self.leader:
+            self.parts["config"].call(self.rt.refresh_config)  # a standby follows the leader's switches
             stop.wait(cfg.lease_seconds / 3)
             return
+        self.parts["config"].call(self.switch_config)
+        cfg = self.rt.config.scheduler
         autoscale = [("autoscale", self.rt.config.autoscaler.interval_seconds, self.autoscaler.pass_once)
                      ] if self.autoscaler.wanted() else []
         deschedule = [("deschedule", self.rt.config.descheduler.interval_seconds, self.descheduler.pass_once)

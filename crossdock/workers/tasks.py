@@ -31,8 +31,19 @@ BATCH_PARALLELISM = 4
 
 
 @lru_cache(maxsize=1)
-def runtime() -> Runtime:
+def _process_runtime() -> Runtime:
     return Runtime.from_env(start_redis=False)
+
+
+def runtime() -> Runtime:
+    """This worker's runtime, on the config in force (a live change is taken before the next task:
+    the leader admitted the job under it)."""
+    rt = _process_runtime()
+    rt.refresh_config()
+    return rt
+
+
+runtime.cache_clear = _process_runtime.cache_clear  # type: ignore[attr-defined]  # tests start afresh
 
 
 def _worker(task) -> str:

@@ -26,7 +26,6 @@ import time
 from datetime import datetime, timezone
 from pathlib import Path
 
-import redis
 from redis.backoff import NoBackoff
 from redis.retry import Retry
 
@@ -37,6 +36,7 @@ from crossdock.jobtools.srun import steps_file
 from crossdock.backends.local.owner import Owner, acting_as, owner_of, submit_umask
 from crossdock.backends.local.record import STORE_DOWN, record
 from crossdock.backends.pypayload import verified_payload
+from crossdock.backends.redis_store import connect
 from crossdock.backends.redis_store.embedded import private_dir
 from crossdock.backends.redis_store.store import JobStore, StopRequest
 from crossdock.queue.errors import CrossdockError
@@ -409,9 +409,9 @@ def _name_process(name: str) -> None:
 
 def store_from_env() -> JobStore:
     # no retries inside redis-py: the supervisor retries on its own schedule and keeps watching between
-    client = redis.Redis.from_url(os.environ["CROSSDOCK_REDIS_URL"], decode_responses=True,
-                                  socket_timeout=STORE_TIMEOUT_SECONDS, socket_connect_timeout=STORE_TIMEOUT_SECONDS,
-                                  retry=Retry(NoBackoff(), 0))
+    client = connect.client(os.environ["CROSSDOCK_REDIS_URL"], decode_responses=True,
+                            socket_timeout=STORE_TIMEOUT_SECONDS, socket_connect_timeout=STORE_TIMEOUT_SECONDS,
+                            retry=Retry(NoBackoff(), 0))
     return JobStore(client, os.environ["CROSSDOCK_PREFIX"], actor="local")
 
 

@@ -20,13 +20,14 @@ import redis
 from redis.backoff import NoBackoff
 from redis.retry import Retry
 
-from crossdock.backends.redis_store import scripts
+from crossdock.backends.redis_store import connect, scripts
 from crossdock.backends.redis_store.access import AccessRecords
 from crossdock.backends.redis_store.autoscale import AutoscaleRecords
 from crossdock.backends.redis_store.codec import (encode_fields, facts_from_record, hash_to_job, history_record,
                                                   job_to_hash, nodes_from_json, nodes_to_json)
 from crossdock.backends.redis_store.descheduler import DeschedulerRecords
 from crossdock.backends.redis_store.keys import Keys
+from crossdock.backends.redis_store.liveconfig import ConfigRecords
 from crossdock.backends.redis_store.services import ServiceStore
 from crossdock.backends.redis_store.timing import RoundTrip, timed_client
 from crossdock.queue.errors import NoSuchJob
@@ -48,12 +49,11 @@ STORE_UNAVAILABLE: tuple[type[Exception], ...] = (redis.ConnectionError, redis.T
 def probe(url: str, timeout: float = 1.0) -> str | None:
     """None when the Redis at ``url`` answers within ``timeout`` s, else why not (one try, no retries:
     redis-py's default retries take ~5 s to say that a socket is missing)."""
-    client = redis.Redis.from_url(url, socket_timeout=timeout, socket_connect_timeout=timeout,
-                                  retry=Retry(NoBackoff(), 0))
+    client = connect.client(url, socket_timeout=timeout, socket_connect_timeout=timeout, retry=Retry(NoBackoff(), 0))
     try:
         client.ping()
         return None
-    except (*STORE_UNAVAILABLE, OSError) as exc:
+    except (*STORE_UNAVAILABLE, OSError) as exc:  # MasterNotFoundError is a ConnectionError
         return f"{type(exc).__name__}: {exc}"
     finally:
         client.close()
@@ -104,13 +104,16 @@ class JobStore:
         """Inference services: records, replica jobs, endpoints, traffic samples, events."""
         self.access = AccessRecords(self.r, self.k, STREAM_MAXLEN)
         """The REST API's tokens and refusals."""
+        self.live_config = ConfigRecords(self.r, self.k, STREAM_MAXLEN)
+        """The admin config stored for the leader and the one in force, with their events."""
 
     @classmethod
     def from_url(cls, url: str, prefix: str = "cd", actor: str = "crossdock",
                  on_round_trip: RoundTrip | None = None) -> "JobStore":
-        """``on_round_trip``: called after every Redis round trip (command, seconds, succeeded)."""
+        """``url``: a Redis server, or a master through Sentinel (:mod:`.connect`);
+        ``on_round_trip``: called after every Redis round trip (command, seconds, succeeded)."""
         if on_round_trip is None:
-            return cls(redis.Redis.from_url(url, decode_responses=True), prefix, actor)
+            return cls(connect.client(url, decode_responses=True), prefix, actor)
         return cls(timed_client(url, on_round_trip, decode_responses=True), prefix, actor)
 
     @contextmanager

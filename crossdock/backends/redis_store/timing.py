@@ -11,6 +11,8 @@ from typing import Any, Callable
 import redis
 from redis.client import Pipeline
 
+from crossdock.backends.redis_store import connect
+
 RoundTrip = Callable[[str, float, bool], None]
 
 
@@ -56,6 +58,7 @@ class TimedRedis(redis.Redis):
 
 
 def timed_client(url: str, observer: RoundTrip, **kwargs: Any) -> TimedRedis:
-    client = TimedRedis.from_url(url, **kwargs)
+    """A timed client for ``url``, a Redis server or a master through Sentinel."""
+    client = connect.client(url, redis_class=TimedRedis, **kwargs)
     client.observer = observer
     return client

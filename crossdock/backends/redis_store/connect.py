@@ -1,0 +1,110 @@
+"""Connecting to Redis from a URL: a plain server (``redis://``, ``rediss://``, ``unix://``) or a
+master found through Redis Sentinel.
+
+A Sentinel URL names the sentinels, the monitored master's name and the database::
+
+    redis+sentinel://[[user]:password@]host[:port][,host[:port]...]/<master name>[/<db>][?sentinel_password=…]
+
+The password is the master's (and its replicas'); ``sentinel_password`` is for sentinels that ask
+for one (``requirepass`` in sentinel.conf). The port defaults to 26379. redis-py's
+:class:`~redis.sentinel.Sentinel` asks the sentinels for the master on every new connection, so a
+client reconnects to the promoted replica after a failover: the commands under way meanwhile fail
+with ConnectionError or ReadOnlyError, which every caller already treats as a store that is away
+(``STORE_UNAVAILABLE``) and retries. Celery's broker gets the same sentinels in kombu's spelling
+(:func:`kombu_broker`).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+from urllib.parse import parse_qs, unquote, urlsplit
+
+import redis
+from redis.sentinel import Sentinel
+
+from crossdock.queue.errors import CrossdockError
+
+SENTINEL_SCHEMES = ("redis+sentinel", "rediss+sentinel")
+SENTINEL_PORT = 26379
+
+
+class BadRedisURL(CrossdockError, ValueError):
+    """``CROSSDOCK_REDIS_URL`` cannot be read: the message names the part and the fix."""
+
+
+@dataclass(frozen=True)
+class SentinelURL:
+    sentinels: tuple[tuple[str, int], ...]
+    master: str
+    db: int = 0
+    username: str | None = None
+    password: str | None = None
+    sentinel_password: str | None = None
+    ssl: bool = False
+
+
+def is_sentinel(url: str) -> bool:
+    return url.split("://", 1)[0].lower() in SENTINEL_SCHEMES
+
+
+def parse_sentinel(url: str) -> SentinelURL:
+    """The parts of a ``redis+sentinel://`` URL; :class:`BadRedisURL` naming what is wrong."""
+    scheme, _, rest = url.partition("://")
+    if scheme.lower() not in SENTINEL_SCHEMES:
+        raise BadRedisURL(f"{scheme}://: not a Sentinel URL; use redis+sentinel://host:port,…/<master name>")
+    parts = urlsplit(f"redis://{rest}")
+    userinfo, _, hosts = parts.netloc.rpartition("@")
+    username, _, password = userinfo.partition(":") if userinfo else ("", "", "")
+    sentinels = []
+    for item in (h.strip() for h in hosts.split(",")):
+        host, port = item, ""
+        if item.startswith("["):  # [::1]:26379
+            host, _, port = item[1:].partition("]")
+            port = port.removeprefix(":")
+        elif ":" in item:
+            host, _, port = item.rpartition(":")
+        if not host:
+            raise BadRedisURL(f"CROSSDOCK_REDIS_URL: empty sentinel host in {hosts!r}; list host:port,host:port")
+        try:
+            sentinels.append((host, int(port) if port else SENTINEL_PORT))
+        except ValueError:
+            raise BadRedisURL(f"CROSSDOCK_REDIS_URL: sentinel port {port!r} is not a number") from None
+    path = [p for p in parts.path.split("/") if p]
+    if not path:
+        raise BadRedisURL("CROSSDOCK_REDIS_URL: a Sentinel URL names the master after the hosts:"
+                          " redis+sentinel://host:26379/<master name>[/<db>]")
+    try:
+        db = int(path[1]) if len(path) > 1 else 0
+    except ValueError:
+        raise BadRedisURL(f"CROSSDOCK_REDIS_URL: database {path[1]!r} is not a number") from None
+    query = parse_qs(parts.query)
+    return SentinelURL(tuple(sentinels), unquote(path[0]), db, unquote(username) or None, unquote(password) or None,
+                       (query.get("sentinel_password") or [None])[0], scheme.lower().startswith("rediss"))
+
+
+def client(url: str, redis_class: type[redis.Redis] = redis.Redis, **kwargs: Any) -> redis.Redis:
+    """A client for ``url`` (of ``redis_class``); ``kwargs`` as :meth:`redis.Redis.from_url` takes
+    them (timeouts, retry, decode_responses), applied to the master's connections under Sentinel."""
+    if not is_sentinel(url):
+        return redis_class.from_url(url, **kwargs)
+    s = parse_sentinel(url)
+    timeouts = {k: kwargs[k] for k in ("socket_timeout", "socket_connect_timeout") if k in kwargs}
+    sentinel = Sentinel(list(s.sentinels), sentinel_kwargs={**timeouts, "password": s.sentinel_password},
+                        **timeouts)
+    return sentinel.master_for(s.master, redis_class=redis_class, db=s.db, username=s.username, password=s.password,
+                               ssl=s.ssl, **kwargs)
+
+
+def kombu_broker(url: str) -> tuple[str, dict[str, Any]]:
+    """Celery's broker URL and transport options for a Sentinel URL (kombu lists the sentinels
+    ``sentinel://h:p;sentinel://h:p/<db>`` and takes the master's name as an option)."""
+    s = parse_sentinel(url)
+    auth = ""
+    if s.password or s.username:
+        auth = f"{s.username or ''}:{s.password or ''}@"
+    broker = ";".join(f"sentinel://{auth}{host}:{port}/{s.db}" for host, port in s.sentinels)
+    options: dict[str, Any] = {"master_name": s.master}
+    if s.sentinel_password:
+        options["sentinel_kwargs"] = {"password": s.sentinel_password}
+    return broker, options

@@ -1,0 +1,200 @@
+"""The admin config changed while crossdock runs: validated whole, stored for the leader, switched
+at a cycle boundary.
+
+- :func:`validate` is what ``config check``, ``config apply`` and ``up``'s reloads run: the load
+  ``up`` does (the backend catalog) and a dry scheduling cycle. Any error refuses the file whole.
+- :func:`apply_file` validates, diffs against the config in force and stores the new one
+  (``JobStore.live_config``) for the leader.
+- :class:`Switch` is the leader's step at the top of each turn (a cycle boundary): when the stored
+  version is not the one it uses, it parses it, switches its runtime (the backends are built again
+  from it) and records the switch with its diff as a ``config_applied`` event. Workers follow the
+  version in force before each task (:meth:`Runtime.refresh_config`). Jobs already admitted keep
+  what they were admitted under: queue, priority class, priority, preemptibility and pools are
+  resolved into the job at submit, and its pool, nodes and GPUs at admission.
+- :class:`Watcher` is the part of ``up`` that reloads the configured file on SIGHUP
+  (:meth:`Watcher.request`) or when the file changes (polled every ``poll`` s).
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+from dataclasses import dataclass
+from datetime import datetime, timezone
+from pathlib import Path
+from typing import Any
+
+import yaml
+
+from crossdock.backends.registry import catalog
+from crossdock.configfile import load_config
+from crossdock.queue.config import ClusterConfig, lint, parse_config
+from crossdock.queue.config_diff import Change, diff_configs
+from crossdock.queue.errors import ConfigError
+from crossdock.runtime import Runtime
+
+log = logging.getLogger(__name__)
+
+
+@dataclass(frozen=True)
+class Checked:
+    config: ClusterConfig
+    text: str
+    warnings: list[str]
+
+
+def validate(path: str | Path) -> Checked:
+    """The config of ``path`` as ``up`` would load it, checked by a dry scheduling cycle over its
+    declared and local nodes; :class:`ConfigError` with every problem otherwise."""
+    from crossdock.backends.local import gpus
+    from crossdock.backends.local.backend import local_nodes
+    from crossdock.queue.probe import dry_cycle
+
+    before = _text(path)
+    cfg = load_config(path, catalog())  # its errors name the file, the line and the column
+    text = _text(path)
+    if text is None or text != before:  # an editor still writing it: the next reload sees the end
+        raise ConfigError([f"{path}: changed while it was read; apply it again"])
+    errors = dry_cycle(cfg, local_nodes(cfg, gpus.discover()), datetime.now(timezone.utc))
+    if errors:
+        raise ConfigError(errors)
+    return Checked(cfg, text, lint(cfg))
+
+
+def _text(path: str | Path) -> str | None:
+    try:
+        return Path(path).read_text()
+    except (OSError, ValueError):
+        return None
+
+
+@dataclass(frozen=True)
+class Applied:
+    version: int
+    new: bool
+    """False: the same text was stored already (nothing to switch)."""
+    changes: list[Change]
+    warnings: list[str]
+
+
+def apply_file(rt: Runtime, path: str | Path, by: str) -> Applied:
+    """Validate ``path`` whole and store it for the leader; :class:`ConfigError` refuses it and
+    stores nothing."""
+    checked = validate(path)
+    version, new = rt.store.live_config.store(checked.text, str(Path(path).absolute()), by)
+    return Applied(version, new, diff_configs(rt.config, checked.config), checked.warnings)
+
+
+def in_force_text(rt: Runtime) -> tuple[str, dict[str, Any] | None]:
+    """The YAML of the config in force and its live record (None: the file's, nothing applied)."""
+    record = rt.store.live_config.in_force()
+    if record is not None:
+        return record["text"], record
+    return Path(rt.settings.config_path).read_text(), None
+
+
+class Switch:
+    """The leader's step at a cycle boundary: take the stored config when it is new."""
+
+    def __init__(self, rt: Runtime, holder: str):
+        self.rt, self.holder = rt, holder
+        self.seen = 0
+        """The last stored version this leader looked at (switched to, or refused)."""
+
+    def __call__(self) -> bool:
+        live = self.rt.store.live_config
+        version = live.desired_version()
+        if not version or version in (self.seen, self.rt.config_version):
+            return False
+        if version == live.in_force_version():  # a leader before this one switched to it already
+            return self.rt.refresh_config()
+        record = live.desired()
+        if record is None:
+            return False
+        self.seen = record["version"]
+        try:
+            cfg = parse_config(yaml.safe_load(record["text"]), record.get("source") or "<live config>", catalog())
+        except (ConfigError, yaml.YAMLError) as exc:
+            errors = exc.errors if isinstance(exc, ConfigError) else [f"not valid YAML: {exc}"]
+            log.error("live config version %s refused: %s", record["version"], "; ".join(errors))
+            live.refused(record.get("source", ""), errors, self.holder, record["version"])
+            return False
+        changes = diff_configs(self.rt.config, cfg)
+        self.rt.use_config(cfg, record["version"])
+        live.switched(record, self.holder, changes)
+        log.info("config version %s in force (%s): %s", record["version"], record.get("source"),
+                 "; ".join(str(c) for c in changes) or "no change")
+        return True
+
+
+class Watcher:
+    """Reload ``up``'s configured file on request (SIGHUP) or when its content changes. A supervised
+    part of ``crossdock up`` (:class:`crossdock.workers.supervision.Part`)."""
+
+    name = "config-watcher"
+
+    def __init__(self, rt: Runtime, path: Path, poll: float = 1.0, actor: str = "crossdock up"):
+        self.rt, self.path, self.poll, self.actor = rt, Path(path), poll, actor
+        self.wake = threading.Event()
+        self.stopping = threading.Event()
+        self.thread: threading.Thread | None = None
+        self.last_text: str | None = None
+        self.last_result = "not loaded yet"
+        self.reloads = 0
+
+    def request(self) -> None:
+        """Reload now (what SIGHUP does); safe from a signal handler."""
+        self.wake.set()
+
+    def reload(self) -> bool:
+        """Validate the file and store it when its text changed; True when a new version was stored."""
+        try:
+            text = self.path.read_text()
+        except OSError as exc:
+            self.last_result = f"cannot read {self.path}: {exc.strerror}"
+            log.error("config reload: %s; the running config stays", self.last_result)
+            return False
+        if text == self.last_text:
+            return False
+        self.last_text = text
+        try:
+            applied = apply_file(self.rt, self.path, self.actor)
+        except ConfigError as exc:
+            self.last_result = f"refused: {'; '.join(exc.errors)}"
+            log.error("config reload of %s refused, the running config stays: %s", self.path, "; ".join(exc.errors))
+            self.rt.store.live_config.refused(str(self.path.absolute()), exc.errors, self.actor)
+            return False
+        self.reloads += applied.new
+        self.last_result = f"stored version {applied.version}" + ("" if applied.new else " (unchanged)")
+        if applied.new:
+            log.info("config %s stored as version %s for the leader: %s", self.path, applied.version,
+                     "; ".join(str(c) for c in applied.changes) or "no change")
+        return applied.new
+
+    def _run(self) -> None:
+        while not self.stopping.is_set():
+            try:
+                self.reload()
+            except Exception as exc:  # the store away: the next poll tries again
+                self.last_text = None
+                self.last_result = f"failed: {type(exc).__name__}: {exc}"
+                log.warning("config reload of %s failed (%s); retrying", self.path, exc)
+            self.wake.wait(self.poll)
+            self.wake.clear()
+
+    def start(self) -> None:
+        self.stopping.clear()
+        self.thread = threading.Thread(target=self._run, name="config-watcher", daemon=True)
+        self.thread.start()
+
+    def alive(self) -> bool:
+        return self.thread is not None and self.thread.is_alive()
+
+    def report(self) -> dict[str, Any]:
+        return {"path": str(self.path), "last": self.last_result, "reloads": self.reloads}
+
+    def stop(self) -> None:
+        self.stopping.set()
+        self.wake.set()
+        if self.thread is not None:
+            self.thread.join(2)

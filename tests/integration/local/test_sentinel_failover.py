@@ -1,0 +1,98 @@
+"""Redis high availability: ``crossdock up`` (scheduler, Celery worker, local jobs' supervisors)
+on a Sentinel URL; the master is killed while jobs run; the replica is promoted and crossdock goes
+on: every job submitted before and after ends COMPLETED, each ran exactly once."""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import sys
+import uuid
+from collections import Counter
+
+import pytest
+import yaml
+
+from crossdock import service
+from crossdock.backends.redis_store.store import STORE_UNAVAILABLE
+from crossdock.queue.models import JobSpec
+from crossdock.queue.states import JobState, TERMINAL
+from crossdock.runtime import Runtime
+from tests.conftest import TEST_CONFIG
+from tests.integration.local.redis_ha import RedisHA, wait_until
+
+pytestmark = [pytest.mark.operate, pytest.mark.redis, pytest.mark.celery]
+
+BEFORE, AFTER = 16, 8
+
+
+@pytest.fixture
+def ha(tmp_path):
+    root = tmp_path / "redis-ha"
+    root.mkdir()
+    cluster = RedisHA(root)
+    try:
+        yield cluster.start()
+    finally:
+        cluster.stop()
+
+
+def submit(rt, runs, n, tag):
+    """``n`` jobs, each appending its id to ``runs`` once it runs; retried with one idempotency
+    token while the store fails over (a retry never stores the batch twice)."""
+    specs = [JobSpec(command=["sh", "-c", f'echo "$CROSSDOCK_JOB_ID" >> {runs}; sleep 1'], workdir=str(runs.parent),
+                     cpus_per_task=1, name=f"{tag}-{i}") for i in range(n)]
+    token = uuid.uuid4().hex
+
+    def attempt():
+        try:
+            return service.submit(rt, specs, token=token)
+        except STORE_UNAVAILABLE:
+            return None
+
+    return [j.id for j in wait_until(f"the {tag} jobs to be stored", attempt, 30)]
+
+
+def states(rt, ids):
+    try:
+        return Counter(j.state for j in rt.store.get_many(ids))
+    except STORE_UNAVAILABLE:
+        return Counter()
+
+
+def test_master_killed_mid_run_no_job_lost_or_run_twice(ha, tmp_path, monkeypatch):
+    cfg = tmp_path / "crossdock.yaml"
+    cfg.write_text(yaml.safe_dump(TEST_CONFIG))
+    env = {"CROSSDOCK_REDIS_URL": ha.url, "CROSSDOCK_STATE_DIR": str(tmp_path / "state"),
+           "CROSSDOCK_CONFIG": str(cfg), "CROSSDOCK_PREFIX": f"ha{uuid.uuid4().hex[:8]}"}
+    for k, v in env.items():
+        monkeypatch.setenv(k, v)
+    log = tmp_path / "up.log"
+    with open(log, "ab") as out:
+        up = subprocess.Popen([sys.executable, "-m", "crossdock", "up", "-w", "2"], env={**os.environ, **env},
+                              stdout=out, stderr=subprocess.STDOUT)
+    try:
+        rt = Runtime.from_env()
+        first_master = ha.master_port()
+        runs = tmp_path / "runs.log"
+        before = submit(rt, runs, BEFORE, "before")
+        wait_until("some jobs done and others running", lambda: (s := states(rt, before))[JobState.COMPLETED] >= 2
+                   and s[JobState.RUNNING] >= 1, 60)
+        ha.kill_master()
+        wait_until("the sentinels to promote the replica", lambda: ha.master_port() != first_master, 30)
+        after = submit(rt, runs, AFTER, "after")
+        ids = before + after
+        wait_until("every job to end", lambda: sum(n for s, n in states(rt, ids).items() if s in TERMINAL)
+                   == len(ids), 120)
+        assert states(rt, ids) == Counter({JobState.COMPLETED: len(ids)}), log.read_text()[-3000:]
+        ran = Counter(int(line) for line in runs.read_text().split())
+        assert ran == Counter({i: 1 for i in ids})  # none lost, none run twice
+        assert ha.client("replica").info("replication")["role"] == "master"
+        assert up.poll() is None, log.read_text()[-3000:]
+    finally:
+        up.send_signal(signal.SIGTERM)
+        try:
+            up.wait(30)
+        except subprocess.TimeoutExpired:
+            up.kill()
