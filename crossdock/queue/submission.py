@@ -25,7 +25,7 @@ SAME = ("name", "time_limit_seconds", "cpus_per_task", "ntasks", "nodes", "nodes
         "mem_per_node_mib", "mem_per_cpu_mib", "gres", "gpus", "array", "dependency", "nice", "hold", "partition",
         "priority_class", "queue", "backend", "pool", "placement", "export", "env", "exclusive", "requeue",
         "nodelist", "exclude", "constraint", "time_min_seconds", "begin", "deadline", "reservation", "licenses",
-        "command", "script_path", "args")
+        "slurm_options", "command", "script_path", "args")
 """Fields printed under the spec's own name."""
 
 EXTRA = ("script", "user", "image")
