@@ -13,7 +13,7 @@ from dataclasses import dataclass, field
 from types import MappingProxyType
 from typing import Mapping
 
-from crossdock.queue.config import DisruptionBudgetDecl
+from crossdock.queue.config_deschedule import DisruptionBudgetDecl
 
 
 @dataclass(frozen=True)

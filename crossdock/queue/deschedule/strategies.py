@@ -18,10 +18,10 @@ from typing import Callable
 
 import numpy as np
 
-from crossdock.queue.config import (HighNodeUtilizationArgs, LowNodeUtilizationArgs, PodLifeTimeArgs,
-                                    RemoveDuplicatesArgs, RemovePodsViolatingInterPodAntiAffinityArgs,
-                                    RemovePodsViolatingNodeAffinityArgs,
-                                    RemovePodsViolatingTopologySpreadConstraintArgs)
+from crossdock.queue.config_deschedule import (HighNodeUtilizationArgs, LowNodeUtilizationArgs, PodLifeTimeArgs,
+                                               RemoveDuplicatesArgs, RemovePodsViolatingInterPodAntiAffinityArgs,
+                                               RemovePodsViolatingNodeAffinityArgs,
+                                               RemovePodsViolatingTopologySpreadConstraintArgs)
 from crossdock.queue.deschedule.evictor import Evictor
 from crossdock.queue.deschedule.migration import Migration, Skipped
 from crossdock.queue.deschedule.view import Candidate, View
