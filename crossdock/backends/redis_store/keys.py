@@ -136,15 +136,20 @@ class Keys:
     def endpoint(self, job_id: int) -> str:
         """HASH service, replica, attempt, host, port, ready, draining, drained, draining_since of a replica job."""
         return f"{self.prefix}:job:{job_id}:endpoint"
+
     # the REST API (crossdock.api; records in redis_store/access.py)
+    @property
     def api_tokens(self) -> str:
         """HASH token id -> JSON of one bearer token: user, admin, salt, HMAC of the secret, who made it, when."""
         return f"{self.prefix}:api:tokens"
+
     # the live admin config (crossdock config apply; records in redis_store/liveconfig.py)
+    @property
     def config_desired(self) -> str:
         """HASH of the config last stored for the leader: version, text (YAML), digest, source, by, at."""
         return f"{self.prefix}:config:desired"
 
+    @property
     def config_in_force(self) -> str:
         """HASH of the config the leader switched to, as ``config_desired`` plus holder, switched_at."""
         return f"{self.prefix}:config:in_force"
