@@ -9,18 +9,11 @@ need_apt=()
 command -v python3 >/dev/null || need_apt+=(python3)
 python3 -c 'import ensurepip, venv' 2>/dev/null || need_apt+=(python3-venv)
 command -v redis-server >/dev/null || need_apt+=(redis-server)
-command -v redis-sentinel >/dev/null || need_apt+=(redis-sentinel)  # the Sentinel failover test
 command -v openssl >/dev/null || need_apt+=(openssl)
-command -v prometheus >/dev/null || need_apt+=(prometheus)  # the operate and services tests run real servers
-command -v chromium >/dev/null || need_apt+=(chromium)  # the dashboard's browser test (Playwright drives it)
 if ((${#need_apt[@]})); then
   export DEBIAN_FRONTEND=noninteractive
   apt-get update -qq
   apt-get install -y -qq --no-install-recommends "${need_apt[@]}" >/dev/null
-  # Debian's package enables a server on every address; crossdock's tests start their own
-  if [[ " ${need_apt[*]} " == *" prometheus "* ]] && command -v systemctl >/dev/null; then
-    systemctl disable --now prometheus >/dev/null 2>&1 || true
-  fi
 fi
 
 if [ ! -x .venv/bin/python ]; then

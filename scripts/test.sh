@@ -4,9 +4,23 @@
 set -uo pipefail
 cd "$(dirname "$0")/.."
 bash scripts/setup.sh || exit 1
-if ! command -v docker-compose >/dev/null && ! docker compose version >/dev/null 2>&1; then
-  DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends docker-compose >/dev/null \
-    || { apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends docker-compose >/dev/null; }
+# What only the tests need, from Debian: compose (the compose file's check), Redis Sentinel (the
+# failover test), Prometheus (it scrapes crossdock; the services' traffic source) and Chromium (the
+# dashboard's browser test). Each test starts its own server on loopback.
+need_apt=()
+command -v docker-compose >/dev/null || docker compose version >/dev/null 2>&1 || need_apt+=(docker-compose)
+command -v redis-sentinel >/dev/null || need_apt+=(redis-sentinel)
+command -v prometheus >/dev/null || need_apt+=(prometheus)
+command -v chromium >/dev/null || need_apt+=(chromium)
+if ((${#need_apt[@]})); then
+  export DEBIAN_FRONTEND=noninteractive
+  apt-get install -y -qq --no-install-recommends "${need_apt[@]}" >/dev/null \
+    || { apt-get update -qq && apt-get install -y -qq --no-install-recommends "${need_apt[@]}" >/dev/null; } \
+    || { echo "installing ${need_apt[*]} failed" >&2; exit 1; }
+  # Debian's prometheus package enables a server on every address; the tests start their own
+  if [[ " ${need_apt[*]} " == *" prometheus "* ]] && command -v systemctl >/dev/null; then
+    systemctl disable --now prometheus >/dev/null 2>&1 || true
+  fi
 fi
 py=.venv/bin/python
 export CROSSDOCK_STATE_DIR="${CROSSDOCK_STATE_DIR:-$(pwd)/.state}"
