@@ -139,3 +139,31 @@ def test_a_hundred_cycles_never_loop(case, more, strategy):
         admit(jobs, cycle_result, now)
     assert all(r.count <= budget for r in history.values())
     assert not [c for c in moves_at if c >= 50], f"moves in cycles {moves_at}: the plan never settles"
+
+
+@settings(max_examples=100, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(st.lists(st.sampled_from([2, 4, 8]), min_size=2, max_size=4), st.data(),
+       st.sampled_from([None, "LowNodeUtilization", "HighNodeUtilization", "PodLifeTime", "RemoveDuplicates"]))
+def test_a_service_replica_is_never_moved_whatever_its_class(sizes, data, strategy):
+    """Replicas of inference services (JobSpec.service) stay where they run, even in a preemptible
+    class, even where moving them is the only way to unblock a job or to empty a node."""
+    from crossdock.queue.models import ServiceReplica
+
+    jobs, replicas = Jobs(), set()
+    for i, size in enumerate(sizes):
+        free = size
+        for _ in range(data.draw(st.integers(0, 5))):
+            g = data.draw(st.integers(1, 3))
+            if g > free:
+                break
+            serve = data.draw(st.booleans())
+            job = jobs.run(data.draw(st.sampled_from(QUEUES)), f"n{i}", g, minutes_ago=60 * 48,
+                           **({"service": ServiceReplica(name="web", replica=len(replicas))} if serve else {}))
+            if serve:
+                replicas.add(job.id)
+            free -= g
+    jobs.wait("high", data.draw(st.integers(1, max(sizes))))
+    extra = {"strategies": {strategy: {"enabled": True, **({"maxPodLifeTimeSeconds": 60} if strategy == "PodLifeTime"
+                                                          else {})}}} if strategy else {}
+    result = jobs.plan([gpu_node(f"n{i}", s) for i, s in enumerate(sizes)], config(extra))
+    assert not {m.job_id for m in result.migrations} & replicas, result.migrations
