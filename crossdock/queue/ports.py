@@ -262,8 +262,9 @@ class RunsServices(Protocol):
     service one stable address (a Kubernetes Service; the local router needs nothing here) and takes
     a replica out of traffic before the controller stops it."""
 
-    def ensure_service(self, spec: ServiceSpec) -> None:
-        """Create or update what routes to the service's ready replicas. Idempotent."""
+    def ensure_service(self, spec: ServiceSpec) -> str | None:
+        """Create or update what routes to the service's ready replicas. Idempotent. Returns the
+        address clients reach it at (``host:port``), or None when another part routes (the router)."""
 
     def delete_service(self, name: str) -> None:
         """Remove what ``ensure_service`` made; nothing to remove is not an error."""

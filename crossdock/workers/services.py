@@ -132,9 +132,12 @@ class ServiceStep:
         return plan
 
     def _pools(self, rec: ServiceRecord) -> tuple[str, ...]:
+        """The service's pools in order of preference, less those whose backend runs no replica
+        (``Capabilities.services``: a Slurm partition holds batch work only)."""
         cfg = self.rt.config
         queue = cfg.queues.get(cfg.queue_name(rec.spec.queue))
-        return service_pools(rec.spec, queue.pools if queue else ())
+        return tuple(p for p in service_pools(rec.spec, queue.pools if queue else ())
+                     if p in cfg.pools and self.rt.backends.capabilities(cfg.pools[p].backend).services)
 
     def _room(self, rec: ServiceRecord, jobs: list[Job], pools: tuple[str, ...]) -> dict[str, int]:
         """Room on the preferred pool, looked up only when a replica runs on a fallback pool."""
@@ -165,7 +168,9 @@ class ServiceStep:
             return
         for kind, backend in self._service_backends(pools):
             if self._ensured.get((rec.spec.name, kind)) != rec.generation:
-                backend.ensure_service(rec.spec)
+                address = backend.ensure_service(rec.spec)
+                if address and not rec.address:  # a router's address (local pools) stays the service's
+                    self.rt.store.services.set_address(rec.spec.name, address)
                 self._ensured[(rec.spec.name, kind)] = rec.generation
 
     def _act(self, rec: ServiceRecord, plan: Plan, jobs: dict[int, Job]) -> None:

@@ -98,7 +98,8 @@ class LocalBackend:
 
     # --- RunsServices: the router (crossdock.workers.router) is the service's address --------------
     def ensure_service(self, spec: ServiceSpec) -> None:
-        """Nothing to create: the router opens a listener for every service with a local pool."""
+        """Nothing to create: the router opens a listener for every service with a local pool (and
+        records its address)."""
 
     def delete_service(self, name: str) -> None:
         """Nothing to remove: the router closes the listener once the record is gone."""

@@ -132,6 +132,9 @@ def test_replicas_spread_fall_back_to_cpu_and_move_back(start, k8s_client):
         deploy(rt, name, cpus=4, min_replicas=2, max_replicas=2)
         up = until("two replicas serving", lambda: len(s := serving(rt, name)) == 2 and s, rt, name, 90)
         assert len({node_of(j) for j in up}) == 2 and {node_of(j) for j in up} <= l4 - {nodes["l4"][0]}
+        # where clients reach it: its Kubernetes Service, recorded for `crossdock services show`
+        address = rt.store.services.get(name).address
+        assert address is not None and address.startswith("cd-svc-") and address.endswith(".svc:8080"), address
 
         # Two more fill the two free L4 nodes (a second replica each); the fifth finds L4 full.
         rt.store.services.set_override(name, 5)
