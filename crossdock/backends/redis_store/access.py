@@ -16,6 +16,7 @@ import json
 import time
 from typing import Any, Mapping
 
+from crossdock.backends.redis_store.job_events import queue_job_event
 from crossdock.backends.redis_store.keys import Keys
 
 
@@ -58,7 +59,7 @@ class AccessRecords:
             self._event(event)
             return
         with self.r.pipeline(transaction=False) as pipe:
-            pipe.xadd(self.k.job_events(job_id), {**event, "time": time.time()}, maxlen=self.maxlen, approximate=True)
+            queue_job_event(self.r, pipe, self.k.job_events(job_id), {**event, "time": time.time()}, self.maxlen)
             self._event({"job": job_id, **event}, pipe)
             pipe.execute()
 

@@ -26,6 +26,7 @@ from crossdock.backends.redis_store.autoscale import AutoscaleRecords
 from crossdock.backends.redis_store.codec import (encode_fields, facts_from_record, hash_to_job, history_record,
                                                   job_to_hash, nodes_from_json, nodes_to_json)
 from crossdock.backends.redis_store.descheduler import DeschedulerRecords
+from crossdock.backends.redis_store.job_events import queue_job_event
 from crossdock.backends.redis_store.keys import Keys
 from crossdock.backends.redis_store.liveconfig import ConfigRecords
 from crossdock.backends.redis_store.services import ServiceStore
@@ -160,7 +161,7 @@ class JobStore:
             if job.array_job_id is not None:
                 pipe.zadd(self.k.array(job.array_job_id), {job.id: job.array_task_id or 0})
             ev = {"event": "submitted", "actor": actor, "to": job.state.value, "time": now}
-            self._job_event(pipe, job.id, ev, now, fresh=True)
+            queue_job_event(self.r, pipe, self.k.job_events(job.id), ev, STREAM_MAXLEN, now=now, fresh=True)
             pipe.xadd(self.k.events, {"job": job.id, **ev}, maxlen=STREAM_MAXLEN, approximate=True)
 
     # --- read ------------------------------------------------------------------------------
@@ -277,17 +278,6 @@ class JobStore:
         if job_id is not None and self.r.type(key) != "stream":  # a job's events are a list of JSON
             return [json.loads(raw) for raw in self.r.lrange(key, 0, count - 1)]
         return [{"id": eid, **fields} for eid, fields in self.r.xrange(key, count=count)]
-
-    def _job_event(self, pipe: Any, job_id: int, ev: dict[str, Any], now: float, fresh: bool = False) -> None:
-        """Queue one event on a job's list, as the transition script writes them (every value a
-        string, an id of milliseconds and position); the list keeps its last STREAM_MAXLEN. A job
-        stored before event lists keeps its stream (``fresh``: the job is new, it has none)."""
-        key = self.k.job_events(job_id)
-        if not fresh and self.r.type(key) == "stream":
-            pipe.xadd(key, ev, maxlen=STREAM_MAXLEN, approximate=True)
-            return
-        pipe.rpush(key, json.dumps({**{k: str(v) for k, v in ev.items()}, "id": f"{int(now * 1000)}-0"}))
-        pipe.ltrim(key, -STREAM_MAXLEN, -1)
 
     def read_events(self, job_id: int | None = None, *, since: float | None = None, after: str | None = None,
                     count: int = 1000, block_ms: int | None = None) -> list[dict[str, str]]:
@@ -471,7 +461,7 @@ class JobStore:
         now = time.time()
         ev = {"event": "refused", "actor": actor, "action": action, "time": now}
         with self.r.pipeline(transaction=False) as pipe:
-            self._job_event(pipe, job_id, ev, now)
+            queue_job_event(self.r, pipe, self.k.job_events(job_id), ev, STREAM_MAXLEN, now=now)
             pipe.xadd(self.k.events, {"job": job_id, **ev}, maxlen=STREAM_MAXLEN, approximate=True)
             pipe.execute()
 

@@ -38,6 +38,11 @@ CALLS: dict[str, tuple[tuple[str, str, str, bool], ...]] = {
     "list_namespaced_event": (("", "events", "list", False),),
     "create_namespaced_event": (("", "events", "create", False),),  # Kubernetes Events on crossdock's Jobs
     "create_namespaced_service": (("", "services", "create", False),),
+    "read_namespaced_service": (("", "services", "get", False),),  # an inference service's Service
+    "patch_namespaced_service": (("", "services", "patch", False),),
+    "delete_namespaced_service": (("", "services", "delete", False),),
+    "create_namespaced_pod_eviction": (("", "pods/eviction", "create", False),),  # the descheduler's moves
+    "list_namespaced_pod_disruption_budget": (("policy", "poddisruptionbudgets", "list", False),),
     "read_namespaced_deployment": (("apps", "deployments", "get", False),),
     "read_namespaced_deployment_scale": (("apps", "deployments/scale", "get", False),),
     "patch_namespaced_deployment_scale": (("apps", "deployments/scale", "patch", False),),
@@ -95,7 +100,7 @@ def granted(docs: list[dict]) -> set[tuple[str, str, str, bool]]:
 
 def test_rbac_covers_every_call_the_backend_makes(helm):
     source = "\n".join(p.read_text() for p in sorted(BACKEND.glob("*.py")))
-    calls = set(re.findall(r"\b(?:core|batch|apps|scheduling|custom)\.((?:list|read|create|patch|replace|delete|"
+    calls = set(re.findall(r"\b(?:core|batch|apps|scheduling|custom|policy)\.((?:list|read|create|patch|replace|delete|"
                            r"connect)_\w+)\b", source))
     assert calls, "found no Kubernetes client call in the backend: the scan is broken"
     assert calls <= set(CALLS), f"calls missing from the chart's RBAC table: {sorted(calls - set(CALLS))}"
