@@ -81,6 +81,9 @@ def up(workers: int = typer.Option(2, "--workers", "-w", help="Celery worker pro
         lock.acquire()  # before anything starts: a second up on this state starts nothing
     except CrossdockError as exc:
         fail(str(exc), code=1)
+    from crossdock import observe
+
+    observe.enable()  # before anything builds the store (reading the live config does): its round trips count
     rt = runtime()
     try:
         rt.config
@@ -128,7 +131,6 @@ def up(workers: int = typer.Option(2, "--workers", "-w", help="Celery worker pro
 def _metrics_part(rt) -> list:
     """The Prometheus exporter of this ``up`` (the config's ``metrics`` block or
     CROSSDOCK_METRICS_ADDRESS); none when disabled."""
-    from crossdock import observe
     from crossdock.observe.exporter import BadAddress, MetricsPart, resolve
 
     try:
@@ -137,7 +139,6 @@ def _metrics_part(rt) -> list:
         fail(str(exc))
     if base is None:
         return []
-    observe.enable()  # before the store is built: its round trips are counted
     return [MetricsPart(base, rt.settings.state_dir)]
 
 

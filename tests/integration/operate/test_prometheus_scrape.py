@@ -154,7 +154,11 @@ def test_prometheus_scrapes_a_running_crossdock(crossdock_up, prometheus):
     wait_until("the dispatch latencies",
                lambda: (query(prom, 'sum(crossdock_dispatch_latency_seconds_count{backend="local",role="worker"})')
                         or 0) >= JOBS, 60, up_log)
-    p99 = query(prom, "histogram_quantile(0.99, sum by (le) (rate(crossdock_scheduler_cycle_seconds_bucket[1m])))")
+    # a rate needs two scrapes of a target; the jobs may all have ended before the second one
+    wait_until("two scrapes of each target",
+               lambda: (query(prom, 'min(count_over_time(up{job="crossdock"}[1m]))') or 0) >= 2, 60, prom_log)
+    # over every cycle since start: the cycles may all have come before the second scrape
+    p99 = query(prom, "histogram_quantile(0.99, sum by (le) (crossdock_scheduler_cycle_seconds_bucket))")
     assert p99 is not None and 0 < p99 < 30
     assert (query(prom, 'sum(rate(crossdock_redis_round_trip_seconds_count{role="up"}[1m]))') or 0) > 0
     assert (query(prom, 'sum(crossdock_redis_round_trip_seconds_count{role="worker"})') or 0) > 0
