@@ -25,10 +25,11 @@ from tests.conftest import in_ci
 SCRAPE_SECONDS = 0.5
 
 
-def _binary() -> str:
+def prometheus_binary() -> str:
+    """Debian's prometheus (scripts/test.sh installs it); missing: a failure under CI=true, else a skip."""
     found = shutil.which("prometheus")
     if found is None:
-        reason = "Debian's prometheus is not installed (bash scripts/setup.sh)"
+        reason = "Debian's prometheus is not installed (bash scripts/test.sh installs it)"
         if in_ci():
             pytest.fail(f"{reason} under CI=true", pytrace=False)
         pytest.skip(reason)
@@ -50,7 +51,7 @@ def _get(url: str) -> dict:
 def scraped(tmp_path: Path) -> Iterator[tuple[object, str]]:
     from prometheus_client import CollectorRegistry, start_http_server
 
-    binary = _binary()
+    binary = prometheus_binary()
     registry = CollectorRegistry()
     exporter, thread = start_http_server(0, addr="127.0.0.1", registry=registry)
     target = f"127.0.0.1:{exporter.server_port}"

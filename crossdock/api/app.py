@@ -54,7 +54,7 @@ def create_app(rt: Runtime | None, send: Any = None) -> FastAPI:
     @app.get("/healthz", tags=["cluster"], summary="The API answers, and whether its store does")
     def healthz() -> JSONResponse:
         try:
-            rt.store.r.ping()
+            rt.store.ping()
         except RedisError as exc:
             return _error(503, "ServiceUnavailable", [f"the store does not answer ({type(exc).__name__})"])
         return JSONResponse({"status": "ok"})

@@ -658,6 +658,10 @@ class JobStore:
     def release_lease(self, holder: str) -> None:
         self._release(keys=[self.k.scheduler_lease], args=[holder])
 
+    def ping(self) -> None:
+        """Whether the store answers: a RedisError when it does not."""
+        self.r.ping()
+
     def lease_holder(self) -> str | None:
         return self.r.get(self.k.scheduler_lease)
 

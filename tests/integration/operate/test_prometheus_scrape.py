@@ -8,7 +8,6 @@ from __future__ import annotations
 
 import json
 import os
-import shutil
 import signal
 import socket
 import subprocess
@@ -20,7 +19,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.conftest import in_ci
+from tests.prometheus_server import prometheus_binary
 
 pytestmark = [pytest.mark.operate, pytest.mark.redis, pytest.mark.celery]
 
@@ -41,16 +40,6 @@ def wait_until(what: str, condition, timeout: float, log: Path | None = None):
             pytest.fail(f"timed out after {timeout:.0f}s waiting for {what}\n{tail}", pytrace=False)
         time.sleep(0.2)
     return value
-
-
-def prometheus_binary() -> str:
-    path = shutil.which("prometheus")
-    if path is None:
-        message = "prometheus is not installed (Debian's prometheus package; scripts/setup.sh installs it)"
-        if in_ci():
-            pytest.fail(message, pytrace=False)
-        pytest.skip(message)
-    return path
 
 
 @pytest.fixture
