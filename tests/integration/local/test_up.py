@@ -261,11 +261,15 @@ def test_a_job_running_when_up_stops_runs_to_its_end_and_keeps_redis(up_env, tmp
     state, env = up_env
     up = Up(state, env, tmp_path / "up.log")
     rt = client_runtime(state, env, monkeypatch)
-    marker = tmp_path / "ran-to-the-end"
-    job, = service.submit(rt, [JobSpec(command=["sh", "-c", f"sleep 3; touch {marker}"], workdir=str(tmp_path))])
+    marker, release = tmp_path / "ran-to-the-end", tmp_path / "release"
+    # the job runs until the test releases it, so it is still running however long up takes to stop
+    script = f"while [ ! -e {release} ]; do sleep 0.1; done; touch {marker}"
+    job, = service.submit(rt, [JobSpec(command=["sh", "-c", script], workdir=str(tmp_path))])
     wait_until("the job running", lambda: rt.store.get(job.id).state is JobState.RUNNING)
     assert up.stop(signal.SIGTERM) < STOP_BOUND_SECONDS and up.proc.returncode == 0
     assert "embedded Redis kept running" in (tmp_path / "up.log").read_text()
+    assert rt.store.get(job.id).state is JobState.RUNNING
+    release.touch()
     done = wait_until("the job's end", lambda: (j := rt.store.get(job.id)).state.terminal and j, 30)
     assert done.state is JobState.COMPLETED and done.exit_code == 0 and marker.exists()
     assert workers_of(state) == []
