@@ -98,12 +98,6 @@ class Pool(_Cfg):
     """How many jobs crossdock may hand to this pool's backend beyond what fits now, for the
     backend to queue (Slurm PENDING, Kubernetes Pending pods); 0 admits only what fits."""
 
-    @model_validator(mode="after")
-    def _slurm_needs_partition(self) -> "Pool":
-        if self.backend == "slurm" and not self.partition:
-            raise ValueError("a slurm pool needs partition: <slurm partition name>")
-        return self
-
 
 class PerJob(_Cfg):
     cpu: float | None = Field(None, ge=0, le=MAX_COUNT * MAX_NODE_CPUS)
@@ -433,11 +427,28 @@ def parse_config(data: Any, source: str = "<config>", backends: Mapping[str, Cap
         cfg = ClusterConfig.model_validate(data)
     except ValidationError as exc:
         errors = _format_errors(exc) + errors
+    if backends is not None:
+        errors += _partition_errors(data, backends)
     if cfg is not None and backends is not None:
         errors += _backend_errors(cfg, backends)
     if errors or cfg is None:
         raise ConfigError(errors)
     return cfg
+
+
+def _partition_errors(data: dict, backends: Mapping[str, Capabilities]) -> list[str]:
+    """Pools of a backend with partitions that name none, read from the raw data so that they are
+    reported beside the schema's own errors."""
+    pools = data.get("pools")
+    if not isinstance(pools, dict):
+        return []
+    errors = []
+    for name, pool in pools.items():
+        if not isinstance(pool, dict) or not isinstance(kind := pool.get("backend"), str):
+            continue
+        if kind in backends and backends[kind].partitions and not pool.get("partition"):
+            errors.append(f"pools.{name}: a {kind} pool needs partition: <{kind} partition name>")
+    return errors
 
 
 def _backend_errors(cfg: ClusterConfig, backends: Mapping[str, Capabilities]) -> list[str]:

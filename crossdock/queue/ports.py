@@ -66,9 +66,11 @@ class Capabilities:
     fleets: bool = False
     """Scales the replicas of an elastic queue's ``fleet`` (``ScalesFleet``)."""
     estimates_start: bool = False
+    """Tells when a job would start if sent now (``EstimatesStart``), for bursting between backends."""
     sizes_nodes: bool = False
     """Measures the CPUs and memory of the nodes a pool declares, so a declaration may say ``auto``."""
-    """Tells when a job would start if sent now (``EstimatesStart``), for bursting between backends."""
+    partitions: bool = False
+    """A pool is one of the backend's own partitions, which it must name (``partition:``)."""
     signals: bool = False
     """Delivers ``--signal`` (``JobSpec.kill_signal``) before the time limit."""
     evicts: bool = False

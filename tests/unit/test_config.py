@@ -5,6 +5,7 @@ import pytest
 from crossdock.configfile import load_config
 from crossdock.queue.config import lint, parse_config
 from crossdock.queue.errors import ConfigError
+from crossdock.queue.ports import Capabilities
 from crossdock.settings import DEFAULT_CONFIG
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -34,14 +35,22 @@ def with_(path: str, value):
     ("queues.training.placement", "pack", "queues.training.placement: must be one of"),
     ("queues.training.priority_class", "nope", "queues.training.priority_class: unknown priority class 'nope'"),
     ("queues.training.pools", ["a100", "h100"], "queues.training.pools.1: unknown pool 'h100'"),
-    ("pools.hpc", {"backend": "slurm"}, "pools.hpc: a slurm pool needs partition"),
     ("pools.a100.bogus", 1, "pools.a100.bogus: unknown field"),
     ("default_queue", "nope", "default_queue: unknown queue 'nope'"),
-], ids=["negative", "placement", "class", "pool", "slurm-partition", "extra", "default-queue"])
+], ids=["negative", "placement", "class", "pool", "extra", "default-queue"])
 def test_errors_name_their_path(path, value, message):
     with pytest.raises(ConfigError) as exc:
         parse_config(with_(path, value))
     assert any(line.startswith(message) for line in exc.value.errors), exc.value.errors
+
+
+def test_a_pool_of_a_backend_with_partitions_must_name_one():
+    backends = {"k8s": Capabilities(), "hpc": Capabilities(partitions=True)}
+    with pytest.raises(ConfigError) as exc:
+        parse_config(with_("pools.cluster", {"backend": "hpc"}), backends=backends)
+    assert exc.value.errors == ["pools.cluster: a hpc pool needs partition: <hpc partition name>"]
+    assert parse_config(with_("pools.cluster", {"backend": "hpc", "partition": "gpu"}), backends=backends)
+    assert parse_config(with_("pools.cluster", {"backend": "k8s"}), backends=backends)
 
 
 def test_every_error_is_reported_at_once():

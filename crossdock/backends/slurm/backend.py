@@ -105,7 +105,7 @@ class ClusterView:
 
 class SlurmBackend(PowerSave, StartEstimates):
     kind = "slurm"
-    capabilities = Capabilities(arrays=True, batches=True, reowns_claims=True, backend_queue=True,
+    capabilities = Capabilities(arrays=True, batches=True, reowns_claims=True, backend_queue=True, partitions=True,
                                 provisioners=(PROVISIONER,), estimates_start=True, signals=True, evicts=True)
 
     def __init__(
