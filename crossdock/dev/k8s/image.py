@@ -1,0 +1,188 @@
+"""Container images for the real node, built without a registry or an image builder: a Debian
+root filesystem (``mmdebstrap`` from the Debian mirror, Python packages from PyPI into a venv)
+plus a layer with this checkout's ``crossdock`` package, written as an OCI image archive that
+``ctr images import`` loads into containerd.
+
+- the *pause* image (the pod sandbox): Debian's ``busybox-static``, ``sleep`` as PID 1;
+- the *crossdock* image: Debian bookworm's ``python3`` with crossdock's dependencies in
+  ``/opt/crossdock/venv`` (``python`` first on the PATH) and the checkout's package beside it.
+  The base layer is cached by the hash of its recipe; the crossdock layer is rebuilt per
+  checkout and names the image's tag, so a changed runner never meets a stale image.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import io
+import json
+import os
+import shutil
+import subprocess
+import tarfile
+import tempfile
+from collections.abc import Iterable, Sequence
+from pathlib import Path
+
+from crossdock.dev.k8s.errors import ControlPlaneError
+
+REPO = Path(__file__).resolve().parents[3]
+SUITE = "bookworm"
+MIRROR = "http://deb.debian.org/debian"
+VENV = "/opt/crossdock/venv"
+SITE = f"{VENV}/lib/python3.11/site-packages"  # bookworm's python3 is 3.11
+SRC = "/opt/crossdock/src"
+PATH = f"{VENV}/bin:/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin"
+PAUSE_IMAGE = "crossdock.local/pause:busybox"
+IMAGE_REPO = "crossdock.local/crossdock"
+# What the runner needs in the pod: crossdock's runtime dependencies (pyproject's), not its dev tools.
+PIP_PACKAGES = ("pydantic>=2.6", "pyyaml>=6", "celery[redis]>=5.3", "redis[hiredis]>=5", "typer>=0.12", "rich>=13",
+                "cloudpickle>=3", "numpy>=1.26", "prometheus-client>=0.20", "aiohttp>=3.9", "fastapi>=0.110",
+                "uvicorn>=0.29")
+
+
+def _sha256(path: Path) -> str:
+    h = hashlib.sha256()
+    with path.open("rb") as f:
+        for chunk in iter(lambda: f.read(1 << 20), b""):
+            h.update(chunk)
+    return h.hexdigest()
+
+
+def _run(argv: Sequence[str], what: str, log: Path) -> None:
+    with log.open("ab") as out:
+        proc = subprocess.run(list(argv), stdout=out, stderr=subprocess.STDOUT, check=False)
+    if proc.returncode != 0:
+        tail = log.read_text(errors="replace").splitlines()[-5:]
+        raise ControlPlaneError(f"{what} failed (exit {proc.returncode}; {log}): " + " | ".join(tail))
+
+
+def base_recipe() -> str:
+    return json.dumps({"suite": SUITE, "include": ["python3", "python3-venv", "ca-certificates"],
+                       "pip": list(PIP_PACKAGES), "venv": VENV}, sort_keys=True)
+
+
+def base_layer(cache: Path) -> Path:
+    """The Debian root filesystem with Python and crossdock's dependencies, as an uncompressed
+    tar (cached by its recipe's hash; about 1.5 min and 500 MB the first time)."""
+    key = hashlib.sha256(base_recipe().encode()).hexdigest()[:16]
+    out = cache / f"base-{key}.tar"
+    if out.is_file():
+        return out
+    if shutil.which("mmdebstrap") is None:
+        raise ControlPlaneError("mmdebstrap not found: apt-get install mmdebstrap (scripts/setup.sh installs it)")
+    cache.mkdir(parents=True, exist_ok=True)
+    tmp = out.with_suffix(".tmp")
+    pip = " ".join(f"'{p}'" for p in PIP_PACKAGES)  # mmdebstrap hooks are shell lines; constants only
+    ca = "/etc/ssl/certs/ca-certificates.crt"
+    argv = ["nice", "-n", "10", "mmdebstrap", "--variant=apt", "--mode=root", "--format=tar",
+            "--include=python3,python3-venv,ca-certificates",
+            f'--customize-hook=cp {ca} "$1{ca}"',  # the host's trust store (PyPI through this machine's proxy CA)
+            f'--customize-hook=chroot "$1" python3 -m venv {VENV}',
+            f'--customize-hook=chroot "$1" env PIP_DISABLE_PIP_VERSION_CHECK=1 {VENV}/bin/pip install'
+            f' --no-cache-dir -q {pip}',
+            '--customize-hook=rm -rf "$1"/var/lib/apt/lists/* "$1"/var/cache/apt/*',
+            SUITE, str(tmp), MIRROR]
+    _run(argv, "mmdebstrap (the crossdock image's base)", cache / "mmdebstrap.log")
+    tmp.rename(out)
+    return out
+
+
+def _add_bytes(tar: tarfile.TarFile, name: str, data: bytes, mode: int = 0o644) -> None:
+    info = tarfile.TarInfo(name)
+    info.size, info.mode, info.mtime = len(data), mode, 0
+    tar.addfile(info, io.BytesIO(data))
+
+
+def _source_files(root: Path) -> Iterable[Path]:
+    for path in sorted(root.rglob("*")):
+        if "__pycache__" in path.parts or path.suffix in (".pyc", ".pyo"):
+            continue
+        yield path
+
+
+def crossdock_layer(out: Path) -> Path:
+    """This checkout's ``crossdock`` package under ``/opt/crossdock/src``, on the venv's path
+    through a ``.pth`` file. Deterministic (sorted, mtime 0), so its digest names the code."""
+    pkg = REPO / "crossdock"
+    with tarfile.open(out, "w", format=tarfile.PAX_FORMAT) as tar:
+        for path in _source_files(pkg):
+            arc = f"{SRC.lstrip('/')}/{path.relative_to(REPO)}"
+            info = tar.gettarinfo(str(path), arc)
+            info.mtime, info.uid, info.gid, info.uname, info.gname = 0, 0, 0, "", ""
+            if info.isreg():
+                with path.open("rb") as f:
+                    tar.addfile(info, f)
+            else:
+                tar.addfile(info)
+        _add_bytes(tar, f"{SITE.lstrip('/')}/crossdock-src.pth", f"{SRC}\n".encode())
+    return out
+
+
+def busybox_layer(out: Path) -> Path:
+    """Debian's static busybox as ``/bin/busybox`` (the pause image's only file)."""
+    busybox = Path("/bin/busybox")
+    if not busybox.is_file() or not _is_static(busybox):
+        raise ControlPlaneError("a static /bin/busybox is needed for the pause image: apt-get install busybox-static")
+    with tarfile.open(out, "w") as tar:
+        info = tar.gettarinfo(str(busybox), "bin/busybox")
+        info.mtime, info.uid, info.gid, info.uname, info.gname = 0, 0, 0, "", ""
+        with busybox.open("rb") as f:
+            tar.addfile(info, f)
+    return out
+
+
+def _is_static(binary: Path) -> bool:
+    """No ELF interpreter (PT_INTERP) means statically linked."""
+    return b"/lib64/ld-linux" not in binary.read_bytes()[:4096]
+
+
+def oci_archive(out: Path, name: str, layers: Sequence[Path], *, entrypoint: Sequence[str],
+                env: Sequence[str] = (), workdir: str = "/") -> Path:
+    """An OCI image layout as a tar (``index.json``, ``oci-layout``, ``blobs/sha256/…``) naming
+    ``name`` (containerd reads ``io.containerd.image.name``); layers are uncompressed tars."""
+    digests = [_sha256(layer) for layer in layers]
+    config = {"architecture": "amd64", "os": "linux",
+              "config": {"Entrypoint": list(entrypoint), "Env": list(env), "WorkingDir": workdir},
+              "rootfs": {"type": "layers", "diff_ids": [f"sha256:{d}" for d in digests]}}
+    config_bytes = json.dumps(config, sort_keys=True).encode()
+    manifest = {"schemaVersion": 2, "mediaType": "application/vnd.oci.image.manifest.v1+json",
+                "config": {"mediaType": "application/vnd.oci.image.config.v1+json",
+                           "digest": f"sha256:{hashlib.sha256(config_bytes).hexdigest()}", "size": len(config_bytes)},
+                "layers": [{"mediaType": "application/vnd.oci.image.layer.v1.tar", "digest": f"sha256:{d}",
+                            "size": layer.stat().st_size} for d, layer in zip(digests, layers)]}
+    manifest_bytes = json.dumps(manifest, sort_keys=True).encode()
+    index = {"schemaVersion": 2, "manifests": [{
+        "mediaType": "application/vnd.oci.image.manifest.v1+json",
+        "digest": f"sha256:{hashlib.sha256(manifest_bytes).hexdigest()}", "size": len(manifest_bytes),
+        "annotations": {"io.containerd.image.name": name, "org.opencontainers.image.ref.name": name.rsplit(":", 1)[1]}}]}
+    tmp = out.with_suffix(".tmp")
+    with tarfile.open(tmp, "w") as tar:
+        _add_bytes(tar, "oci-layout", b'{"imageLayoutVersion":"1.0.0"}')
+        _add_bytes(tar, "index.json", json.dumps(index).encode())
+        _add_bytes(tar, f"blobs/sha256/{hashlib.sha256(manifest_bytes).hexdigest()}", manifest_bytes)
+        _add_bytes(tar, f"blobs/sha256/{hashlib.sha256(config_bytes).hexdigest()}", config_bytes)
+        for d, layer in zip(digests, layers):
+            tar.add(str(layer), f"blobs/sha256/{d}")
+    os.replace(tmp, out)
+    return out
+
+
+def pause_archive(cache: Path) -> tuple[str, Path]:
+    out = cache / "pause.oci.tar"
+    if not out.is_file():
+        cache.mkdir(parents=True, exist_ok=True)
+        with tempfile.TemporaryDirectory(dir=cache) as tmp:
+            layer = busybox_layer(Path(tmp) / "busybox.tar")
+            oci_archive(out, PAUSE_IMAGE, [layer], entrypoint=["/bin/busybox", "sleep", "2147483647"])
+    return PAUSE_IMAGE, out
+
+
+def crossdock_archive(cache: Path) -> tuple[str, Path]:
+    """The crossdock image of this checkout: its name (tagged by the code layer's digest) and archive."""
+    base = base_layer(cache)
+    cache.mkdir(parents=True, exist_ok=True)
+    layer = crossdock_layer(cache / "crossdock-layer.tar")
+    name = f"{IMAGE_REPO}:{_sha256(layer)[:12]}-{base.stem.removeprefix('base-')[:8]}"
+    out = cache / "crossdock.oci.tar"
+    oci_archive(out, name, [base, layer], entrypoint=[], env=[f"PATH={PATH}"], workdir="/")
+    return name, out
