@@ -1,11 +1,12 @@
 """Container images for the real node, built without a registry or an image builder: a Debian
-root filesystem (``mmdebstrap`` from the Debian mirror, Python packages from PyPI into a venv)
+root filesystem (``mmdebstrap`` from the Debian mirror, Python packages from PyPI)
 plus a layer with this checkout's ``crossdock`` package, written as an OCI image archive that
 ``ctr images import`` loads into containerd.
 
 - the *pause* image (the pod sandbox): Debian's ``busybox-static``, ``sleep`` as PID 1;
-- the *crossdock* image: Debian bookworm's ``python3`` with crossdock's dependencies in
-  ``/opt/crossdock/venv`` (``python`` first on the PATH) and the checkout's package beside it.
+- the *crossdock* image: Debian bookworm's ``python3`` (``python`` from ``python-is-python3``) with
+  crossdock's dependencies from PyPI in ``/usr/local`` and the checkout's package beside them. Both
+  are found on any usual PATH: a job's container gets its submitter's PATH, not the image's.
   The base layer is cached by the hash of its recipe; the crossdock layer is rebuilt per
   checkout and names the image's tag, so a changed runner never meets a stale image.
 """
@@ -28,10 +29,10 @@ from crossdock.dev.k8s.errors import ControlPlaneError
 REPO = Path(__file__).resolve().parents[3]
 SUITE = "bookworm"
 MIRROR = "http://deb.debian.org/debian"
-VENV = "/opt/crossdock/venv"
-SITE = f"{VENV}/lib/python3.11/site-packages"  # bookworm's python3 is 3.11
+SITE = "/usr/local/lib/python3.11/dist-packages"  # bookworm's python3 is 3.11; pip's prefix is /usr/local
 SRC = "/opt/crossdock/src"
-PATH = f"{VENV}/bin:/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin"
+PATH = "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin"
+INCLUDE = ("python3", "python3-pip", "python-is-python3", "ca-certificates")
 PAUSE_IMAGE = "crossdock.local/pause:busybox"
 IMAGE_REPO = "crossdock.local/crossdock"
 # What the runner needs in the pod: crossdock's runtime dependencies (pyproject's), not its dev tools.
@@ -57,8 +58,8 @@ def _run(argv: Sequence[str], what: str, log: Path) -> None:
 
 
 def base_recipe() -> str:
-    return json.dumps({"suite": SUITE, "include": ["python3", "python3-venv", "ca-certificates"],
-                       "pip": list(PIP_PACKAGES), "venv": VENV}, sort_keys=True)
+    return json.dumps({"suite": SUITE, "include": list(INCLUDE), "pip": list(PIP_PACKAGES), "site": SITE},
+                      sort_keys=True)
 
 
 def base_layer(cache: Path) -> Path:
@@ -75,10 +76,10 @@ def base_layer(cache: Path) -> Path:
     pip = " ".join(f"'{p}'" for p in PIP_PACKAGES)  # mmdebstrap hooks are shell lines; constants only
     ca = "/etc/ssl/certs/ca-certificates.crt"
     argv = ["nice", "-n", "10", "mmdebstrap", "--variant=apt", "--mode=root", "--format=tar",
-            "--include=python3,python3-venv,ca-certificates",
+            f"--include={','.join(INCLUDE)}",
             f'--customize-hook=cp {ca} "$1{ca}"',  # the host's trust store (PyPI through this machine's proxy CA)
-            f'--customize-hook=chroot "$1" python3 -m venv {VENV}',
-            f'--customize-hook=chroot "$1" env PIP_DISABLE_PIP_VERSION_CHECK=1 {VENV}/bin/pip install'
+            # the image is crossdock's own: its packages go beside Debian's (/usr/local), as in a Dockerfile
+            f'--customize-hook=chroot "$1" env PIP_DISABLE_PIP_VERSION_CHECK=1 pip install --break-system-packages'
             f' --no-cache-dir -q {pip}',
             '--customize-hook=rm -rf "$1"/var/lib/apt/lists/* "$1"/var/cache/apt/*',
             SUITE, str(tmp), MIRROR]
@@ -101,7 +102,7 @@ def _source_files(root: Path) -> Iterable[Path]:
 
 
 def crossdock_layer(out: Path) -> Path:
-    """This checkout's ``crossdock`` package under ``/opt/crossdock/src``, on the venv's path
+    """This checkout's ``crossdock`` package under ``/opt/crossdock/src``, on Python's path
     through a ``.pth`` file. Deterministic (sorted, mtime 0), so its digest names the code."""
     pkg = REPO / "crossdock"
     with tarfile.open(out, "w", format=tarfile.PAX_FORMAT) as tar:
