@@ -137,11 +137,23 @@ def _is_static(binary: Path) -> bool:
     return b"/lib64/ld-linux" not in binary.read_bytes()[:4096]
 
 
+def layer_digest(layer: Path) -> str:
+    """A layer's sha256, remembered beside it (the base is 370 MB)."""
+    memo = layer.with_name(layer.name + ".sha256")
+    if memo.is_file() and memo.stat().st_mtime >= layer.stat().st_mtime:
+        return memo.read_text().strip()
+    digest = _sha256(layer)
+    memo.write_text(digest + "\n")
+    return digest
+
+
 def oci_archive(out: Path, name: str, layers: Sequence[Path], *, entrypoint: Sequence[str],
-                env: Sequence[str] = (), workdir: str = "/") -> Path:
+                env: Sequence[str] = (), workdir: str = "/", present: Iterable[str] = ()) -> Path:
     """An OCI image layout as a tar (``index.json``, ``oci-layout``, ``blobs/sha256/…``) naming
-    ``name`` (containerd reads ``io.containerd.image.name``); layers are uncompressed tars."""
-    digests = [_sha256(layer) for layer in layers]
+    ``name`` (containerd reads ``io.containerd.image.name``); layers are uncompressed tars. Layers
+    whose digest is in ``present`` (already in containerd's content store) are left out."""
+    digests = [layer_digest(layer) for layer in layers]
+    skip = {d.removeprefix("sha256:") for d in present}
     config = {"architecture": "amd64", "os": "linux",
               "config": {"Entrypoint": list(entrypoint), "Env": list(env), "WorkingDir": workdir},
               "rootfs": {"type": "layers", "diff_ids": [f"sha256:{d}" for d in digests]}}
@@ -163,7 +175,8 @@ def oci_archive(out: Path, name: str, layers: Sequence[Path], *, entrypoint: Seq
         _add_bytes(tar, f"blobs/sha256/{hashlib.sha256(manifest_bytes).hexdigest()}", manifest_bytes)
         _add_bytes(tar, f"blobs/sha256/{hashlib.sha256(config_bytes).hexdigest()}", config_bytes)
         for d, layer in zip(digests, layers):
-            tar.add(str(layer), f"blobs/sha256/{d}")
+            if d not in skip:
+                tar.add(str(layer), f"blobs/sha256/{d}")
     os.replace(tmp, out)
     return out
 
@@ -178,12 +191,13 @@ def pause_archive(cache: Path) -> tuple[str, Path]:
     return PAUSE_IMAGE, out
 
 
-def crossdock_archive(cache: Path) -> tuple[str, Path]:
-    """The crossdock image of this checkout: its name (tagged by the code layer's digest) and archive."""
+def crossdock_archive(cache: Path, present: Iterable[str] = ()) -> tuple[str, Path]:
+    """The crossdock image of this checkout: its name (tagged by the code layer's digest) and
+    archive (without the layers in ``present``: a new checkout's archive is its code layer only)."""
     base = base_layer(cache)
     cache.mkdir(parents=True, exist_ok=True)
     layer = crossdock_layer(cache / "crossdock-layer.tar")
-    name = f"{IMAGE_REPO}:{_sha256(layer)[:12]}-{base.stem.removeprefix('base-')[:8]}"
+    name = f"{IMAGE_REPO}:{layer_digest(layer)[:12]}-{base.stem.removeprefix('base-')[:8]}"
     out = cache / "crossdock.oci.tar"
-    oci_archive(out, name, [base, layer], entrypoint=[], env=[f"PATH={PATH}"], workdir="/")
+    oci_archive(out, name, [base, layer], entrypoint=[], env=[f"PATH={PATH}"], workdir="/", present=present)
     return name, out

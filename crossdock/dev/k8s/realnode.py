@@ -176,7 +176,7 @@ def _import_images() -> str:
     pause, pause_tar = image.pause_archive(cache)
     if pause not in present:
         _ctr("images", "import", str(pause_tar))
-    name, tar = image.crossdock_archive(cache)
+    name, tar = image.crossdock_archive(cache, present=_ctr("content", "ls", "-q").split())
     if name not in present:
         _ctr("images", "import", str(tar))
         for old in present:  # earlier checkouts' images: their own layers go with them
