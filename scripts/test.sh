@@ -48,7 +48,9 @@ $py -m crossdock.dev.slurm up || { echo "local Slurm cluster failed to start" >&
 # descheduler's comparison; the kubelet, for the real node) are built from the pinned upstream
 # modules once (about 9 + 4 + 5 + 3 minutes cold on 2 idle cores) and cached in ~/.cache/crossdock/k8s; later
 # runs reuse them. `up` starts Karpenter beside the plane.
-$py -m crossdock.dev.k8s build --kubelet || { echo "building the Kubernetes control plane failed" >&2; exit 1; }
+$py -m crossdock.dev.k8s build || { echo "building the Kubernetes control plane failed" >&2; exit 1; }
+# The real node's kubelet and images (an mmdebstrap root with Python, 1.5-4 minutes the first time).
+$py -m crossdock.dev.k8s node build || { echo "building the real node failed" >&2; exit 1; }
 # helm for the chart test (deploy/helm/crossdock), built from its Go module once and cached the same way.
 bash scripts/helm/build.sh >/dev/null || { echo "building helm failed" >&2; exit 1; }
 $py -m crossdock.dev.k8s up || { echo "local Kubernetes control plane failed to start" >&2; exit 1; }

@@ -78,13 +78,17 @@ def _cli_kubeconfig(state_dir: Path | None = _STATE_OPT) -> None:
 
 
 @app.command("node")
-def _cli_node(action: str = typer.Argument(..., help="up, down or status"), state_dir: Path | None = _STATE_OPT,
+def _cli_node(action: str = typer.Argument(..., help="build, up, down or status"), state_dir: Path | None = _STATE_OPT,
               timeout: float = typer.Option(180.0, help="Seconds to wait for the node to be Ready.")) -> None:
-    """One real node (kubelet, containerd, runc) in the running plane: up, down, status."""
+    """One real node (kubelet, containerd, runc) in the running plane: build (the kubelet and the
+    images, cached), up, down, status."""
     from crossdock.dev.k8s import realnode
 
     try:
-        if action == "up":
+        if action == "build":
+            realnode.prepare()
+            typer.echo(f"kubelet and images ready in {realnode.image_cache()}")
+        elif action == "up":
             node = realnode.up(state_dir, timeout=timeout)
             typer.echo(f"node {node.name} Ready; image {node.image}")
         elif action == "down":
@@ -94,7 +98,7 @@ def _cli_node(action: str = typer.Argument(..., help="up, down or status"), stat
             typer.echo(" ".join(f"{k}={'running' if v else 'stopped'}" for k, v in st.items()))
             raise typer.Exit(0 if all(st.values()) else 1)
         else:
-            typer.echo(f"error: node action {action!r}: use up, down or status", err=True)
+            typer.echo(f"error: node action {action!r}: use build, up, down or status", err=True)
             raise typer.Exit(2)
     except ControlPlaneError as err:
         typer.echo(f"error: {err}", err=True)

@@ -21,6 +21,7 @@ import shutil
 import subprocess
 import tarfile
 import tempfile
+import tomllib
 from collections.abc import Iterable, Sequence
 from pathlib import Path
 
@@ -35,10 +36,12 @@ PATH = "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin"
 INCLUDE = ("python3", "python3-pip", "python-is-python3", "ca-certificates")
 PAUSE_IMAGE = "crossdock.local/pause:busybox"
 IMAGE_REPO = "crossdock.local/crossdock"
-# What the runner needs in the pod: crossdock's runtime dependencies (pyproject's), not its dev tools.
-PIP_PACKAGES = ("pydantic>=2.6", "pyyaml>=6", "celery[redis]>=5.3", "redis[hiredis]>=5", "typer>=0.12", "rich>=13",
-                "cloudpickle>=3", "numpy>=1.26", "prometheus-client>=0.20", "aiohttp>=3.9", "fastapi>=0.110",
-                "uvicorn>=0.29")
+
+
+def pip_packages() -> tuple[str, ...]:
+    """What the runner needs in the pod: crossdock's runtime dependencies (pyproject's), not its dev tools."""
+    with (REPO / "pyproject.toml").open("rb") as f:
+        return tuple(tomllib.load(f)["project"]["dependencies"])
 
 
 def _sha256(path: Path) -> str:
@@ -58,7 +61,7 @@ def _run(argv: Sequence[str], what: str, log: Path) -> None:
 
 
 def base_recipe() -> str:
-    return json.dumps({"suite": SUITE, "include": list(INCLUDE), "pip": list(PIP_PACKAGES), "site": SITE},
+    return json.dumps({"suite": SUITE, "include": list(INCLUDE), "pip": list(pip_packages()), "site": SITE},
                       sort_keys=True)
 
 
@@ -73,7 +76,10 @@ def base_layer(cache: Path) -> Path:
         raise ControlPlaneError("mmdebstrap not found: apt-get install mmdebstrap (scripts/setup.sh installs it)")
     cache.mkdir(parents=True, exist_ok=True)
     tmp = out.with_suffix(".tmp")
-    pip = " ".join(f"'{p}'" for p in PIP_PACKAGES)  # mmdebstrap hooks are shell lines; constants only
+    packages = pip_packages()
+    if any("'" in p for p in packages):  # mmdebstrap's hooks are shell lines: each one goes in single quotes
+        raise ControlPlaneError(f"pyproject.toml: a dependency with a quote cannot go into mmdebstrap's hook: {packages}")
+    pip = " ".join(f"'{p}'" for p in packages)
     ca = "/etc/ssl/certs/ca-certificates.crt"
     argv = ["nice", "-n", "10", "mmdebstrap", "--variant=apt", "--mode=root", "--format=tar",
             f"--include={','.join(INCLUDE)}",

@@ -212,6 +212,15 @@ def _node_ready(api: Api) -> bool:
             and lease.get("spec", {}).get("holderIdentity") == NAME)
 
 
+def prepare() -> None:
+    """What ``up`` needs that takes minutes the first time, cached: the kubelet and the images'
+    archives (the base's ``mmdebstrap`` and pip). The checkout's own layer is made at ``up``."""
+    _preflight()
+    build(kubelet=True)
+    image.pause_archive(image_cache())
+    image.base_layer(image_cache())
+
+
 def up(state_dir: str | os.PathLike[str] | None = None, *, timeout: float = 180.0) -> RealNode:
     """Join the running plane with the real node (idempotent); build the kubelet and the images
     when they are missing (minutes the first time)."""
