@@ -187,11 +187,12 @@ def _import_images() -> str:
 
 def _write_lease(api: Api) -> None:
     """The node's Lease held in the kubelet's name before it registers: kwok only takes over a node
-    whose Lease it can hold, and the kubelet renews this one every 10 s."""
+    whose Lease it can hold, and the kubelet renews this one every 10 s (with its own 40 s duration;
+    this first one lasts 5 minutes, however long the kubelet takes to start)."""
     now = datetime.now(timezone.utc).strftime("%Y-%m-%dT%H:%M:%S.%fZ")
     body = {"apiVersion": "coordination.k8s.io/v1", "kind": "Lease",
             "metadata": {"name": NAME, "namespace": "kube-node-lease"},
-            "spec": {"holderIdentity": NAME, "leaseDurationSeconds": LEASE_SECONDS, "renewTime": now}}
+            "spec": {"holderIdentity": NAME, "leaseDurationSeconds": 300, "renewTime": now}}
     path = "/apis/coordination.k8s.io/v1/namespaces/kube-node-lease/leases"
     code, _ = api.request("POST", path, body)
     if code == 409:

@@ -62,6 +62,7 @@ def real_node(k8s_kubeconfig):
     try:
         node = realnode.up()
     except ControlPlaneError as err:
+        realnode.down()  # what did start
         k8s_unavailable(f"the real node (python -m crossdock.dev.k8s node up): {err}")
     yield node
     realnode.down()
