@@ -78,7 +78,8 @@ def base_layer(cache: Path) -> Path:
     tmp = out.with_suffix(".tmp")
     packages = pip_packages()
     if any("'" in p for p in packages):  # mmdebstrap's hooks are shell lines: each one goes in single quotes
-        raise ControlPlaneError(f"pyproject.toml: a dependency with a quote cannot go into mmdebstrap's hook: {packages}")
+        raise ControlPlaneError(f"pyproject.toml: a dependency with a quote cannot go into mmdebstrap's hook: "
+                                f"{packages}")
     pip = " ".join(f"'{p}'" for p in packages)
     ca = "/etc/ssl/certs/ca-certificates.crt"
     argv = ["nice", "-n", "10", "mmdebstrap", "--variant=apt", "--mode=root", "--format=tar",
@@ -173,7 +174,8 @@ def oci_archive(out: Path, name: str, layers: Sequence[Path], *, entrypoint: Seq
     index = {"schemaVersion": 2, "manifests": [{
         "mediaType": "application/vnd.oci.image.manifest.v1+json",
         "digest": f"sha256:{hashlib.sha256(manifest_bytes).hexdigest()}", "size": len(manifest_bytes),
-        "annotations": {"io.containerd.image.name": name, "org.opencontainers.image.ref.name": name.rsplit(":", 1)[1]}}]}
+        "annotations": {"io.containerd.image.name": name,
+                        "org.opencontainers.image.ref.name": name.rsplit(":", 1)[1]}}]}
     tmp = out.with_suffix(".tmp")
     with tarfile.open(tmp, "w") as tar:
         _add_bytes(tar, "oci-layout", b'{"imageLayoutVersion":"1.0.0"}')
