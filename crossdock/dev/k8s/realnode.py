@@ -149,9 +149,14 @@ def _alive(name: str) -> bool:
     return bool(info) and pid_alive(info["pid"], info["exe"], info.get("start"))
 
 
+_CHILDREN: dict[str, subprocess.Popen[bytes]] = {}
+"""containerd and the kubelet when this process started them: they outlive it by design (``down``
+stops them by PID from any process); kept so that Python reaps them quietly."""
+
+
 def _start(name: str, argv: list[str]) -> None:
     log = RUN_DIR / f"{name}.log"
-    proc = spawn(argv, log)
+    proc = _CHILDREN[name] = spawn(argv, log)
     records = _records()
     records[name] = {"pid": proc.pid, "exe": os.path.realpath(argv[0]), "start": start_time(proc.pid), "log": str(log)}
     (RUN_DIR / "node.json").write_text(json.dumps(records))
@@ -226,9 +231,8 @@ def up(state_dir: str | os.PathLike[str] | None = None, *, timeout: float = 180.
     """Join the running plane with the real node (idempotent); build the kubelet and the images
     when they are missing (minutes the first time)."""
     state = state_dir_of(state_dir)
-    _preflight()
     api = _plane_api(state)
-    build(kubelet=True)
+    prepare()
     RUN_DIR.mkdir(parents=True, exist_ok=True)
     with locked(RUN_DIR):
         for sub in ("cni", "kubelet", "pod-logs"):
@@ -289,6 +293,9 @@ def down(state_dir: str | os.PathLike[str] | None = None, *, timeout: float = 60
             info = records.get(name)
             if info:
                 stop_pid(info["pid"], info["exe"], info.get("start"))
+            child = _CHILDREN.pop(name, None)
+            if child is not None:
+                child.poll()
         if api is not None:
             api.request("DELETE", f"/api/v1/nodes/{NAME}")
             api.request("DELETE", f"/apis/coordination.k8s.io/v1/namespaces/kube-node-lease/leases/{NAME}")
