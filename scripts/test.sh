@@ -12,6 +12,13 @@ command -v docker-compose >/dev/null || docker compose version >/dev/null 2>&1 |
 command -v redis-sentinel >/dev/null || need_apt+=(redis-sentinel)
 command -v prometheus >/dev/null || need_apt+=(prometheus)
 command -v chromium >/dev/null || need_apt+=(chromium)
+# The real node of the Kubernetes plane (test_k8s_realnode.py: crossdock.dev.k8s.realnode): containerd,
+# runc and the CNI plugins run its pods; mmdebstrap and busybox-static build its images.
+command -v containerd >/dev/null || need_apt+=(containerd)
+command -v runc >/dev/null || need_apt+=(runc)
+[ -x /usr/lib/cni/bridge ] || need_apt+=(containernetworking-plugins)
+command -v mmdebstrap >/dev/null || need_apt+=(mmdebstrap)
+[ -x /bin/busybox ] && ! ldd /bin/busybox >/dev/null 2>&1 || need_apt+=(busybox-static)
 if ((${#need_apt[@]})); then
   export DEBIAN_FRONTEND=noninteractive
   apt-get install -y -qq --no-install-recommends "${need_apt[@]}" >/dev/null \
@@ -21,22 +28,29 @@ if ((${#need_apt[@]})); then
   if [[ " ${need_apt[*]} " == *" prometheus "* ]] && command -v systemctl >/dev/null; then
     systemctl disable --now prometheus >/dev/null 2>&1 || true
   fi
+  # likewise Debian's containerd service: the real node runs its own, on its own socket
+  if [[ " ${need_apt[*]} " == *" containerd "* ]] && command -v systemctl >/dev/null; then
+    systemctl disable --now containerd >/dev/null 2>&1 || true
+  fi
 fi
 py=.venv/bin/python
 export CROSSDOCK_STATE_DIR="${CROSSDOCK_STATE_DIR:-$(pwd)/.state}"
 
 cleanup() {
   $py -m crossdock.dev.slurm down >/dev/null 2>&1 || true
+  $py -m crossdock.dev.k8s node down >/dev/null 2>&1 || true  # a real node a failed test left behind
   $py -m crossdock.dev.k8s down >/dev/null 2>&1 || true
 }
 trap cleanup EXIT
 
 $py -m crossdock.dev.slurm up || { echo "local Slurm cluster failed to start" >&2; exit 1; }
 # Kubernetes binaries (and Karpenter, for the node-pool tests; the upstream descheduler, for the
-# descheduler's comparison) are built from the pinned upstream modules once (about 9 + 4 + 5 minutes
-# cold on 2 idle cores) and cached in ~/.cache/crossdock/k8s; later
+# descheduler's comparison; the kubelet, for the real node) are built from the pinned upstream
+# modules once (about 9 + 4 + 5 + 3 minutes cold on 2 idle cores) and cached in ~/.cache/crossdock/k8s; later
 # runs reuse them. `up` starts Karpenter beside the plane.
 $py -m crossdock.dev.k8s build || { echo "building the Kubernetes control plane failed" >&2; exit 1; }
+# The real node's kubelet and images (an mmdebstrap root with Python, 1.5-4 minutes the first time).
+$py -m crossdock.dev.k8s node build || { echo "building the real node failed" >&2; exit 1; }
 # helm for the chart test (deploy/helm/crossdock), built from its Go module once and cached the same way.
 bash scripts/helm/build.sh >/dev/null || { echo "building helm failed" >&2; exit 1; }
 $py -m crossdock.dev.k8s up || { echo "local Kubernetes control plane failed to start" >&2; exit 1; }

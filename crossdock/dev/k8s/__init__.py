@@ -60,7 +60,9 @@ types and process), ``descheduler`` (the upstream descheduler, a MostAllocated k
 ``components`` (each component's flags, kwok's config), ``nodes`` and ``stages`` (fake nodes
 and their pod lifecycle), ``state`` (state directory, lock, state.json), ``processes``
 (start, identify, stop by PID), ``api`` (HTTPS client, readiness), ``controlplane`` (up,
-down, status, restart, sessions), ``cli`` (the command line).
+down, status, restart, sessions), ``realnode`` and ``image`` (one real node: the plane's kubelet
+with Debian's containerd and runc, images built from Debian packages; ``python -m
+crossdock.dev.k8s node up|down``), ``cli`` (the command line).
 """
 
 from crossdock.dev.k8s.build import BINARIES, COMPONENTS, bin_dir, build, cache_root, versions

@@ -21,6 +21,8 @@ ADDONS = ("karpenter",)
 TOOLS = ("descheduler",)
 """Run on demand against the plane, never by ``up`` (the upstream descheduler: ``descheduler.py``)."""
 BINARIES = COMPONENTS + ADDONS + TOOLS
+KUBELET = "kubelet"
+"""Built only on request (``build(kubelet=True)``): the optional real node (``realnode.py``)."""
 
 
 def versions() -> dict[str, str]:
@@ -67,21 +69,23 @@ def missing_binaries() -> list[str]:
     return missing
 
 
-def build(*, force: bool = False) -> Path:
-    """Build and cache the binaries of the pinned release; skip what is present."""
-    if not force and not missing_binaries():
+def build(*, force: bool = False, kubelet: bool = False) -> Path:
+    """Build and cache the binaries of the pinned release; skip what is present. ``kubelet``: the
+    kubelet of the same release too (the real node's)."""
+    has_kubelet = os.access(bin_dir() / KUBELET, os.X_OK)
+    if not force and not missing_binaries() and (has_kubelet or not kubelet):
         return bin_dir()
     if not BUILD_SCRIPT.is_file():
         raise ControlPlaneError(f"{BUILD_SCRIPT} not found: building needs a source checkout")
     env = dict(os.environ)
     if shutil.which("go") is None and Path("/usr/local/go/bin/go").exists():
         env["PATH"] = env.get("PATH", "") + os.pathsep + "/usr/local/go/bin"
-    argv = ["bash", str(BUILD_SCRIPT)] + (["--force"] if force else [])
+    argv = ["bash", str(BUILD_SCRIPT)] + (["--force"] if force else []) + (["--kubelet"] if kubelet else [])
     try:
         subprocess.run(argv, check=True, env=env)
     except (OSError, subprocess.CalledProcessError) as err:
         raise ControlPlaneError(f"{BUILD_SCRIPT} failed: {err}") from err
-    missing = missing_binaries()
+    missing = missing_binaries() + ([KUBELET] if kubelet and not os.access(bin_dir() / KUBELET, os.X_OK) else [])
     if missing:
         raise ControlPlaneError(f"build finished but {missing} are missing in {bin_dir()}")
     return bin_dir()

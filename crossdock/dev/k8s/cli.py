@@ -1,4 +1,4 @@
-"""``python -m crossdock.dev.k8s build|up|down|status|kubeconfig`` (also ``crossdock dev k8s``)."""
+"""``python -m crossdock.dev.k8s build|up|down|status|kubeconfig|node`` (also ``crossdock dev k8s``)."""
 
 from __future__ import annotations
 
@@ -22,10 +22,11 @@ _STATE_OPT = typer.Option(None, "--state-dir", help="State directory (default: $
 
 
 @app.command("build")
-def _cli_build(force: bool = typer.Option(False, "--force", help="Rebuild even when present.")) -> None:
+def _cli_build(force: bool = typer.Option(False, "--force", help="Rebuild even when present."),
+               kubelet: bool = typer.Option(False, "--kubelet", help="Also the kubelet (the real node's).")) -> None:
     """Build and cache the pinned binaries (skips what is already built)."""
     try:
-        typer.echo(build(force=force))
+        typer.echo(build(force=force, kubelet=kubelet))
     except ControlPlaneError as err:
         typer.echo(f"error: {err}", err=True)
         raise typer.Exit(1) from err
@@ -74,6 +75,34 @@ def _cli_status(state_dir: Path | None = _STATE_OPT,
 def _cli_kubeconfig(state_dir: Path | None = _STATE_OPT) -> None:
     """Print the admin kubeconfig path."""
     typer.echo(kubeconfig_path(state_dir))
+
+
+@app.command("node")
+def _cli_node(action: str = typer.Argument(..., help="build, up, down or status"), state_dir: Path | None = _STATE_OPT,
+              timeout: float = typer.Option(180.0, help="Seconds to wait for the node to be Ready.")) -> None:
+    """One real node (kubelet, containerd, runc) in the running plane: build (the kubelet and the
+    images, cached), up, down, status."""
+    from crossdock.dev.k8s import realnode
+
+    try:
+        if action == "build":
+            realnode.prepare()
+            typer.echo(f"kubelet and images ready in {realnode.image_cache()}")
+        elif action == "up":
+            node = realnode.up(state_dir, timeout=timeout)
+            typer.echo(f"node {node.name} Ready; image {node.image}")
+        elif action == "down":
+            realnode.down(state_dir)
+        elif action == "status":
+            st = realnode.status()
+            typer.echo(" ".join(f"{k}={'running' if v else 'stopped'}" for k, v in st.items()))
+            raise typer.Exit(0 if all(st.values()) else 1)
+        else:
+            typer.echo(f"error: node action {action!r}: use build, up, down or status", err=True)
+            raise typer.Exit(2)
+    except ControlPlaneError as err:
+        typer.echo(f"error: {err}", err=True)
+        raise typer.Exit(1) from err
 
 
 def main() -> None:
