@@ -83,12 +83,15 @@ class OwnerRestd:
             raise SlurmUnavailable(f"starting slurmrestd as {owner.pw_name}: {exc}") from None
         for fd in (in_r, out_w, conf):
             os.close(fd)
+        answer = None
         try:
             answer = self._talk(in_w, out_r, request)
         finally:
             os.close(out_r)
+            if answer is None:  # past the deadline (or the exchange failed): no need to wait
+                proc.kill()
             try:
-                proc.wait(max(self.timeout_s, 1))
+                proc.wait(self.timeout_s)
             except subprocess.TimeoutExpired:
                 proc.kill()
                 proc.wait()
