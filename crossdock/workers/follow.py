@@ -27,9 +27,10 @@ log = logging.getLogger(__name__)
 
 RESEND_AFTER_SECONDS = 15.0
 LOST_AFTER_SECONDS = 60.0
-UNSUBMITTED_AFTER_SECONDS = 600.0
-"""A claimed dispatch that left no reference and nothing the backend knows for this long never
-submitted (a large batch dispatch may take minutes, so this is well above LOST_AFTER_SECONDS)."""
+DISPATCHER_SILENT_SECONDS = 30.0
+"""A claimed dispatch whose task stopped refreshing its liveness (seen so by this follower for
+this long: a live task refreshes within seconds of a store outage's end) and that left nothing the
+backend knows never submitted: its worker died between the claim and the submit."""
 ORPHAN_SWEEP_SECONDS = 60.0
 UNAVAILABLE = (BackendError, ImportError, OSError)
 
@@ -40,6 +41,8 @@ class Follower:
         self.kinds = kinds
         """The backend kinds the config's pools name (orphans are swept there even with nothing active)."""
         self._next_orphan_sweep = 0.0
+        self._silent: dict[tuple[int, int], float] = {}
+        """(job id, attempt) of a claimed dispatch -> when its task was first seen not alive."""
 
     def reconcile(self) -> None:
         """Resend lost dispatches, mark jobs whose watcher vanished, follow every backend."""
@@ -48,6 +51,8 @@ class Follower:
         by_backend: dict[str, list[Job]] = {}
         for job in active:
             by_backend.setdefault(job.backend or "local", []).append(job)
+        placed = {(j.id, j.attempts) for j in active}
+        self._silent = {k: t for k, t in self._silent.items() if k in placed}
         for kind, jobs in by_backend.items():
             try:
                 heartbeat = self.backends.capabilities(kind).heartbeat
@@ -74,6 +79,13 @@ class Follower:
                         log.warning("deleted orphaned %s object %s", kind, orphan.ref)
             except UNAVAILABLE as exc:
                 log.warning("orphan sweep of %s failed: %s", kind, exc)
+
+    def _dispatcher_gone(self, job: Job, now: float) -> bool:
+        key = (job.id, job.attempts)
+        if self.store.dispatcher_alive(job.id, job.attempts):
+            self._silent.pop(key, None)
+            return False
+        return now - self._silent.setdefault(key, now) > DISPATCHER_SILENT_SECONDS
 
     def _resend(self, job: Job, kind: str) -> None:
         metrics.dispatch_resent(kind)
@@ -154,10 +166,10 @@ class Follower:
                     claimed = store.dispatch_claimed(job.id, job.attempts)
                     if job.state is JobState.RUNNING or (job.backend_ref and now - scheduled > LOST_AFTER_SECONDS):
                         self.lost(job, f"{kind} no longer knows it")
-                    elif claimed and job.dispatched and now - job.dispatched.timestamp() > UNSUBMITTED_AFTER_SECONDS:
+                    elif claimed and self._dispatcher_gone(job, now):
                         # the backend holds nothing under this attempt's tag or name: the dispatch
-                        # died between its claim and its submit (a store outage), nobody will resend
-                        self.lost(job, f"dispatched {now - job.dispatched.timestamp():.0f}s ago, {kind} never got it")
+                        # died between its claim and its submit, nobody will resend
+                        self.lost(job, f"its dispatch task died, {kind} never got it")
                     elif not claimed and now - scheduled > RESEND_AFTER_SECONDS:
                         self._resend(job, kind)
                     continue

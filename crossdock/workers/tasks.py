@@ -10,8 +10,10 @@ it already started.
 
 from __future__ import annotations
 
+import functools
 import logging
 import socket
+import threading
 from concurrent.futures import ThreadPoolExecutor
 from functools import lru_cache
 
@@ -21,6 +23,7 @@ from crossdock import signing
 from crossdock.observe import metrics
 from crossdock.queue.errors import BadSignature, NoSuchJob
 from crossdock.queue.ports import BackendUnavailable, SubmitFailed, SupportsArrays
+from crossdock.backends.redis_store.store import DISPATCHER_TTL_SECONDS
 from crossdock.queue.states import JobState
 from crossdock.runtime import Runtime
 
@@ -48,6 +51,36 @@ runtime.cache_clear = _process_runtime.cache_clear  # type: ignore[attr-defined]
 
 def _worker(task) -> str:
     return f"{socket.gethostname()}:{task.request.id}"
+
+
+def _keeps_alive(fn):
+    """While the dispatch task runs, refresh its liveness (the follower tells a claim left by a
+    task that died mid-dispatch, a SIGKILLed worker, from a long batch still submitting); gone
+    when it returns."""
+    @functools.wraps(fn)
+    def task(self, *args, **kwargs):
+        store, worker = _process_runtime().store, _worker(self)
+        stop = threading.Event()
+
+        def beat() -> None:
+            while not stop.wait(DISPATCHER_TTL_SECONDS / 3):
+                try:
+                    store.dispatching(worker)
+                except Exception as exc:  # noqa: BLE001 - the store is away: beat again later
+                    log.debug("dispatch %s: liveness not refreshed: %s", worker, exc)
+
+        beating = threading.Thread(target=beat, daemon=True, name="dispatch-alive")
+        beating.start()
+        try:
+            return fn(self, *args, **kwargs)
+        finally:
+            stop.set()
+            beating.join()
+            try:
+                store.dispatching(worker, alive=False)
+            except Exception as exc:  # noqa: BLE001 - it expires on its own
+                log.debug("dispatch %s: liveness not dropped: %s", worker, exc)
+    return task
 
 
 def _fresh(task) -> bool:
@@ -88,6 +121,7 @@ def _unavailable(task, store, ids: list[int], attempt: int, exc: BackendUnavaila
 
 
 @shared_task(name="crossdock.dispatch", bind=True, max_retries=None)
+@_keeps_alive
 def dispatch(self, job_id: int, attempt: int) -> str:
     """Start attempt ``attempt`` of a SCHEDULED job on its backend, exactly once."""
     rt = runtime()
@@ -118,6 +152,7 @@ def dispatch(self, job_id: int, attempt: int) -> str:
 
 
 @shared_task(name="crossdock.dispatch_array", bind=True, max_retries=None)
+@_keeps_alive
 def dispatch_array(self, array_job_id: int, attempt: int, job_ids: list[int], throttle: int | None = None) -> str:
     """Start attempt ``attempt`` of these SCHEDULED tasks of one array as ONE backend submission
     (a Slurm array with ``%throttle``, an Indexed Job), exactly once.
@@ -161,6 +196,7 @@ def dispatch_array(self, array_job_id: int, attempt: int, job_ids: list[int], th
 
 
 @shared_task(name="crossdock.dispatch_batch", bind=True, max_retries=None)
+@_keeps_alive
 def dispatch_batch(self, pairs: list[list[int]]) -> str:
     """Start separate SCHEDULED jobs of one pool (``[job id, attempt]`` pairs), each exactly once,
     several at a time: one task, one read and one claim round trip for the batch.

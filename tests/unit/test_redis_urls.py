@@ -37,3 +37,19 @@ def test_kombu_spelling_and_transport_options():
                                       "sentinel_kwargs": {"password": "sp"}}
     assert transport_options("redis://h:6379/0") == {"visibility_timeout": 3600}
     assert not is_sentinel("redis://h:6379/0") and celery_url("unix:///s.sock") == "redis+socket:///s.sock"
+
+
+def test_a_new_connection_does_not_read_package_metadata(monkeypatch):
+    """redis-py looks its version up for every connection; a local supervisor makes one, and the
+    lookup (package metadata parsed as e-mail) was a fifth of its CPU."""
+    from importlib import metadata
+
+    from crossdock.backends.redis_store import connect
+
+    connect.redis_version()  # once per process (the spawner does it before it forks)
+    calls = []
+    monkeypatch.setattr(metadata, "version", lambda name: calls.append(name) or "0")
+    for url in ("redis://127.0.0.1:1/0", "unix:///nonexistent/redis.sock"):
+        pool = connect.client(url).connection_pool
+        pool.release(pool.make_connection())  # no connect: only what it names itself as
+    assert calls == []

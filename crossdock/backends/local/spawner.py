@@ -81,6 +81,9 @@ def start(state_dir: Path, env: dict[str, str]) -> None:
 
 def serve(state_dir: Path) -> int:
     from crossdock.backends.local import supervisor  # the point: imported once, forked many times
+    from crossdock.backends.redis_store import connect
+
+    connect.redis_version()  # looked up here once, not in every child (it reads package metadata)
 
     path = socket_path(state_dir)
     mine = stamp()

@@ -15,6 +15,8 @@ the job NODE_FAIL.
 
 from __future__ import annotations
 
+import ctypes
+import functools
 import logging
 import os
 import resource
@@ -400,11 +402,14 @@ def _name_process(name: str) -> None:
     """The name ps and top show (``comm``, 15 bytes): a supervisor forked by the spawner keeps the
     spawner's command line, so the name is what tells them apart."""
     try:
-        import ctypes
-
-        ctypes.CDLL(None, use_errno=True).prctl(15, name.encode()[:15], 0, 0, 0)  # PR_SET_NAME
+        _libc().prctl(15, name.encode()[:15], 0, 0, 0)  # PR_SET_NAME
     except (OSError, AttributeError):
         pass
+
+
+@functools.lru_cache(maxsize=1)
+def _libc() -> ctypes.CDLL:
+    return ctypes.CDLL(None, use_errno=True)
 
 
 def store_from_env() -> JobStore:

@@ -180,6 +180,11 @@ class Keys:
         """STRING SET NX by the first delivery of a dispatch task: later deliveries do nothing."""
         return f"{self.prefix}:job:{job_id}:dispatch:{attempt}"
 
+    def dispatcher(self, worker: str) -> str:
+        """STRING with TTL, refreshed while the dispatch task ``worker`` (host:task id, the value
+        of its claims) runs: a claim whose dispatcher stopped refreshing was left by a dead task."""
+        return f"{self.prefix}:dispatcher:{worker}"
+
     def array(self, array_job_id: int) -> str:
         """ZSET of the task job ids of one array (score = task id)."""
         return f"{self.prefix}:array:{array_job_id}"

@@ -40,6 +40,8 @@ log = logging.getLogger(__name__)
 
 STREAM_MAXLEN = 10_000
 CLAIM_TTL_SECONDS = 7 * 86400
+DISPATCHER_TTL_SECONDS = 15.0
+"""A running dispatch task refreshes its liveness every third of this (``dispatching``)."""
 _PLACED = (JobState.SCHEDULED, JobState.RUNNING)
 
 STORE_UNAVAILABLE: tuple[type[Exception], ...] = (redis.ConnectionError, redis.TimeoutError, redis.BusyLoadingError,
@@ -490,9 +492,10 @@ class JobStore:
         Three round trips for any number of jobs."""
         keys = [self.k.dispatch_claim(i, attempt) for i in ids]
         with self.r.pipeline(transaction=False) as pipe:
+            pipe.set(self.k.dispatcher(worker), "1", px=int(DISPATCHER_TTL_SECONDS * 1000))
             for key in keys:
                 pipe.set(key, worker, nx=True, ex=CLAIM_TTL_SECONDS)
-            got = pipe.execute()
+            got = pipe.execute()[1:]
         with self.r.pipeline(transaction=False) as pipe:
             for key in keys:
                 pipe.get(key)
@@ -517,6 +520,19 @@ class JobStore:
 
     def dispatch_claimed(self, job_id: int, attempt: int) -> bool:
         return bool(self.r.exists(self.k.dispatch_claim(job_id, attempt)))
+
+    def dispatcher_alive(self, job_id: int, attempt: int) -> bool:
+        """Whether the task that claimed this dispatch still refreshes its liveness (False when
+        nobody claimed it)."""
+        holder = self.r.get(self.k.dispatch_claim(job_id, attempt))
+        return bool(holder) and bool(self.r.exists(self.k.dispatcher(holder)))
+
+    def dispatching(self, worker: str, alive: bool = True) -> None:
+        """Refresh (or, with ``alive=False``, drop) the liveness of dispatch task ``worker``."""
+        if alive:
+            self.r.set(self.k.dispatcher(worker), "1", px=int(DISPATCHER_TTL_SECONDS * 1000))
+        else:
+            self.r.delete(self.k.dispatcher(worker))
 
     def heartbeat(self, job_id: int, ttl: float) -> None:
         self.r.set(self.k.heartbeat(job_id), str(time.time()), px=int(ttl * 1000))

@@ -3,7 +3,8 @@
 ``from_config(config, store)`` reads the environment:
 
 - ``CROSSDOCK_SLURM_DRIVER``: ``cli`` (default), ``rest`` (slurmrestd, JWT over TCP) or
-  ``rest-unix`` (slurmrestd unix socket, local auth: jobs run as slurmrestd's user);
+  ``rest-unix`` (slurmrestd unix socket, local auth: a root service submits other users' jobs through
+  slurmrestd run as the owner, :mod:`owner_restd`; otherwise jobs run as slurmrestd's user);
 - ``SLURM_CONF`` for the CLI; ``SLURMRESTD_URL`` + ``SLURM_LOCAL_JWT`` (+ ``SLURM_LOCAL_USER``,
   default root) or ``SLURMRESTD_SOCKET`` for REST;
 - ``CROSSDOCK_SLURM_ENV``: a file of ``KEY=value`` lines (as ``crossdock dev slurm up`` writes)

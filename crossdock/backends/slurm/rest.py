@@ -1,6 +1,7 @@
 """Drive Slurm through slurmrestd (openapi v0.0.38, Slurm 22.05).
 
-Two ways in: a unix socket with ``rest_auth/local`` (requests run as slurmrestd's own user),
+Two ways in: a unix socket with ``rest_auth/local`` (requests run as slurmrestd's own user; a
+root service submits another user's job through slurmrestd run as that user, :mod:`owner_restd`),
 or TCP with a JWT (``X-SLURM-USER-NAME``/``X-SLURM-USER-TOKEN``; requests run as the token's
 user). Uses the standard library's ``http.client`` with one kept-alive connection per thread.
 
@@ -39,9 +40,11 @@ from crossdock.backends.slurm.driver import (
     parse_job,
     parse_node,
 )
+from crossdock.backends.slurm.owner_restd import OwnerRestd
 from crossdock.backends.slurm.states import node_names
 from crossdock.queue.environ import exportable
 
+OPENAPI = "openapi/v0.0.38"
 API = "/slurm/v0.0.38"
 DEFAULT_PATH = "/usr/local/bin:/usr/bin:/bin"
 
@@ -153,9 +156,13 @@ class RestDriver:
         job_env: Mapping[str, str] | None = None,
         timeout_s: float = 30.0,
         tokens: Callable[[str], str] | None = None,
+        owners: OwnerRestd | None = None,
     ):
         """``tokens``: a JWT for a given user (:class:`UserTokens`), so that a job is submitted, and
-        so recorded and run by Slurm, as its owner; without it every job is the token user's."""
+        so recorded and run by Slurm, as its owner; without it every job is the token user's.
+        ``owners`` (unix socket, service run as root): a job of another user is submitted by
+        slurmrestd run as that user (:mod:`owner_restd`); without it, or not root, every job is
+        slurmrestd's user's."""
         if (socket_path is None) == (url is None):
             raise ValueError("give exactly one of socket_path (local auth) or url (JWT)")
         if url is not None and not token:
@@ -168,6 +175,7 @@ class RestDriver:
             self.headers["X-SLURM-USER-TOKEN"] = token
         self.fallback = fallback
         self.tokens = tokens
+        self.owners = owners
         self.job_env = exportable(dict(os.environ if job_env is None else job_env))  # a job's: no secrets
         self.timeout_s = timeout_s
         self._local = threading.local()
@@ -177,7 +185,7 @@ class RestDriver:
         """From the variables ``crossdock dev slurm up`` writes (SLURMRESTD_URL, SLURM_LOCAL_JWT,
         SLURMRESTD_SOCKET)."""
         if transport == "unix":
-            return cls(socket_path=env["SLURMRESTD_SOCKET"], fallback=fallback)
+            return cls(socket_path=env["SLURMRESTD_SOCKET"], fallback=fallback, owners=OwnerRestd(env, OPENAPI))
         return cls(url=env["SLURMRESTD_URL"], token=env["SLURM_LOCAL_JWT"], user=env.get("SLURM_LOCAL_USER", "root"),
                    fallback=fallback, tokens=UserTokens(env))
 
@@ -193,14 +201,18 @@ class RestDriver:
             self._local.conn = conn
         return conn
 
-    def _request(self, method: str, path: str, body: Any = None, headers: Mapping[str, str] | None = None) -> dict[str, Any]:
+    def _request(self, method: str, path: str, body: Any = None, headers: Mapping[str, str] | None = None,
+                 as_owner: str | None = None) -> dict[str, Any]:
         payload = json.dumps(body).encode() if body is not None else None
         for attempt in (0, 1):  # one reconnect: slurmrestd closes idle keep-alive connections
+            if as_owner:  # slurmrestd run as the owner, one request (owner_restd)
+                status, raw = self.owners.request(as_owner, method, API + path, payload, self.headers)
+                break
             conn = self._connection()
             try:
                 conn.request(method, API + path, body=payload, headers=dict(headers or self.headers))
                 resp = conn.getresponse()
-                raw = resp.read()
+                status, raw = resp.status, resp.read()
                 break
             except (OSError, http.client.HTTPException) as exc:
                 conn.close()
@@ -212,16 +224,16 @@ class RestDriver:
         except ValueError:
             data = {"errors": [{"error": raw[:500].decode(errors="replace")}]}
         errors = [e for e in data.get("errors", []) if e]
-        if resp.status in (401, 403):
-            raise SlurmError(f"slurmrestd refused the credentials ({resp.status}) for {method} {path}")
-        if resp.status >= 400 or errors:
+        if status in (401, 403):
+            raise SlurmError(f"slurmrestd refused the credentials ({status}) for {method} {path}")
+        if status >= 400 or errors:
             message = "; ".join(
                 " ".join(str(e[k]) for k in ("error", "description", "source") if e.get(k)) for e in errors
-            ) or f"HTTP {resp.status}"
+            ) or f"HTTP {status}"
             # A read while slurmctld is down fails with only "Unspecified error" (errno -1).
             if UNAVAILABLE_PATTERNS.search(message) or (method == "GET" and "Unspecified error" in message):
                 raise SlurmUnavailable(f"{method} {path}: {message}")
-            raise SlurmError(f"{method} {path} failed ({resp.status}): {message}")
+            raise SlurmError(f"{method} {path} failed ({status}): {message}")
         return data
 
     def _fallback(self, operation: str) -> SlurmDriver:
@@ -245,12 +257,29 @@ class RestDriver:
             raise SubmitRejected(f"cannot submit as the job's owner {user!r}: {exc}") from None
         return {**self.headers, "X-SLURM-USER-NAME": user, "X-SLURM-USER-TOKEN": token}
 
+    def _owner_process(self, user: str) -> str | None:
+        """The owner slurmrestd must run as (None: the socket's slurmrestd, whose user runs the job:
+        no ``owners``, not root, the owner is that user, or root, as which slurmrestd refuses to run)."""
+        if self.owners is None or os.geteuid() != 0 or not user or user == "root":
+            return None
+        try:
+            pwd.getpwnam(user)
+        except KeyError:
+            raise SubmitRejected(f"the job's owner {user!r} has no passwd entry; Slurm runs jobs as their owner") from None
+        try:
+            if pwd.getpwuid(os.stat(self.socket_path).st_uid).pw_name == user:
+                return None
+        except (OSError, KeyError):
+            pass
+        return user
+
     def submit(self, request: SubmitRequest) -> int:
         if request.native:  # v0.0.38's job properties have no field for most of them
             return self._fallback(f"field for {request.native[0]}").submit(request)
         body = {"script": request.script, "job": job_properties(request, self.job_env)}
         try:
-            data = self._request("POST", "/job/submit", body, self._owner_headers(request.user))
+            data = self._request("POST", "/job/submit", body, self._owner_headers(request.user),
+                                 as_owner=self._owner_process(request.user))
         except SlurmUnavailable:
             raise
         except SlurmError as exc:

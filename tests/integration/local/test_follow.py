@@ -94,3 +94,27 @@ def test_a_node_failure_the_backend_reports_is_a_new_attempt_when_the_spec_allow
     assert got.state is (JobState.PENDING if requeue else JobState.NODE_FAIL)
     assert got.reason == "ResumeFailed"
     assert got.backend_ref == (None if requeue else "77")  # a new attempt has no backend object yet
+
+
+def test_a_claimed_dispatch_is_lost_only_once_its_task_stopped_refreshing(runtime, scripted, monkeypatch):
+    """A worker SIGKILLed between the claim and the submit: nobody will send that attempt again,
+    so it is lost (a new attempt) once its task is seen silent, while a live task is waited for."""
+    from crossdock.workers import follow
+
+    monkeypatch.setattr(follow, "DISPATCHER_SILENT_SECONDS", 0.0)
+    store = runtime.store
+    job, = store.submit([Job(id=0, spec=JobSpec(command=["true"]), queue="q")])
+    store.transition(job.id, JobState.SCHEDULED, bump_attempt=True, fields={"backend": "slurm"})
+    assert store.claim_dispatch([job.id], 1, "host:task-1")[0] == [job.id]
+    sched = Scheduler(runtime, lambda *a: None)
+    for _ in range(3):  # still submitting (a long batch): it refreshes its liveness
+        sched.reconcile()
+        assert store.dispatcher_alive(job.id, 1)
+        assert store.get(job.id).state is JobState.SCHEDULED
+    store.dispatching("host:task-1", alive=False)  # the worker died
+    sched.reconcile()  # first seen silent
+    assert store.get(job.id).state is JobState.SCHEDULED
+    sched.reconcile()
+    got = store.get(job.id)
+    assert (got.state, got.attempts) == (JobState.PENDING, 1)
+    assert [e["to"] for e in store.events(job.id)][-2:] == ["NODE_FAIL", "PENDING"]

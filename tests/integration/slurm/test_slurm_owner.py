@@ -1,5 +1,6 @@
-"""A Slurm job runs as its owner: through the REST driver's per-user JWTs (``scontrol token``), and
-through the CLI driver's ``sbatch --uid/--gid`` when the service runs as root."""
+"""A Slurm job runs as its owner: through the REST driver's per-user JWTs (``scontrol token``),
+the ``rest-unix`` driver's slurmrestd run as the owner (local auth on pipes the owner owns), and
+the CLI driver's ``sbatch --uid/--gid`` when the service runs as root."""
 
 from __future__ import annotations
 
@@ -25,7 +26,7 @@ def second_uid() -> int:
         return pwd.getpwnam(SECOND).pw_uid
 
 
-@pytest.mark.parametrize("driver", ["rest", "cli"])
+@pytest.mark.parametrize("driver", ["rest", "rest-unix", "cli"])
 def test_a_job_of_another_user_runs_under_that_users_uid(slurm_cluster, make_job, jobs_dir, driver):
     assert os.geteuid() == 0, "the service submits for others as root (sbatch --uid, scontrol token)"
     uid, gid = second_uid(), pwd.getpwnam(SECOND).pw_gid
@@ -38,9 +39,12 @@ def test_a_job_of_another_user_runs_under_that_users_uid(slurm_cluster, make_job
     assert out.stat().st_uid == uid
     recorded = [j for j in backend.driver.jobs() if str(j.job_id) == str(ref)]
     assert [j.user for j in recorded] == [SECOND], recorded  # slurmctld's record names the owner
+    shown = subprocess.run(["scontrol", "show", "job", str(ref)], env=slurm_cluster, capture_output=True,
+                           text=True, check=True).stdout
+    assert f"UserId={SECOND}({uid})" in shown, shown
 
 
-@pytest.mark.parametrize("driver", ["rest", "cli"])
+@pytest.mark.parametrize("driver", ["rest", "rest-unix", "cli"])
 def test_an_owner_with_no_passwd_entry_is_refused_with_its_name(slurm_cluster, make_job, driver):
     from crossdock.queue.ports import SubmitFailed
 
