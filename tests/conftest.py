@@ -13,6 +13,8 @@ from pathlib import Path
 import pytest
 import yaml
 
+from tests import parallel
+
 CI = os.environ.get("CI") == "true"
 
 TEST_CONFIG = {
@@ -254,46 +256,21 @@ def jobs_dir():
     shutil.rmtree(path, ignore_errors=True)
 
 
-# --- parallel runs (pytest-xdist: scripts/test.sh runs -n 4 --dist loadgroup) ------------------
-
-SHARED = (
-    ("slurm", {"slurm"}, {"slurm_cluster"}),
-    ("kubernetes", {"kubernetes"}, {"k8s_kubeconfig", "k8s_client", "k8s_namespace"}),
-    ("chaos", {"chaos"}, set()),
-)
-"""What one xdist group runs one test at a time: (group, markers, fixtures). The local Slurm
-cluster (its nodes and partitions, preemption on cpu1, power saving, a controller restart) and
-the shared Kubernetes plane (the fake nodes' capacity, an API server restart) serve one test at
-a time, as in a serial run; the chaos run's leases and kills want a worker to themselves. The
-first rule a test's markers or fixtures match names its group; a test matching none runs on
-any worker (its own Redis, state directory and ports)."""
-
-OWN_PLANE = "k8s_binaries"
-"""A Kubernetes test that starts a plane of its own (free ports, its own directory) and uses no
-shared-plane fixture: apart from the shared plane, one such test at a time (each is heavy)."""
+# --- parallel runs (pytest-xdist; the groups: tests/parallel.py) -------------------------------
 
 
-def xdist_group(item: pytest.Item) -> str | None:
-    markers = {m.name for m in item.iter_markers()}
-    fixtures = set(item.fixturenames)
-    if OWN_PLANE in fixtures and not fixtures & SHARED[1][2]:
-        return "kubernetes-own-plane"
-    for group, marks, uses in SHARED:
-        if markers & marks or fixtures & uses:
-            return group
-    return None
+def pytest_configure(config):
+    parallel.configure(config)
 
 
-@pytest.hookimpl(tryfirst=True)
+@pytest.hookimpl(trylast=True)
 def pytest_collection_modifyitems(config, items):
-    """Under xdist (a worker's collection), put each test that shares a cluster into its group;
-    ``--dist loadgroup`` then runs a group on one worker, in collection order. A plain ``pytest``
-    is left as it was: serial, in file order."""
-    if not hasattr(config, "workerinput"):
-        return
-    for item in items:
-        if not item.get_closest_marker("xdist_group") and (group := xdist_group(item)):
-            item.add_marker(pytest.mark.xdist_group(group))
+    parallel.record(config, items)
+
+
+@pytest.hookimpl(optionalhook=True)
+def pytest_xdist_make_scheduler(config, log):
+    return parallel.scheduler(config, log)
 
 
 # --- leaving -------------------------------------------------------------------------------------
@@ -301,6 +278,7 @@ def pytest_collection_modifyitems(config, items):
 
 @pytest.hookimpl(trylast=True)
 def pytest_sessionfinish(session, exitstatus):
+    parallel.finish(session.config)
     session.config.stash[_EXIT] = int(exitstatus)
 
 
