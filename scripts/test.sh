@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # Run every test: install crossdock, start the local Slurm cluster and the Kubernetes control
-# plane the integration tests use, run pytest, stop what was started. Extra args go to pytest.
+# plane the integration tests use, run pytest (in parallel, see below), stop what was started.
+# Extra args go to one plain pytest run instead.
 set -uo pipefail
 cd "$(dirname "$0")/.."
 bash scripts/setup.sh || exit 1
@@ -54,4 +55,18 @@ $py -m crossdock.dev.k8s node build || { echo "building the real node failed" >&
 # helm for the chart test (deploy/helm/crossdock), built from its Go module once and cached the same way.
 bash scripts/helm/build.sh >/dev/null || { echo "building helm failed" >&2; exit 1; }
 $py -m crossdock.dev.k8s up || { echo "local Kubernetes control plane failed to start" >&2; exit 1; }
-$py -m pytest -q -p no:cacheprovider "$@"
+if (($#)); then  # the caller's selection and options, as given (add -n 4 --dist loadgroup to spread it)
+  $py -m pytest -q -p no:cacheprovider "$@"
+  exit
+fi
+# The whole suite: on CROSSDOCK_TEST_WORKERS xdist workers (most integration tests wait on polls
+# and services, so 4 on 2 cores); the tests sharing the Slurm cluster, the Kubernetes plane or the
+# chaos run each stay on one worker, one at a time (tests/parallel.py). Then the few
+# that assert on wall time (marker serial), alone.
+$py -m pytest -q -p no:cacheprovider -n "${CROSSDOCK_TEST_WORKERS:-4}" --dist loadgroup -m "not serial"
+parallel=$?
+$py -m pytest -q -p no:cacheprovider -m serial
+alone=$?
+((alone == 5)) && alone=0  # no test marked serial
+((parallel)) && exit "$parallel"
+exit "$alone"

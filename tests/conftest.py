@@ -13,6 +13,8 @@ from pathlib import Path
 import pytest
 import yaml
 
+from tests import parallel
+
 CI = os.environ.get("CI") == "true"
 
 TEST_CONFIG = {
@@ -254,11 +256,29 @@ def jobs_dir():
     shutil.rmtree(path, ignore_errors=True)
 
 
+# --- parallel runs (pytest-xdist; the groups: tests/parallel.py) -------------------------------
+
+
+def pytest_configure(config):
+    parallel.configure(config)
+
+
+@pytest.hookimpl(trylast=True)
+def pytest_collection_modifyitems(config, items):
+    parallel.record(config, items)
+
+
+@pytest.hookimpl(optionalhook=True)
+def pytest_xdist_make_scheduler(config, log):
+    return parallel.scheduler(config, log)
+
+
 # --- leaving -------------------------------------------------------------------------------------
 
 
 @pytest.hookimpl(trylast=True)
 def pytest_sessionfinish(session, exitstatus):
+    parallel.finish(session.config)
     session.config.stash[_EXIT] = int(exitstatus)
 
 

@@ -233,6 +233,7 @@ def test_task_decorator_and_command_and_script_handles(cluster, tmp_path, monkey
     assert slow.wait(timeout=60).state is JobState.CANCELLED
 
 
+@pytest.mark.serial  # USR1 must find bash inside a 0.1 s sleep, not forking the next one
 @pytest.mark.parametrize("flags", ["", "B:"], ids=["every-process", "batch-shell"])
 def test_signal_is_delivered_before_the_time_limit(cluster, tmp_path, flags):
     from crossdock.queue.sbatch_extras import parse_signal

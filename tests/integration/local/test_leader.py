@@ -35,6 +35,7 @@ def wait_until(what, condition, timeout=10.0):
         time.sleep(0.02)
 
 
+@pytest.mark.serial  # the takeover's bound: lease + 2 s
 def test_standby_takes_over_within_seconds_when_the_leader_dies(runtime, tmp_path, monkeypatch):
     store = runtime.store
     lease = runtime.config.scheduler.lease_seconds

@@ -73,6 +73,7 @@ def stack(services_config, runtime, tmp_path):
     cluster.wait_all(ids, timeout=30)
 
 
+@pytest.mark.serial  # the scaling timeline: decided within the window, at 200 QPS from the load generator
 def test_replicas_follow_a_traffic_step_and_scale_in_loses_no_request(stack, tmp_path):
     cluster, router = stack
     rt = cluster.rt

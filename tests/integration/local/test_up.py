@@ -133,6 +133,7 @@ def parts(report) -> dict[str, bool]:
     return {p["name"].split()[0]: p["ok"] for p in report["parts"]}
 
 
+@pytest.mark.serial  # STOP_BOUND_SECONDS
 def test_up_replaces_a_killed_worker_and_redis_reports_health_and_stops_within_seconds(up_env, tmp_path, monkeypatch):
     state, env = up_env
     up = Up(state, env, tmp_path / "up.log")
@@ -179,6 +180,7 @@ def test_up_replaces_a_killed_worker_and_redis_reports_health_and_stops_within_s
     assert rc == 1 and report["status"] == "down"
 
 
+@pytest.mark.serial  # the orphan goes within 10 s
 def test_a_killed_up_leaves_no_worker_and_a_second_up_adds_none(up_env, tmp_path):
     state, env = up_env
     first = Up(state, env, tmp_path / "up1.log")
@@ -257,6 +259,7 @@ def test_up_gives_up_with_one_line_and_status_1_when_redis_keeps_dying(up_env, t
     assert workers_of(state) == []
 
 
+@pytest.mark.serial  # STOP_BOUND_SECONDS
 def test_a_job_running_when_up_stops_runs_to_its_end_and_keeps_redis(up_env, tmp_path, monkeypatch):
     state, env = up_env
     up = Up(state, env, tmp_path / "up.log")

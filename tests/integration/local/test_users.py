@@ -30,12 +30,18 @@ SECOND = "crossdock-t2"
 
 
 def second_user() -> pwd.struct_passwd:
-    try:
-        return pwd.getpwnam(SECOND)
-    except KeyError:
+    """The system user ``crossdock-t2``, made on first use. Tests on other xdist workers may make it
+    at the same moment: useradd then fails on /etc/passwd's lock, and a look again finds it."""
+    deadline = time.monotonic() + 30
+    while True:
+        try:
+            return pwd.getpwnam(SECOND)
+        except KeyError:
+            if time.monotonic() > deadline:
+                raise
         subprocess.run(["useradd", "--system", "--no-create-home", "--shell", "/usr/sbin/nologin", SECOND],
-                       check=False, capture_output=True)  # a concurrent test may have made it: look again
-        return pwd.getpwnam(SECOND)
+                       check=False, capture_output=True)
+        time.sleep(0.1)
 
 
 def free_port() -> int:

@@ -5,31 +5,20 @@ the CLI driver's ``sbatch --uid/--gid`` when the service runs as root."""
 from __future__ import annotations
 
 import os
-import pwd
-import subprocess
 
 import pytest
 from slurm_helpers import wait_file, wait_terminal
 
 from crossdock.backends.slurm import SlurmBackend
 from crossdock.queue.states import JobState
-
-SECOND = "crossdock-t2"
-
-
-def second_uid() -> int:
-    try:
-        return pwd.getpwnam(SECOND).pw_uid
-    except KeyError:
-        subprocess.run(["useradd", "--system", "--no-create-home", "--shell", "/usr/sbin/nologin", SECOND],
-                       check=False, capture_output=True)
-        return pwd.getpwnam(SECOND).pw_uid
+from tests.integration.local.test_users import SECOND, second_user
 
 
 @pytest.mark.parametrize("driver", ["rest", "rest-unix", "cli"])
 def test_a_job_of_another_user_runs_under_that_users_uid(slurm_cluster, make_job, jobs_dir, driver):
     assert os.geteuid() == 0, "the service submits for others as root (sbatch --uid, scontrol token)"
-    uid, gid = second_uid(), pwd.getpwnam(SECOND).pw_gid
+    t2 = second_user()
+    uid, gid = t2.pw_uid, t2.pw_gid
     backend = SlurmBackend.from_env(slurm_cluster, driver=driver)
     job = make_job(command=["sh", "-c", "id -u; id -g"], user=SECOND, partition="cpu")
     ref = backend.submit(job)
