@@ -546,6 +546,11 @@ class JobStore:
         values = self.r.hmget(self.k.call_parts(ref), list(fields))
         return [base64.b64decode(v) if v else None for v in values]
 
+    def call_parts_size(self, ref: str) -> tuple[int, int]:
+        """(fields, bytes) of one ``map``'s parts as Redis holds them (``MEMORY USAGE``), for measurements."""
+        key = self.k.call_parts(ref)
+        return int(self.r.hlen(key)), int(self.r.memory_usage(key, samples=0) or 0)
+
     def used_memory(self) -> int:
         """Bytes the Redis server holds (``INFO memory``'s ``used_memory``), for measurements."""
         return int(self.r.info("memory")["used_memory"])

@@ -9,6 +9,7 @@ import os
 import subprocess
 import sys
 import time
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 import cloudpickle
@@ -80,10 +81,15 @@ def test_return_value_and_remote_exception_reach_the_store(py_client, k8s_client
     assert any("remote traceback" in n and "refuse" in n for n in exc.value.__notes__)
 
 
-def test_map_tasks_each_store_their_own_result(py_client, k8s_client, k8s_namespace):
-    handles = py_client.map(lambda x: x + 100, range(5))
+def test_map_over_a_thousand_inputs(py_client, k8s_client, k8s_namespace, monkeypatch):
+    monkeypatch.setenv("CROSSDOCK_SIMULATE_RUN_SECONDS", "30")  # ten containers to run while the pods "run"
+    handles = py_client.map(lambda x: x + 100, range(1000), chunksize=100)
+    assert len(handles) == 1000 and len({h.id for h in handles}) == 10  # ten tasks of 100 inputs
+    fields, size = py_client.runtime.store.call_parts_size(handles[0].job.spec.python.parts)
+    assert fields == 11 and size / 1000 < 100, size  # the function once, each input once (~20 B sealed)
     kjob = created_job(k8s_client, k8s_namespace, m.LABEL_ARRAY_JOB, handles[0].job.array_job_id)
-    for index in range(5):
-        proc = run_container(kjob, index)
-        assert proc.returncode == 0, proc.stderr
-    assert [h.result(timeout=120) for h in handles] == [100, 101, 102, 103, 104]
+    assert kjob.spec.completions == 10  # one Indexed Job, a completion per task
+    with ThreadPoolExecutor(4) as pool:
+        for proc in pool.map(lambda index: run_container(kjob, index), range(10)):
+            assert proc.returncode == 0, proc.stderr
+    assert [h.result(timeout=120) for h in handles] == [x + 100 for x in range(1000)]
