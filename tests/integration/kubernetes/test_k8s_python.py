@@ -49,7 +49,8 @@ def created_job(k8s_client, namespace: str, label: str, value: int, timeout: flo
 
 def run_container(kjob: client.V1Job, index: int | None = None) -> subprocess.CompletedProcess:
     """The main container's command with its environment, as its image would run it: ``python``
-    on the PATH is this interpreter (with crossdock), ``JOB_COMPLETION_INDEX`` set by Kubernetes."""
+    on the PATH is this interpreter (with crossdock), ``JOB_COMPLETION_INDEX`` set by Kubernetes,
+    the first process leading its own session and process group (as runc starts a container's)."""
     container = next(c for c in kjob.spec.template.spec.containers if c.name == m.CONTAINER)
     env = {e.name: e.value for e in container.env or [] if e.value is not None}
     assert "CROSSDOCK_PYTHON_PAYLOAD" not in env  # the payload comes from the store
@@ -57,7 +58,7 @@ def run_container(kjob: client.V1Job, index: int | None = None) -> subprocess.Co
     if index is not None:
         env["JOB_COMPLETION_INDEX"] = str(index)
     return subprocess.run(container.command + list(container.args or []), env=env, capture_output=True,
-                          text=True, timeout=120, cwd=container.working_dir or None)
+                          text=True, timeout=120, cwd=container.working_dir or None, start_new_session=True)
 
 
 @pytest.fixture
