@@ -204,6 +204,14 @@ class JobStore:
     def pending_count(self) -> int:
         return int(self.r.zcard(self.k.pending))
 
+    def queue_counts(self) -> tuple[int, int]:
+        """(pending, active) in one round trip: the leader's idle loop watches both."""
+        with self.r.pipeline(transaction=False) as pipe:
+            pipe.zcard(self.k.pending)
+            pipe.zcard(self.k.active)
+            pending, active = pipe.execute()
+        return int(pending), int(active)
+
     def active_ids(self) -> list[int]:
         return [int(i) for i in self.r.zrange(self.k.active, 0, -1)]
 
