@@ -25,8 +25,8 @@ from typing import TYPE_CHECKING, Any, Callable, Iterable, Sequence
 from crossdock import gateway
 from crossdock.backends.pypayload import args_context, fn_context
 from crossdock.backends.redis_store import embedded
-from crossdock.handles import JobFailed, JobHandle, RemoteError, as_completed, wait  # noqa: F401 - the API's names
-from crossdock.pycall import encode_args, encode_call, encode_fn
+from crossdock.handles import InputHandle, JobFailed, JobHandle, RemoteError, as_completed, wait  # noqa: F401 - the API's names
+from crossdock.pycall import Batch, encode_args, encode_call, encode_fn
 from pydantic import ValidationError
 
 from crossdock.queue.environ import exportable
@@ -252,37 +252,50 @@ class Client:
         return self.submit_specs([spec], token=token)[0]
 
     def map(self, fn: Callable[[Any], Any], inputs: Iterable[Any], max_running: int | None = None,
-            **resources: Any) -> list[JobHandle]:
-        """One array job, one task per input; handles in input order."""
+            chunksize: int = 1, **resources: Any) -> list[JobHandle]:
+        """One array job, one handle per input in input order. Each task takes ``chunksize``
+        inputs (as ``concurrent.futures.Executor.map``'s): with many short calls, a task of 50
+        inputs costs one interpreter start and one backend task instead of 50; each input still
+        has its own value or exception."""
         if not callable(fn):
             raise InvalidArgument(f"fn: {shown(fn, 80)} is not callable")
+        chunksize = _whole("chunksize", chunksize)
         items = list(inputs)
         if not items:
             return []
+        groups = [tuple(items[i:i + chunksize]) for i in range(0, len(items), chunksize)]
+        call = Batch(fn) if chunksize > 1 else fn
         resources = {**self._defaults, **resources}
         name = resources.pop("name", getattr(fn, "__name__", "map"))
         resources.pop("token", None)
         if self.gateway.remote:
             # the multi-user service seals what reaches it through its socket one call at a time:
-            # one job per input (no array, so no max_running)
+            # one job per task (no array, so no max_running)
             if max_running is not None:
                 raise InvalidArgument("max_running: a map through the multi-user service's socket runs one job"
                                       " per input, without an array's throttle; leave max_running out")
-            specs = [self._spec(lambda item=item: {**self._python_fields(name, self._python(encode_call(fn, (item,), {}), fn)),
-                                                   **_resources(**resources)}) for item in items]
-            return self.submit_specs(specs)
+            specs = [self._spec(lambda g=g: {**self._python_fields(name, self._python(encode_call(call, g, {}), fn)),
+                                             **_resources(**resources)}) for g in groups]
+            return _per_input(self.submit_specs(specs), groups, chunksize)
         # the function once per array, each task's arguments apart: a task reads only its own
         from crossdock import service
 
         rt, ref = self.runtime, uuid.uuid4().hex
-        parts = {"fn": service.seal(rt, self.who, fn_context(ref), encode_fn(fn))}
-        parts.update({str(i): service.seal(rt, self.who, args_context(ref, i), encode_args((item,)))
-                      for i, item in enumerate(items)})
+        parts = {"fn": service.seal(rt, self.who, fn_context(ref), encode_fn(call))}
+        parts.update({str(i): service.seal(rt, self.who, args_context(ref, i), encode_args(g))
+                      for i, g in enumerate(groups)})
         spec = self._spec(lambda: {**self._python_fields(name, self._python("", fn, parts=ref)),
-                                   "array": ArraySpec(task_ids=list(range(len(items))), max_running=max_running),
+                                   "array": ArraySpec(task_ids=list(range(len(groups))), max_running=max_running),
                                    **_resources(**resources)})
         rt.store.put_call_parts(ref, parts)
-        return self.submit_specs([spec])[: len(items)]
+        return _per_input(self.submit_specs([spec])[: len(groups)], groups, chunksize)
+
+
+def _per_input(handles: list[JobHandle], groups: list[tuple], chunksize: int) -> list[JobHandle]:
+    """One handle per input: the task's own when it takes one input, else one per input of it."""
+    if chunksize == 1:
+        return handles
+    return [h for task, g in zip(handles, groups) for h in InputHandle.of(task, len(g))]
 
 
 _OPTION_NAMES = frozenset(inspect.signature(_resources).parameters) - {"hints"} | set(JobSpec.model_fields) | {

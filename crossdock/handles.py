@@ -90,13 +90,7 @@ class JobHandle(cf.Future):
         data = self.client.gateway.result(job.id)  # refuses a forged or unsigned one
         if data is None:
             raise JobFailed(job)
-        kind, value, tb = decode_outcome(data)
-        if kind == "ok":
-            return value
-        if isinstance(value, BaseException):
-            value.add_note(f"remote traceback (job {job.display_id}):\n{tb}")
-            raise value
-        raise RemoteError(f"job {job.display_id} raised:\n{tb}")
+        return _unpacked(data, job.display_id)
 
     def _check(self) -> bool:
         if not super().done():
@@ -150,6 +144,52 @@ class JobHandle(cf.Future):
         return self.client.gateway.requeue([str(self.id)])[0][1]
 
 
+def _unpacked(data: bytes, where: str) -> Any:
+    """The value of an outcome, or its exception raised with the remote traceback as a note."""
+    kind, value, tb = decode_outcome(data)
+    if kind == "ok":
+        return value
+    if isinstance(value, BaseException):
+        value.add_note(f"remote traceback (job {where}):\n{tb}")
+        raise value
+    raise RemoteError(f"job {where} raised:\n{tb}")
+
+
+class InputHandle(JobHandle):
+    """The handle of one input of a ``map`` task that took several (``chunksize``): its task's
+    job, and the input's own value or exception among the task's outcomes, which the handles of
+    one task fetch once. ``state`` is the task's."""
+
+    def __init__(self, client: "Client", job: Job, index: int, outcomes: "_Outcomes"):
+        super().__init__(client, job)
+        self.index, self._outcomes = index, outcomes
+
+    @classmethod
+    def of(cls, task: JobHandle, inputs: int) -> list["InputHandle"]:
+        outcomes = _Outcomes()
+        return [cls(task.client, task._job, i, outcomes) for i in range(inputs)]
+
+    def __repr__(self) -> str:
+        return f"InputHandle({self._job.display_id}[{self.index}], {self.state.value})"
+
+    def _outcome(self, job: Job) -> Any:
+        outcomes = self._outcomes.get(lambda: JobHandle._outcome(self, job))
+        return _unpacked(outcomes[self.index], f"{job.display_id}, input {self.index}")
+
+
+class _Outcomes:
+    """A task's list of outcomes, fetched by the first of its handles to need it."""
+
+    def __init__(self):
+        self.lock, self.value = threading.Lock(), None
+
+    def get(self, fetch: Callable[[], list[bytes]]) -> list[bytes]:
+        with self.lock:
+            if self.value is None:
+                self.value = fetch()
+            return self.value
+
+
 class _Watcher:
     """One daemon thread per client: polls the store for the watched handles' jobs, one round
     trip per pass, and resolves those that ended; it exits when nothing is watched."""
@@ -159,7 +199,9 @@ class _Watcher:
 
     def watch(self, handles: Iterable[JobHandle]) -> None:
         with self.lock:
-            self.handles.update({h.id: h for h in handles if not cf.Future.done(h)})
+            for h in handles:  # the handles of a task's inputs share its job id
+                if not cf.Future.done(h) and h not in self.handles.setdefault(h.id, []):
+                    self.handles[h.id].append(h)
             if self.handles and (self.thread is None or not self.thread.is_alive()):
                 self.thread = threading.Thread(target=self._run, name="crossdock-watcher", daemon=True)
                 self.thread.start()
@@ -167,17 +209,20 @@ class _Watcher:
     def _run(self) -> None:
         while True:
             with self.lock:
-                pending = dict(self.handles)
+                pending = {i: list(hs) for i, hs in self.handles.items()}
                 if not pending:
                     self.thread = None
                     return
             for job in self.client.gateway.jobs(list(pending)):
                 if job.state.terminal:
-                    pending[job.id]._resolve(job)
+                    for h in pending[job.id]:
+                        h._resolve(job)
             with self.lock:
-                for i, h in pending.items():
-                    if cf.Future.done(h):
+                for i in pending:
+                    if not (left := [h for h in self.handles.get(i, []) if not cf.Future.done(h)]):
                         self.handles.pop(i, None)
+                    else:
+                        self.handles[i] = left
             time.sleep(POLL_SECONDS)
 
 

@@ -4,7 +4,9 @@ A call is a base64 text of a cloudpickled ``(fn, args, kwargs)`` (it travels in 
 ``PythonCall.payload``). A ``map`` stores its function once and each task's ``(args, kwargs)``
 apart (:func:`encode_fn`, :func:`encode_args`); the runner gets them joined as one payload text
 (:func:`join_parts`), which :func:`decode_call` reads as well. The outcome is the cloudpickled
-``("ok", value, "")`` or ``("error", exception, traceback)`` that :func:`run_call` makes.
+``("ok", value, "")`` or ``("error", exception, traceback)`` that :func:`run_call` makes. A
+``map`` task of several inputs (``chunksize``) runs a :class:`Batch`: its value is the list of
+its inputs' own outcomes.
 Neither the client nor a backend imports the other for it.
 """
 
@@ -18,7 +20,7 @@ from typing import Any, Callable
 
 import cloudpickle
 
-__all__ = ["ResultTooLarge", "UnpicklableResult", "decode_call", "decode_outcome", "encode_args", "encode_call",
+__all__ = ["Batch", "ResultTooLarge", "UnpicklableResult", "decode_call", "decode_outcome", "encode_args", "encode_call",
            "encode_error", "encode_fn", "encode_value", "join_parts", "result_limit", "run_call"]
 
 PARTS = "parts:"
@@ -109,3 +111,17 @@ def _failed(exc: BaseException, tb: str) -> tuple[bytes, bool]:
     else:
         print(f"{type(exc).__name__}: {exc}", file=sys.stderr)
     return encode_error(exc, tb), False
+
+
+class Batch:
+    """The function of a ``map`` task that takes several inputs: ``fn`` on each in turn, each
+    input's outcome made as :func:`run_call` makes it (its exception, or a value that does not
+    pickle, is its own; the other inputs' values still come back). One interpreter start and one
+    store round trip serve ``len(items)`` calls."""
+
+    def __init__(self, fn: Callable[..., Any]):
+        self.fn = fn
+
+    def __call__(self, *items: Any) -> list[bytes]:
+        limit = result_limit()
+        return [run_call(self.fn, (item,), {}, limit)[0] for item in items]

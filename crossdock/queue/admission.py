@@ -83,6 +83,8 @@ def resolve(spec: JobSpec, cfg: ClusterConfig) -> Resolved:
             raise InvalidJob(f"--backend: queue {qname!r} has no {spec.backend!r} pool; its pools: {', '.join(q.pools)}")
     if spec.constraint is not None:
         pools = _with_features(spec.constraint, cfg, pools)
+    if spec.licenses is not None:
+        _check_licenses(spec.licenses, cfg, pools)
     if spec.slurm_options:
         slurm = tuple(p for p in pools if cfg.pools[p].partition is not None)
         if not slurm:
@@ -122,13 +124,37 @@ def _with_features(constraint: str, cfg: ClusterConfig, pools: tuple[str, ...]) 
     return tuple(keep)
 
 
+def _license_items(licenses: str) -> list[tuple[str, int]]:
+    """(name, count) of a normalized ``--licenses`` value, either form (``,`` all, ``|`` any)."""
+    return [(name, int(n or 1)) for name, _, n in (i.partition(":") for i in licenses.replace("|", ",").split(","))]
+
+
+def _check_licenses(licenses: str, cfg: ClusterConfig, pools: tuple[str, ...]) -> None:
+    """Each license is one the config counts (``licenses:``), for no more than exist; one it does
+    not count only when Slurm pools alone may run the job (Slurm judges it)."""
+    counted = cfg.licenses
+    items = _license_items(licenses)
+    known = f"licenses: {_names(counted)} (an admin declares them under licenses: in the config)"
+    if "|" in licenses and any(name in counted for name, _ in items):
+        raise InvalidJob(f"--licenses: {licenses!r} asks for any one of several; crossdock counts {known} and takes"
+                         " a , list of all the job needs")
+    for name, n in items:
+        if name in counted:
+            if n > counted[name]:
+                raise InvalidJob(f"--licenses: {name}:{n} is more than the {counted[name]} that exist; ask for at"
+                                 f" most {counted[name]}")
+        elif any(cfg.pools[p].partition is None for p in pools):
+            raise InvalidJob(f"--licenses: unknown license {name!r}; {known}")
+
+
 def advisories(spec: JobSpec, cfg: ClusterConfig, pools: Sequence[str],
                signals: Callable[[str], bool] = lambda pool: False) -> list[str]:
     """Warnings for options some pools ignore, when the job may run there; one line each.
     ``signals``: whether a pool's backend delivers ``--signal`` (``Capabilities.signals``)."""
     others = [p for p in pools if cfg.pools[p].partition is None]
     sig = spec.kill_signal
-    given = [(o, v) for o, v in (("--reservation", spec.reservation), ("--licenses", spec.licenses),
+    uncounted = spec.licenses and any(name not in cfg.licenses for name, _ in _license_items(spec.licenses))
+    given = [(o, v) for o, v in (("--reservation", spec.reservation), ("--licenses", uncounted and spec.licenses),
                                   ("--time-min", spec.time_min_seconds and f"{spec.time_min_seconds // 60}")) if v]
     lines = [f"{o}={v}: only Slurm pools honour it; ignored if the job runs in pool(s) {', '.join(others)}"
              for o, v in given if others]

@@ -15,6 +15,7 @@ from crossdock.queue.config import ClusterConfig
 from crossdock.queue.cycle import facts_of
 from crossdock.queue.models import DependencyType, Job
 from crossdock.queue.scheduler.fairshare import accrue, dominant_share
+from crossdock.queue.scheduler.licenses import in_use
 from crossdock.queue.snapshot import Allocation, JobFacts, Node, Snapshot
 from crossdock.queue.states import JobState
 
@@ -116,4 +117,6 @@ def build_snapshot(records: Records, config: ClusterConfig) -> Snapshot:
                     running_per_array=running_per_array, usage=dict(records.usage),
                     nominations={k: v for k, v in records.nominations.items() if k in pending_ids},
                     backend_queued=backend_queued,
+                    licenses_in_use=in_use((j.spec.licenses for j in records.active), config.licenses)
+                    if config.licenses else {},
                     destinations={k: v for k, v in records.destinations.items() if k in known})

@@ -291,6 +291,9 @@ class ClusterConfig(_Cfg):
     """Users (login names, or uids where the passwd database has none) who may act on anyone's
     jobs, as root may; everybody else acts on their own jobs only."""
     services: Services = Field(default_factory=Services)
+    licenses: dict[str, Annotated[int, Field(ge=1, le=10**9)]] = Field(default_factory=dict)
+    """Counted licenses (``--licenses=name[:count]``): name → how many jobs' worth exist; the
+    scheduler never lets running jobs hold more (pending reason Licenses)."""
 
     @model_validator(mode="after")
     def _unique_nodes(self) -> "ClusterConfig":

@@ -21,7 +21,7 @@ from crossdock.queue.config import ClusterConfig
 
 SECTIONS = ("priority_classes", "pools", "queues")
 """The named sections: each entry is added, removed or changed on its own."""
-SETTINGS = ("default_queue", "scheduler", "autoscaler", "admins")
+SETTINGS = ("default_queue", "scheduler", "autoscaler", "admins", "licenses")
 
 Kind = Literal["added", "removed", "changed"]
 

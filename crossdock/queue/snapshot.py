@@ -96,6 +96,8 @@ class Snapshot:
     destinations: Mapping[int, str] = field(default_factory=lambda: MappingProxyType({}))
     """Job moved by the descheduler (still stopping, or pending again) -> the node reserved for it:
     its capacity is held there and the job tries that node first (``deschedule.defrag``)."""
+    licenses_in_use: Mapping[str, int] = field(default_factory=lambda: MappingProxyType({}))
+    """Counted license -> how many the active jobs hold (``scheduler.licenses``)."""
     start_estimates: Mapping[int, Mapping[str, float]] = field(default_factory=lambda: MappingProxyType({}))
     """Pending job -> pool -> seconds until it would start there if sent now, for jobs of queues
     that burst between backends (:mod:`crossdock.queue.bursting`); absent: not estimated."""

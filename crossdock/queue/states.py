@@ -109,6 +109,8 @@ class Reason(StrEnum):
     JOB_HELD_ADMIN = "JobHeldAdmin"
     QUOTA_EXCEEDED = "QuotaExceeded"
     """Its queue (or user) is at its quota."""
+    LICENSES = "Licenses"
+    """A license it asks for (``--licenses``) is all held by running jobs (the config's ``licenses:`` counts)."""
     BEGIN_TIME = "BeginTime"
     """Not eligible before its begin time (e.g. a requeue delay)."""
     DEADLINE = "DeadLine"

@@ -247,18 +247,24 @@ class Scheduler:
         return self.rt.store.expire_finished(cfg.min_job_age_seconds, cfg.history_days * 86400)
 
     # --- the loop --------------------------------------------------------------------------
-    def _wait_for_work(self, stop: threading.Event, interval: float, tick: float = 0.05) -> bool:
-        """Sleep until the next cycle is due, or until new jobs arrive (the pending index grows):
-        a submission is scheduled within ``tick`` s rather than up to ``interval`` s later.
-        True when woken by new jobs."""
+    def _wait_for_work(self, stop: threading.Event, interval: float, tick: float = 0.05, rest: float = 0.0) -> bool:
+        """Sleep until the next cycle is due, or until there is new work: new jobs arrived (the
+        pending index grew), or jobs ended while others wait (the active index shrank, so their
+        capacity is free): a submission or a freed slot is acted on within ``tick`` s rather than
+        up to ``interval`` s later; not before ``rest`` s (the last cycle's length, so that the
+        loop keeps to half a core however often jobs end). True when woken by new jobs."""
         store = self.rt.store
-        deadline = time.monotonic() + interval
-        seen = store.pending_count()
+        start = time.monotonic()
+        deadline = start + interval
+        seen_pending, seen_active = store.queue_counts()
         while not stop.wait(min(tick, max(deadline - time.monotonic(), 0))):
             if time.monotonic() >= deadline:
                 return False
-            if store.pending_count() > seen:
+            pending, active = store.queue_counts()
+            if pending > seen_pending:
                 return True
+            if pending and active < seen_active and time.monotonic() - start >= rest:
+                return False
         return False
 
     def run(self, stop: threading.Event, reconcile_every: float = 2.0) -> None:
@@ -313,7 +319,7 @@ class Scheduler:
         # the interval (thousands pending) is followed by as long a wait, so that the loop takes
         # at most half a core from the workers and supervisors that run the jobs it admits.
         soonest = min(due[step] for step, _every, _fn in autoscale + deschedule + serve + follow) - time.monotonic()
-        if self._wait_for_work(stop, min(max(cfg.interval_seconds, took), max(soonest, 0.05))):
+        if self._wait_for_work(stop, min(max(cfg.interval_seconds, took), max(soonest, 0.05)), rest=took):
             # new jobs: the autoscaler looks at once (at most every ARRIVAL_AUTOSCALE_SECONDS
             # while they keep arriving)
             due["autoscale"] = min(due["autoscale"], self._autoscaled_at + ARRIVAL_AUTOSCALE_SECONDS)

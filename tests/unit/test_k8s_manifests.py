@@ -248,6 +248,24 @@ def test_command_and_environment() -> None:
     assert e["FOO"] == "bar" and e["SLURM_JOB_ID"] == "42" and e["CROSSDOCK_ATTEMPT"] == "2"
 
 
+@pytest.mark.parametrize("flags,scope", [("", ""), ("B:", "B")], ids=["every-process", "batch-shell"])
+def test_signal_wraps_the_command_in_a_timer_that_fires_before_the_limit(flags, scope) -> None:
+    from crossdock.queue.sbatch_extras import parse_signal
+
+    man = job().set(time_limit_seconds=600, kill_signal=parse_signal(f"{flags}USR1@90")).manifest()
+    argv = container(man)["command"]
+    assert argv[:2] == ["/bin/sh", "-c"] and argv[3:7] == ["crossdock-signal", "10", "510", scope]
+    assert argv[7:] == ["python", "train.py", "--epochs", "3"]  # the command itself, untouched
+    assert pod_spec(man)["activeDeadlineSeconds"] == 600  # the limit stays the kubelet's
+
+
+def test_signal_without_a_time_limit_leaves_the_command_alone() -> None:
+    from crossdock.queue.sbatch_extras import parse_signal
+
+    man = job().set(kill_signal=parse_signal("USR1@90")).manifest()
+    assert container(man)["command"] == ["python", "train.py", "--epochs", "3"]
+
+
 def test_script_travels_in_the_environment_not_the_command_line() -> None:
     script = "#!/bin/bash\necho 'hi'; rm -rf \"$x\"\n"
     man = job().set(command=None, script=script, args=["a b"]).manifest()

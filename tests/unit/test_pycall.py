@@ -31,3 +31,14 @@ def test_the_runner_writes_the_outcome_and_exits_with_its_status(tmp_path, b, rc
         assert outcome[1] == 3
     else:
         assert isinstance(outcome[1], ZeroDivisionError) and "ZeroDivisionError" in outcome[2]
+
+
+def test_a_batch_gives_each_input_its_own_outcome(tmp_path, capsys):
+    from crossdock.pycall import Batch
+
+    code, (kind, outcomes, _) = run(tmp_path, encode_call(Batch(lambda b: divide(6, b)), (2, 0, 3), {}))
+    assert (code, kind) == (0, "ok")  # the task ran; each input's outcome is its own
+    each = [decode_outcome(o) for o in outcomes]
+    assert [k for k, _v, _tb in each] == ["ok", "error", "ok"]
+    assert each[0][1] == 3 and each[2][1] == 2
+    assert isinstance(each[1][1], ZeroDivisionError) and "ZeroDivisionError" in each[1][2]

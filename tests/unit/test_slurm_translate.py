@@ -428,6 +428,21 @@ def test_backend_status_by_job_follows_tags_and_array_tasks():
     assert backend.status([retried]) == {}
 
 
+def test_a_backend_keeps_the_prefix_it_was_built_with(monkeypatch):
+    """Two installations in one process (or an environment changed later): each backend tags and
+    finds its own jobs under the prefix it was built with, not the environment's of the moment."""
+    driver = MemoryDriver()
+    ours, theirs = SlurmBackend(driver, prefix="a1"), SlurmBackend(driver, prefix="b2")
+    job = _job(job_id=5, attempt=0)
+    ref = ours.submit(job)
+    assert driver.submitted[-1].comment == "crossdock/a1:5:0"
+    monkeypatch.setenv("CROSSDOCK_PREFIX", "b2")
+    driver.records = [SlurmJob(job_id=int(ref), state="RUNNING", reason="None", exit_code=0, signal=None,
+                               comment="crossdock/a1:5:0", nodes=("cpu1",))]
+    assert ours.status([job])[5].state is JobState.RUNNING
+    assert theirs.status([job]) == {}  # not theirs, whatever the environment says
+
+
 class FakeStore:
     """The preemption the backend records (the rest of the store is not needed)."""
 

@@ -102,7 +102,8 @@ def _array_tasks(kjobs: Mapping[str, tuple[dict[str, Any], bool]]) -> dict[tuple
 class KubernetesBackend(ServiceReplicas):
     kind = "k8s"
     capabilities = Capabilities(arrays=True, batches=True, reowns_claims=True, backend_queue=True, logs=True,
-                                provisioners=provisioning.PROVISIONERS, fleets=True, services=True, evicts=True)
+                                provisioners=provisioning.PROVISIONERS, fleets=True, services=True, evicts=True,
+                                signals=True)
 
     def __init__(self, config: ClusterConfig, api_client: client.ApiClient, *, namespace: str = "default",
                  store: Any = None, image: str = "python:3.11-slim", ttl_seconds_after_finished: int | None = 3600,

@@ -75,6 +75,21 @@ _ARRAY_RUNNER = ('i=0; for t in $CROSSDOCK_ARRAY_TASK_IDS; do [ "$i" = "$JOB_COM
                  'export SLURM_ARRAY_TASK_ID="$t"; i=$((i+1)); done; '
                  'i=0; for t in $CROSSDOCK_ARRAY_JOB_IDS; do [ "$i" = "$JOB_COMPLETION_INDEX" ] && '
                  'export SLURM_JOB_ID="$t" SLURM_JOBID="$t" CROSSDOCK_JOB_ID="$t"; i=$((i+1)); done; exec "$@"')
+# sbatch's --signal: runs "$@" and sends signal $1 after $2 seconds (the time limit less sig_time),
+# to the job's command alone with $3 = B, else to every process of the container (its process
+# group: the container's first process leads its own, as runc makes it); SIGTERM from the kubelet
+# (the deadline, a deletion) goes to them all as well; exits with the command's status. A shell,
+# so that any image can run it.
+_SIGNAL_RUNNER = (
+    'sig=$1 after=$2 scope=$3; shift 3; read -r _ _ _ _ group _ < /proc/$$/stat || group=; trap : "$sig"; '
+    '"$@" & job=$!; '
+    '(trap \'kill "$s" 2>/dev/null; exit 0\' TERM; sleep "$after" & s=$!; wait "$s"; '
+    'if [ "$scope" = B ] || [ "$group" != $$ ]; then kill -"$sig" "$job"; else kill -"$sig" 0; fi) 2>/dev/null & '
+    'timer=$!; '
+    'trap \'trap : TERM; if [ "$group" = $$ ]; then kill -TERM 0; else kill -TERM "$job"; fi\' TERM; '
+    'while wait "$job"; rc=$?; kill -0 "$job" 2>/dev/null; do :; done; '
+    'wait "$job" 2>/dev/null && rc=0 || { r=$?; [ "$r" = 127 ] || rc=$r; }; '
+    'kill "$timer" 2>/dev/null; exit "$rc"')
 PYTHON_RUNNER = ["python", "-m", "crossdock.workers.pyjob"]
 """A Python job's command: crossdock's runner (the pool's image carries crossdock) reads the call
 from the store and stores the outcome there."""
@@ -247,6 +262,10 @@ def _command(job: Job, array: bool) -> tuple[list[str], dict[str, str]]:
         argv = list(PYTHON_RUNNER)
     else:
         argv = []
+    sig, limit = spec.kill_signal, spec.time_limit_seconds
+    if sig is not None and limit and argv:
+        argv = ["/bin/sh", "-c", _SIGNAL_RUNNER, "crossdock-signal", str(sig.number), str(max(0, limit - sig.seconds)),
+                "B" if sig.batch_only else "", *argv]
     if array and argv:
         argv = ["/bin/sh", "-c", _ARRAY_RUNNER, "crossdock-array", *argv]
     return argv, env

@@ -72,11 +72,16 @@ def _decode(name: str, v: str) -> Any:
     return v
 
 
+_UNSTORED_DEFAULTS = {"reason": "None", "nodes": "[]", "gpu_ids": "[]", "alloc_cpu_milli": "0", "alloc_mem_mib": "0"}
+"""A new job's fields left out of its hash while they hold these defaults (read back as the
+model's defaults): ~70 B of every queued job. ``attempts`` stays (the Lua guards compare it)."""
+
+
 def job_to_hash(job: Job) -> dict[str, str]:
     h = {"spec": job.spec.model_dump_json(exclude_defaults=True)}
     for f in STATUS_FIELDS:
         v = encode(getattr(job, f))
-        if v != "":
+        if v != "" and _UNSTORED_DEFAULTS.get(f) != v:
             h[f] = v
     return h
 

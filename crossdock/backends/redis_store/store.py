@@ -206,6 +206,14 @@ class JobStore:
     def pending_count(self) -> int:
         return int(self.r.zcard(self.k.pending))
 
+    def queue_counts(self) -> tuple[int, int]:
+        """(pending, active) in one round trip: the leader's idle loop watches both."""
+        with self.r.pipeline(transaction=False) as pipe:
+            pipe.zcard(self.k.pending)
+            pipe.zcard(self.k.active)
+            pending, active = pipe.execute()
+        return int(pending), int(active)
+
     def active_ids(self) -> list[int]:
         return [int(i) for i in self.r.zrange(self.k.active, 0, -1)]
 
@@ -561,6 +569,11 @@ class JobStore:
     def call_parts(self, ref: str, *fields: str) -> list[bytes | None]:
         values = self.r.hmget(self.k.call_parts(ref), list(fields))
         return [base64.b64decode(v) if v else None for v in values]
+
+    def call_parts_size(self, ref: str) -> tuple[int, int]:
+        """(fields, bytes) of one ``map``'s parts as Redis holds them (``MEMORY USAGE``), for measurements."""
+        key = self.k.call_parts(ref)
+        return int(self.r.hlen(key)), int(self.r.memory_usage(key, samples=0) or 0)
 
     def used_memory(self) -> int:
         """Bytes the Redis server holds (``INFO memory``'s ``used_memory``), for measurements."""

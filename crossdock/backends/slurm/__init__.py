@@ -89,4 +89,6 @@ def from_config(config: ClusterConfig | None, store: Any = None, environ: Mappin
 
 
 def create(ctx: Any) -> SlurmBackend:
-    return from_config(ctx.config, ctx.store, ctx.environ)
+    # the tags carry the prefix of the store this backend serves, not whatever the process's
+    # environment says later (a process may hold two installations' runtimes)
+    return from_config(ctx.config, ctx.store, ctx.environ, prefix=ctx.child_env.get("CROSSDOCK_PREFIX"))

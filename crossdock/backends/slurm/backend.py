@@ -25,6 +25,7 @@ preempts for a higher partition tier (no crossdock preemption) come back as PEND
 from __future__ import annotations
 
 import logging
+import os
 import time
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from concurrent.futures import ThreadPoolExecutor
@@ -120,8 +121,12 @@ class SlurmBackend(PowerSave, StartEstimates):
         parallelism: int = 4,
         clock: Callable[[], float] = time.monotonic,
         sleep: Callable[[float], None] = time.sleep,
+        prefix: str | None = None,
     ):
         self.driver = driver
+        # the tags' installation prefix, fixed here: a process holding two installations' backends
+        # (or whose environment changes later) still tags and finds each one's own jobs
+        self.prefix = os.environ.get("CROSSDOCK_PREFIX", "cd") if prefix is None else prefix
         self.config = config
         self.store = store
         self.preempt_policy = preempt_policy
@@ -163,7 +168,7 @@ class SlurmBackend(PowerSave, StartEstimates):
 
     def cluster(self) -> ClusterView:
         nodes, partitions, jobs = self.driver.nodes(), self.driver.partitions(), self.driver.jobs()
-        foreign = [j for j in jobs if parse_tag(j.comment) is None and translate(j.state).state.active]
+        foreign = [j for j in jobs if parse_tag(j.comment, self.prefix) is None and translate(j.state).state.active]
         return ClusterView(partitions, nodes, foreign)
 
     def inventory(self) -> Inventory:
@@ -242,7 +247,7 @@ class SlurmBackend(PowerSave, StartEstimates):
     def own_jobs(self) -> list[SlurmJob]:
         """The Slurm jobs this installation submitted (its tag in the comment), for follow and
         the idempotency lookup; a driver without ``own_jobs`` lists everything."""
-        prefix = job_tag(0, 0).rsplit(":", 2)[0] + ":"
+        prefix = job_tag(0, 0, self.prefix).rsplit(":", 2)[0] + ":"
         own = getattr(self.driver, "own_jobs", None)
         if own is not None:
             return own(prefix)
@@ -250,7 +255,7 @@ class SlurmBackend(PowerSave, StartEstimates):
 
     def find(self, job: Job, jobs: Iterable[SlurmJob] | None = None) -> str | None:
         """The Slurm job id of ``job``'s current attempt if it was already submitted."""
-        return self._tagged(self.own_jobs() if jobs is None else jobs).get(job_tag(job.id, job.attempts))
+        return self._tagged(self.own_jobs() if jobs is None else jobs).get(job_tag(job.id, job.attempts, self.prefix))
 
     def submit(
         self,
@@ -273,8 +278,9 @@ class SlurmBackend(PowerSave, StartEstimates):
             nodelist=nodelist if nodelist is not None else (job.nodes or None),
             slurm_ids=slurm_ids,
             gpu_types=self.gpu_types(job),
+            prefix=self.prefix,
         )
-        return self._submit_once(job_tag(job.id, job.attempts), request, lookup=not fresh)
+        return self._submit_once(job_tag(job.id, job.attempts, self.prefix), request, lookup=not fresh)
 
     def submit_array(self, tasks: Sequence[Job], throttle: int | None = None, fresh: bool = False) -> dict[int, str]:
         """Tasks of one crossdock array (same attempt) as one Slurm array; returns crossdock job
@@ -300,7 +306,8 @@ class SlurmBackend(PowerSave, StartEstimates):
             throttle = first.spec.array.max_running if first.spec.array is not None else None
         whole = first.model_copy(update={"id": first.array_job_id, "array_job_id": None, "array_task_id": None,
                                          "nodes": [], "gpu_ids": []})
-        request = build_request(whole, partition=self.partition_of(first), gpu_types=self.gpu_types(whole))
+        request = build_request(whole, partition=self.partition_of(first), gpu_types=self.gpu_types(whole),
+                                prefix=self.prefix)
         # File names carry crossdock's array id, as when its tasks are dispatched one by one.
         env = {k: v for k, v in request.env.items() if k != "CROSSDOCK_JOB_ID"}  # one task's id: not the group's
         env["CROSSDOCK_ARRAY_JOB_ID"] = str(first.array_job_id)
@@ -308,7 +315,8 @@ class SlurmBackend(PowerSave, StartEstimates):
             request,
             env=env,
             comment=group_tag(first.array_job_id, first.attempts,
-                              None if first.spec.array is None or ids[0] == min(first.spec.array.task_ids) else ids[0]),
+                              None if first.spec.array is None or ids[0] == min(first.spec.array.task_ids) else ids[0],
+                              self.prefix),
             array=format_array_tasks(ids, throttle if throttle and throttle < len(ids) else None),
             stdout=expand_array_pattern(request.stdout or "slurm-%A_%a.out", first.array_job_id),
             stderr=expand_array_pattern(request.stderr, first.array_job_id) if request.stderr else None,
@@ -339,33 +347,31 @@ class SlurmBackend(PowerSave, StartEstimates):
     def submit_many(self, jobs: list[Job], *, partition: str | None = None) -> list[str]:
         """Submit a batch: one lookup for the whole batch, then submissions in parallel."""
         known = self._tagged(self.own_jobs())
-        refs: list[str | None] = [known.get(job_tag(j.id, j.attempts)) for j in jobs]
+        refs: list[str | None] = [known.get(job_tag(j.id, j.attempts, self.prefix)) for j in jobs]
         todo = [i for i, ref in enumerate(refs) if ref is None]
         requests = {i: build_request(jobs[i], partition=partition or self.partition_of(jobs[i]),
-                                     gpu_types=self.gpu_types(jobs[i])) for i in todo}
+                                     gpu_types=self.gpu_types(jobs[i]), prefix=self.prefix) for i in todo}
         with ThreadPoolExecutor(max_workers=self.parallelism) as pool:
             for i, job_id in zip(todo, pool.map(lambda i: self.driver.submit(requests[i]), todo)):
                 refs[i] = str(job_id)
         return [str(r) for r in refs]
 
-    @staticmethod
-    def _groups(jobs: Iterable[SlurmJob]) -> dict[tuple[int, int], list[str]]:
+    def _groups(self, jobs: Iterable[SlurmJob]) -> dict[tuple[int, int], list[str]]:
         """(crossdock array id, attempt) → the Slurm array ids of its groups."""
         found: dict[tuple[int, int], list[str]] = {}
         for j in jobs:
-            tag = parse_tag(j.comment)
+            tag = parse_tag(j.comment, self.prefix)
             if tag is not None and j.array_job_id is not None:
                 ids = found.setdefault(tag, [])
                 if str(j.array_job_id) not in ids:
                     ids.append(str(j.array_job_id))
         return found
 
-    @staticmethod
-    def _tagged(jobs: Iterable[SlurmJob]) -> dict[str, str]:
+    def _tagged(self, jobs: Iterable[SlurmJob]) -> dict[str, str]:
         """crossdock tag → Slurm job id (the array job id for arrays)."""
         found: dict[str, str] = {}
         for j in jobs:
-            if parse_tag(j.comment) is not None:
+            if parse_tag(j.comment, self.prefix) is not None:
                 found.setdefault(j.comment, str(j.array_job_id or j.job_id))
         return found
 
@@ -494,7 +500,7 @@ class SlurmBackend(PowerSave, StartEstimates):
                 groups = self._groups(records) if groups is None else groups
                 ref = _task_ref(job, groups, lambda refs: self._status_refs(refs, records))
             if ref is None:
-                ref = tagged.get(job_tag(job.id, job.attempts))
+                ref = tagged.get(job_tag(job.id, job.attempts, self.prefix))
             if ref is not None:
                 refs[job.id] = ref
         found = self._status_refs(list(refs.values()), records)
@@ -570,7 +576,7 @@ class SlurmBackend(PowerSave, StartEstimates):
         by_ref: dict[str, JobStatus] = {}
         arrays: dict[str, dict[int, JobStatus]] = {}
         for j in records:
-            for status in _statuses(j):
+            for status in _statuses(j, self.prefix):
                 by_ref[status.ref] = status
                 # A meta record with no task left to name (slurmrestd shows one for a throttled
                 # array whose pending tasks were cancelled) stands for no task.
@@ -580,7 +586,7 @@ class SlurmBackend(PowerSave, StartEstimates):
         missing = [r for r in wanted if r not in arrays and r not in by_ref]
         if missing and self._has_accounting():
             for j in self.driver.history(missing):  # type: ignore[attr-defined]
-                for status in _statuses(j):
+                for status in _statuses(j, self.prefix):
                     by_ref.setdefault(status.ref, status)
         result: dict[str, JobStatus] = {}
         for ref in wanted:
@@ -607,7 +613,7 @@ def _task_ref(job: Job, groups: Mapping[tuple[int, int], list[str]],
     return next((r for r in candidates if found[r].state is not None), None)
 
 
-def _statuses(j: SlurmJob) -> list[JobStatus]:
+def _statuses(j: SlurmJob, prefix: str) -> list[JobStatus]:
     translated = translate(j.state, j.reason)
     finished = translated.state.terminal or translated.state == JobState.PREEMPTED
     common = dict(
@@ -618,7 +624,7 @@ def _statuses(j: SlurmJob) -> list[JobStatus]:
         slurm_state=j.state,
         nodes=j.nodes,
         restarts=j.restarts,
-        tag=parse_tag(j.comment),
+        tag=parse_tag(j.comment, prefix),
     )
     if j.array_pending_tasks:
         return [JobStatus(ref=f"{j.array_job_id}_{t}", **common) for t in j.array_pending_tasks]

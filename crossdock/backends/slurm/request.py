@@ -24,10 +24,12 @@ PYTHON_RUNNER = ("python", "-m", "crossdock.workers.pyjob")
 """The command of a Python job on a remote backend (:mod:`crossdock.workers.pyjob`)."""
 
 
-def _tag_prefix() -> str:
+def _tag_prefix(prefix: str | None = None) -> str:
     """``crossdock`` for the default installation; ``crossdock/<prefix>`` for one with its own
-    Redis key prefix, so that two installations sharing a Slurm cluster never claim each other's jobs."""
-    prefix = os.environ.get("CROSSDOCK_PREFIX", "cd")
+    Redis key prefix, so that two installations sharing a Slurm cluster never claim each other's jobs.
+    ``prefix``: the installation's key prefix (a backend passes the one its store was built with;
+    by default ``CROSSDOCK_PREFIX``)."""
+    prefix = os.environ.get("CROSSDOCK_PREFIX", "cd") if prefix is None else prefix
     return TAG_PREFIX if prefix == "cd" else f"{TAG_PREFIX}/{prefix}"
 
 
@@ -37,23 +39,23 @@ def time_limit_minutes(seconds: int | None) -> int | None:
     return None if seconds is None else -(-seconds // 60)
 
 
-def job_tag(job_id: int, attempt: int) -> str:
-    return f"{_tag_prefix()}:{job_id}:{attempt}"
+def job_tag(job_id: int, attempt: int, prefix: str | None = None) -> str:
+    return f"{_tag_prefix(prefix)}:{job_id}:{attempt}"
 
 
-def group_tag(array_job_id: int, attempt: int, first_task: int | None) -> str:
+def group_tag(array_job_id: int, attempt: int, first_task: int | None, prefix: str | None = None) -> str:
     """The tag of tasks of one array submitted together: ``<array id>:<attempt>``, plus
     ``:<first task>`` (the group's lowest task id) unless the group holds the array's first task,
     so that two groups of one array and attempt never share a tag."""
-    tag = job_tag(array_job_id, attempt)
+    tag = job_tag(array_job_id, attempt, prefix)
     return tag if first_task is None else f"{tag}:{first_task}"
 
 
-def parse_tag(comment: str) -> tuple[int, int] | None:
+def parse_tag(comment: str, prefix: str | None = None) -> tuple[int, int] | None:
     """(job id, attempt) from a Slurm comment, or None for a job this installation did not submit.
 
     A group of array tasks gives (array job id, attempt)."""
-    m = re.match(rf"^{re.escape(_tag_prefix())}:(\d+):(\d+)(?::\d+)?$", comment or "")
+    m = re.match(rf"^{re.escape(_tag_prefix(prefix))}:(\d+):(\d+)(?::\d+)?$", comment or "")
     return (int(m[1]), int(m[2])) if m else None
 
 
@@ -159,6 +161,7 @@ def build_request(
     slurm_ids: Mapping[int, str] | None = None,
     workdir: str | None = None,
     gpu_types: Mapping[str, str] | None = None,
+    prefix: str | None = None,
 ) -> SubmitRequest:
     """The submission for ``job``'s current attempt, placed on ``partition``/``nodelist``.
 
@@ -185,7 +188,7 @@ def build_request(
     return SubmitRequest(
         script=render_script(spec),
         name=spec.display_name(),
-        comment=job_tag(job.id, job.attempts),
+        comment=job_tag(job.id, job.attempts, prefix),
         workdir=spec.workdir or workdir or os.getcwd(),
         partition=partition or spec.partition,
         nodelist=tuple(nodelist if nodelist is not None else spec.nodelist),

@@ -24,6 +24,7 @@ from crossdock.queue.scheduler.placement import assign_worker, place
 from crossdock.queue.scheduler.plugins.gpu_fragmentation import FragCache, typical_of
 from crossdock.queue.scheduler.plugins.reserved_capacity import NOMINATED, RESERVED
 from crossdock.queue.scheduler.preemption import Preemptor
+from crossdock.queue.scheduler.licenses import LicenseLedger
 from crossdock.queue.scheduler.quota import QuotaLedger
 from crossdock.queue.scheduler.profiles import profile_for
 from crossdock.queue.scheduler.registry import Profile, explain
@@ -47,7 +48,8 @@ class Cycle:
         model_of = {gid: inv.model[i] for i in range(inv.n) for gid in inv.dev_ids[i]}
         self.quota = QuotaLedger(self.config, snap.allocations, model_of)
         self._preemptor: Preemptor | None = None
-        self.state.extra.update(quota=self.quota, preemptor=self.preemptor, profile_of=self.profile_of,
+        self.state.extra.update(quota=self.quota, licenses=LicenseLedger(self.config.licenses, snap.licenses_in_use),
+                                preemptor=self.preemptor, profile_of=self.profile_of,
                                 preemption_cap=self.config.scheduler.max_preemptions_per_cycle)
         self.nominated: dict[int, int] = {}
         self.nominated_by: dict[int, int] = {}

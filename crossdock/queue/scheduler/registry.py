@@ -45,8 +45,8 @@ def create(name: str) -> Any:
 
 FILTERS = ("NodeUnschedulable", "PoolMembership", "NodeList", "NodeSelector", "NodeFeatures", "TaintToleration", "GpuModel",
            "GpuSharing", "MigProfile", "NodeResourcesFit", "GpuTopology", "AntiAffinity", "ReservedCapacity")
-PRE_FILTERS = ("PerJobLimits", "Quota")
-RESERVES = ("Quota",)
+PRE_FILTERS = ("PerJobLimits", "Quota", "Licenses")
+RESERVES = ("Quota", "Licenses")
 PERMITS = ("Coscheduling",)
 POST_FILTERS = ("DefaultPreemption",)
 PLACEMENT_SCORES: dict[str, dict[str, int]] = {

@@ -18,6 +18,7 @@ from crossdock.queue.config import ClusterConfig
 from crossdock.queue.errors import InvalidJob
 from crossdock.queue.models import Job
 from crossdock.queue.sbatch_extras import constraint_terms
+from crossdock.queue.scheduler.licenses import asked
 
 Toleration = tuple[str, str, str, str]
 """(key, operator, value, effect) with operator ``Equal`` or ``Exists``; empty effect = any."""
@@ -60,6 +61,8 @@ class Request:
     nice: int = 0
     service: str | None = None
     """The inference service a replica job belongs to (``JobSpec.service.name``): spread, never a victim."""
+    licenses: tuple[tuple[str, int], ...] = ()
+    """The counted licenses it holds while it runs (``scheduler.licenses``)."""
     skey: tuple = field(init=False, repr=False, compare=False)
     hkey: tuple = field(init=False, repr=False, compare=False)
 
@@ -133,7 +136,8 @@ def build_request(job: Job, config: ClusterConfig) -> Request:
         time_limit_s=float(limit) if limit else None, submit_time=job.submit_time,
         placement=spec.placement or (queue.placement if queue else "binpack"), limit_error=limit_error,
         grace_seconds=pc.grace_seconds if pc else 30, nice=spec.nice,
-        service=service.name if service is not None else None)
+        service=service.name if service is not None else None,
+        licenses=asked(fields.get("licenses"), config.licenses) if config.licenses else ())
 
 
 def _toleration(t: dict[str, str] | Toleration) -> Toleration:

@@ -9,6 +9,7 @@ import os
 import subprocess
 import sys
 import time
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 import cloudpickle
@@ -48,7 +49,8 @@ def created_job(k8s_client, namespace: str, label: str, value: int, timeout: flo
 
 def run_container(kjob: client.V1Job, index: int | None = None) -> subprocess.CompletedProcess:
     """The main container's command with its environment, as its image would run it: ``python``
-    on the PATH is this interpreter (with crossdock), ``JOB_COMPLETION_INDEX`` set by Kubernetes."""
+    on the PATH is this interpreter (with crossdock), ``JOB_COMPLETION_INDEX`` set by Kubernetes,
+    the first process leading its own session and process group (as runc starts a container's)."""
     container = next(c for c in kjob.spec.template.spec.containers if c.name == m.CONTAINER)
     env = {e.name: e.value for e in container.env or [] if e.value is not None}
     assert "CROSSDOCK_PYTHON_PAYLOAD" not in env  # the payload comes from the store
@@ -56,7 +58,7 @@ def run_container(kjob: client.V1Job, index: int | None = None) -> subprocess.Co
     if index is not None:
         env["JOB_COMPLETION_INDEX"] = str(index)
     return subprocess.run(container.command + list(container.args or []), env=env, capture_output=True,
-                          text=True, timeout=120, cwd=container.working_dir or None)
+                          text=True, timeout=120, cwd=container.working_dir or None, start_new_session=True)
 
 
 @pytest.fixture
@@ -80,10 +82,15 @@ def test_return_value_and_remote_exception_reach_the_store(py_client, k8s_client
     assert any("remote traceback" in n and "refuse" in n for n in exc.value.__notes__)
 
 
-def test_map_tasks_each_store_their_own_result(py_client, k8s_client, k8s_namespace):
-    handles = py_client.map(lambda x: x + 100, range(5))
+def test_map_over_a_thousand_inputs(py_client, k8s_client, k8s_namespace, monkeypatch):
+    monkeypatch.setenv("CROSSDOCK_SIMULATE_RUN_SECONDS", "30")  # ten containers to run while the pods "run"
+    handles = py_client.map(lambda x: x + 100, range(1000), chunksize=100)
+    assert len(handles) == 1000 and len({h.id for h in handles}) == 10  # ten tasks of 100 inputs
+    fields, size = py_client.runtime.store.call_parts_size(handles[0].job.spec.python.parts)
+    assert fields == 11 and size / 1000 < 100, size  # the function once, each input once (~20 B sealed)
     kjob = created_job(k8s_client, k8s_namespace, m.LABEL_ARRAY_JOB, handles[0].job.array_job_id)
-    for index in range(5):
-        proc = run_container(kjob, index)
-        assert proc.returncode == 0, proc.stderr
-    assert [h.result(timeout=120) for h in handles] == [100, 101, 102, 103, 104]
+    assert kjob.spec.completions == 10  # one Indexed Job, a completion per task
+    with ThreadPoolExecutor(4) as pool:
+        for proc in pool.map(lambda index: run_container(kjob, index), range(10)):
+            assert proc.returncode == 0, proc.stderr
+    assert [h.result(timeout=120) for h in handles] == [x + 100 for x in range(1000)]

@@ -278,3 +278,24 @@ def test_handles_are_futures(cluster, tmp_path, monkeypatch):
     assert nine == 9 and job.state is JobState.COMPLETED
     with pytest.raises(JobFailed, match="FAILED"):
         client.submit_command(["false"]).result(timeout=60)
+
+
+def test_map_in_chunks_gives_each_input_its_own_outcome(cluster, tmp_path, monkeypatch):
+    import crossdock
+    from crossdock.client import Client
+
+    monkeypatch.chdir(tmp_path)
+
+    def tenfold(x):
+        if x == 4:
+            raise ValueError(f"bad input {x}")
+        return x * 10
+
+    handles = Client(cluster.rt).map(tenfold, range(7), chunksize=3)
+    assert len(handles) == 7 and len({h.id for h in handles}) == 3  # three tasks: 3 + 3 + 1 inputs
+    done, not_done = crossdock.wait(handles, timeout=60)  # the watcher resolves every handle of a task
+    assert len(done) == 7 and not not_done
+    assert [h.result() for i, h in enumerate(handles) if i != 4] == [0, 10, 20, 30, 50, 60]
+    with pytest.raises(ValueError, match="bad input 4") as exc:
+        handles[4].result()
+    assert any("remote traceback" in n and "input 1" in n for n in exc.value.__notes__)

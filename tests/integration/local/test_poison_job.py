@@ -19,7 +19,8 @@ def test_a_stored_poison_job_waits_with_invalid_spec_and_the_100_beside_it_are_s
     poison, = store.submit([Job.model_construct(id=0, spec=overflowing, queue="preprocessing", priority=500,
                                                 priority_class="preprocessing", pools=["local"])])
     sent: list[int] = []
-    leader = Scheduler(runtime, lambda name, args, kind: sent.extend(args[0] if isinstance(args[0], list) else [args[0]]))
+    leader = Scheduler(runtime, lambda name, args, kind: sent.extend(  # a batch sends [job id, attempt] pairs
+        [pair[0] for pair in args[0]] if isinstance(args[0], list) else [args[0]]))
     for _ in range(200):  # the node holds 4 at a time: each dispatched job "finishes" before the next cycle
         done = len(sent)
         leader.cycle_once()

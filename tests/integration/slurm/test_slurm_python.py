@@ -60,8 +60,13 @@ def test_an_unpicklable_return_value_is_a_clear_error(on_slurm):
         h.result(timeout=120)
 
 
-def test_map_over_three_hundred_inputs(on_slurm):
+def test_map_over_a_thousand_inputs(on_slurm):
     client = Client(on_slurm.rt)
-    handles = client.map(lambda x: x * x, range(300))
-    assert [h.result(timeout=600) for h in handles] == [x * x for x in range(300)]
-
+    inputs = [f"{i:040d}" for i in range(1000)]  # 40 distinct characters each
+    handles = client.map(lambda text: int(text) ** 2, inputs, chunksize=50)
+    assert len(handles) == 1000 and len({h.id for h in handles}) == 20  # 20 Slurm array tasks of 50 inputs
+    fields, size = client.runtime.store.call_parts_size(handles[0].job.spec.python.parts)
+    assert fields == 21  # the function once, then one field per task
+    assert size / 1000 < 150, size  # the sealed input (~60 B as base64) per input, nothing repeated
+    assert [h.result(timeout=600) for h in handles] == [i * i for i in range(1000)]
+    assert len({h.job.backend_ref.split("_")[0] for h in handles[::50]}) == 1  # one Slurm array

@@ -11,6 +11,7 @@ from crossdock.queue.scheduler.plugins import (  # noqa: F401
     gpu_sharing,
     gpu_topology,
     least_allocated,
+    licenses,
     mig_profile,
     most_allocated,
     node_features,
