@@ -75,11 +75,12 @@ BEHAVIOR_SCRIPT = (
 )
 VALUE_TARGET = 40
 VALUE_SCRIPT = (    # a Value target: ratio = backlog / 40, times the Ready pods
-    [40] * 3 + [100]    # 2.5 × 1 ready pod
-    + [40] * 4 + [60]   # 1.5 × 3 ready pods, within the default policies' 15 s period
+    [40] * 3 + [240]    # 6 × 1 ready pod, limited by the default policies to max(1 + 4, 2 × 1) = 5:
+                        # the first scale event of the run, so no earlier event's timing moves the limit
+    + [40] * 4 + [60]   # 1.5 × 5 ready pods, within the default policies' 15 s period
     + [40] * 3 + [20] * 7 + [40] * 3   # halve, after the flag's window (behavior: {} sets none)
     + [0] * 7           # zero wanted, minReplicas 1
-    + [40] * 2 + [320]  # 8 × 1 wanted, 5 allowed: the default policies (4 pods or 100 % per 15 s)
+    + [40] * 2 + [320]  # 8 × 1 wanted; the default policies' limit counts the scale-downs of the last 15 s
     + [40] * 3 + [44, 36] * 3 + [40]   # ±10 %: exactly at the tolerance's edges
 )
 BEHAVIOR = {

@@ -5,6 +5,7 @@ the CLI driver's ``sbatch --uid/--gid`` when the service runs as root."""
 from __future__ import annotations
 
 import os
+import subprocess
 
 import pytest
 from slurm_helpers import wait_file, wait_terminal
