@@ -160,7 +160,8 @@ class Keys:
         return f"{self.prefix}:job:{job_id}"
 
     def job_events(self, job_id: int) -> str:
-        """STREAM of one job's events."""
+        """LIST of one job's events (JSON) after its first, which is the job hash's ``ev0``; made by
+        the first transition. A STREAM for jobs stored before lists."""
         return f"{self.prefix}:job:{job_id}:events"
 
     def result(self, job_id: int) -> str:

@@ -37,7 +37,8 @@ if redis.call('TYPE', KEYS[4]).ok == 'stream' then
   redis.call('XADD', KEYS[4], 'MAXLEN', '~', ARGV[6], '*', unpack(flat))
 else  -- a list of JSON events: a job's few events cost bytes, where a stream costs kilobytes
   local t = redis.call('TIME')
-  ev.id = string.format('%d-%d', t[1] * 1000 + math.floor(t[2] / 1000), redis.call('LLEN', KEYS[4]))
+  local position = redis.call('LLEN', KEYS[4]) + redis.call('HEXISTS', KEYS[1], 'ev0')  -- the first is in the hash
+  ev.id = string.format('%d-%d', t[1] * 1000 + math.floor(t[2] / 1000), position)
   redis.call('RPUSH', KEYS[4], cjson.encode(ev))
   redis.call('LTRIM', KEYS[4], -tonumber(ARGV[6]), -1)
 end

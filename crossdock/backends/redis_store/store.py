@@ -26,7 +26,7 @@ from crossdock.backends.redis_store.autoscale import AutoscaleRecords
 from crossdock.backends.redis_store.codec import (encode_fields, facts_from_record, hash_to_job, history_record,
                                                   job_to_hash, nodes_from_json, nodes_to_json)
 from crossdock.backends.redis_store.descheduler import DeschedulerRecords
-from crossdock.backends.redis_store.job_events import queue_job_event
+from crossdock.backends.redis_store.job_events import FIRST, event_json, in_order, queue_job_event
 from crossdock.backends.redis_store.keys import Keys
 from crossdock.backends.redis_store.liveconfig import ConfigRecords
 from crossdock.backends.redis_store.services import ServiceStore
@@ -156,14 +156,13 @@ class JobStore:
     def _write_new(self, pipe: Any, jobs: Sequence[Job], actor: str) -> None:
         now = time.time()
         for job in jobs:
-            pipe.hset(self.k.job(job.id), mapping=job_to_hash(job))
+            ev = {"event": "submitted", "actor": actor, "to": job.state.value, "time": now}
+            pipe.hset(self.k.job(job.id), mapping={**job_to_hash(job), FIRST: event_json(ev, now)})
             pipe.zadd(self.k.all_jobs, {job.id: job.id})
             pipe.zadd(self.k.pending, {job.id: job.id})
             pipe.zadd(self.k.by_name(job.spec.user, job.spec.display_name()), {job.id: job.id})
             if job.array_job_id is not None:
                 pipe.zadd(self.k.array(job.array_job_id), {job.id: job.array_task_id or 0})
-            ev = {"event": "submitted", "actor": actor, "to": job.state.value, "time": now}
-            queue_job_event(self.r, pipe, self.k.job_events(job.id), ev, STREAM_MAXLEN, now=now, fresh=True)
             pipe.xadd(self.k.events, {"job": job.id, **ev}, maxlen=STREAM_MAXLEN, approximate=True)
 
     # --- read ------------------------------------------------------------------------------
@@ -286,7 +285,7 @@ class JobStore:
         """The oldest ``count`` events, of one job or of all; each with its ``id`` (``<ms>-<n>``)."""
         key = self.k.events if job_id is None else self.k.job_events(job_id)
         if job_id is not None and self.r.type(key) != "stream":  # a job's events are a list of JSON
-            return [json.loads(raw) for raw in self.r.lrange(key, 0, count - 1)]
+            return self._job_list(job_id)[:count]
         return [{"id": eid, **fields} for eid, fields in self.r.xrange(key, count=count)]
 
     def read_events(self, job_id: int | None = None, *, since: float | None = None, after: str | None = None,
@@ -296,7 +295,7 @@ class JobStore:
         else the last ``count``. ``block_ms`` (with ``after``): wait that long for a first new one."""
         key = self.k.events if job_id is None else self.k.job_events(job_id)
         if job_id is not None and self.r.type(key) != "stream":
-            return self._read_job_list(key, since=since, after=after, count=count, block_ms=block_ms)
+            return self._read_job_list(job_id, since=since, after=after, count=count, block_ms=block_ms)
         if after is not None and block_ms is not None:
             got = self.r.xread({key: after}, count=count, block=block_ms)
             rows = got[0][1] if got else []
@@ -308,13 +307,20 @@ class JobStore:
             rows = list(reversed(self.r.xrevrange(key, count=count)))
         return [{"id": eid, **fields} for eid, fields in rows]
 
-    def _read_job_list(self, key: str, *, since: float | None, after: str | None, count: int,
+    def _job_list(self, job_id: int) -> list[dict[str, str]]:
+        with self.r.pipeline(transaction=False) as pipe:
+            pipe.hget(self.k.job(job_id), FIRST)
+            pipe.lrange(self.k.job_events(job_id), 0, -1)
+            first, rest = pipe.execute()
+        return in_order(first, rest)
+
+    def _read_job_list(self, job_id: int, *, since: float | None, after: str | None, count: int,
                        block_ms: int | None) -> list[dict[str, str]]:
         """``read_events`` over a job's list: ordered by position (ids of one millisecond may
         repeat); ``block_ms`` polls, since a job's events are few and far between."""
         deadline = time.monotonic() + (block_ms or 0) / 1000
         while True:
-            events = [json.loads(raw) for raw in self.r.lrange(key, 0, -1)]
+            events = self._job_list(job_id)
             if after is not None:
                 seen = [i for i, e in enumerate(events) if e.get("id") == after]
                 events = events[seen[-1] + 1:] if seen else [e for e in events if _ms(e) > _ms({"id": after})]

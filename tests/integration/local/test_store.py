@@ -165,8 +165,11 @@ def test_a_preempted_job_is_settled_in_one_place(store, requeue, cancelled, stat
 
 def test_a_jobs_events_are_a_list_in_order_and_old_streams_keep_working(store):
     [job] = store.submit([new()])
-    assert store.r.type(store.k.job_events(job.id)) == "list"  # bytes per job, where a stream costs kilobytes
+    # a queued job's one event lives in its hash: no key of its own (a one-entry list costs 280 B)
+    assert store.r.type(store.k.job_events(job.id)) == "none"
+    assert [e["event"] for e in store.events(job.id)] == ["submitted"]
     assert store.transition(job.id, JobState.SCHEDULED, actor="sched")
+    assert store.r.type(store.k.job_events(job.id)) == "list"  # bytes per job, where a stream costs kilobytes
     store.record_refusal(job.id, "mallory", "cancel")
     events = store.events(job.id)
     assert [(e["event"] if "event" in e else e["to"]) for e in events] == ["submitted", "SCHEDULED", "refused"]
@@ -174,6 +177,14 @@ def test_a_jobs_events_are_a_list_in_order_and_old_streams_keep_working(store):
     assert all(isinstance(v, str) for e in events for v in e.values())  # as a stream's fields read
     ms = [int(e["id"].split("-")[0]) for e in events]
     assert ms == sorted(ms) and abs(ms[0] / 1000 - time.time()) < 60
+    assert len({e["id"] for e in events}) == 3
+    assert [e.get("event", e.get("to")) for e in store.read_events(job.id, after=events[0]["id"])] == ["SCHEDULED", "refused"]
+    # a job stored by the version before, whose list starts with its submission
+    [listed] = store.submit([new("listed")])
+    store.r.hdel(store.k.job(listed.id), "ev0")
+    store.r.rpush(store.k.job_events(listed.id), '{"event": "submitted", "to": "PENDING", "id": "1-0"}')
+    assert store.transition(listed.id, JobState.SCHEDULED)
+    assert [e.get("event", e.get("to")) for e in store.events(listed.id)] == ["submitted", "SCHEDULED"]
     # a job stored by an earlier version, whose events are a stream: written and read as before
     [old] = store.submit([new("old")])
     store.r.delete(store.k.job_events(old.id))
