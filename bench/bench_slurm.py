@@ -18,6 +18,10 @@ other, each once the cluster is idle again:
 - ``local``: the same N as separate jobs through crossdock to the local backend (a 16-CPU local
   node, one supervisor per job, forked by the spawner), to compare the local path with Slurm's.
 
+With ``--map CHUNKSIZE`` the ``crossdock`` and ``local`` ways run ``Client.map`` of a Python
+function over N inputs instead (one array, CHUNKSIZE inputs per task), timed until every input's
+value is back and checked.
+
 Submit time is the wall time of the submission calls (for ``crossdock``: until ``Client``
 returns, with the time until every task is in Slurm as ``in_slurm_s``); time to all complete
 runs from the first submission until every job is finished, polled every ``--poll`` seconds
@@ -154,6 +158,16 @@ class LocalRun(CrossdockRun):
         }, {}, reconcile, workers)
 
 
+def bench_map(run: CrossdockRun, n: int, chunksize: int, workdir: str) -> dict[str, float]:
+    start = time.perf_counter()
+    handles = run.client.map(lambda x: x * x, range(n), chunksize=chunksize, workdir=workdir, stdout="/dev/null")
+    submitted = time.perf_counter()
+    values = [h.result(timeout=1800) for h in handles]
+    if values != [x * x for x in range(n)]:
+        raise RuntimeError("map: wrong values")
+    return {"submit_s": submitted - start, "complete_s": time.perf_counter() - start}
+
+
 def bench_crossdock(run: CrossdockRun, n: int, workdir: str, poll: float, array: bool) -> dict[str, float]:
     from crossdock.queue.models import JobSpec as Spec
 
@@ -180,6 +194,8 @@ def main(argv: list[str] | None = None) -> int:
                         help="crossdock: the pool's backend_queue (default: --jobs, so the whole array goes at once)")
     parser.add_argument("--interval", type=float, default=1.0, help="crossdock: scheduler interval_seconds (1.0)")
     parser.add_argument("--reconcile", type=float, default=2.0, help="crossdock: seconds between follows (2.0)")
+    parser.add_argument("--map", type=int, default=0, metavar="CHUNKSIZE",
+                        help="crossdock and local: a Client.map over --jobs inputs, CHUNKSIZE per task")
     parser.add_argument("--json", action="store_true", help="print the figures as JSON")
     args = parser.parse_args(argv)
     ways = [w.strip() for w in args.ways.split(",") if w.strip()]
@@ -201,7 +217,8 @@ def main(argv: list[str] | None = None) -> int:
         run = CrossdockRun(args.partition, env_file, args.backend_queue if args.backend_queue is not None else args.jobs,
                            args.interval, args.reconcile)
     local = LocalRun(args.interval, args.reconcile) if "local" in ways else None
-    names = {"local": "crossdock local jobs", "loop": "sbatch loop", "crossdock": "crossdock " + ("jobs" if args.separate else "array"),
+    names = {"local": "crossdock local " + ("map" if args.map else "jobs"), "loop": "sbatch loop",
+             "crossdock": "crossdock " + ("map" if args.map else "jobs" if args.separate else "array"),
              "backend-array": f"backend array ({args.driver})", "backend-batch": f"backend batch ({args.driver})"}
     per_round: dict[str, list[dict[str, float]]] = {names[w]: [] for w in ways}
     try:
@@ -213,6 +230,8 @@ def main(argv: list[str] | None = None) -> int:
                 wait_idle(env, poll)
                 if way == "loop":
                     r = bench_sbatch_loop(env, args.jobs, args.partition, workdir, poll)
+                elif way in ("local", "crossdock") and args.map:
+                    r = bench_map(local if way == "local" else run, args.jobs, args.map, workdir)
                 elif way == "local":
                     r = bench_crossdock(local, args.jobs, workdir, poll, array=False)
                 elif way == "crossdock":

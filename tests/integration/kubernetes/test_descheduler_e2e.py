@@ -157,8 +157,14 @@ def test_high_node_utilization_empties_the_least_used_nodes(tmp_path, redis_url,
         try:
             rt = cluster.rt
             cancel = lambda ids: service.cancel(rt, [str(i) for i in ids], cluster.send)  # noqa: E731
-            # the strategy acts as soon as nodes 0 and 1 fall under 30 %, while the rest is cancelled
-            kept = frag.fragment_crossdock(rt, cancel, nodes, [1, 2, 8, 5], exact=False)
+            # nothing under 30 % yet; then node 1 and node 0 fall under it one after the other, so
+            # that each one's jobs have one place to go whatever order the cancelled pods end in (cut
+            # together, node 0's job could land on a node 1 still on its way down, which then stays)
+            kept = frag.fragment_crossdock(rt, cancel, nodes, [8, 8, 8, 5])
+            for node, keep in ((nodes[1], 2), (nodes[0], 1)):
+                drop, kept[node] = kept[node][keep:], kept[node][:keep]
+                cancel(drop)
+                wait_for(f"{node} under 30 %", lambda: all(j.state.terminal for j in rt.store.get_many(drop)))
             ids = [i for v in kept.values() for i in v]
             wait_for("nodes 0 and 1 emptied", lambda: frag.gpu_use(k8s_client, nodes) == {
                 nodes[0]: 0, nodes[1]: 0, nodes[2]: 8, nodes[3]: 8} and all(
