@@ -107,8 +107,10 @@ def test_replicas_follow_a_traffic_step_and_scale_in_loses_no_request(stack, tmp
     assert max(p.desired for p in points) <= want[1] + 1, timeline.changes()
 
     # 20 QPS: down only after the stabilization window, then to one
+    # (the last recommendation of four may come up to a router window before the step: 200 QPS
+    # read as 179 for a moment is three; without stabilization it would fall within ~2 s)
     lowered = timeline.first(lambda p: p.desired < want[1], since=down_at)
-    assert lowered is not None and lowered - down_at >= STABILIZATION, timeline.changes()
+    assert lowered is not None and lowered - down_at >= STABILIZATION - WINDOW, timeline.changes()
     assert lowered - down_at <= STABILIZATION + DECISION_WINDOW, timeline.changes()
 
     # no request failed while replicas drained and stopped, and each stopped one had drained
