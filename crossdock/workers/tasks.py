@@ -10,20 +10,19 @@ it already started.
 
 from __future__ import annotations
 
-import functools
 import logging
 import socket
 import threading
 from concurrent.futures import ThreadPoolExecutor
-from functools import lru_cache
+from functools import lru_cache, wraps
 
 from celery import shared_task
 
 from crossdock import signing
+from crossdock.backends.redis_store.store import DISPATCHER_TTL_SECONDS
 from crossdock.observe import metrics
 from crossdock.queue.errors import BadSignature, NoSuchJob
 from crossdock.queue.ports import BackendUnavailable, SubmitFailed, SupportsArrays
-from crossdock.backends.redis_store.store import DISPATCHER_TTL_SECONDS
 from crossdock.queue.states import JobState
 from crossdock.runtime import Runtime
 
@@ -57,7 +56,7 @@ def _keeps_alive(fn):
     """While the dispatch task runs, refresh its liveness (the follower tells a claim left by a
     task that died mid-dispatch, a SIGKILLed worker, from a long batch still submitting); gone
     when it returns."""
-    @functools.wraps(fn)
+    @wraps(fn)
     def task(self, *args, **kwargs):
         store, worker = _process_runtime().store, _worker(self)
         stop = threading.Event()
