@@ -339,8 +339,10 @@ class ChaosRun:
                 self.note(f"up stopped {time.monotonic() - started:.1f}s after SIGTERM, rc={self.up.returncode}")
             except subprocess.TimeoutExpired:
                 self.note("up did not stop within 30s of SIGTERM")
+        redis = self.redis_pid()  # an embedded Redis that ``up`` restarted carries its tag: kept for the report
         for pid in tagged_pids(self.tag):
-            _kill(pid)
+            if pid != redis:
+                _kill(pid)
 
     def stop_redis(self) -> None:
         pid = self.redis_pid()

@@ -8,6 +8,7 @@ from typing import Any
 import pytest
 
 from crossdock.backends.kubernetes import manifests as m
+from crossdock.backends.kubernetes import once
 from crossdock.queue.config import parse_config
 from crossdock.queue.models import ArraySpec, GpuRequest, Job, JobSpec
 
@@ -190,7 +191,7 @@ def test_gang_is_an_indexed_job_one_worker_per_node() -> None:
     assert [t["matchFields"] for t in terms] == [[{"key": "metadata.name", "operator": "In", "values": [n]}]
                                                  for n in ("a100-0", "a100-1", "a100-2", "a100-3")]
     assert pod_spec(man)["schedulingGates"] == [{"name": m.GANG_GATE}]  # released whole by the backend
-    assert "schedulingGates" not in pod_spec(job().manifest())
+    assert pod_spec(job().manifest())["schedulingGates"] == [{"name": once.GATE}]  # one run let through
     index = next(e for e in container(man)["env"] if e["name"] == "CROSSDOCK_INDEX")
     assert "job-completion-index" in index["valueFrom"]["fieldRef"]["fieldPath"]
     assert env(man)["SLURM_NODEID"] == "$(CROSSDOCK_INDEX)"  # the worker's rank, expanded by Kubernetes

@@ -12,8 +12,9 @@
 * ``evict`` (the descheduler's) goes through the Eviction API, so PodDisruptionBudgets hold: a
   budget's 429 is ``REFUSED_BY_BUDGET`` and nothing is retried; ``disruption_budgets`` reads the
   namespace's PDBs (``eviction.py``).
-* gangs (multi-node jobs) are created behind a scheduling gate that ``status`` lifts from
-  every worker at once when all of them fit (``gangs.py``).
+* every pod is created behind a scheduling gate that ``status`` lifts from one pod per run, so
+  the Job controller's rare second pod never starts (``once.py``); gangs (multi-node jobs) are
+  released whole, when every worker fits (``gangs.py``).
 * ``orphans``/``delete_orphans`` find unfinished Jobs of no active attempt (reconcile).
 * ``sync_priority_classes`` makes a ``crossdock-<name>`` PriorityClass per configured class.
 * ``node_group``/``add_nodes``/``remove_nodes`` grow and shrink pools with ``provisioner: kwok`` or
@@ -26,6 +27,7 @@ import json
 import logging
 import pwd
 import threading
+from concurrent.futures import ThreadPoolExecutor
 from collections.abc import Iterable, Mapping, Sequence
 from typing import Any
 
@@ -34,7 +36,7 @@ from kubernetes.client.rest import ApiException
 
 from crossdock.queue.ports import (BackendError, BackendStatus, BackendUnavailable, Capabilities, Eviction, Inventory,
                                    NodeGroup, Orphan, SubmitFailed)
-from crossdock.backends.kubernetes import eviction, gangs
+from crossdock.backends.kubernetes import eviction, gangs, once
 from crossdock.backends.kubernetes import manifests as m
 from crossdock.backends.kubernetes import nodes, provisioning
 from crossdock.backends.kubernetes import states
@@ -49,7 +51,9 @@ from crossdock.queue.states import JobState, Reason
 
 log = logging.getLogger(__name__)
 
-COMPLETION_INDEX = "batch.kubernetes.io/job-completion-index"
+COMPLETION_INDEX = once.COMPLETION_INDEX
+RELEASE_PARALLELISM = 8
+"""Pods released at once in one status pass (a 1,000-task array's pods appear together)."""
 
 
 def _body(exc: ApiException) -> str:
@@ -126,6 +130,9 @@ class KubernetesBackend(ServiceReplicas):
         self.provisioners = provisioning.Provisioners(config, api_client, karpenter_node_class=karpenter_node_class)
         self._informers: tuple[Informer, Informer] | None = None
         self._lock = threading.Lock()
+        self._gated = threading.Event()
+        """Set by the pods' watch when a gated pod appears: the releaser thread lets it through."""
+        self._closed = threading.Event()
         self.events = JobEvents(self.core, namespace)
         """Kubernetes Events on crossdock's Jobs (``events.py``)."""
 
@@ -393,17 +400,34 @@ class KubernetesBackend(ServiceReplicas):
             if self._informers is None:
                 sel = f"{m.LABEL_MANAGED_BY}={m.MANAGED_BY}"
                 pods = Informer(lambda **kw: self.core.list_namespaced_pod(self.namespace, **kw),
-                                label_selector=sel, name="k8s-pods")
+                                label_selector=sel, name="k8s-pods", on_event=self._pod_event)
                 jobs = Informer(lambda **kw: self.batch.list_namespaced_job(self.namespace, **kw),
                                 label_selector=sel, name="k8s-jobs")
                 self._informers = (pods.start(), jobs.start())
+                self._closed.clear()
+                threading.Thread(target=self._releaser, args=(pods,), daemon=True, name="k8s-once").start()
         pods, jobs = self._informers
         if not (pods.wait_synced(self.sync_timeout) and jobs.wait_synced(self.sync_timeout)):
             raise BackendUnavailable(f"no list of pods and Jobs in namespace {self.namespace} within "
                                      f"{self.sync_timeout:.0f}s", retryable=True)
         return pods, jobs
 
+    def _pod_event(self, kind: str, pod: dict[str, Any]) -> None:
+        if kind != "DELETED" and once.gated(pod):
+            self._gated.set()
+
+    def _releaser(self, pods: Informer) -> None:
+        """Let gated pods through as soon as the watch shows them (a start does not wait for the
+        next status pass, which releases them too), a burst at a time."""
+        while not self._closed.is_set():
+            if not self._gated.wait(1.0):
+                continue
+            self._gated.clear()
+            if pods.synced and not self._closed.is_set():
+                self.release_once(pods.objects())
+
     def close(self) -> None:
+        self._closed.set()
         with self._lock:
             informers, self._informers = self._informers, None
         for inf in informers or ():
@@ -441,9 +465,12 @@ class KubernetesBackend(ServiceReplicas):
                 by_attempt.setdefault(key, []).append(pod)
             elif "job-name" in labels and COMPLETION_INDEX in ann:
                 by_index[(labels["job-name"], ann[COMPLETION_INDEX])] = pod
+        self.release_once(pods)
+        crowded = once.crowded(pods)
         waiting = [job for job in jobs if job.spec.nodes > 1 and
-                   len(by_attempt.get((job.id, job.attempts), [])) >= job.spec.nodes and
-                   any(gangs.gated(p) for p in by_attempt[(job.id, job.attempts)])]
+                   len(by_attempt.get((job.id, job.attempts), [])) == job.spec.nodes and
+                   any(gangs.gated(p) for p in by_attempt[(job.id, job.attempts)]) and
+                   not any(once.slot(p) in crowded for p in by_attempt[(job.id, job.attempts)])]
         if waiting:
             self.release_gangs(waiting, by_attempt)
         out: dict[int, BackendStatus] = {}
@@ -458,6 +485,26 @@ class KubernetesBackend(ServiceReplicas):
         if unexplained:
             out.update(self._explain_from_events(unexplained))
         return out
+
+    def release_once(self, pods: Sequence[Mapping[str, Any]]) -> list[str]:
+        """Lift ``crossdock.io/once`` from each pod alone in its slot (once.py); the names released."""
+        ready = once.releasable(pods)
+
+        def release(pod: Mapping[str, Any]) -> str | None:
+            name = pod["metadata"]["name"]
+            try:
+                self._call(f"releasing pod {name}", self.core.patch_namespaced_pod, name, self.namespace, once.RELEASE)
+                return name
+            except BackendError as exc:  # released already (a stale view), or gone: the next pass sees
+                log.debug("pod %s not released: %s", name, exc)
+                return None
+
+        if len(ready) > 1:
+            with ThreadPoolExecutor(RELEASE_PARALLELISM) as pool:
+                done = list(pool.map(release, ready))
+        else:
+            done = [release(p) for p in ready]
+        return [n for n in done if n]
 
     def release_gangs(self, jobs: Sequence[Job], by_attempt: Mapping[tuple[int, int], list[dict[str, Any]]]) -> list[int]:
         """Ungate every worker of each gang that fits whole now; returns the released job ids.

@@ -20,7 +20,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-from crossdock.backends.kubernetes import serving
+from crossdock.backends.kubernetes import once, serving
 from crossdock.queue.config import ClusterConfig, Pool
 from crossdock.queue.models import Job
 from crossdock.queue.sbatch_extras import constraint_terms
@@ -419,6 +419,8 @@ def build(job: Job, cfg: ClusterConfig, opts: Options = Options(), *,
     limit = spec.time_limit_seconds
     if limit:
         pod_spec["activeDeadlineSeconds"] = limit
+    # Created gated; the backend lets one pod per run through (once.py), or a gang at once (gangs.py).
+    pod_spec["schedulingGates"] = [{"name": GANG_GATE if spec.nodes > 1 and not array else once.GATE}]
     if not pod_spec["nodeSelector"]:
         del pod_spec["nodeSelector"]
     if not pod_spec["tolerations"]:
@@ -448,8 +450,6 @@ def build(job: Job, cfg: ClusterConfig, opts: Options = Options(), *,
     else:
         if spec.nodes > 1:
             job_spec.update(completionMode="Indexed", completions=spec.nodes, parallelism=spec.nodes)
-            # Created gated; the backend releases every worker at once when all fit (gangs.py).
-            pod_spec["schedulingGates"] = [{"name": GANG_GATE}]
             # <name>-<index> resolves through the headless Service of the same name (service()).
             pod_spec["subdomain"] = job_name(job.id, job.attempts)
         name = job_name(job.id, job.attempts)

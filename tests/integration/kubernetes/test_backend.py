@@ -24,6 +24,7 @@ from kubernetes import client
 from crossdock.queue.ports import SubmitFailed
 from crossdock.backends.kubernetes import KubernetesBackend
 from crossdock.backends.kubernetes import manifests as m
+from crossdock.backends.kubernetes import once
 from crossdock.backends.kubernetes.informer import Expired, Informer
 from crossdock.dev import k8s
 from crossdock.queue.admission import admit
@@ -500,7 +501,9 @@ def test_replayed_dispatch_creates_no_second_job(k8s_client: client.ApiClient, k
     assert replay.submit(job) == ref
     jobs = batch.list_namespaced_job(k8s_namespace, label_selector=f"{m.LABEL_JOB_ID}={job.id}").items
     assert [j.metadata.name for j in jobs] == [f"cd-{job.id}-1"]
-    wait_for("one pod Running", lambda: [p for p in pods_of(core, k8s_namespace, job) if p.status.phase == "Running"])
+    # The status pass lets the attempt's one pod through its gate (once.py).
+    wait_for("one pod Running", lambda: replay.status([job]) is None or [
+        p for p in pods_of(core, k8s_namespace, job) if p.status.phase == "Running"])
     assert len(pods_of(core, k8s_namespace, job)) == 1
     assert replay.status([job])[job.id].state is JobState.RUNNING
 
@@ -511,6 +514,55 @@ def test_replayed_dispatch_creates_no_second_job(k8s_client: client.ApiClient, k
     batch.create_namespaced_job(k8s_namespace, body)
     with pytest.raises(SubmitFailed, match="not this attempt's"):
         replay.submit(squatter)
+
+
+def _duplicate(core: client.CoreV1Api, ns: str, pod: client.V1Pod) -> str:
+    """A second pod of the same Job, as the Job controller makes when its cache missed the first."""
+    raw = client.ApiClient().sanitize_for_serialization(pod)
+    meta = raw["metadata"]
+    dup = {"apiVersion": "v1", "kind": "Pod",
+           "metadata": {"name": meta["name"] + "-dup", "labels": meta["labels"],
+                        "annotations": meta.get("annotations") or {}, "ownerReferences": meta["ownerReferences"],
+                        "finalizers": meta.get("finalizers") or []},
+           "spec": {**raw["spec"], "schedulingGates": [{"name": once.GATE}]}}
+    dup["spec"].pop("nodeName", None)
+    core.create_namespaced_pod(ns, dup)
+    return dup["metadata"]["name"]
+
+
+def _bound(core: client.CoreV1Api, ns: str, job: Job, seen: set[str]) -> set[str]:
+    """Add the names of the job's pods that were ever bound to a node (they ran) to ``seen``."""
+    seen.update(p.metadata.name for p in pods_of(core, ns, job) if p.spec.node_name)
+    return seen
+
+
+@pytest.mark.parametrize("when", ["before-release", "after-release"])
+def test_a_second_pod_of_an_attempt_never_runs(k8s_client: client.ApiClient, k8s_namespace: str,
+                                               cfg: ClusterConfig, when: str) -> None:
+    """Kubernetes' Job controller can start a Job's pod twice (its docs say so; a chaos run saw
+    it after API server restarts). Every pod waits behind ``crossdock.io/once`` and the status
+    pass lets through only a pod alone in its attempt, so the duplicate never binds and the Job
+    controller deletes it as excess, without failing the Job."""
+    core, batch = client.CoreV1Api(k8s_client), client.BatchV1Api(k8s_client)
+    backend = KubernetesBackend(cfg, k8s_client, namespace=k8s_namespace, watch=False)
+    job = make_job("preprocessing", run_seconds=4)
+    backend.submit(job)
+    (first,) = wait_for("the attempt's pod, gated", lambda: pods_of(core, k8s_namespace, job))
+    assert first.spec.scheduling_gates[0].name == once.GATE and not first.spec.node_name
+    ran: set[str] = set()
+    if when == "after-release":
+        wait_state(backend, job, JobState.RUNNING)
+    dup = _duplicate(core, k8s_namespace, first)
+    # Two pods in the attempt: neither is let through until the Job controller removed the excess.
+    wait_for("the excess pod deleted", lambda: backend.status([job]) is None or _bound(core, k8s_namespace, job, ran)
+             is None or len(pods_of(core, k8s_namespace, job)) == 1)
+    assert dup not in ran
+    assert wait_state(backend, job, JobState.COMPLETED, JobState.FAILED).state is JobState.COMPLETED
+    _bound(core, k8s_namespace, job, ran)
+    assert len(ran) == 1 and [p.metadata.name for p in pods_of(core, k8s_namespace, job)] == list(ran)
+    kjob = wait_for("the Job Complete", lambda: (j := batch.read_namespaced_job(f"cd-{job.id}-1", k8s_namespace))
+                    .status.succeeded and j)
+    assert (kjob.status.succeeded, kjob.status.failed) == (1, None)  # the deleted excess is no failure
 
 
 def test_orphans_are_found_and_deleted(backend: KubernetesBackend, k8s_client: client.ApiClient,
