@@ -8,7 +8,8 @@ The bench adds its own kwok nodes (pool ``bench``, 110 pods each, enough for eve
 round at once) and removes them at the end. The paths:
 
 - ``direct``: ``BatchV1Api.create_namespaced_job`` with the very manifests the backend builds
-  (built before the clock starts), as a user of the official client would call it;
+  (built before the clock starts) less crossdock's ``crossdock.io/once`` gate, as a user of the
+  official client would call it;
 - ``crossdock`` (``--mode crossdock``): the real path. A scheduler loop (a thread, as
   ``crossdock up`` runs it) and a Celery worker process on an embedded Redis; the N jobs are one
   array submitted with the Python ``Client``; one cycle admits them, ONE dispatch task creates
@@ -170,8 +171,12 @@ def _namespace(core: client.CoreV1Api, name: str) -> str:
 def _creators(api: client.ApiClient, ns: dict[str, str], work: list[Job]) -> dict[str, Callable[[int], None]]:
     batch = client.BatchV1Api(api)
     bodies = [m.build(j, CONFIG, m.Options(namespace=ns["direct"], ttl_seconds_after_finished=None)) for j in work]
-    backend = KubernetesBackend(CONFIG, api, namespace=ns["backend"], watch=False, ttl_seconds_after_finished=None)
+    for body in bodies:  # a plain Job, as a user writes it: its pod starts without crossdock's gate
+        del body["spec"]["template"]["spec"]["schedulingGates"]
+    # Watching, as crossdock's leader does: the backend's releaser lets each pod through its gate.
+    backend = KubernetesBackend(CONFIG, api, namespace=ns["backend"], ttl_seconds_after_finished=None)
     backend.sync_priority_classes()
+    backend.informers()
 
     def direct(i: int) -> None:
         batch.create_namespaced_job(ns["direct"], bodies[i])
