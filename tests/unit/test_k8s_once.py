@@ -14,6 +14,11 @@ def pod(name: str, job: str = "cd-1-1", index: str | None = None, gated: bool = 
     return {"metadata": meta, "spec": {"schedulingGates": [{"name": once.GATE}]} if gated else {}}
 
 
+def bound(p: dict, node: str = "cpu-0") -> dict:
+    p["spec"]["nodeName"] = node
+    return p
+
+
 def names(pods) -> list[str]:
     return [p["metadata"]["name"] for p in pods]
 
@@ -40,9 +45,21 @@ def test_pods_of_other_jobs_do_not_crowd_each_other():
     assert names(once.releasable([pod("a", "cd-1-1"), pod("b", "cd-2-1")])) == ["a", "b"]
 
 
-def test_a_pod_being_deleted_is_not_released_and_still_holds_its_slot():
+def test_a_pod_being_deleted_is_not_released():
     assert once.releasable([pod("a", deleting=True)]) == []
-    assert once.releasable([pod("a", deleting=True, gated=False), pod("b")]) == []
+
+
+def test_an_unbound_excess_pod_being_deleted_or_gone_frees_its_slot():
+    # The Job controller deletes the excess: the pod left in the slot goes on at once, not after
+    # the deleted one's tombstone expires.
+    assert names(once.releasable([pod("a", deleting=True), pod("b")])) == ["b"]
+    assert names(once.releasable([pod("b")], gone=[pod("a")])) == ["b"]
+
+
+def test_a_pod_that_was_bound_holds_its_slot_while_deleted_and_after():
+    ran = bound(pod("a", gated=False))
+    assert once.releasable([bound(pod("a", gated=False, deleting=True)), pod("b")]) == []
+    assert once.releasable([pod("b")], gone=[ran]) == []
 
 
 def test_pods_without_the_gate_or_a_job_are_left_alone():

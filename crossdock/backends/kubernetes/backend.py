@@ -424,7 +424,7 @@ class KubernetesBackend(ServiceReplicas):
                 continue
             self._gated.clear()
             if pods.synced and not self._closed.is_set():
-                self.release_once(pods.objects())
+                self.release_once(pods.objects(with_tombstones=False), pods.tombstones())
 
     def close(self) -> None:
         self._closed.set()
@@ -465,10 +465,11 @@ class KubernetesBackend(ServiceReplicas):
                 by_attempt.setdefault(key, []).append(pod)
             elif "job-name" in labels and COMPLETION_INDEX in ann:
                 by_index[(labels["job-name"], ann[COMPLETION_INDEX])] = pod
-        self.release_once(pods)
-        crowded = once.crowded(pods)
+        live, gone = self._pod_views(pods)
+        self.release_once(live, gone)
+        crowded = once.crowded(live, gone)
         waiting = [job for job in jobs if job.spec.nodes > 1 and
-                   len(by_attempt.get((job.id, job.attempts), [])) == job.spec.nodes and
+                   len({once.slot(p) for p in by_attempt.get((job.id, job.attempts), [])}) == job.spec.nodes and
                    any(gangs.gated(p) for p in by_attempt[(job.id, job.attempts)]) and
                    not any(once.slot(p) in crowded for p in by_attempt[(job.id, job.attempts)])]
         if waiting:
@@ -486,9 +487,17 @@ class KubernetesBackend(ServiceReplicas):
             out.update(self._explain_from_events(unexplained))
         return out
 
-    def release_once(self, pods: Sequence[Mapping[str, Any]]) -> list[str]:
-        """Lift ``crossdock.io/once`` from each pod alone in its slot (once.py); the names released."""
-        ready = once.releasable(pods)
+    def _pod_views(self, pods: list[dict[str, Any]]) -> tuple[list[dict[str, Any]], list[dict[str, Any]]]:
+        """(live pods, deleted pods still in view) of ``pods``, the status pass's view."""
+        if not self.watch or self._informers is None:
+            return pods, []  # one list: only live pods
+        gone = self._informers[0].tombstones()
+        names = {p["metadata"]["name"] for p in gone}
+        return [p for p in pods if p["metadata"]["name"] not in names], gone
+
+    def release_once(self, live: Sequence[Mapping[str, Any]], gone: Sequence[Mapping[str, Any]] = ()) -> list[str]:
+        """Lift ``crossdock.io/once`` from each pod that holds its slot alone (once.py); the names released."""
+        ready = once.releasable(live, gone)
 
         def release(pod: Mapping[str, Any]) -> str | None:
             name = pod["metadata"]["name"]

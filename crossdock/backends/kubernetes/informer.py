@@ -91,8 +91,13 @@ class Informer:
             live = list(self._objects.values())
             if not with_tombstones:
                 return live
+        return live + self.tombstones()
+
+    def tombstones(self) -> list[Obj]:
+        """The last state of each object deleted within ``tombstone_seconds`` (and not back)."""
+        with self._lock:
             self._expire()
-            return live + [o for k, (_, o) in self._tombstones.items() if k not in self._objects]
+            return [o for k, (_, o) in self._tombstones.items() if k not in self._objects]
 
     def get(self, namespace: str, name: str) -> tuple[Obj | None, bool]:
         """(object, deleted): the live object, else its tombstone, else (None, False)."""

@@ -8,11 +8,12 @@ attempt run as two pods after two API server restarts.)
 
 So every pod of a crossdock Job is created behind the scheduling gate ``crossdock.io/once``
 (kube-scheduler leaves a gated pod alone), and the backend lifts it only from a pod that is the
-only one of its slot in view: of its Job, or of its completion index in an Indexed Job. A
+only one that holds its slot: of its Job, or of its completion index in an Indexed Job. A
 duplicate stays gated, never binds, and the Job controller deletes it as excess (a deleted excess
-pod does not count as a failure). The pods' watch delivers events in resourceVersion order, so a
-view that holds a duplicate holds the first pod too; a slot with two pods waits for the
-controller to delete one.
+pod does not count as a failure). A pod holds its slot while it lives, and after its deletion if
+it was ever bound (it ran); an unbound pod being deleted never runs and holds nothing. The pods'
+watch delivers events in resourceVersion order, so a view that holds a duplicate holds the first
+pod too; a slot with two holders waits for the controller to delete one.
 
 Gangs keep their own gate (``gangs.py``), lifted under the same rule: one pod per index.
 """
@@ -43,20 +44,31 @@ def slot(pod: Mapping[str, Any]) -> tuple[str, str] | None:
     return job, (meta.get("annotations") or {}).get(COMPLETION_INDEX, "")
 
 
-def crowded(pods: Iterable[Mapping[str, Any]]) -> set[tuple[str, str]]:
-    """Slots holding more than one pod (deleted ones still in view included)."""
+def _bound(pod: Mapping[str, Any]) -> bool:
+    return bool((pod.get("spec") or {}).get("nodeName"))
+
+
+def holders(live: Iterable[Mapping[str, Any]], gone: Iterable[Mapping[str, Any]] = ()) -> list[Mapping[str, Any]]:
+    """The pods that hold their slot: every live pod but an unbound one being deleted (it never
+    ran and never will: the Job controller's excess), and every deleted pod that was bound (it ran)."""
+    return ([p for p in live if _bound(p) or not (p.get("metadata") or {}).get("deletionTimestamp")]
+            + [p for p in gone if _bound(p)])
+
+
+def crowded(live: Iterable[Mapping[str, Any]], gone: Iterable[Mapping[str, Any]] = ()) -> set[tuple[str, str]]:
+    """Slots that more than one pod holds."""
     seen: set[tuple[str, str]] = set()
     twice: set[tuple[str, str]] = set()
-    for pod in pods:
+    for pod in holders(live, gone):
         key = slot(pod)
         if key is not None:
             (twice if key in seen else seen).add(key)
     return twice
 
 
-def releasable(pods: Iterable[Mapping[str, Any]]) -> list[Mapping[str, Any]]:
-    """The gated pods that are alone in their slot, not being deleted."""
-    pods = list(pods)
-    twice = crowded(pods)
-    return [p for p in pods if gated(p) and slot(p) not in twice and slot(p) is not None
+def releasable(live: Iterable[Mapping[str, Any]], gone: Iterable[Mapping[str, Any]] = ()) -> list[Mapping[str, Any]]:
+    """The gated live pods that hold their slot alone (``gone``: deleted pods still in view)."""
+    live = list(live)
+    twice = crowded(live, gone)
+    return [p for p in live if gated(p) and slot(p) is not None and slot(p) not in twice
             and not (p.get("metadata") or {}).get("deletionTimestamp")]

@@ -544,14 +544,19 @@ def test_a_second_pod_of_an_attempt_never_runs(k8s_client: client.ApiClient, k8s
     pass lets through only a pod alone in its attempt, so the duplicate never binds and the Job
     controller deletes it as excess, without failing the Job."""
     core, batch = client.CoreV1Api(k8s_client), client.BatchV1Api(k8s_client)
-    backend = KubernetesBackend(cfg, k8s_client, namespace=k8s_namespace, watch=False)
+    # Before: no watch, so only the status pass lets a pod through. After: the watching backend's
+    # releaser lets the first pod through at once, and the excess's tombstone holds nothing.
+    backend = KubernetesBackend(cfg, k8s_client, namespace=k8s_namespace, watch=when == "after-release")
+    if when == "after-release":
+        backend.informers()
     job = make_job("preprocessing", run_seconds=4)
     backend.submit(job)
-    (first,) = wait_for("the attempt's pod, gated", lambda: pods_of(core, k8s_namespace, job))
-    assert first.spec.scheduling_gates[0].name == once.GATE and not first.spec.node_name
-    ran: set[str] = set()
-    if when == "after-release":
+    (first,) = wait_for("the attempt's pod", lambda: pods_of(core, k8s_namespace, job))
+    if when == "before-release":
+        assert first.spec.scheduling_gates[0].name == once.GATE and not first.spec.node_name
+    else:
         wait_state(backend, job, JobState.RUNNING)
+    ran: set[str] = set()
     _duplicate(core, k8s_namespace, first)
     # Two pods in the attempt: no more is let through until the Job controller removed the excess
     # (it keeps the one that is further on; between two gated pods, whichever it likes).
@@ -569,6 +574,7 @@ def test_a_second_pod_of_an_attempt_never_runs(k8s_client: client.ApiClient, k8s
     assert wait_state(backend, job, JobState.COMPLETED, JobState.FAILED).state is JobState.COMPLETED
     _bound(core, k8s_namespace, job, ran)
     assert len(ran) == 1 and [p.metadata.name for p in pods_of(core, k8s_namespace, job)] == list(ran)
+    backend.close()
     kjob = wait_for("the Job Complete", lambda: (j := batch.read_namespaced_job(f"cd-{job.id}-1", k8s_namespace))
                     .status.succeeded and j)
     assert (kjob.status.succeeded, kjob.status.failed) == (1, None)  # the deleted excess is no failure
