@@ -27,8 +27,8 @@ import json
 import logging
 import pwd
 import threading
-from concurrent.futures import ThreadPoolExecutor
 from collections.abc import Iterable, Mapping, Sequence
+from concurrent.futures import ThreadPoolExecutor
 from typing import Any
 
 from kubernetes import client
@@ -473,7 +473,7 @@ class KubernetesBackend(ServiceReplicas):
                    any(gangs.gated(p) for p in by_attempt[(job.id, job.attempts)]) and
                    not any(once.slot(p) in crowded for p in by_attempt[(job.id, job.attempts)])]
         if waiting:
-            self.release_gangs(waiting, by_attempt)
+            self.release_gangs(waiting, by_attempt, {p["metadata"]["name"] for p in live})
         out: dict[int, BackendStatus] = {}
         tasks = _array_tasks(kjobs) if any(j.array_job_id is not None for j in jobs) else {}
         for job in jobs:
@@ -515,7 +515,8 @@ class KubernetesBackend(ServiceReplicas):
             done = [release(p) for p in ready]
         return [n for n in done if n]
 
-    def release_gangs(self, jobs: Sequence[Job], by_attempt: Mapping[tuple[int, int], list[dict[str, Any]]]) -> list[int]:
+    def release_gangs(self, jobs: Sequence[Job], by_attempt: Mapping[tuple[int, int], list[dict[str, Any]]],
+                      live: set[str] | None = None) -> list[int]:
         """Ungate every worker of each gang that fits whole now; returns the released job ids.
 
         Called from ``status`` (the reconcile loop is the gang's admission point). Gangs are
@@ -529,7 +530,8 @@ class KubernetesBackend(ServiceReplicas):
         free = gangs.free_by_node(raw_nodes, pods)
         released = []
         for job in jobs:
-            workers = [p for p in by_attempt[(job.id, job.attempts)] if gangs.gated(p)]
+            workers = [p for p in by_attempt[(job.id, job.attempts)] if gangs.gated(p)
+                       and (live is None or p["metadata"]["name"] in live)]  # not a deleted excess's tombstone
             spec = workers[0]["spec"]
             room = gangs.fitting_nodes(spec, raw_nodes, free)
             if len(room) < len(workers):
