@@ -133,6 +133,7 @@ class KubernetesBackend(ServiceReplicas):
         self._gated = threading.Event()
         """Set by the pods' watch when a gated pod appears: the releaser thread lets it through."""
         self._closed = threading.Event()
+        """Set by ``close``: the releaser of those informers stops (each informers() start has its own)."""
         self.events = JobEvents(self.core, namespace)
         """Kubernetes Events on crossdock's Jobs (``events.py``)."""
 
@@ -404,8 +405,9 @@ class KubernetesBackend(ServiceReplicas):
                 jobs = Informer(lambda **kw: self.batch.list_namespaced_job(self.namespace, **kw),
                                 label_selector=sel, name="k8s-jobs")
                 self._informers = (pods.start(), jobs.start())
-                self._closed.clear()
-                threading.Thread(target=self._releaser, args=(pods,), daemon=True, name="k8s-once").start()
+                self._closed = threading.Event()
+                threading.Thread(target=self._releaser, args=(pods, self._closed), daemon=True,
+                                 name="k8s-once").start()
         pods, jobs = self._informers
         if not (pods.wait_synced(self.sync_timeout) and jobs.wait_synced(self.sync_timeout)):
             raise BackendUnavailable(f"no list of pods and Jobs in namespace {self.namespace} within "
@@ -416,14 +418,14 @@ class KubernetesBackend(ServiceReplicas):
         if kind != "DELETED" and once.gated(pod):
             self._gated.set()
 
-    def _releaser(self, pods: Informer) -> None:
+    def _releaser(self, pods: Informer, closed: threading.Event) -> None:
         """Let gated pods through as soon as the watch shows them (a start does not wait for the
         next status pass, which releases them too), a burst at a time."""
-        while not self._closed.is_set():
+        while not closed.is_set():
             if not self._gated.wait(1.0):
                 continue
             self._gated.clear()
-            if pods.synced and not self._closed.is_set():
+            if pods.synced and not closed.is_set():
                 self.release_once(pods.objects(with_tombstones=False), pods.tombstones())
 
     def close(self) -> None:

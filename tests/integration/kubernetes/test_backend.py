@@ -516,7 +516,7 @@ def test_replayed_dispatch_creates_no_second_job(k8s_client: client.ApiClient, k
         replay.submit(squatter)
 
 
-def _duplicate(core: client.CoreV1Api, ns: str, pod: client.V1Pod) -> str:
+def _duplicate(core: client.CoreV1Api, ns: str, pod: client.V1Pod) -> None:
     """A second pod of the same Job, as the Job controller makes when its cache missed the first."""
     raw = client.ApiClient().sanitize_for_serialization(pod)
     meta = raw["metadata"]
@@ -527,13 +527,6 @@ def _duplicate(core: client.CoreV1Api, ns: str, pod: client.V1Pod) -> str:
            "spec": {**raw["spec"], "schedulingGates": [{"name": once.GATE}]}}
     dup["spec"].pop("nodeName", None)
     core.create_namespaced_pod(ns, dup)
-    return dup["metadata"]["name"]
-
-
-def _bound(core: client.CoreV1Api, ns: str, job: Job, seen: set[str]) -> set[str]:
-    """Add the names of the job's pods that were ever bound to a node (they ran) to ``seen``."""
-    seen.update(p.metadata.name for p in pods_of(core, ns, job) if p.spec.node_name)
-    return seen
 
 
 @pytest.mark.parametrize("when", ["before-release", "after-release"])
@@ -547,34 +540,35 @@ def test_a_second_pod_of_an_attempt_never_runs(k8s_client: client.ApiClient, k8s
     # Before: no watch, so only the status pass lets a pod through. After: the watching backend's
     # releaser lets the first pod through at once, and the excess's tombstone holds nothing.
     backend = KubernetesBackend(cfg, k8s_client, namespace=k8s_namespace, watch=when == "after-release")
-    if when == "after-release":
-        backend.informers()
-    job = make_job("preprocessing", run_seconds=4)
-    backend.submit(job)
-    (first,) = wait_for("the attempt's pod", lambda: pods_of(core, k8s_namespace, job))
-    if when == "before-release":
-        assert first.spec.scheduling_gates[0].name == once.GATE and not first.spec.node_name
-    else:
-        wait_state(backend, job, JobState.RUNNING)
-    ran: set[str] = set()
-    _duplicate(core, k8s_namespace, first)
-    # Two pods in the attempt: no more is let through until the Job controller removed the excess
-    # (it keeps the one that is further on; between two gated pods, whichever it likes).
-    while_two: set[str] = set()
+    try:
+        if when == "after-release":
+            backend.informers()
+        job = make_job("preprocessing", run_seconds=4)
+        backend.submit(job)
+        (first,) = wait_for("the attempt's pod", lambda: pods_of(core, k8s_namespace, job))
+        if when == "before-release":
+            assert first.spec.scheduling_gates[0].name == once.GATE and not first.spec.node_name
+        else:
+            wait_state(backend, job, JobState.RUNNING)
+        _duplicate(core, k8s_namespace, first)
+        # Two pods in the attempt: no more is let through until the Job controller removed the excess
+        # (it keeps the one that is further on; between two gated pods, whichever it likes).
+        while_two: set[str] = set()
 
-    def one_left() -> bool:
-        backend.status([job])
-        pods = pods_of(core, k8s_namespace, job)
-        if len(pods) > 1:
-            while_two.update(p.metadata.name for p in pods if p.spec.node_name)
-        return len(pods) == 1
+        def one_left() -> bool:
+            backend.status([job])
+            pods = pods_of(core, k8s_namespace, job)
+            if len(pods) > 1:
+                while_two.update(p.metadata.name for p in pods if p.spec.node_name)
+            return len(pods) == 1
 
-    wait_for("the excess pod deleted", one_left)
-    assert len(while_two) == (1 if when == "after-release" else 0)
-    assert wait_state(backend, job, JobState.COMPLETED, JobState.FAILED).state is JobState.COMPLETED
-    _bound(core, k8s_namespace, job, ran)
-    assert len(ran) == 1 and [p.metadata.name for p in pods_of(core, k8s_namespace, job)] == list(ran)
-    backend.close()
+        wait_for("the excess pod deleted", one_left)
+        assert len(while_two) == (1 if when == "after-release" else 0)
+        assert wait_state(backend, job, JobState.COMPLETED, JobState.FAILED).state is JobState.COMPLETED
+    finally:
+        backend.close()
+    ran = [p.metadata.name for p in pods_of(core, k8s_namespace, job) if p.spec.node_name]
+    assert len(ran) == 1 and [p.metadata.name for p in pods_of(core, k8s_namespace, job)] == ran
     kjob = wait_for("the Job Complete", lambda: (j := batch.read_namespaced_job(f"cd-{job.id}-1", k8s_namespace))
                     .status.succeeded and j)
     assert (kjob.status.succeeded, kjob.status.failed) == (1, None)  # the deleted excess is no failure
