@@ -59,9 +59,11 @@ def cancel(
     name: Optional[str] = typer.Option(None, "--name", "-n", help="only jobs with these names (comma list)"),
     states: Optional[str] = typer.Option(None, "--state", "-t", help="only jobs in these states (PD,R,...)"),
     queue_name: Optional[str] = typer.Option(None, "--partition", "-p", help="only these queues or pools"),
+    verbose: bool = typer.Option(False, "--verbose", "-v", help="say what became of each job"),
 ) -> None:
     """Cancel jobs, like scancel: the ids given, or every job the filters match (with no user
-    named, only your own jobs unless you are an admin), or the ids given that also match them."""
+    named, only your own jobs unless you are an admin), or the ids given that also match them.
+    Quiet, as scancel: a job already ended is one line on stderr; -v tells each job's outcome."""
     from crossdock.cli.views import make_filter, select
     from crossdock.service import acting_users
 
@@ -77,37 +79,46 @@ def cancel(
             f.users = acting_users(gateway().who, f.users)
         refs = [str(j.id) for j in select(f) if not j.state.terminal]
         if not refs:
-            console.print("no matching jobs", highlight=False)
+            if verbose:
+                console.print("no matching jobs", highlight=False)
             return
     for job_id, outcome in _acting(lambda gw, ids: gw.cancel(ids), refs):
-        console.print(f"{job_id}: {outcome}", highlight=False)
+        if outcome.startswith("already"):
+            sys.stderr.write(f"crossdock: cancel: job {job_id} {outcome}\n")
+        elif verbose:
+            console.print(f"{job_id}: {outcome}", highlight=False)
 
 
-def _each(results: list[tuple[Job, bool]], verb: str) -> None:
+VERBOSE = typer.Option(False, "--verbose", "-v", help="say what became of each job")
+
+
+def _each(results: list[tuple[Job, bool]], verb: str, verbose: bool) -> None:
+    """Quiet on success, as scontrol: each job not acted on is one line on stderr, exit status 1."""
     bad = 0
     for j, done in results:
         if done:
-            console.print(f"{j.display_id}: {verb}", highlight=False)
+            if verbose:
+                console.print(f"{j.display_id}: {verb}", highlight=False)
         else:
             bad += 1
-            console.print(f"{j.display_id}: not {verb} (state {j.state.value})", highlight=False)
+            sys.stderr.write(f"crossdock: {j.display_id}: not {verb} (state {j.state.value})\n")
     if bad:
         raise typer.Exit(1)
 
 
-def hold(refs: List[str] = typer.Argument(...)) -> None:
+def hold(refs: List[str] = typer.Argument(...), verbose: bool = VERBOSE) -> None:
     """Keep pending jobs from starting (scontrol hold)."""
-    _each(_acting(lambda gw, ids: gw.hold(ids, True), refs), "held")
+    _each(_acting(lambda gw, ids: gw.hold(ids, True), refs), "held", verbose)
 
 
-def release(refs: List[str] = typer.Argument(...)) -> None:
+def release(refs: List[str] = typer.Argument(...), verbose: bool = VERBOSE) -> None:
     """Let held jobs start (scontrol release)."""
-    _each(_acting(lambda gw, ids: gw.hold(ids, False), refs), "released")
+    _each(_acting(lambda gw, ids: gw.hold(ids, False), refs), "released", verbose)
 
 
-def requeue(refs: List[str] = typer.Argument(...)) -> None:
+def requeue(refs: List[str] = typer.Argument(...), verbose: bool = VERBOSE) -> None:
     """Put running or finished jobs back in the queue (scontrol requeue)."""
-    _each(_acting(lambda gw, ids: gw.requeue(ids), refs), "requeued")
+    _each(_acting(lambda gw, ids: gw.requeue(ids), refs), "requeued", verbose)
 
 
 def logs(job: str = typer.Argument(...), follow: bool = typer.Option(False, "--follow", "-f"),

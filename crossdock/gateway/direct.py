@@ -37,8 +37,9 @@ class Direct:
     # --- what a submission needs to know --------------------------------------------------
     def limits(self) -> dict[str, Any]:
         """Who the caller is and what the CLI checks before it sends a submission."""
-        return {"user": self.who.name, "admin": self.who.admin,
-                "max_array_size": self.rt.config.scheduler.max_array_size}
+        cfg = self.rt.config
+        return {"user": self.who.name, "admin": self.who.admin, "max_array_size": cfg.scheduler.max_array_size,
+                "queues": sorted(cfg.queues), "pools": sorted(cfg.pools)}
 
     # --- mutations: the service's functions, its ownership checks included --------------------
     def submit(self, specs: Sequence[JobSpec], token: str | None = None) -> list[Job]:

@@ -474,8 +474,13 @@ class JobStore:
 
     def record_refusal(self, job_id: int, actor: str, action: str) -> None:
         """Note in the job's events (and the global stream) that ``actor`` was refused ``action``."""
+        self.record_note(job_id, "refused", actor, action=action)
+
+    def record_note(self, job_id: int, event: str, actor: str, **fields: str | int | float) -> None:
+        """Note ``event`` by ``actor`` in the job's events and the global stream, with no state
+        change (a refusal; a preemption asked for, naming its preemptor)."""
         now = time.time()
-        ev = {"event": "refused", "actor": actor, "action": action, "time": now}
+        ev = {"event": event, "actor": actor, **fields, "time": now}
         with self.r.pipeline(transaction=False) as pipe:
             queue_job_event(self.r, pipe, self.k.job_events(job_id), ev, STREAM_MAXLEN, now=now)
             pipe.xadd(self.k.events, {"job": job_id, **ev}, maxlen=STREAM_MAXLEN, approximate=True)

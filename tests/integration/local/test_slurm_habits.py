@@ -80,12 +80,15 @@ def test_cancel_filters_act_on_matching_jobs_only(crossdock_env, store, tmp_path
     a = submit(crossdock_env, "-H", "-J", "keep", "--wrap", "true", cwd=tmp_path)
     b = submit(crossdock_env, "-H", "-J", "drop", "--wrap", "true", cwd=tmp_path)
     c = submit(crossdock_env, "-H", "-J", "drop", "-p", "inference", "--wrap", "true", cwd=tmp_path)
-    assert lines(cli(crossdock_env, "cancel", "-n", "drop", "-p", "inference")) == [f"{c}: CANCELLED"]
+    assert lines(cli(crossdock_env, "cancel", "-v", "-n", "drop", "-p", "inference")) == [f"{c}: CANCELLED"]
     assert store.get(b).state is JobState.PENDING
-    assert lines(cli(crossdock_env, "cancel", "-n", "drop")) == [f"{b}: CANCELLED"]
-    assert lines(cli(crossdock_env, "cancel", "-t", "R")) == ["no matching jobs"]
+    assert lines(cli(crossdock_env, "cancel", "-n", "drop")) == []  # quiet, as scancel
+    assert store.get(b).state is JobState.CANCELLED
+    assert lines(cli(crossdock_env, "cancel", "-v", "-t", "R")) == ["no matching jobs"]
     assert store.get(a).state is JobState.PENDING
-    assert lines(cli(crossdock_env, "cancel", "--me", "-t", "PD")) == [f"{a}: CANCELLED"]
+    assert lines(cli(crossdock_env, "cancel", "-v", "--me", "-t", "PD")) == [f"{a}: CANCELLED"]
+    again = cli(crossdock_env, "cancel", str(a))
+    assert (again.returncode, again.stdout, again.stderr) == (0, "", f"crossdock: cancel: job {a} already CANCELLED\n")
     r = cli(crossdock_env, "cancel")
     assert r.returncode == 2 and "give job ids, or filters" in r.stderr
 
