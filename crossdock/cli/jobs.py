@@ -121,6 +121,61 @@ def requeue(refs: List[str] = typer.Argument(...), verbose: bool = VERBOSE) -> N
     _each(_acting(lambda gw, ids: gw.requeue(ids), refs), "requeued", verbose)
 
 
+UPDATE_FIELDS = {"timelimit": "time_limit_seconds", "nice": "nice"}
+"""scontrol update's names (any case) → the spec fields ``update`` changes."""
+
+
+def parse_updates(words: list[str]) -> tuple[list[str], dict[str, object]]:
+    """``[JobId=]12 TimeLimit=30 Nice=10`` as scontrol update reads it: the jobs, and the fields
+    to change, with sbatch's forms (``-t``'s times, ``--nice``'s range). Every bad word is named
+    at once (ValueError, one line per problem)."""
+    from crossdock.queue.sbatch_formats import parse_nice, parse_time
+
+    refs: list[str] = []
+    changes: dict[str, object] = {}
+    problems: list[str] = []
+    for word in words:
+        key, eq, value = word.partition("=")
+        name = key.lower()
+        if not eq:
+            refs.append(word)
+        elif name in ("jobid", "job"):
+            refs.append(value)
+        elif name in UPDATE_FIELDS:
+            try:
+                changes[UPDATE_FIELDS[name]] = parse_time(value, "TimeLimit") if name == "timelimit" \
+                    else parse_nice(value, "Nice")
+            except CrossdockError as exc:
+                problems.append(str(exc))
+        elif name in ("partition", "qos", "numcpus", "mincpusnode", "minmemorynode", "gres", "reqnodelist"):
+            problems.append(f"{key}: not changed in place; cancel the job and submit it again with the new value")
+        else:
+            problems.append(f"{key}: unknown field; update takes TimeLimit=TIME and Nice=N")
+    if not refs:
+        problems.append("give a job, e.g. crossdock update 12 TimeLimit=30 (or JobId=12)")
+    elif not changes and not problems:
+        problems.append("nothing to change: give TimeLimit=TIME or Nice=N")
+    if problems:
+        raise ValueError("\n".join(problems))
+    return refs, changes
+
+
+def update(words: List[str] = typer.Argument(..., metavar="[JobId=]JOB FIELD=VALUE...",
+                                             help="TimeLimit=TIME (sbatch -t's forms) or Nice=N"),
+           verbose: bool = VERBOSE) -> None:
+    """Change a pending job's time limit or nice, like scontrol update (only an admin raises a
+    time limit or sets a negative nice); quiet on success, as scontrol."""
+    from crossdock.cli.common import fail_each
+
+    if words[:1] == ["job"]:  # scontrol update job 12 ...
+        words = words[1:]
+    try:
+        refs, changes = parse_updates(words)
+    except ValueError as exc:
+        fail_each(str(exc).splitlines())
+    _each(_acting(lambda gw, ids: gw.update(ids, changes), refs), "updated", verbose)
+
+
 def logs(job: str = typer.Argument(...), follow: bool = typer.Option(False, "--follow", "-f"),
          stderr: bool = typer.Option(False, "--stderr", help="show the error file when it differs")) -> None:
     """Print a job's output file; -f follows it until the job ends."""

@@ -58,6 +58,9 @@ class Direct:
     def requeue(self, refs: Sequence[str]) -> list[tuple[Job, bool]]:
         return service.requeue(self.rt, refs, self.send, self.who)
 
+    def update(self, refs: Sequence[str], changes: dict[str, Any]) -> list[tuple[Job, bool]]:
+        return service.update(self.rt, refs, changes, self.who)
+
     def authorize(self, job_id: int, action: str) -> None:
         service.authorize(self.rt, self.who, [self.rt.store.get(job_id)], action)
 

@@ -79,6 +79,7 @@ OPS: dict[str, Op] = {
     "cancel": Op({"refs": list}, lambda p: [list(x) for x in p], lambda r: [tuple(x) for x in r]),
     "hold": Op({"refs": list, "held": bool}, _pairs, _unpairs),
     "requeue": Op({"refs": list}, _pairs, _unpairs),
+    "update": Op({"refs": list, "changes": dict}, _pairs, _unpairs),
     "authorize": Op({"job_id": int, "action": str}, _same, _same),
     "result": Op({"job_id": int}, _b64, _unb64),
     "jobs": Op({"ids": lambda ids: [int(i) for i in ids]}, _jobs, _unjobs),

@@ -160,3 +160,28 @@ def test_max_rss_is_the_local_jobs_peak(cluster, crossdock_env, store, tmp_path)
     assert re.fullmatch(r"\d+K", peak[0]) and 80 * 1024 <= int(peak[0][:-1]) < 400 * 1024, peak
     assert store.expire_finished(0, 86400) == 1
     assert lines(cli(crossdock_env, "history", "-P", "-n", "-j", str(job), "-o", "MaxRSS")) == peak
+
+
+def test_update_changes_a_pending_jobs_time_limit_and_nice_as_scontrol_update(crossdock_env, runtime, tmp_path):
+    from crossdock.queue.errors import PermissionDenied
+    from crossdock.service import Caller, update
+
+    job = submit(crossdock_env, "-H", "-t", "30", "--wrap", "true", cwd=tmp_path)
+    r = cli(crossdock_env, "update", f"JobId={job}", "TimeLimit=10", "Nice=5")
+    assert (r.returncode, r.stdout, r.stderr) == (0, "", "")  # quiet, as scontrol
+    assert lines(cli(crossdock_env, "queue", "-h", "-j", str(job), "-o", "%l %y")) == ["10:00 5"]
+    events = lines(cli(crossdock_env, "show", "job", str(job)))
+    assert any(line.endswith("updated TimeLimit=10:00 Nice=5 by root") for line in events), events
+    bad = cli(crossdock_env, "update", str(job), "TimeLimit=1:99:99:99", "Partition=gpu", "Color=red")
+    assert bad.returncode == 2 and len(bad.stderr.splitlines()) == 3, bad.stderr
+    owner = Caller(name=runtime.store.get(job).spec.user, admin=False)
+    with pytest.raises(PermissionDenied, match="only an admin raises"):
+        update(runtime, [str(job)], {"time_limit_seconds": 3600}, who=owner)
+    with pytest.raises(PermissionDenied, match="negative nice"):
+        update(runtime, [str(job)], {"nice": -1}, who=owner)
+    assert update(runtime, [str(job)], {"time_limit_seconds": 300, "nice": 9}, who=owner)[0][1] is True
+    spec = runtime.store.get(job).spec
+    assert (spec.time_limit_seconds, spec.nice) == (300, 9)
+    assert cli(crossdock_env, "cancel", str(job)).returncode == 0
+    done = cli(crossdock_env, "update", str(job), "Nice=1")
+    assert done.returncode == 1 and f"{job}: not updated (state CANCELLED)" in done.stderr
