@@ -26,7 +26,16 @@ def submit(env, *args, cwd) -> int:
     return int(r.stdout)
 
 
-def test_output_files_logs_and_show_speak_crossdocks_id(slurm_cluster_env, slurm_crossdock, jobs_dir):  # noqa: F811
+@pytest.fixture(params=["cli", "rest"])
+def slurm_driver(request, slurm_cluster_env, monkeypatch):  # noqa: F811
+    """Each Slurm driver in turn (sbatch, slurmrestd), set before crossdock starts."""
+    monkeypatch.setenv("CROSSDOCK_SLURM_DRIVER", request.param)
+    slurm_cluster_env["CROSSDOCK_SLURM_DRIVER"] = request.param
+    return request.param
+
+
+def test_output_files_logs_and_show_speak_crossdocks_id(slurm_driver, slurm_cluster_env, slurm_crossdock,  # noqa: F811
+                                                         jobs_dir):
     env = slurm_cluster_env
     workdir = jobs_dir / f"daytwo-{uuid.uuid4().hex[:8]}"
     workdir.mkdir()
