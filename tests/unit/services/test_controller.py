@@ -199,6 +199,38 @@ def test_a_crash_loop_holds_new_replicas_and_degrades_the_service():
     assert len(w.live()) == 1
 
 
+def test_the_update_that_fixes_a_crash_loop_lifts_its_hold_at_once():
+    w = World(spec(min_replicas=1, target_qps=None))
+    run(w, 0, 2)
+    t = 4.0
+    for _ in range(CRASH_LIMIT):
+        (job,) = w.live()
+        w.jobs[job.id] = job.model_copy(update={"state": JobState.FAILED, "reason": "NonZeroExitCode"})
+        w.step(t)
+        t += 2
+    assert not w.live() and "crash loop" in w.status.message
+    w.generation = 2  # `services update --command …`: what crashed no longer runs
+    plan = w.step(t)  # well within the crash window of the failures above
+    assert [c.replica.generation for c in plan.creates] == [2] and "crash loop" not in plan.status.message
+    run(w, t + 2, t + 4)
+    assert w.status.state is ServiceState.AVAILABLE
+    # a replica of the old generation ending now is not counted against the new one
+    assert w.status.failures == [] and w.status.failures_generation == 2
+
+
+def test_a_degraded_service_names_why_its_other_replicas_pend():
+    w = World(spec(min_replicas=4, target_qps=None), free={"l4": 2})
+    run(w, 0, 2)
+    for job in w.jobs.values():
+        if job.state is JobState.PENDING:
+            w.jobs[job.id] = job.model_copy(update={"reason": "Resources",
+                                                    "explanation": "0/2 nodes are available: 2 Insufficient gpu."})
+    plan = w.step(4)
+    assert plan.status.state in (ServiceState.DEPLOYING, ServiceState.DEGRADED)
+    assert (plan.status.ready, plan.status.desired) == (2, 4)
+    assert "2 replicas pending (2 Resources): 0/2 nodes are available: 2 Insufficient gpu." in plan.status.message
+
+
 def test_a_replica_stopped_by_someone_else_is_not_a_failure():
     w = World(spec(min_replicas=1, target_qps=None))
     run(w, 0, 2)
