@@ -121,6 +121,10 @@ def collect() -> dict[str, Any]:
             served = report["metrics"]
             parts.append({"name": "metrics", "ok": served["alive"],
                           "detail": f"serving {served['url']}" if served["url"] else "no free port: not served"})
+        if report.get("config-watcher"):  # the file up reloads
+            w = report["config-watcher"]
+            taken = not w.get("behind") and not w["last"].startswith(("refused", "cannot"))
+            parts.append({"name": "config-file", "ok": taken, "detail": f"{w['path']}: {w['last']}"})
         if report.get("router"):  # the local services' router
             r = report["router"]
             listening = ", ".join(f"{n} :{p}" for n, p in sorted(r["services"].items())) or "no service yet"
