@@ -102,11 +102,11 @@ def test_a_slurm_pool_applied_while_up_runs_is_served(start_up, crossdock_env, s
     assert r.returncode == 0, r.stderr
     assert "pools.hpc: added (backend slurm, partition cpu)" in r.stdout and "version 2 in force" in r.stdout
 
-    out = jobs_dir / "daytwo-slurm-%j.out"
+    out = jobs_dir / f"daytwo-slurm-{os.getpid()}-{time.time_ns()}.out"
     job_id = submit(env, "-p", "hpc", "-D", str(jobs_dir), "-o", str(out), "--wrap", "echo served by slurm")
     done = wait_until(f"job {job_id} to end", lambda: (j := rt.store.get(job_id)).state in TERMINAL and j, 180)
     assert (done.state, done.backend, done.pool) == (JobState.COMPLETED, "slurm", "hpc"), rt.store.events(job_id)
-    assert "served by slurm" in (jobs_dir / f"daytwo-slurm-{job_id}.out").read_text()
+    assert "served by slurm" in out.read_text()
 
     report = wait_until("health to show the Slurm queue consumed",
                         lambda: (h := health(env)) and "crossdock.slurm" in part(h, "worker")["detail"] and h)
