@@ -13,7 +13,7 @@ at a cycle boundary.
   resolved into the job at submit, and its pool, nodes and GPUs at admission.
 - :class:`Watcher` is the part of ``up`` that reloads the configured file on SIGHUP
   (:meth:`Watcher.request`) or when the file changes (its text read every ``poll`` s: a change
-  of content is what counts, however the file was replaced; see docs/operations.md on why not
+  of content is what counts, however the file was replaced; see docs/operate.md on why not
   inotify). One source of truth: once a config from elsewhere (``config apply OTHER``) is the
   one stored, an edit of the file that would take back what it changed is refused
   (:func:`behind`) and said so, rather than undoing it silently; an edit that carries it goes.

@@ -183,15 +183,20 @@ def test_delete_drains_every_replica_then_removes_the_record():
     assert plan.remove and plan.status.state is ServiceState.DELETED
 
 
-def test_a_crash_loop_holds_new_replicas_and_degrades_the_service():
-    w = World(spec(min_replicas=1, target_qps=None))
-    run(w, 0, 2)
-    t = 4.0
+def crash_loop(w: World, t: float) -> float:
+    """Fail the one live replica ``CRASH_LIMIT`` times, a pass every 2 s from ``t``; the next pass's time."""
     for _ in range(CRASH_LIMIT):
         (job,) = w.live()
         w.jobs[job.id] = job.model_copy(update={"state": JobState.FAILED, "reason": "NonZeroExitCode"})
         w.step(t)
         t += 2
+    return t
+
+
+def test_a_crash_loop_holds_new_replicas_and_degrades_the_service():
+    w = World(spec(min_replicas=1, target_qps=None))
+    run(w, 0, 2)
+    crash_loop(w, 4.0)
     assert not w.live() and w.status.state is ServiceState.DEGRADED and "crash loop" in w.status.message
     failed = [e for p in w.plans for e in p.events if e["event"] == "replica_failed"]
     assert len(failed) == CRASH_LIMIT
@@ -202,12 +207,7 @@ def test_a_crash_loop_holds_new_replicas_and_degrades_the_service():
 def test_the_update_that_fixes_a_crash_loop_lifts_its_hold_at_once():
     w = World(spec(min_replicas=1, target_qps=None))
     run(w, 0, 2)
-    t = 4.0
-    for _ in range(CRASH_LIMIT):
-        (job,) = w.live()
-        w.jobs[job.id] = job.model_copy(update={"state": JobState.FAILED, "reason": "NonZeroExitCode"})
-        w.step(t)
-        t += 2
+    t = crash_loop(w, 4.0)
     assert not w.live() and "crash loop" in w.status.message
     w.generation = 2  # `services update --command …`: what crashed no longer runs
     plan = w.step(t)  # well within the crash window of the failures above
