@@ -193,3 +193,31 @@ def test_a_jobs_events_are_a_list_in_order_and_old_streams_keep_working(store):
     store.record_refusal(old.id, "mallory", "hold")
     assert store.r.type(store.k.job_events(old.id)) == "stream"
     assert [e.get("event", e.get("to")) for e in store.events(old.id)] == ["submitted", "SCHEDULED", "refused"]
+
+
+def _ids(events):
+    return [tuple(int(n) for n in e["id"].split("-")) for e in events]
+
+
+@pytest.mark.parametrize("clock", [2e9, 0, None], ids=["one-millisecond", "clock-went-back", "redis-time"])
+def test_a_jobs_event_ids_are_unique_and_ordered_however_fast_events_come(store, clock):
+    from crossdock.backends.redis_store.job_events import queue_job_event
+
+    [job] = store.submit([new()])
+    with store.r.pipeline(transaction=False) as pipe:  # one burst, run back to back by Redis
+        for i in range(300):
+            if i % 3 == 0:
+                store.transition(job.id, JobState.SCHEDULED if i % 2 == 0 else JobState.PENDING, pipe=pipe)
+            else:
+                queue_job_event(store.r, pipe, store.k, job.id, {"event": "refused", "n": i}, 1000, now=clock)
+        pipe.execute()
+    events = store.events(job.id)
+    ids = _ids(events)
+    assert len(events) == 301 and ids == sorted(set(ids))  # unique, and in the order they were written
+    if clock == 2e9:  # from the first event at that millisecond (in 2033) on, the sequence counts up
+        assert ids[2:] == [(2_000_000_000_000, n) for n in range(299)]
+    if clock == 0:  # an event from a clock behind the job's last one keeps that one's millisecond
+        refused = [i for i, e in enumerate(events) if e.get("event") == "refused"]
+        assert all(ids[i] == (ids[i - 1][0], ids[i - 1][1] + 1) for i in refused)
+    after = events[150]["id"]
+    assert [e["id"] for e in store.read_events(job.id, after=after)] == [e["id"] for e in events[151:]]
