@@ -1,8 +1,9 @@
 """A job's own events: a list of JSON objects (``RPUSH``), each value a string and an ``id``
 ``<ms>-<seq>``, unique and increasing within the job as a stream's are: the Lua scripts make it from
 the job's last event (``scripts.NEXT_EVENT_ID``), so events of one millisecond count up ``seq``.
-A one-entry Redis stream costs kilobytes; a list costs bytes, and most jobs have a handful of events. Jobs stored before the lists
-keep their stream, written and read as before. Every writer of a job's events goes through here.
+A one-entry Redis stream costs kilobytes; a list costs bytes, and most jobs have a handful of
+events. Jobs stored before the lists keep their stream, written and read as before. Every writer
+of a job's events goes through here.
 
 A new job's first event (``submitted``) is a field of the job's own hash (:data:`FIRST`), and its
 list starts with the next event: a queued job has no key of its own for its events (a one-entry list
