@@ -61,8 +61,8 @@ if (($#)); then  # the caller's selection and options, as given (add -n 4 --dist
 fi
 # The whole suite: on CROSSDOCK_TEST_WORKERS xdist workers (most integration tests wait on polls
 # and services, so 4 on 2 cores); the tests sharing the Slurm cluster, the Kubernetes plane or the
-# chaos run each stay on one worker, one at a time (tests/parallel.py). Then the few
-# that assert on wall time (marker serial), alone.
+# chaos run each stay on one worker, one at a time (tests/parallel.py). Then any marked serial
+# (a test that needs the machine to itself; none asserts on wall time), alone.
 $py -m pytest -q -p no:cacheprovider -n "${CROSSDOCK_TEST_WORKERS:-4}" --dist loadgroup -m "not serial"
 parallel=$?
 $py -m pytest -q -p no:cacheprovider -m serial

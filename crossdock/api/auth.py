@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import threading
 import time
+from typing import Callable
 
 from fastapi import Depends, Request
 from fastapi.security import HTTPAuthorizationCredentials, HTTPBearer
@@ -55,18 +56,20 @@ def identify(rt: Runtime, authorization: str | None, peer_uid: int | None) -> tu
 
 
 class Remembered:
-    """Credentials checked in the last :data:`REMEMBER_SECONDS`: (authorization, peer uid) -> caller."""
+    """Credentials checked in the last :data:`REMEMBER_SECONDS`: (authorization, peer uid) -> caller.
+    ``clock``: seconds, monotonic (tests drive it)."""
 
-    def __init__(self) -> None:
+    def __init__(self, clock: Callable[[], float] = time.monotonic) -> None:
         self._seen: dict[tuple[str | None, int | None], tuple[float, service.Caller, str]] = {}
         self._lock = threading.Lock()
+        self._clock = clock
 
     def get(self, key: tuple[str | None, int | None]) -> tuple[service.Caller, str] | None:
         hit = self._seen.get(key)
-        return None if hit is None or hit[0] < time.monotonic() else hit[1:]
+        return None if hit is None or hit[0] < self._clock() else hit[1:]
 
     def put(self, key: tuple[str | None, int | None], who: service.Caller, via: str) -> None:
-        now = time.monotonic()
+        now = self._clock()
         with self._lock:
             if len(self._seen) > 10_000:
                 self._seen = {k: v for k, v in self._seen.items() if v[0] >= now}

@@ -59,7 +59,7 @@ class AccessRecords:
             self._event(event)
             return
         with self.r.pipeline(transaction=False) as pipe:
-            queue_job_event(self.r, pipe, self.k.job_events(job_id), {**event, "time": time.time()}, self.maxlen)
+            queue_job_event(self.r, pipe, self.k, job_id, {**event, "time": time.time()}, self.maxlen)
             self._event({"job": job_id, **event}, pipe)
             pipe.execute()
 

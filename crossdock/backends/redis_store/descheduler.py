@@ -68,7 +68,7 @@ class DeschedulerRecords:
         ev = {"event": event, "reason": Reason.MIGRATED, "from": ",".join(m.from_nodes),
               "to": ",".join(m.to_nodes or ()), "why": m.reason, "strategy": m.strategy, "actor": actor, "time": now}
         with self.r.pipeline(transaction=True) as pipe:
-            queue_job_event(self.r, pipe, self.k.job_events(m.job_id), ev, self.maxlen, now=now)
+            queue_job_event(self.r, pipe, self.k, m.job_id, ev, self.maxlen, now=now)
             pipe.xadd(self.k.events, {"job": m.job_id, **ev}, maxlen=self.maxlen, approximate=True)
             if event == "migrated":
                 before = (history or {}).get(m.job_id)

@@ -1,7 +1,9 @@
-"""A job's own events: a list of JSON objects (``RPUSH``), each value a string and an ``id`` of
-milliseconds and position, as the transition script writes them. A one-entry Redis stream costs
-kilobytes; a list costs bytes, and most jobs have a handful of events. Jobs stored before the lists
-keep their stream, written and read as before. Every writer of a job's events goes through here.
+"""A job's own events: a list of JSON objects (``RPUSH``), each value a string and an ``id``
+``<ms>-<seq>``, unique and increasing within the job as a stream's are: the Lua scripts make it from
+the job's last event (``scripts.NEXT_EVENT_ID``), so events of one millisecond count up ``seq``.
+A one-entry Redis stream costs kilobytes; a list costs bytes, and most jobs have a handful of
+events. Jobs stored before the lists keep their stream, written and read as before. Every writer
+of a job's events goes through here.
 
 A new job's first event (``submitted``) is a field of the job's own hash (:data:`FIRST`), and its
 list starts with the next event: a queued job has no key of its own for its events (a one-entry list
@@ -13,15 +15,19 @@ import json
 import time
 from typing import Any, Mapping
 
+from crossdock.backends.redis_store.keys import Keys
+from crossdock.backends.redis_store.scripts import APPEND_EVENT
 
-def queue_job_event(client: Any, pipe: Any, key: str, ev: Mapping[str, Any], maxlen: int, *,
+
+def queue_job_event(client: Any, pipe: Any, keys: Keys, job_id: int, ev: Mapping[str, Any], maxlen: int, *,
                     now: float | None = None) -> None:
-    """Queue ``ev`` on the job's events at ``key`` in ``pipe``; the list keeps its last ``maxlen``."""
-    if client.type(key) == "stream":
-        pipe.xadd(key, dict(ev), maxlen=maxlen, approximate=True)
-        return
-    pipe.rpush(key, event_json(ev, time.time() if now is None else now))
-    pipe.ltrim(key, -maxlen, -1)
+    """Queue ``ev`` on job ``job_id``'s events in ``pipe`` (a stream for a job stored before lists),
+    with the id after its last event's; the list keeps its last ``maxlen``. ``now`` (epoch seconds,
+    default this machine's clock) gives the id's milliseconds unless the last event's are later."""
+    at = time.time() if now is None else now
+    client.register_script(APPEND_EVENT)(keys=[keys.job(job_id), keys.job_events(job_id)],
+                                         args=[json.dumps({k: str(v) for k, v in ev.items()}), maxlen, int(at * 1000)],
+                                         client=pipe)
 
 
 FIRST = "ev0"
@@ -29,7 +35,7 @@ FIRST = "ev0"
 
 
 def event_json(ev: Mapping[str, Any], at: float) -> str:
-    """One event as a job's list (or its hash's :data:`FIRST`) holds it, with its ``id``."""
+    """A job's first event as its hash's :data:`FIRST` holds it, with its ``id`` (``<ms>-0``)."""
     return json.dumps({**{k: str(v) for k, v in ev.items()}, "id": f"{int(at * 1000)}-0"})
 
 

@@ -1,6 +1,27 @@
 """Lua scripts for the store's atomic multi-key steps. Each header names its KEYS and ARGV."""
 
-TRANSITION = """
+NEXT_EVENT_ID = """
+-- next_event_id: the id of a job's next event, '<ms>-<seq>' as a stream's, strictly after the job's
+-- last one (its list's last, else its hash's first event 'ev0'): '<now>-0' when now is later, else
+-- the last's milliseconds with the next seq, so that events of one millisecond, or of a clock that
+-- went back, stay unique and in order. hash: job hash; list: job event list; now_ms: "" = Redis TIME.
+local function next_event_id(hash, list, now_ms)
+  local ms = tonumber(now_ms)
+  if not ms then
+    local t = redis.call('TIME')
+    ms = t[1] * 1000 + math.floor(t[2] / 1000)
+  end
+  local last = redis.call('LINDEX', list, -1) or redis.call('HGET', hash, 'ev0')
+  if last then
+    local ok, decoded = pcall(cjson.decode, last)
+    local lms, lseq = string.match(ok and type(decoded) == 'table' and tostring(decoded.id) or '', '^(%d+)-(%d+)$')
+    if lms and tonumber(lms) >= ms then return lms .. '-' .. string.format('%d', tonumber(lseq) + 1) end
+  end
+  return string.format('%d-0', ms)
+end
+"""
+
+TRANSITION = NEXT_EVENT_ID + """
 -- transition: move one job to a new state if its current state allows it, and record the event.
 -- KEYS[1] job hash   KEYS[2] pending zset   KEYS[3] active zset
 -- KEYS[4] job event list (a stream for jobs stored before lists)   KEYS[5] global event stream
@@ -36,14 +57,31 @@ end
 if redis.call('TYPE', KEYS[4]).ok == 'stream' then
   redis.call('XADD', KEYS[4], 'MAXLEN', '~', ARGV[6], '*', unpack(flat))
 else  -- a list of JSON events: a job's few events cost bytes, where a stream costs kilobytes
-  local t = redis.call('TIME')
-  local position = redis.call('LLEN', KEYS[4]) + redis.call('HEXISTS', KEYS[1], 'ev0')  -- the first is in the hash
-  ev.id = string.format('%d-%d', t[1] * 1000 + math.floor(t[2] / 1000), position)
+  ev.id = next_event_id(KEYS[1], KEYS[4], '')
   redis.call('RPUSH', KEYS[4], cjson.encode(ev))
   redis.call('LTRIM', KEYS[4], -tonumber(ARGV[6]), -1)
 end
 redis.call('XADD', KEYS[5], 'MAXLEN', '~', ARGV[6], '*', 'job', ARGV[1], unpack(flat))
 return {1, old}
+"""
+
+APPEND_EVENT = NEXT_EVENT_ID + """
+-- append_event: add one event to a job's own events, with the id next_event_id gives.
+-- KEYS[1] job hash   KEYS[2] job event list (a stream for jobs stored before lists)
+-- ARGV[1] JSON object of event fields   ARGV[2] max length   ARGV[3] now (epoch ms, "" = Redis TIME)
+-- returns the event's id
+local ev = {}
+local flat = {}
+for k, v in pairs(cjson.decode(ARGV[1])) do
+  ev[k] = tostring(v); table.insert(flat, k); table.insert(flat, tostring(v))
+end
+if redis.call('TYPE', KEYS[2]).ok == 'stream' then
+  return redis.call('XADD', KEYS[2], 'MAXLEN', '~', ARGV[2], '*', unpack(flat))
+end
+ev.id = next_event_id(KEYS[1], KEYS[2], ARGV[3])
+redis.call('RPUSH', KEYS[2], cjson.encode(ev))
+redis.call('LTRIM', KEYS[2], -tonumber(ARGV[2]), -1)
+return ev.id
 """
 
 UPDATE_IF = """

@@ -316,14 +316,14 @@ class JobStore:
 
     def _read_job_list(self, job_id: int, *, since: float | None, after: str | None, count: int,
                        block_ms: int | None) -> list[dict[str, str]]:
-        """``read_events`` over a job's list: ordered by position (ids of one millisecond may
-        repeat); ``block_ms`` polls, since a job's events are few and far between."""
+        """``read_events`` over a job's list: ordered by position (ids of one millisecond repeat in
+        lists stored before ids counted on); ``block_ms`` polls, since a job's events are few and far between."""
         deadline = time.monotonic() + (block_ms or 0) / 1000
         while True:
             events = self._job_list(job_id)
             if after is not None:
                 seen = [i for i, e in enumerate(events) if e.get("id") == after]
-                events = events[seen[-1] + 1:] if seen else [e for e in events if _ms(e) > _ms({"id": after})]
+                events = events[seen[-1] + 1:] if seen else [e for e in events if _id(e) > _id({"id": after})]
             elif since is not None:
                 events = [e for e in events if _ms(e) >= since * 1000]
             else:
@@ -496,7 +496,7 @@ class JobStore:
         now = time.time()
         ev = {"event": event, "actor": actor, **fields, "time": now}
         with self.r.pipeline(transaction=False) as pipe:
-            queue_job_event(self.r, pipe, self.k.job_events(job_id), ev, STREAM_MAXLEN, now=now)
+            queue_job_event(self.r, pipe, self.k, job_id, ev, STREAM_MAXLEN, now=now)
             pipe.xadd(self.k.events, {"job": job_id, **ev}, maxlen=STREAM_MAXLEN, approximate=True)
             pipe.execute()
 
@@ -734,6 +734,12 @@ def _assign_ids(jobs: Sequence[Job], first: int) -> list[Job]:
     return out
 
 
+def _id(event: dict[str, str]) -> tuple[int, int]:
+    """An event id (``<ms>-<n>``) as numbers, in its order."""
+    ms, _, n = str(event.get("id", "0")).partition("-")
+    return int(ms or 0), int(n or 0)
+
+
 def _ms(event: dict[str, str]) -> int:
     """The milliseconds of an event id (``<ms>-<n>``)."""
-    return int(str(event.get("id", "0")).split("-")[0] or 0)
+    return _id(event)[0]

@@ -231,8 +231,37 @@ def _place(cfg: ClusterConfig, backend: KubernetesBackend, job: Job) -> Job | No
     return job.model_copy(update={"nodes": list(p.nodes), "gpu_ids": list(p.gpu_ids), "pool": p.pool})
 
 
+def gang_passes(backend: KubernetesBackend, monkeypatch: pytest.MonkeyPatch) -> list[tuple[list[int], list[int]]]:
+    """Record each gang admission pass of ``backend.status``: (the gangs it weighed, those it released)."""
+    passes: list[tuple[list[int], list[int]]] = []
+    release = backend.release_gangs
+
+    def recorded(jobs, by_attempt, live=None):
+        got = release(jobs, by_attempt, live)
+        passes.append(([j.id for j in jobs], got))
+        return got
+
+    monkeypatch.setattr(backend, "release_gangs", recorded)
+    return passes
+
+
+def stays_gated(backend: KubernetesBackend, monkeypatch: pytest.MonkeyPatch, gang: Job, reason: str) -> None:
+    """Status passes until three of them weighed ``gang`` (each would release it if it fitted):
+    it reads gated with ``reason`` at every one, and none released it."""
+    passes = gang_passes(backend, monkeypatch)
+
+    def weighed_thrice() -> bool:
+        st = state_of(backend, gang)
+        assert st is not None and (st.state, st.reason) == (JobState.SCHEDULED, reason), st
+        return len([weighed for weighed, _ in passes if gang.id in weighed]) >= 3
+
+    wait_for(f"three admission passes over gang {gang.id}", weighed_thrice)
+    assert not [released for _, released in passes if gang.id in released]
+
+
 def test_four_worker_gang_lands_on_four_nodes_or_waits_whole(
-        backend: KubernetesBackend, k8s_client: client.ApiClient, k8s_namespace: str, cfg: ClusterConfig) -> None:
+        backend: KubernetesBackend, k8s_client: client.ApiClient, k8s_namespace: str, cfg: ClusterConfig,
+        monkeypatch: pytest.MonkeyPatch) -> None:
     core = client.CoreV1Api(k8s_client)
     # Work crossdock did not submit fills a100-0's GPUs: the inventory must count it.
     foreign = client.V1Pod(
@@ -256,11 +285,8 @@ def test_four_worker_gang_lands_on_four_nodes_or_waits_whole(
     backend.submit(unplaced)
     st = wait_for("4 gated workers", lambda: len(pods_of(core, k8s_namespace, unplaced)) == 4
                   and state_of(backend, unplaced))
-    for _ in range(8):
-        st = state_of(backend, unplaced)
-        assert st.state is JobState.SCHEDULED and st.reason == "SchedulingGated (0/4 running)", st
-        assert not [p for p in pods_of(core, k8s_namespace, unplaced) if p.spec.node_name]
-        time.sleep(0.25)
+    stays_gated(backend, monkeypatch, unplaced, "SchedulingGated (0/4 running)")
+    assert not [p for p in pods_of(core, k8s_namespace, unplaced) if p.spec.node_name]
 
     core.delete_namespaced_pod("someone-elses", k8s_namespace, grace_period_seconds=0)
     released = wait_state(backend, unplaced, JobState.RUNNING)
@@ -277,16 +303,13 @@ def test_four_worker_gang_lands_on_four_nodes_or_waits_whole(
 
 
 def test_gang_larger_than_its_pool_never_starts_a_worker(backend: KubernetesBackend, k8s_client: client.ApiClient,
-                                                         k8s_namespace: str) -> None:
+                                                         k8s_namespace: str, monkeypatch: pytest.MonkeyPatch) -> None:
     """Five one-per-node workers in a four-node pool: all five wait, none holds a GPU."""
     core = client.CoreV1Api(k8s_client)
     gang = make_job("training", gpus=1, model="A100", nodes=5)
     backend.submit(gang)
     wait_for("5 workers created", lambda: len(pods_of(core, k8s_namespace, gang)) == 5)
-    for _ in range(8):
-        st = state_of(backend, gang)
-        assert (st.state, st.reason) == (JobState.SCHEDULED, "SchedulingGated (0/5 running)")
-        time.sleep(0.25)
+    stays_gated(backend, monkeypatch, gang, "SchedulingGated (0/5 running)")
     assert not [p for p in pods_of(core, k8s_namespace, gang) if p.spec.node_name]
 
 

@@ -7,7 +7,6 @@ the Job controller, kube-scheduler and kwok (the fake kubelet) do the rest.
 from __future__ import annotations
 
 import os
-import time
 import uuid
 from datetime import timedelta
 from pathlib import Path
@@ -228,9 +227,7 @@ def test_up_is_idempotent_and_down_stops_every_process(k8s_binaries: Path, tmp_p
         assert first.addons["karpenter"]["alive"]  # beside the plane, recorded apart
         assert kubeconfig == k8s.kubeconfig_path(state) and kubeconfig.is_file()
 
-        started = time.monotonic()
-        assert k8s.up(state, pools=pools) == kubeconfig
-        assert time.monotonic() - started < 5
+        assert k8s.up(state, pools=pools) == kubeconfig  # the same processes: nothing started again
         assert {n: p["pid"] for n, p in k8s.status(state).processes.items()} == \
             {n: p["pid"] for n, p in first.processes.items()}
 

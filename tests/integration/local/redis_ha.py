@@ -7,13 +7,13 @@ import shutil
 import signal
 import socket
 import subprocess
-import time
 from pathlib import Path
 
 import pytest
 import redis
 
 from tests.conftest import in_ci
+from tests.waiting import eventually
 
 MASTER_NAME = "crossdock"
 
@@ -22,14 +22,6 @@ def free_port() -> int:
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
         return s.getsockname()[1]
-
-
-def wait_until(what, condition, timeout=30.0):
-    deadline = time.monotonic() + timeout
-    while not (value := condition()):
-        assert time.monotonic() < deadline, f"timed out after {timeout}s waiting for {what}"
-        time.sleep(0.05)
-    return value
 
 
 class RedisHA:
@@ -65,11 +57,11 @@ class RedisHA:
                             f"sentinel parallel-syncs {MASTER_NAME} 1\n")
             self._start(f"sentinel-{i}", [sentinel, str(conf)])
         replica = self.client("replica")
-        wait_until("the replica to sync", lambda: self._up(replica) and
+        eventually("the replica to sync", lambda: self._up(replica) and
                    replica.info("replication").get("master_link_status") == "up")
         for port in self.sentinel_ports:  # every sentinel knows the replica and the other sentinels
             s = redis.Redis(port=port, decode_responses=True)
-            wait_until(f"sentinel {port} to see the replica and its peers", lambda: self._up(s) and
+            eventually(f"sentinel {port} to see the replica and its peers", lambda: self._up(s) and
                        int(s.sentinel_master(MASTER_NAME).get("num-slaves", 0)) == 1 and
                        int(s.sentinel_master(MASTER_NAME).get("num-other-sentinels", 0)) == 2)
         return self
@@ -100,7 +92,7 @@ class RedisHA:
         master, replica = self.client("master"), self.client("replica")
         master.execute_command("CLIENT", "PAUSE", "5000", "WRITE")
         offset = master.info("replication")["master_repl_offset"]
-        wait_until("the replica to catch up", lambda: replica.info("replication")["slave_repl_offset"] >= offset, 5)
+        eventually("the replica to catch up", lambda: replica.info("replication")["slave_repl_offset"] >= offset, 5)
         self.procs["master"].send_signal(signal.SIGKILL)
         self.procs["master"].wait()
 

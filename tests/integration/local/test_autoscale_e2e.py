@@ -20,7 +20,8 @@ from crossdock import service
 from crossdock.queue.models import JobSpec
 from crossdock.queue.states import JobState
 from tests.conftest import TEST_CONFIG
-from tests.integration.local.test_up import Up, client_runtime, up_env, wait_until, workers_of  # noqa: F401
+from tests.integration.local.test_up import Up, client_runtime, up_env, workers_of  # noqa: F401
+from tests.waiting import eventually
 
 pytestmark = [pytest.mark.redis, pytest.mark.celery, pytest.mark.autoscale]
 
@@ -71,18 +72,18 @@ def test_a_burst_scales_the_local_fleet_out_and_back_without_killing_work(elasti
         jobs = service.submit(rt, [JobSpec(command=["sleep", "0.5"], workdir=str(tmp_path), queue="preprocessing")
                                    for _ in range(JOBS)])
         peak = min(math.ceil(JOBS / PER_REPLICA), MAX)
-        wait_until(f"the fleet at {peak}", lambda: any(int(e["to"]) == peak for e in fleet_events(rt)), 60)
+        eventually(f"the fleet at {peak}", lambda: any(int(e["to"]) == peak for e in fleet_events(rt)), 60)
         sample = subprocess.run([sys.executable, "-m", "crossdock", "autoscale", "--json"], env=env,
                                 capture_output=True, text=True, timeout=60)
         (row,) = json.loads(sample.stdout)["fleets"]
         assert (row["queue"], row["backend"], row["fleet"]) == ("preprocessing", "local", "preprocessing")
-        ended = wait_until("every job ended", lambda: all_ended(rt, [j.id for j in jobs]), 180)
+        ended = eventually("every job ended", lambda: all_ended(rt, [j.id for j in jobs]), 180)
         assert {j.state for j in ended} == {JobState.COMPLETED}
         assert {j.attempts for j in ended} == {1}
         for j in ended:  # exactly once: one start and one end in each job's own events
             tos = [e.get("to") for e in rt.store.events(j.id)]
             assert tos.count("RUNNING") == 1 and tos.count("COMPLETED") == 1, (j.id, tos)
-        wait_until("the fleet back at min", lambda: (ev := fleet_events(rt)) and int(ev[-1]["to"]) == 0, 60)
+        eventually("the fleet back at min", lambda: (ev := fleet_events(rt)) and int(ev[-1]["to"]) == 0, 60)
         events = fleet_events(rt)
         assert all(0 <= int(e["to"]) <= MAX for e in events)
         assert max(int(e["to"]) for e in events) == peak
@@ -92,7 +93,7 @@ def test_a_burst_scales_the_local_fleet_out_and_back_without_killing_work(elasti
             if int(e["to"]) > int(e["from"]):
                 assert int(e["desired"]) <= min(int(e["recommended"]), MAX), e
         # the stopped replicas are gone (a warm shutdown of idle workers), the base worker stays
-        wait_until("the fleet's processes gone", lambda: not fleet_processes(state), 30)
+        eventually("the fleet's processes gone", lambda: not fleet_processes(state), 30)
         assert workers_of(state)
         log = (tmp_path / "up.log").read_text()
         assert "exited (status" not in log, log[-3000:]

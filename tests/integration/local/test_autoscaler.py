@@ -186,36 +186,41 @@ def test_a_backend_that_is_away_skips_its_target_and_the_others_go_on(rt, fake, 
     assert report["pools"][0]["last_change"]["to"] == 1
 
 
-def test_the_leader_runs_the_autoscaler_right_after_new_jobs_arrive(rt, fake, sched, tmp_path):
-    """A spike of pending jobs wakes the loop: the pass comes right after the cycle, not a poll
-    period later (interval_seconds is raised to 30 s here, so only the wake-up can explain it)."""
-    rt.config.autoscaler.interval_seconds = 30.0
-    calls: list[float] = []
-    script = sched.script
+def test_the_leader_runs_the_autoscaler_right_after_new_jobs_arrive(rt, fake, sched, tmp_path, monkeypatch):
+    """A spike of pending jobs wakes the loop, and its next turn runs the autoscaler. Every other
+    reason for a pass is a day or a minute away here (the autoscaler's and the cycle's intervals,
+    reconcile, retention), so only the wake-up can explain a second one; the jobs arrive while the
+    loop waits (its first look at the queue after the one it compares with), and the second pass
+    ends the loop: nothing depends on how fast the machine is."""
+    rt.config.autoscaler.interval_seconds = 86400.0
+    rt.config.scheduler.interval_seconds, rt.config.scheduler.lease_seconds = 3600.0, 7200.0
+    stop = threading.Event()
+    script, looks = sched.script, []
+    queue_counts = rt.store.queue_counts
+
+    def look():
+        looks.append(len(script.inputs))
+        if looks == [1, 1]:  # the loop waits after the first pass, and has its baseline
+            submit(rt, tmp_path, 5, cpus=4)
+        return queue_counts()
 
     def plan(inputs, state, config, now):
-        calls.append(time.monotonic())
+        if len(script.inputs) == 1:
+            stop.set()  # the pass after the spike: the loop ends after this turn
         return script(inputs, state, config, now)
 
+    monkeypatch.setattr(rt.store, "queue_counts", look)
     sched.autoscaler.plan_fn = plan
-    stop = threading.Event()
-    t = threading.Thread(target=sched.run, args=(stop,), daemon=True)
-    t.start()
+    watchdog = threading.Timer(120, stop.set)  # only a broken wake-up lets the loop wait this long
+    watchdog.start()
     try:
-        deadline = time.monotonic() + 10
-        while not calls and time.monotonic() < deadline:  # the first pass, at start
-            time.sleep(0.01)
-        assert len(calls) == 1
-        submit(rt, tmp_path, 5, cpus=4)
-        deadline = time.monotonic() + 10  # its own 10 s, a third of the interval (the first pass took most of a shared one)
-        while len(calls) < 2 and time.monotonic() < deadline:
-            time.sleep(0.01)
-        assert len(calls) == 2, "no autoscaling pass after new jobs arrived"
-        assert len(script.inputs[-1].jobs) == 5  # it saw the spike
-        assert sched.report()["parts"]["autoscale"]["state"] == "running"
+        sched.run(stop, reconcile_every=86400.0)
     finally:
-        stop.set()
-        t.join(5)
+        watchdog.cancel()
+    assert looks[:2] == [1, 1], "the jobs did not arrive while the loop waited"
+    assert len(script.inputs) == 2, "no autoscaling pass after new jobs arrived"
+    assert len(script.inputs[-1].jobs) == 5  # it saw the spike
+    assert sched.parts["autoscale"].failures == 0
 
 
 def test_a_failing_pass_backs_off_on_its_own_and_shows_in_health(rt, fake, sched, tmp_path):

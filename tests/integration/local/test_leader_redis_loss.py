@@ -14,15 +14,9 @@ from crossdock.queue.states import JobState
 from crossdock.runtime import Runtime
 from crossdock.workers.loops import BACKING_OFF, RUNNING
 from tests.conftest import Cluster
+from tests.waiting import eventually
 
 pytestmark = [pytest.mark.redis, pytest.mark.celery]
-
-
-def wait_until(what, condition, timeout=30.0):
-    deadline = time.monotonic() + timeout
-    while not condition():
-        assert time.monotonic() < deadline, f"timed out after {timeout}s waiting for {what}"
-        time.sleep(0.05)
 
 
 @pytest.fixture
@@ -44,7 +38,7 @@ def test_the_leader_loop_survives_losing_redis_and_schedules_afterwards(own_redi
         loop = cluster.scheduler.parts["loop"]
 
         assert embedded.stop(own_redis, timeout=10) is not None
-        wait_until("the loop to back off", lambda: loop.state == BACKING_OFF and loop.failures >= 2)
+        eventually("the loop to back off", lambda: loop.state == BACKING_OFF and loop.failures >= 2)
         assert cluster.thread.is_alive()
         assert "ConnectionError" in loop.last_error
 

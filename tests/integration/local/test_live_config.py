@@ -11,7 +11,6 @@ import os
 import signal
 import subprocess
 import sys
-import time
 
 import pytest
 import yaml
@@ -19,6 +18,7 @@ import yaml
 from crossdock.queue.states import JobState, TERMINAL
 from crossdock.runtime import Runtime
 from tests.conftest import TEST_CONFIG
+from tests.waiting import eventually
 
 pytestmark = [pytest.mark.operate, pytest.mark.redis, pytest.mark.celery]
 
@@ -26,14 +26,6 @@ pytestmark = [pytest.mark.operate, pytest.mark.redis, pytest.mark.celery]
 def cli(env, *args):
     return subprocess.run([sys.executable, "-m", "crossdock.cli.main", *args], env={**os.environ, **env},
                           capture_output=True, text=True, timeout=60)
-
-
-def wait_until(what, condition, timeout=30.0):
-    deadline = time.monotonic() + timeout
-    while not (value := condition()):
-        assert time.monotonic() < deadline, f"timed out after {timeout}s waiting for {what}"
-        time.sleep(0.05)
-    return value
 
 
 def config_events(rt):
@@ -60,7 +52,7 @@ def up(crossdock_env, tmp_path):
                                 stderr=subprocess.STDOUT)
     rt = Runtime.from_env()
     try:
-        wait_until("the leader to take the configured file", lambda: rt.store.live_config.in_force_version() == 1
+        eventually("the leader to take the configured file", lambda: rt.store.live_config.in_force_version() == 1
                    or proc.poll() is not None, 60)
         assert proc.poll() is None, log.read_text()[-3000:]
         yield proc, rt
@@ -94,7 +86,7 @@ def test_live_changes_under_a_running_scheduler(up, crossdock_env, tmp_path):
 
     # a job admitted under version 2 (queue inference: class inference, not preemptible) runs on
     held = submit(crossdock_env, "-p", "inference", "--wrap", "sleep 3")
-    wait_until("the inference job to run", lambda: rt.store.get(held).state is JobState.RUNNING)
+    eventually("the inference job to run", lambda: rt.store.get(held).state is JobState.RUNNING)
 
     # 2. a new pool and queue, and inference moved to the preemptible class: the file edited, SIGHUP
     grown = copy.deepcopy(heavier)
@@ -104,16 +96,16 @@ def test_live_changes_under_a_running_scheduler(up, crossdock_env, tmp_path):
     with open(path, "w") as f:
         f.write(yaml.safe_dump(grown))
     proc.send_signal(signal.SIGHUP)
-    wait_until("version 3 in force", lambda: live.in_force_version() == 3)
+    eventually("version 3 in force", lambda: live.in_force_version() == 3)
     diff = config_events(rt)[-1]["diff"].splitlines()
     assert diff == ["pools.extra: added (backend local)", "queues.inference: priority_class inference → training",
                     "queues.extra: added (class preprocessing, pools extra)"]
     new_job = submit(crossdock_env, "-p", "extra", "--wrap", "true")
-    placed = wait_until("the job in the new pool to end", lambda: finished(rt, new_job), 60)
+    placed = eventually("the job in the new pool to end", lambda: finished(rt, new_job), 60)
     assert (placed.state, placed.pool, placed.nodes) == (JobState.COMPLETED, "extra", ["extra-node"])
     after = submit(crossdock_env, "-p", "inference", "-H", "--wrap", "true")
     assert (rt.store.get(after).priority_class, rt.store.get(after).preemptible) == ("training", True)
-    kept = wait_until("the job admitted before to end", lambda: finished(rt, held), 30)
+    kept = eventually("the job admitted before to end", lambda: finished(rt, held), 30)
     assert (kept.state, kept.priority_class, kept.priority, kept.preemptible) == (
         JobState.COMPLETED, "inference", 1000, False)
 
@@ -123,7 +115,7 @@ def test_live_changes_under_a_running_scheduler(up, crossdock_env, tmp_path):
     bad["queues"]["training"]["weight"] = 5
     with open(path, "w") as f:
         f.write(yaml.safe_dump(bad))
-    refusal = wait_until("the refusal event", lambda: [e for e in config_events(rt) if e["event"] == "config_refused"])
+    refusal = eventually("the refusal event", lambda: [e for e in config_events(rt) if e["event"] == "config_refused"])
     assert "queues.extra.pools.0: unknown pool 'nowhere'" in refusal[-1]["errors"]
     (tmp_path / "bad.yaml").write_text(yaml.safe_dump(bad))
     r = cli(crossdock_env, "config", "apply", str(tmp_path / "bad.yaml"))

@@ -4,23 +4,15 @@ shutdown that exits 0), never one known to be busy, and answers the count it rea
 
 from __future__ import annotations
 
-import time
 
 import pytest
 
 from crossdock.queue.config import Fleet
 from crossdock.workers.app import make_app
 from crossdock.workers.fleet import LocalFleet, celery_busy
+from tests.waiting import eventually
 
 pytestmark = [pytest.mark.redis, pytest.mark.celery, pytest.mark.autoscale]
-
-
-def wait_until(what, condition, timeout=60.0):
-    deadline = time.monotonic() + timeout
-    while not (value := condition()):
-        assert time.monotonic() < deadline, f"timed out after {timeout}s waiting for {what}"
-        time.sleep(0.1)
-    return value
 
 
 @pytest.fixture
@@ -42,13 +34,13 @@ def test_replicas_start_answer_and_only_idle_ones_stop(runtime, fleet):
     reps = list(fleet.fleets["preprocessing"])
     names = [r.nodename for r in reps]
     assert all(r.queues == "crossdock.local" for r in reps)  # the queue's pools are local
-    wait_until("3 replicas answering", lambda: answering(fleet.app, names) == set(names))
+    eventually("3 replicas answering", lambda: answering(fleet.app, names) == set(names))
     assert celery_busy(fleet.app)() == set()  # nobody runs a task
     # asked for 1 with the newest said to be busy: the two idle ones go, the busy one stays
     keep = reps[-1].nodename
     assert fleet.scale_fleet(spec, 1, busy={keep}) == 1
     stopped = [r for r in reps if r.nodename != keep]
-    wait_until("the idle replicas exited", lambda: all(r.proc.poll() is not None for r in stopped))
+    eventually("the idle replicas exited", lambda: all(r.proc.poll() is not None for r in stopped))
     assert [r.proc.returncode for r in stopped] == [0, 0]  # a warm shutdown, not a kill
     assert reps[-1].proc.poll() is None and not reps[-1].draining
     fleet.check()

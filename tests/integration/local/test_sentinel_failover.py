@@ -20,7 +20,8 @@ from crossdock.queue.models import JobSpec
 from crossdock.queue.states import JobState, TERMINAL
 from crossdock.runtime import Runtime
 from tests.conftest import TEST_CONFIG
-from tests.integration.local.redis_ha import RedisHA, wait_until
+from tests.integration.local.redis_ha import RedisHA
+from tests.waiting import eventually
 
 pytestmark = [pytest.mark.operate, pytest.mark.redis, pytest.mark.celery]
 
@@ -51,7 +52,7 @@ def submit(rt, runs, n, tag):
         except STORE_UNAVAILABLE:
             return None
 
-    return [j.id for j in wait_until(f"the {tag} jobs to be stored", attempt, 30)]
+    return [j.id for j in eventually(f"the {tag} jobs to be stored", attempt, 30)]
 
 
 def states(rt, ids):
@@ -77,13 +78,13 @@ def test_master_killed_mid_run_no_job_lost_or_run_twice(ha, tmp_path, monkeypatc
         first_master = ha.master_port()
         runs = tmp_path / "runs.log"
         before = submit(rt, runs, BEFORE, "before")
-        wait_until("some jobs done and others running", lambda: (s := states(rt, before))[JobState.COMPLETED] >= 2
+        eventually("some jobs done and others running", lambda: (s := states(rt, before))[JobState.COMPLETED] >= 2
                    and s[JobState.RUNNING] >= 1, 60)
         ha.kill_master()
-        wait_until("the sentinels to promote the replica", lambda: ha.master_port() != first_master, 30)
+        eventually("the sentinels to promote the replica", lambda: ha.master_port() != first_master, 30)
         after = submit(rt, runs, AFTER, "after")
         ids = before + after
-        wait_until("every job to end", lambda: sum(n for s, n in states(rt, ids).items() if s in TERMINAL)
+        eventually("every job to end", lambda: sum(n for s, n in states(rt, ids).items() if s in TERMINAL)
                    == len(ids), 120)
         assert states(rt, ids) == Counter({JobState.COMPLETED: len(ids)}), log.read_text()[-3000:]
         ran = Counter(int(line) for line in runs.read_text().split())

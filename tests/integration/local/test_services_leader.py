@@ -5,25 +5,15 @@ stops at once, and a deleted service's replicas all end before its record goes."
 from __future__ import annotations
 
 import sys
-import time
 
 import pytest
 
 from crossdock.queue.services import ServiceSpec, ServiceState
 from crossdock.queue.states import JobState
 from crossdock.settings import current_user
+from tests.waiting import eventually
 
 pytestmark = [pytest.mark.redis, pytest.mark.celery, pytest.mark.services, pytest.mark.timeout(240)]
-
-
-def wait_until(what, condition, timeout=60.0):
-    deadline = time.monotonic() + timeout
-    while True:
-        value = condition()
-        if value:
-            return value
-        assert time.monotonic() < deadline, f"timed out after {timeout}s waiting for {what}"
-        time.sleep(0.1)
 
 
 def replicas(store, name):
@@ -37,7 +27,7 @@ def test_replicas_are_created_placed_drained_and_stopped_by_the_leader(cluster, 
                        workdir=str(tmp_path), queue="inference", min_replicas=2, max_replicas=2, cpus=1,
                        drain_timeout_seconds=120)
     svc.put(spec)
-    running = wait_until("two running replicas", lambda: (lambda js: js if len(js) == 2 and all(
+    running = eventually("two running replicas", lambda: (lambda js: js if len(js) == 2 and all(
         j.state is JobState.RUNNING for j in js) else None)(replicas(store, "echo")))
     assert sorted(j.spec.service.replica for j in running) == [0, 1]
     assert all(j.spec.service.name == "echo" and not j.preemptible and j.spec.time_limit_seconds is None
@@ -45,26 +35,26 @@ def test_replicas_are_created_placed_drained_and_stopped_by_the_leader(cluster, 
     ready, other = sorted(running, key=lambda j: j.id)
     svc.set_endpoint(ready.id, ready.attempts, "127.0.0.1", 45001)  # what the router does once it answers
     svc.set_ready(ready.id, ready.attempts, True)
-    wait_until("one ready replica in the status", lambda: svc.get("echo").status.ready == 1)
+    eventually("one ready replica in the status", lambda: svc.get("echo").status.ready == 1)
 
     # scale to 0 by hand: the not-ready replica stops at once, the ready one drains first
     svc.set_override("echo", 0)
     assert cluster.wait(other.id, timeout=60).state is JobState.CANCELLED
-    wait_until("the ready replica draining", lambda: (svc.endpoint(ready.id) or None) and svc.endpoint(ready.id).draining)
+    eventually("the ready replica draining", lambda: (svc.endpoint(ready.id) or None) and svc.endpoint(ready.id).draining)
     assert store.get(ready.id).state is JobState.RUNNING  # still serving its last requests
     svc.set_drained(ready.id)  # the router saw its in-flight count reach 0
     assert cluster.wait(ready.id, timeout=60).state is JobState.CANCELLED
-    wait_until("the finished replicas forgotten", lambda: svc.replica_ids("echo") == [])
+    eventually("the finished replicas forgotten", lambda: svc.replica_ids("echo") == [])
     events = [e["event"] for e in svc.events("echo")]
     assert events.count("replica_created") == 2 and "replica_draining" in events and "replica_stopped" in events
 
     # the override cleared: back to min_replicas; then delete: the replicas end, then the record goes
     svc.set_override("echo", None)
-    again = wait_until("two new replicas running", lambda: (lambda js: js if len(js) == 2 and all(
+    again = eventually("two new replicas running", lambda: (lambda js: js if len(js) == 2 and all(
         j.state is JobState.RUNNING for j in js) else None)(replicas(store, "echo")))
     assert sorted(j.spec.service.replica for j in again) == [2, 3]  # ordinals are never reused
     svc.request_delete("echo")
-    wait_until("the record removed", lambda: svc.get("echo") is None)
+    eventually("the record removed", lambda: svc.get("echo") is None)
     assert all(j.state is JobState.CANCELLED for j in store.get_many(j.id for j in again))
     states = [e["to"] for e in store.events() if e.get("service") == "echo" and e.get("event") == "state"]
     assert states[-2:] == [ServiceState.DELETING, ServiceState.DELETED]

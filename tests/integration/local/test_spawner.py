@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import os
-import time
 from pathlib import Path
 
 import pytest
@@ -12,16 +11,9 @@ from crossdock.backends.local import spawner, workspace
 from crossdock.backends.local.supervisor import job_dir
 from crossdock.queue.states import JobState
 from tests.integration.local.test_e2e_local import submit
+from tests.waiting import eventually
 
 pytestmark = [pytest.mark.redis, pytest.mark.celery]
-
-
-def wait_for(what, condition, timeout=30.0):
-    deadline = time.monotonic() + timeout
-    while not (value := condition()):
-        assert time.monotonic() < deadline, f"timed out waiting for {what}"
-        time.sleep(0.1)
-    return value
 
 
 def spawner_pid(state_dir: Path) -> int | None:
@@ -40,7 +32,7 @@ def test_jobs_after_the_first_are_supervised_by_forks_of_the_spawner(cluster, tm
     state = rt.settings.state_dir
     first, = submit(rt, command=["true"], workdir=str(tmp_path))
     assert cluster.wait(first.id).state is JobState.COMPLETED  # the command line's supervisor; it starts the spawner
-    server = wait_for("the spawner", lambda: spawner.socket_path(state).is_socket() and spawner_pid(state))
+    server = eventually("the spawner", lambda: spawner.socket_path(state).is_socket() and spawner_pid(state))
     jobs = submit(rt, command=["sh", "-c", "echo $CROSSDOCK_JOB_ID > out.$CROSSDOCK_JOB_ID; sleep 2"],
                   workdir=str(tmp_path)) + submit(rt, command=["sh", "-c", "exit 3"], workdir=str(tmp_path))
     running = cluster.wait(jobs[0].id, {JobState.RUNNING})
@@ -60,7 +52,7 @@ def test_a_spawner_refuses_other_code_and_leaves_when_its_directory_goes(tmp_pat
     state = tmp_path / "state"
     env = {**os.environ}
     spawner.start(state, env)
-    pid = wait_for("the spawner", lambda: spawner.socket_path(state).is_socket() and spawner_pid(state))
+    pid = eventually("the spawner", lambda: spawner.socket_path(state).is_socket() and spawner_pid(state))
     # a request from code of another version is refused and the spawner exits (the caller starts a new one)
     import json
     import socket
@@ -69,11 +61,11 @@ def test_a_spawner_refuses_other_code_and_leaves_when_its_directory_goes(tmp_pat
         s.connect(str(spawner.socket_path(state)))
         s.sendall(json.dumps({"args": [], "env": {}, "log": "/dev/null", "stamp": "old"}).encode() + b"\n")
         assert json.loads(s.makefile().readline()) == {"ok": False, "why": "another version"}
-    wait_for("the spawner to exit", lambda: spawner_pid(state) is None, timeout=10)
+    eventually("the spawner to exit", lambda: spawner_pid(state) is None, timeout=10)
     # a new one leaves by itself once its socket is gone
     spawner._started.clear()
     spawner.start(state, env)
-    pid = wait_for("a new spawner", lambda: spawner.socket_path(state).is_socket() and spawner_pid(state))
+    pid = eventually("a new spawner", lambda: spawner.socket_path(state).is_socket() and spawner_pid(state))
     spawner.socket_path(state).unlink()
-    wait_for("the spawner to notice", lambda: not Path(f"/proc/{pid}").exists() or
+    eventually("the spawner to notice", lambda: not Path(f"/proc/{pid}").exists() or
              "State:\tZ" in Path(f"/proc/{pid}/status").read_text(), timeout=10)

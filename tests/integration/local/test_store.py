@@ -11,6 +11,7 @@ import pytest
 from crossdock.queue.errors import NoSuchJob
 from crossdock.queue.models import Job, JobSpec
 from crossdock.queue.states import JobState
+from tests.waiting import eventually
 
 pytestmark = pytest.mark.redis
 
@@ -112,15 +113,14 @@ def test_dispatch_claim_is_taken_once(store):
 
 
 def test_lease_has_one_holder_and_expires(store):
-    assert store.acquire_lease("a", 0.3)
-    assert not store.acquire_lease("b", 0.3)
-    renewed = time.monotonic()
-    assert store.acquire_lease("a", 0.3)  # renew
-    deadline = renewed + 10
-    while store.lease_holder() is not None:  # until Redis expires the lease
-        assert time.monotonic() < deadline, "the lease never expired"
-        time.sleep(0.02)
-    assert time.monotonic() - renewed >= 0.25  # it lasted its 0.3 s (less clock slack), not less
+    lease = store.k.scheduler_lease
+    assert store.acquire_lease("a", 5)
+    assert not store.acquire_lease("b", 5)
+    assert 0 < store.r.pttl(lease) <= 5000  # its length, as Redis keeps it
+    store.r.pexpire(lease, 100)  # near its end, the holder renews: the lease has its length again
+    assert store.acquire_lease("a", 5) and store.r.pttl(lease) > 100
+    assert store.acquire_lease("a", 0.05)
+    eventually("Redis to expire the lease", lambda: store.lease_holder() is None)
     assert store.acquire_lease("b", 5)
     store.release_lease("a")  # not the holder: no effect
     assert store.lease_holder() == "b"
@@ -137,9 +137,11 @@ def _preempted(store, requeue=True, cancelled=False):
     store.transition(j.id, JobState.SCHEDULED, bump_attempt=True, fields={"nodes": ["n1"]})
     store.claim_dispatch([j.id], 1, "w")
     store.transition(j.id, JobState.RUNNING)
+    before = time.time()
     assert store.request_preempt(j.id, 30)
+    after = time.time()
     deadline = store.get(j.id).preempt_deadline
-    assert deadline is not None and 25 < deadline.timestamp() - time.time() <= 30
+    assert deadline is not None and before + 30 - 0.001 <= deadline.timestamp() <= after + 30 + 0.001  # 30 s from the request
     if cancelled:
         store.cancel(j.id)  # a user, during the grace period
     assert store.transition(j.id, JobState.PREEMPTED, reason="Preempted")
@@ -193,3 +195,31 @@ def test_a_jobs_events_are_a_list_in_order_and_old_streams_keep_working(store):
     store.record_refusal(old.id, "mallory", "hold")
     assert store.r.type(store.k.job_events(old.id)) == "stream"
     assert [e.get("event", e.get("to")) for e in store.events(old.id)] == ["submitted", "SCHEDULED", "refused"]
+
+
+def _ids(events):
+    return [tuple(int(n) for n in e["id"].split("-")) for e in events]
+
+
+@pytest.mark.parametrize("clock", [2e9, 0, None], ids=["one-millisecond", "clock-went-back", "redis-time"])
+def test_a_jobs_event_ids_are_unique_and_ordered_however_fast_events_come(store, clock):
+    from crossdock.backends.redis_store.job_events import queue_job_event
+
+    [job] = store.submit([new()])
+    with store.r.pipeline(transaction=False) as pipe:  # one burst, run back to back by Redis
+        for i in range(300):
+            if i % 3 == 0:
+                store.transition(job.id, JobState.SCHEDULED if i % 2 == 0 else JobState.PENDING, pipe=pipe)
+            else:
+                queue_job_event(store.r, pipe, store.k, job.id, {"event": "refused", "n": i}, 1000, now=clock)
+        pipe.execute()
+    events = store.events(job.id)
+    ids = _ids(events)
+    assert len(events) == 301 and ids == sorted(set(ids))  # unique, and in the order they were written
+    if clock == 2e9:  # from the first event at that millisecond (in 2033) on, the sequence counts up
+        assert ids[2:] == [(2_000_000_000_000, n) for n in range(299)]
+    if clock == 0:  # an event from a clock behind the job's last one keeps that one's millisecond
+        refused = [i for i, e in enumerate(events) if e.get("event") == "refused"]
+        assert all(ids[i] == (ids[i - 1][0], ids[i - 1][1] + 1) for i in refused)
+    after = events[150]["id"]
+    assert [e["id"] for e in store.read_events(job.id, after=after)] == [e["id"] for e in events[151:]]

@@ -15,7 +15,6 @@ import shutil
 import signal
 import socket
 import subprocess
-import time
 import uuid
 from pathlib import Path
 
@@ -27,16 +26,9 @@ from crossdock.backends.redis_store import embedded
 from crossdock.queue.states import JobState
 from tests.conftest import TEST_CONFIG
 from tests.integration.local.test_users import SECOND, interpreter, second_user
+from tests.waiting import eventually
 
 pytestmark = [pytest.mark.redis, pytest.mark.celery]
-
-
-def wait_until(what, condition, timeout=60.0):
-    deadline = time.monotonic() + timeout
-    while not (value := condition()):
-        assert time.monotonic() < deadline, f"timed out after {timeout}s waiting for {what}"
-        time.sleep(0.1)
-    return value
 
 
 def answers(path: Path) -> bool:
@@ -74,7 +66,7 @@ def service(monkeypatch):
         up = subprocess.Popen([python, "-m", "crossdock", "up", "--multi-user", "--workers", "2"], env=env,
                               stdout=out, stderr=subprocess.STDOUT, start_new_session=True)
     try:
-        wait_until("the service's socket", lambda: answers(sock) or up.poll() is not None)
+        eventually("the service's socket", lambda: answers(sock) or up.poll() is not None)
         assert up.poll() is None, log.read_text()[-3000:]
         for k in [k for k in os.environ if k.startswith("CROSSDOCK_")]:
             monkeypatch.delenv(k)
