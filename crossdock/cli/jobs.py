@@ -121,8 +121,13 @@ def logs(job: str = typer.Argument(...), follow: bool = typer.Option(False, "--f
         served = gw.backend_logs(j.id)  # e.g. a pod's output, through the API
     except CrossdockError as exc:
         fail(f"logs of job {j.display_id}: {exc}", code=1)
-    if served is not None:
+    if served is not None:  # a Python job's kept output, a pod's log: -f prints what each read adds
         sys.stdout.write(served)
+        while follow and not gw.job(j.id).state.terminal:
+            time.sleep(0.5)
+            served = _more(served, gw.backend_logs(j.id) or "")
+        if follow:
+            _more(served, gw.backend_logs(j.id) or "")
         return
     out, err = output_paths(j, j.nodes[0] if j.nodes else "localhost")
     path = err if stderr else out
@@ -144,6 +149,13 @@ def logs(job: str = typer.Argument(...), follow: bool = typer.Option(False, "--f
                     sys.stdout.write(f.read().decode(errors="replace"))
             return
         time.sleep(0.5)
+
+
+def _more(shown: str, now: str) -> str:
+    """Print what ``now`` adds to ``shown`` (all of it when it does not extend it) and return it."""
+    sys.stdout.write(now[len(shown):] if now.startswith(shown) else now)
+    sys.stdout.flush()
+    return now
 
 
 def exit_status(jobs: list[Job]) -> int:
