@@ -186,5 +186,4 @@ def run_payload(payload: str, limit: int, save_checkpoint: Callable[[str], None]
         raise
     finally:
         for s, handler in previous.items():
-            if signal.getsignal(s) is stop:
-                signal.signal(s, handler)
+            signal.signal(s, handler)
