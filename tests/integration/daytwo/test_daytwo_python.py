@@ -141,3 +141,16 @@ def test_a_requeued_python_job_resumes_from_its_checkpoint(cluster):
     assert job.state is JobState.COMPLETED and job.attempts == 2
     log = h.logs()
     assert log.count("step 0\n") == 1 and "step 299\n" in log  # every attempt's output, no step run twice from 0
+
+
+def test_a_python_job_stopped_by_its_time_limit_keeps_its_checkpoint_for_a_requeue(cluster):
+    client = Client(cluster.rt)
+    h = client.options(time_limit=3).submit(Steps(), 10_000)
+    assert h.wait(timeout=HANG).state is JobState.TIMEOUT
+    reached = max(int(line.split()[1]) for line in h.logs().splitlines() if line.startswith("step "))
+    again = client.job(h.id)  # the first handle settled with the time-out
+    assert again.requeue()
+    until(lambda: f"step {reached + 3}\n" in again.logs(), "the requeued attempt went on")
+    assert again.wait(timeout=HANG).state is JobState.TIMEOUT and again.job.attempts == 2
+    log = again.logs()
+    assert log.count("step 0\n") == 1 and log.count(f"step {reached + 1}\n") == 1  # resumed where it stopped
