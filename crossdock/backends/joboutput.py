@@ -84,10 +84,15 @@ class OutputPump:
 def captured(store: Any, job_id: int) -> Iterator[None]:
     """Within: this process's stdout and stderr (descriptors 1 and 2) go to a private file that a
     thread pumps to the store each second, and on to the original stdout; restored on exit after
-    a last pump."""
+    a last pump. Without a writable temporary directory, nothing is kept (and it says so)."""
     for stream in (sys.stdout, sys.stderr):
         stream.flush()
-    fd, name = tempfile.mkstemp(prefix=f"crossdock-{job_id}-", suffix=".out")
+    try:
+        fd, name = tempfile.mkstemp(prefix=f"crossdock-{job_id}-", suffix=".out")
+    except OSError as exc:  # no writable temporary directory here: the output stays the job's own
+        print(f"crossdock: the output of job {job_id} is not kept ({exc})", file=sys.stderr)
+        yield
+        return
     saved = os.dup(1), os.dup(2)
     pump = OutputPump(store, job_id, Path(name), forward=saved[0], limit=output_limit())
     stop = threading.Event()
