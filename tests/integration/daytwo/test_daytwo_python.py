@@ -18,6 +18,7 @@ import pytest
 from crossdock.client import Client
 from crossdock.queue.states import JobState
 from tests.integration.local.rest import ApiServer, make_token
+from tests.integration.local.test_live_config import wait_until
 
 pytestmark = [pytest.mark.daytwo, pytest.mark.redis, pytest.mark.celery]
 cloudpickle.register_pickle_by_value(sys.modules[__name__])  # the jobs cannot import this test module
@@ -38,14 +39,6 @@ def crossdock(request, tmp_path, redis_url, monkeypatch):
     c = crossdock_on_slurm(tmp_path, redis_url, monkeypatch, backend_queue=1000)
     yield c
     c.close()
-
-
-def until(condition, what: str, timeout: float = HANG):
-    deadline = time.monotonic() + timeout
-    while not (value := condition()):
-        assert time.monotonic() < deadline, f"{what}: not after {timeout}s"
-        time.sleep(0.2)
-    return value
 
 
 def triple(x):
@@ -133,14 +126,17 @@ class Steps:
 def test_a_requeued_python_job_resumes_from_its_checkpoint(cluster):
     client = Client(cluster.rt)
     h = client.submit(Steps(), 300)
-    until(lambda: "step 5\n" in h.logs(), "the job ran five steps")
+    wait_until("the job ran five steps", lambda: "step 5\n" in h.logs(), HANG)
     assert h.requeue()  # running: preempted (SIGTERM), then requeued
+    followed = subprocess.run([sys.executable, "-m", "crossdock", "logs", "-f", str(h.id)], capture_output=True,
+                              text=True, timeout=HANG, env=dict(os.environ))  # returns once the job has ended
     starts = h.result(timeout=HANG)
     assert len(starts) == 2 and starts[0] == 0 and starts[1] >= 5, starts  # the second attempt went on
     job = h.job
     assert job.state is JobState.COMPLETED and job.attempts == 2
     log = h.logs()
     assert log.count("step 0\n") == 1 and "step 299\n" in log  # every attempt's output, no step run twice from 0
+    assert followed.returncode == 0 and followed.stdout == log
 
 
 def test_a_python_job_stopped_by_its_time_limit_keeps_its_checkpoint_for_a_requeue(cluster):
@@ -150,7 +146,7 @@ def test_a_python_job_stopped_by_its_time_limit_keeps_its_checkpoint_for_a_reque
     reached = max(int(line.split()[1]) for line in h.logs().splitlines() if line.startswith("step "))
     again = client.job(h.id)  # the first handle settled with the time-out
     assert again.requeue()
-    until(lambda: f"step {reached + 3}\n" in again.logs(), "the requeued attempt went on")
+    wait_until("the requeued attempt went on", lambda: f"step {reached + 3}\n" in again.logs(), HANG)
     assert again.wait(timeout=HANG).state is JobState.TIMEOUT and again.job.attempts == 2
     log = again.logs()
     assert log.count("step 0\n") == 1 and log.count(f"step {reached + 1}\n") == 1  # resumed where it stopped
