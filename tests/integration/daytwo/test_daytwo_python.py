@@ -91,8 +91,11 @@ def test_print_output_is_kept_and_a_new_process_reattaches_by_id(crossdock, tmp_
     server = ApiServer(crossdock.rt, send=crossdock.send)
     try:
         with httpx.Client(base_url=server.url, timeout=60) as http:
-            r = http.get(f"/v1/jobs/{h.id}/logs", headers=make_token(crossdock.rt.store, client.user))
+            token = make_token(crossdock.rt.store, client.user)
+            r = http.get(f"/v1/jobs/{h.id}/logs", headers=token)
+            followed = http.get(f"/v1/jobs/{h.id}/logs", params={"follow": True}, headers=token)
         assert r.status_code == 200 and r.text == kept
+        assert followed.status_code == 200 and followed.text == kept  # the job had ended: the stream ends too
     finally:
         server.close()
 
@@ -123,8 +126,8 @@ class Steps:
         return self, (n,), {}
 
 
-def test_a_requeued_python_job_resumes_from_its_checkpoint(cluster):
-    client = Client(cluster.rt)
+def test_a_requeued_python_job_resumes_from_its_checkpoint(crossdock):
+    client = Client(crossdock.rt)
     h = client.submit(Steps(), 300)
     wait_until("the job ran five steps", lambda: "step 5\n" in h.logs(), HANG)
     assert h.requeue()  # running: preempted (SIGTERM), then requeued
