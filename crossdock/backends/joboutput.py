@@ -5,8 +5,8 @@ themselves) to one file; an :class:`OutputPump` copies what is appended there to
 output of the job (:meth:`JobStore.append_output`), every attempt's in turn, and to the job's own
 output file when it has one (``options(stdout=...)``; a pod's log). The local supervisor pumps at
 each heartbeat; a remote runner (:mod:`crossdock.workers.pyjob`) from a thread
-(:func:`captured`). What is kept stops at ``CROSSDOCK_OUTPUT_MAX_BYTES`` (default 16 MiB), with a
-line that says so.
+(:func:`captured`). What is kept stops at ``CROSSDOCK_OUTPUT_MAX_BYTES`` characters (default 16 Mi),
+with a line that says so; the job's own output file still gets it all.
 """
 
 from __future__ import annotations
@@ -74,7 +74,8 @@ class OutputPump:
             return
         room = self.limit - self.kept
         if len(text) > room:
-            text = text[:room] + f"\n[crossdock: the output is over {self.limit} bytes ({LIMIT_ENV}); the rest is not kept]\n"
+            text = (text[:room] + f"\n[crossdock: the output is over {self.limit} characters ({LIMIT_ENV});"
+                    " the rest is not kept]\n")
             self.full = True
         self.kept += len(text)
         self.unsent.append(text)
