@@ -21,8 +21,8 @@ from typing import Any, Callable
 
 import cloudpickle
 
-__all__ = ["Batch", "ResultTooLarge", "Stopped", "run_payload", "UnpicklableResult", "decode_call", "decode_outcome", "encode_args", "encode_call",
-           "encode_error", "encode_fn", "encode_value", "join_parts", "result_limit", "run_call"]
+__all__ = ["Batch", "ResultTooLarge", "Stopped", "UnpicklableResult", "decode_call", "decode_outcome", "encode_args",
+           "encode_call", "encode_error", "encode_fn", "encode_value", "join_parts", "result_limit", "run_call", "run_payload"]
 
 PARTS = "parts:"
 """Prefix of a payload text joined from a stored function and one task's arguments."""

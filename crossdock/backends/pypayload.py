@@ -41,7 +41,8 @@ def verified_payload(store: Any, state_dir: Path, job: Job) -> str:
     resumed = store.checkpoint(job.id) if store is not None else None
     if resumed is not None:
         key = signing.user_key(state_dir, spec.user)
-        return signing.unseal(key, checkpoint_context(job.id), resumed, f"the checkpoint of job {job.display_id}").decode()
+        what = f"the checkpoint of job {job.display_id}"
+        return signing.unseal(key, checkpoint_context(job.id), resumed, what).decode()
     if not spec.python.parts:
         signing.check_payload(state_dir, spec, what)
         return spec.python.payload

@@ -112,7 +112,8 @@ def requeue(refs: List[str] = typer.Argument(...)) -> None:
 
 def logs(job: str = typer.Argument(...), follow: bool = typer.Option(False, "--follow", "-f"),
          stderr: bool = typer.Option(False, "--stderr", help="show the error file when it differs")) -> None:
-    """Print a job's output (a Python job's as kept in the store, else its output file); -f follows it until the job ends."""
+    """Print a job's output (a Python job's as kept in the store, else its output file); -f
+    follows it until the job ends."""
     from crossdock.backends.local.environment import output_paths
 
     j = _jobs([job])[0]
