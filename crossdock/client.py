@@ -216,9 +216,19 @@ class Client:
         api.show(self.runtime, name)
         return api.ServiceHandle(self.runtime, name, self.who)
 
-    def submit_specs(self, specs: Iterable[JobSpec], token: str | None = None) -> list[JobHandle]:
+    def submit_specs(self, specs: Iterable[JobSpec], token: str | None = None, watched: bool = True) -> list[JobHandle]:
         """Submit many specs in one atomic, pipelined step."""
-        return [JobHandle(self, j) for j in self.gateway.submit(list(specs), token=token)]
+        return [JobHandle(self, j, watched) for j in self.gateway.submit(list(specs), token=token)]
+
+    def job(self, ref: int | str) -> JobHandle:
+        """The handle of a job submitted before, from any process (``client.job(12)``,
+        ``client.job("12_3")``): its state, ``result()``, ``logs()``, ``cancel()``. A task of a
+        ``map`` in chunks is one job whose result is its inputs' outcomes; re-attach to a whole
+        map with its handles instead."""
+        ids = self.gateway.resolve(str(ref))
+        if len(ids) != 1:
+            raise InvalidArgument(f"job: {ref!r} names an array of {len(ids)} tasks; give one task, such as '{ref}_0'")
+        return JobHandle(self, self.gateway.job(ids[0]))
 
     def submit(self, fn: Callable[..., Any], /, *args: Any, **kwargs: Any) -> JobHandle:
         """Run ``fn(*args, **kwargs)`` as a job; its arguments pass through untouched. Resources come
@@ -252,17 +262,24 @@ class Client:
         return self.submit_specs([spec], token=token)[0]
 
     def map(self, fn: Callable[[Any], Any], inputs: Iterable[Any], max_running: int | None = None,
-            chunksize: int = 1, **resources: Any) -> list[JobHandle]:
+            chunksize: int | None = None, **resources: Any) -> list[JobHandle]:
         """One array job, one handle per input in input order. Each task takes ``chunksize``
         inputs (as ``concurrent.futures.Executor.map``'s): with many short calls, a task of 50
         inputs costs one interpreter start and one backend task instead of 50; each input still
-        has its own value or exception."""
+        has its own value or exception. Without ``chunksize``, :func:`auto_chunksize` chooses it
+        as ``multiprocessing.Pool.map`` does (about four tasks per slot); ``chunksize=1`` runs
+        each input as its own task."""
         if not callable(fn):
             raise InvalidArgument(f"fn: {shown(fn, 80)} is not callable")
-        chunksize = _whole("chunksize", chunksize)
         items = list(inputs)
         if not items:
             return []
+        if chunksize is None:
+            cpus = _resources(**{k: v for k, v in {**self._defaults, **resources}.items()
+                                 if k not in ("name", "token")})["cpus_per_task"]
+            chunksize = auto_chunksize(len(items), max_running or self._slots(cpus),
+                                       self.gateway.limits()["max_array_size"])
+        chunksize = _whole("chunksize", chunksize)
         groups = [tuple(items[i:i + chunksize]) for i in range(0, len(items), chunksize)]
         call = Batch(fn) if chunksize > 1 else fn
         resources = {**self._defaults, **resources}
@@ -276,7 +293,7 @@ class Client:
                                       " per input, without an array's throttle; leave max_running out")
             specs = [self._spec(lambda g=g: {**self._python_fields(name, self._python(encode_call(call, g, {}), fn)),
                                              **_resources(**resources)}) for g in groups]
-            return _per_input(self.submit_specs(specs), groups, chunksize)
+            return _per_input(self.submit_specs(specs, watched=chunksize == 1), groups, chunksize)
         # the function once per array, each task's arguments apart: a task reads only its own
         from crossdock import service
 
@@ -288,7 +305,19 @@ class Client:
                                    "array": ArraySpec(task_ids=list(range(len(groups))), max_running=max_running),
                                    **_resources(**resources)})
         rt.store.put_call_parts(ref, parts)
-        return _per_input(self.submit_specs([spec])[: len(groups)], groups, chunksize)
+        return _per_input(self.submit_specs([spec], watched=chunksize == 1)[: len(groups)], groups, chunksize)
+
+    def _slots(self, cpus: int) -> int:
+        """How many tasks of ``cpus`` CPUs the nodes the scheduler knows could run at once."""
+        return max(1, sum(n.cpu_milli for n in self.gateway.inventory()) // 1000 // cpus)
+
+
+def auto_chunksize(inputs: int, slots: int, max_tasks: int) -> int:
+    """``map``'s chunksize when none is given: ``multiprocessing.Pool.map``'s (``inputs / (4 ×
+    slots)``, rounded up), so that each slot runs about four tasks, the last ones balancing the
+    load, instead of paying one interpreter start and one backend task per input; never more
+    tasks than an array may hold (``max_tasks``)."""
+    return max(1, math.ceil(inputs / (4 * max(slots, 1))), math.ceil(inputs / max(max_tasks, 1)))
 
 
 def _per_input(handles: list[JobHandle], groups: list[tuple], chunksize: int) -> list[JobHandle]:

@@ -1,19 +1,22 @@
 """A submitted job's handle: a real :class:`concurrent.futures.Future`.
 
-``done()``, ``result()``, ``exception()`` and ``add_done_callback()`` behave as for any future
-(``concurrent.futures.wait``/``as_completed`` and ``asyncio.wrap_future`` accept it), and it is
-awaitable. Nothing pushes a job's end to the client, so the handle resolves itself when it
-sees its job in a terminal state: on a call (``done()``, ``result()``), or from one watcher
-thread per client that polls the service for the handles someone waits on (a callback, ``await``,
-:func:`wait`, :func:`as_completed`). A Python job resolves to its return value or its exception
-(with the remote traceback as a note); another job to its final :class:`Job` when it completed,
-else to :class:`JobFailed`.
+Nothing pushes a job's end to the client, so each client has one watcher thread that polls the
+service for its handles' jobs (one round trip a pass, faster while jobs end, slower while none
+does) and settles each handle's future when its job ends, through ``Future``'s own
+``set_result``/``set_exception``: the standard library's ``concurrent.futures.wait`` and
+``as_completed`` (whose waiters ``Future`` notifies), ``asyncio.wrap_future``, ``await handle``,
+:func:`wait`, :func:`as_completed` and ``add_done_callback`` all see it. ``done()`` and
+``result()`` also ask the service themselves. A Python job resolves to its return value or its
+exception (with the remote traceback as a note); another job to its final :class:`Job` when it
+completed, else to :class:`JobFailed`. ``cancel()`` cancels the job (pending or running) and, as
+``Future.cancel``, returns True unless it had ended; the future is then cancelled.
 """
 
 from __future__ import annotations
 
 import asyncio
 import concurrent.futures as cf
+import logging
 import threading
 import time
 from typing import TYPE_CHECKING, Any, Callable, Iterable, Iterator
@@ -26,7 +29,16 @@ from crossdock.queue.states import JobState
 if TYPE_CHECKING:
     from crossdock.client import Client
 
+log = logging.getLogger(__name__)
+
 POLL_SECONDS = 0.2
+"""The watcher's pass interval right after a job ended or a handle came; it grows to
+:data:`IDLE_POLL_SECONDS` while nothing ends."""
+IDLE_POLL_SECONDS = 2.0
+GIVE_UP_SECONDS = 600.0
+"""A watcher whose service has not answered for this long stops (the next handle starts it again)."""
+CANCELLING = ("CANCELLED", "cancelling")
+"""The cancel outcomes (:func:`crossdock.service.cancel`) of a job that had not ended."""
 
 
 class JobFailed(CrossdockError):
@@ -42,10 +54,13 @@ class RemoteError(CrossdockError):
 
 
 class JobHandle(cf.Future):
-    def __init__(self, client: "Client", job: Job):
+    def __init__(self, client: "Client", job: Job, watched: bool = True):
+        """``watched``: settled by the client's watcher when its job ends (every handle a user gets)."""
         super().__init__()
         self.client, self.id, self._job = client, job.id, job
         self._resolving = threading.Lock()
+        if watched:
+            _watcher(client).watch([self])
 
     def __repr__(self) -> str:
         return f"JobHandle({self._job.display_id}, {self.state.value})"
@@ -119,10 +134,16 @@ class JobHandle(cf.Future):
         if not super().done():
             _watcher(self.client).watch([self])
 
+    def running(self) -> bool:
+        return not super().done() and self.state is JobState.RUNNING
+
     def __await__(self):
         # through a proxy: an awaiting task cancelled (a timeout) drops its wait, not the job
         proxy: cf.Future = cf.Future()
         def copy(f: cf.Future) -> None:
+            if cf.Future.cancelled(f):
+                proxy.cancel()
+                return
             exc = cf.Future.exception(f, 0)
             proxy.set_exception(exc) if exc is not None else proxy.set_result(cf.Future.result(f, 0))
 
@@ -130,9 +151,34 @@ class JobHandle(cf.Future):
         return asyncio.wrap_future(proxy).__await__()
 
     def cancel(self) -> bool:
-        """Cancel the job in crossdock (scancel); the future then resolves to :class:`JobFailed`."""
-        self.client.gateway.cancel([str(self.id)])
-        return False  # the job ends through its backend, not by dropping the future
+        """Cancel the job in crossdock (scancel), pending or running: True, and the future is
+        cancelled (``result()`` raises ``CancelledError``), unless the job had already ended."""
+        if super().done():
+            return super().cancelled()
+        (_, outcome), = self.client.gateway.cancel([str(self.id)])
+        if outcome not in CANCELLING:  # it had ended: the future settles from how
+            self._check()
+            return False
+        with self._resolving:
+            cancelled = super().cancel()
+            if cancelled:
+                self.set_running_or_notify_cancel()  # the stdlib's waiters hear of it here
+        return cancelled
+
+    def logs(self) -> str:
+        """What the job printed so far: a Python job's output as kept in the store (every
+        attempt's), a pod's log, or the job's output file."""
+        served = self.client.gateway.backend_logs(self.id)
+        if served is not None:
+            return served
+        from crossdock.backends.local.environment import output_paths
+
+        job = self.job
+        path = output_paths(job, job.nodes[0] if job.nodes else "localhost")[0]
+        try:
+            return path.read_text(errors="replace")
+        except FileNotFoundError:
+            return ""
 
     def hold(self) -> bool:
         return self.client.gateway.hold([str(self.id)], True)[0][1]
@@ -161,8 +207,8 @@ class InputHandle(JobHandle):
     one task fetch once. ``state`` is the task's."""
 
     def __init__(self, client: "Client", job: Job, index: int, outcomes: "_Outcomes"):
+        self.index, self._outcomes = index, outcomes  # before the watcher may settle it
         super().__init__(client, job)
-        self.index, self._outcomes = index, outcomes
 
     @classmethod
     def of(cls, task: JobHandle, inputs: int) -> list["InputHandle"]:
@@ -191,11 +237,13 @@ class _Outcomes:
 
 
 class _Watcher:
-    """One daemon thread per client: polls the store for the watched handles' jobs, one round
-    trip per pass, and resolves those that ended; it exits when nothing is watched."""
+    """One daemon thread per client: polls the service for the watched handles' jobs, one round
+    trip per pass, and settles those that ended; it exits when nothing is watched, or when the
+    service has not answered for :data:`GIVE_UP_SECONDS` (a later :meth:`watch` starts it again)."""
 
     def __init__(self, client: "Client"):
         self.client, self.lock, self.handles, self.thread = client, threading.Lock(), {}, None
+        self.woken = threading.Event()
 
     def watch(self, handles: Iterable[JobHandle]) -> None:
         with self.lock:
@@ -205,16 +253,34 @@ class _Watcher:
             if self.handles and (self.thread is None or not self.thread.is_alive()):
                 self.thread = threading.Thread(target=self._run, name="crossdock-watcher", daemon=True)
                 self.thread.start()
+        self.woken.set()
 
     def _run(self) -> None:
+        delay, failing_since = POLL_SECONDS, None
         while True:
             with self.lock:
                 pending = {i: list(hs) for i, hs in self.handles.items()}
                 if not pending:
                     self.thread = None
                     return
-            for job in self.client.gateway.jobs(list(pending)):
+            try:
+                jobs = self.client.gateway.jobs(list(pending))
+            except Exception as exc:  # noqa: BLE001 - the service away for a while: try again
+                now = time.monotonic()
+                failing_since = failing_since or now
+                if now - failing_since >= GIVE_UP_SECONDS:
+                    log.warning("crossdock: no answer from the service for %.0fs (%s); %d jobs no longer watched",
+                                now - failing_since, exc, len(pending))
+                    with self.lock:
+                        self.thread = None
+                    return
+                self.woken.wait(IDLE_POLL_SECONDS)
+                self.woken.clear()
+                continue
+            failing_since, ended = None, False
+            for job in jobs:
                 if job.state.terminal:
+                    ended = True
                     for h in pending[job.id]:
                         h._resolve(job)
             with self.lock:
@@ -223,7 +289,9 @@ class _Watcher:
                         self.handles.pop(i, None)
                     else:
                         self.handles[i] = left
-            time.sleep(POLL_SECONDS)
+            delay = POLL_SECONDS if ended or self.woken.is_set() else min(delay * 1.5, IDLE_POLL_SECONDS)
+            self.woken.clear()
+            self.woken.wait(delay)
 
 
 _WATCHERS: dict[int, _Watcher] = {}

@@ -14,14 +14,15 @@ from __future__ import annotations
 
 import base64
 import os
+import signal
 import sys
 import traceback
 from typing import Any, Callable
 
 import cloudpickle
 
-__all__ = ["Batch", "ResultTooLarge", "UnpicklableResult", "decode_call", "decode_outcome", "encode_args", "encode_call",
-           "encode_error", "encode_fn", "encode_value", "join_parts", "result_limit", "run_call"]
+__all__ = ["Batch", "ResultTooLarge", "Stopped", "UnpicklableResult", "decode_call", "decode_outcome", "encode_args",
+           "encode_call", "encode_error", "encode_fn", "encode_value", "join_parts", "result_limit", "run_call", "run_payload"]
 
 PARTS = "parts:"
 """Prefix of a payload text joined from a stored function and one task's arguments."""
@@ -90,6 +91,8 @@ def run_call(fn: Callable[..., Any], args: tuple, kwargs: dict, limit: int, name
     name = name or getattr(fn, "__qualname__", repr(fn))
     try:
         value = fn(*args, **kwargs)
+    except Stopped:
+        raise
     except BaseException as exc:  # noqa: BLE001 - everything goes back to the caller
         return _failed(exc, traceback.format_exc())
     try:
@@ -125,3 +128,62 @@ class Batch:
     def __call__(self, *items: Any) -> list[bytes]:
         limit = result_limit()
         return [run_call(self.fn, (item,), {}, limit)[0] for item in items]
+
+
+STOP_SIGNALS = (signal.SIGTERM, signal.SIGUSR2)
+"""What tells a runner its job is being stopped: SIGTERM (preemption, the time limit, a cancel)
+and SIGUSR2 (``--signal=USR2@SECONDS``, submitit's warning before the time limit)."""
+
+
+class Stopped(BaseException):
+    """The call was interrupted by one of :data:`STOP_SIGNALS`: the attempt ends without an outcome."""
+
+    def __init__(self, signum: int):
+        super().__init__(f"stopped by signal {signum}")
+        self.signum = signum
+
+
+def _next_call(returned: Any) -> tuple[Callable[..., Any], tuple, dict] | None:
+    """A checkpoint hook's answer: ``(fn, args, kwargs)``, submitit's ``DelayedSubmission``
+    (``.function``, ``.args``, ``.kwargs``), or None (start afresh)."""
+    if returned is None:
+        return None
+    if hasattr(returned, "function"):
+        return returned.function, tuple(returned.args), dict(returned.kwargs)
+    fn, args, kwargs = returned
+    return fn, tuple(args), dict(kwargs)
+
+
+def run_payload(payload: str, limit: int, save_checkpoint: Callable[[str], None], name: str = "") -> tuple[bytes, bool]:
+    """Decode and run a payload as :func:`run_call` does (a payload that does not unpickle is
+    the call's error). When the callable has a ``checkpoint`` method (submitit's habit), a stop
+    signal calls ``fn.checkpoint(*args, **kwargs)`` and hands the call it returns, encoded, to
+    ``save_checkpoint``: the job's next attempt runs that instead. Raises :class:`Stopped` then."""
+    try:
+        fn, args, kwargs = decode_call(payload)
+    except BaseException as exc:  # noqa: BLE001 - a module missing where the job runs is the job's error
+        return _failed(exc, traceback.format_exc())
+    hook = getattr(fn, "checkpoint", None)
+    if not callable(hook):
+        return run_call(fn, args, kwargs, limit, name)
+
+    def stop(signum: int, _frame: Any) -> None:
+        raise Stopped(signum)
+
+    previous = {s: signal.signal(s, stop) for s in STOP_SIGNALS}
+    try:
+        return run_call(fn, args, kwargs, limit, name)
+    except Stopped:
+        for s in STOP_SIGNALS:  # one stop is enough: the hook runs once
+            signal.signal(s, signal.SIG_IGN)
+        try:
+            following = _next_call(hook(*args, **kwargs))
+        except Exception:  # noqa: BLE001 - a broken hook: the next attempt starts afresh
+            traceback.print_exc()
+            following = None
+        if following is not None:
+            save_checkpoint(encode_call(*following))
+        raise
+    finally:
+        for s, handler in previous.items():
+            signal.signal(s, handler)

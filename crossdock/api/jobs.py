@@ -170,8 +170,8 @@ def logs(job_id: int, gw: Direct = Depends(view), follow: bool = Query(False, de
     job = gw.job(job_id)
     service.authorize(gw.rt, gw.who, [job], "read the output of")
     served = gw.backend_logs(job.id)  # a pod's log, as its backend serves it
-    if served is not None:
-        return StreamingResponse(iter([served.encode()]), media_type="text/plain; charset=utf-8")
+    if served is not None:  # a Python job's kept output, a pod's log
+        return StreamingResponse(_served(gw, job.id, served, follow), media_type="text/plain; charset=utf-8")
     out, err = output_paths(job, job.nodes[0] if job.nodes else "localhost")
     path, uid = (err if stderr else out), _owner_uid(job)
     try:
@@ -180,6 +180,20 @@ def logs(job_id: int, gw: Direct = Depends(view), follow: bool = Query(False, de
         gw.rt.store.access.record_refusal(gw.who.name, "read the output of", str(exc), job.id)
         raise
     return StreamingResponse(_tail(gw, job.id, path, uid, first, follow), media_type="text/plain; charset=utf-8")
+
+
+async def _served(gw: Direct, job_id: int, first: str, follow: bool) -> AsyncIterator[bytes]:
+    """What the service serves of a job's output; with ``follow``, what each read adds, until the job has ended."""
+    shown = first
+    yield first.encode()
+    while follow:
+        ended = (await run_in_threadpool(gw.job, job_id)).state.terminal
+        now = await run_in_threadpool(gw.backend_logs, job_id) or ""
+        yield (now[len(shown):] if now.startswith(shown) else now).encode()
+        shown = now
+        if ended:
+            return
+        await asyncio.sleep(FOLLOW_POLL_SECONDS)
 
 
 def _owner_uid(job: Job) -> int | None:

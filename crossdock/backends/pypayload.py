@@ -3,7 +3,9 @@
 A ``submit`` carries its call in the spec (``PythonCall.payload``, sealed beside it); a ``map``
 task finds its function and its own arguments among the array's parts
 (:meth:`JobStore.call_parts`), each sealed under its owner's key with a context naming the part,
-so that no part is unpickled unless its owner's client wrote it.
+so that no part is unpickled unless its owner's client wrote it. A job stopped while its
+callable's ``checkpoint()`` hook was armed resumes from the call the hook returned, which its
+runner stored sealed under the owner's key (:meth:`JobStore.set_checkpoint`).
 """
 
 from __future__ import annotations
@@ -25,13 +27,22 @@ def args_context(ref: str, task_id: int) -> str:
     return f"args:{ref}:{task_id}"
 
 
+def checkpoint_context(job_id: int) -> str:
+    return f"checkpoint:{job_id}"
+
+
 def verified_payload(store: Any, state_dir: Path, job: Job) -> str:
-    """The payload text for :func:`crossdock.pycall.decode_call`; :class:`BadSignature` when a
-    part is missing, unsigned or forged."""
+    """The payload text for :func:`crossdock.pycall.decode_call` (the checkpointed call, when the
+    job left one); :class:`BadSignature` when a part is missing, unsigned or forged."""
     spec = job.spec
     what = f"the Python payload of job {job.display_id}"
     if spec.python is None:
         raise ValueError(f"job {job.display_id} is not a Python job")
+    resumed = store.checkpoint(job.id) if store is not None else None
+    if resumed is not None:
+        key = signing.user_key(state_dir, spec.user)
+        what = f"the checkpoint of job {job.display_id}"
+        return signing.unseal(key, checkpoint_context(job.id), resumed, what).decode()
     if not spec.python.parts:
         signing.check_payload(state_dir, spec, what)
         return spec.python.payload

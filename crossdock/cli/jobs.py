@@ -178,7 +178,8 @@ def update(words: List[str] = typer.Argument(..., metavar="[JobId=]JOB FIELD=VAL
 
 def logs(job: str = typer.Argument(...), follow: bool = typer.Option(False, "--follow", "-f"),
          stderr: bool = typer.Option(False, "--stderr", help="show the error file when it differs")) -> None:
-    """Print a job's output file; -f follows it until the job ends."""
+    """Print a job's output (a Python job's as kept in the store, else its output file); -f
+    follows it until the job ends."""
     from crossdock.backends.local.environment import output_paths
 
     j = _jobs([job])[0]
@@ -187,8 +188,13 @@ def logs(job: str = typer.Argument(...), follow: bool = typer.Option(False, "--f
         served = gw.backend_logs(j.id)  # e.g. a pod's output, through the API
     except CrossdockError as exc:
         fail(f"logs of job {j.display_id}: {exc}", code=1)
-    if served is not None:
+    if served is not None:  # a Python job's kept output, a pod's log: -f prints what each read adds
         sys.stdout.write(served)
+        while follow and not gw.job(j.id).state.terminal:
+            time.sleep(0.5)
+            served = _more(served, gw.backend_logs(j.id) or "")
+        if follow:
+            _more(served, gw.backend_logs(j.id) or "")
         return
     out, err = output_paths(j, j.nodes[0] if j.nodes else "localhost")
     path = err if stderr else out
@@ -210,6 +216,13 @@ def logs(job: str = typer.Argument(...), follow: bool = typer.Option(False, "--f
                     sys.stdout.write(f.read().decode(errors="replace"))
             return
         time.sleep(0.5)
+
+
+def _more(shown: str, now: str) -> str:
+    """Print what ``now`` adds to ``shown`` (all of it when it does not extend it) and return it."""
+    sys.stdout.write(now[len(shown):] if now.startswith(shown) else now)
+    sys.stdout.flush()
+    return now
 
 
 def exit_status(jobs: list[Job]) -> int:

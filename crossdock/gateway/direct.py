@@ -118,8 +118,13 @@ class Direct:
         return service.load_inventory(self.rt)
 
     def backend_logs(self, job_id: int) -> str | None:
-        """A job's output as its backend serves it (a pod's log); None when it keeps files."""
+        """A job's output as the service serves it: a Python job's as its runner kept it in the
+        store (every attempt's), another's as its backend serves it (a pod's log); None when it
+        is in files."""
         job = self.rt.store.get(job_id)
+        if job.spec.python is not None:
+            service.authorize(self.rt, self.who, [job], "read the output of")
+            return "".join(self.rt.store.output(job.id) or [])
         if not job.backend or not self.rt.backends.capabilities(job.backend).logs:
             return None
         service.authorize(self.rt, self.who, [job], "read the output of")

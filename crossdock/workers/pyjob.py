@@ -7,8 +7,11 @@ from the store (``CROSSDOCK_JOB_ID``; an array task finds its own record by
 exception with its remote traceback) under the task's job id, where ``result()`` reads it. The
 store and the signing key come from ``CROSSDOCK_REDIS_URL``, ``CROSSDOCK_PREFIX`` and
 ``CROSSDOCK_STATE_DIR`` (or ``CROSSDOCK_SIGNING_KEY``), which the client puts in a Python job's
-environment. Exit status 0 when the call returned, 1 when it raised or its value could not be
-stored, 2 when the job cannot be read or its payload is refused.
+environment. What the call prints is kept in the store (:mod:`crossdock.backends.joboutput`)
+and still reaches the job's own output. A callable with a ``checkpoint()`` hook that is stopped
+(SIGTERM: preemption, the time limit) stores the call the hook returned, sealed, for the next
+attempt. Exit status 0 when the call returned, 1 when it raised or its value could not be
+stored, 2 when the job cannot be read or its payload is refused, 128 + the signal when stopped.
 """
 
 from __future__ import annotations
@@ -18,8 +21,9 @@ import sys
 from collections.abc import Mapping
 
 from crossdock import signing
-from crossdock.backends.pypayload import verified_payload
-from crossdock.pycall import decode_call, result_limit, run_call
+from crossdock.backends.joboutput import captured
+from crossdock.backends.pypayload import checkpoint_context, verified_payload
+from crossdock.pycall import Stopped, result_limit, run_payload
 from crossdock.queue.errors import CrossdockError
 from crossdock.queue.models import Job
 from crossdock.runtime import Runtime
@@ -46,16 +50,19 @@ def run(rt: Runtime, environ: Mapping[str, str]) -> int:
     except (CrossdockError, KeyError, ValueError) as exc:
         print(f"crossdock: cannot run this Python job: {exc}", file=sys.stderr)
         return 2
-    # unpickling runs inside run_call: a module missing in the job's environment is the job's error
-    outcome, ok = run_call(_call_of, (payload,), {}, result_limit(dict(environ)), name=job.spec.python.qualname)
     key = signing.user_key(state_dir, job.spec.user)
+
+    def save(text: str) -> None:
+        store.set_checkpoint(job.id, signing.seal(key, checkpoint_context(job.id), text.encode()))
+
+    with captured(store, job.id):
+        try:
+            # a module missing in the job's environment is the job's error
+            outcome, ok = run_payload(payload, result_limit(dict(environ)), save, name=job.spec.python.qualname)
+        except Stopped as stop:
+            return 128 + stop.signum
     store.set_result(job.id, signing.seal(key, f"result:{job.id}", outcome))
     return 0 if ok else 1
-
-
-def _call_of(payload: str):
-    fn, args, kwargs = decode_call(payload)
-    return fn(*args, **kwargs)
 
 
 def main() -> int:

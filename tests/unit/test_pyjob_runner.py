@@ -41,6 +41,16 @@ class Store:
     def set_result(self, job_id: int, blob: bytes) -> None:
         self.results[job_id] = blob
 
+    def append_output(self, job_id: int, chunks: list[str]) -> None:
+        self.outputs = getattr(self, "outputs", {})
+        self.outputs.setdefault(job_id, []).extend(chunks)
+
+    def set_checkpoint(self, job_id: int, sealed: bytes) -> None:
+        self.checkpoints = {**getattr(self, "checkpoints", {}), job_id: sealed}
+
+    def checkpoint(self, job_id: int) -> bytes | None:
+        return getattr(self, "checkpoints", {}).get(job_id)
+
 
 def key(state: Path) -> bytes:
     return signing.user_key(state, "alice")
@@ -147,3 +157,47 @@ def test_submit_keywords_go_to_the_function_and_old_resource_keywords_warn():
 
     kwargs = {"cpus": 2}
     assert _legacy_options(g, kwargs) == {} and kwargs == {"cpus": 2}
+
+
+def chatty(x):
+    import os
+
+    # the descriptors themselves, as print() writes to them in a runner (pytest swaps sys.stdout here)
+    os.write(1, f"working on {x}\n".encode())
+    os.write(2, b"a warning\n")
+    os.system(f"echo a child sees {x}")
+    return x
+
+
+def test_what_the_call_prints_is_kept_in_the_store(tmp_path):
+    store = Store([submitted(tmp_path, chatty, 4)])
+    assert run(tmp_path, store, CROSSDOCK_JOB_ID="7") == 0
+    kept = "".join(store.outputs[7])
+    assert all(line in kept for line in ("working on 4\n", "a warning\n", "a child sees 4\n")), kept
+
+
+class Halfway:
+    def __init__(self):
+        self.done = 0
+
+    def __call__(self, n):
+        import os
+        import signal
+
+        while self.done < n:
+            self.done += 1
+            if self.done == 2 and n == 5:
+                os.kill(os.getpid(), signal.SIGTERM)  # as a preemption would
+        return self.done
+
+    def checkpoint(self, n):
+        return self, (n + 1,), {}
+
+
+def test_a_stopped_call_stores_its_sealed_checkpoint_and_the_next_attempt_runs_it(tmp_path):
+    store = Store([submitted(tmp_path, Halfway(), 5)])
+    assert run(tmp_path, store, CROSSDOCK_JOB_ID="7") == 128 + 15 and not store.results
+    assert run(tmp_path, store, CROSSDOCK_JOB_ID="7") == 0
+    assert outcome(tmp_path, store, 7)[:2] == ("ok", 6)  # resumed from done=2, with the call its hook chose
+    store.checkpoints[7] = store.checkpoints[7][:-1] + b"x"  # tampered
+    assert run(tmp_path, store, CROSSDOCK_JOB_ID="7") == 2

@@ -31,13 +31,15 @@ from pathlib import Path
 from redis.backoff import NoBackoff
 from redis.retry import Retry
 
+from crossdock import signing
 from crossdock.backends.local import replica as service_replica, workspace
 from crossdock.backends.local.memlimit import MemoryLimit
 from crossdock.backends.local.environment import job_environment, output_paths
 from crossdock.jobtools.srun import steps_file
 from crossdock.backends.local.owner import Owner, acting_as, owner_of, submit_umask
 from crossdock.backends.local.record import STORE_DOWN, record
-from crossdock.backends.pypayload import verified_payload
+from crossdock.backends.joboutput import OutputPump, output_limit
+from crossdock.backends.pypayload import checkpoint_context, verified_payload
 from crossdock.backends.redis_store import connect
 from crossdock.backends.redis_store.embedded import private_dir
 from crossdock.backends.redis_store.store import JobStore, StopRequest
@@ -57,6 +59,12 @@ GIVE_UP_SECONDS = 3600.0
 record its job's end (the outcome file holds it meanwhile, and after, for the reconciler)."""
 STORE_TIMEOUT_SECONDS = 2.0
 """One store call's limit: a hung Redis must not stop the watch (time limit, heartbeat file)."""
+
+
+CHECKPOINT = "checkpoint.b64"
+"""The call a Python job's ``checkpoint()`` hook returned when it was stopped (empty: none)."""
+OUTPUT = "output.log"
+"""A Python job's stdout and stderr, which the supervisor pumps to the store (:mod:`joboutput`)."""
 
 
 def job_dir(state_dir: Path, job_id: int, attempt: int) -> Path:
@@ -88,8 +96,9 @@ def build_argv(job: Job, workspace: Path, state_dir: Path, owner: Owner | None =
         payload.flush()
         payload.seek(0)
         result = _private(workspace / "result.pkl", "wb")
+        checkpoint = _private(workspace / CHECKPOINT, "w")
         return ([sys.executable, "-m", "crossdock.backends.local.pyrun", f"fd:{payload.fileno()}",
-                 f"fd:{result.fileno()}"], [payload, result])
+                 f"fd:{result.fileno()}", f"fd:{checkpoint.fileno()}"], [payload, result, checkpoint])
     if spec.script is not None:
         with _private(workspace / "script", "w", owner, perm=0o700) as f:
             f.write(spec.script)
@@ -153,6 +162,8 @@ class Supervisor:
         """Cancelled while being dispatched (before RUNNING got through)."""
         self.memory: MemoryLimit | None = None
         """The attempt's memory limit, when the job asked for memory."""
+        self.output: OutputPump | None = None
+        """A Python job's output, on its way to the store."""
 
     def run(self, job_id: int, attempt: int) -> int:
         ws = job_dir(self.state_dir, job_id, attempt)
@@ -182,6 +193,8 @@ class Supervisor:
         ending = self._watch(job, attempt, proc, ws)
         # set by a replayed RUNNING, which may have found the job ended or moved on already
         ending = "stale" if self.stale else "cancel" if self.cancelled else ending
+        if self.output is not None:  # what is left, while the job's output file is open
+            self._until_answered(lambda: self.output.pump(final=True))  # type: ignore[union-attr]
         for f in files:
             f.close()
         self.steps_file.unlink(missing_ok=True)  # srun's step counter, if the job ran srun
@@ -253,6 +266,12 @@ class Supervisor:
                     files.append(open(os.open(err, mode, 0o666), "wb"))
         finally:
             os.umask(old_umask)
+        child_out = files
+        if job.spec.python is not None:  # kept in the store, and copied to the job's own output file
+            child_out = [_private(workspace / OUTPUT, "wb")]
+            self.output = OutputPump(self.store, job.id, workspace / OUTPUT, forward=files[0].fileno(),
+                                     limit=output_limit(job.spec.env))
+            files = [*files, *child_out]
         uid = owner.uid if owner else os.getuid()
         env = job_environment(job, node, home=owner.home if owner else None, uid=uid)
         if job.spec.service is not None:  # a service replica: its port, recorded before it listens
@@ -261,7 +280,7 @@ class Supervisor:
             self._until_answered(lambda: service_replica.record_endpoint(self.store.services, job, port))
         try:
             proc = subprocess.Popen(argv, cwd=job.spec.workdir or None, env=env, stdin=subprocess.DEVNULL,
-                                    stdout=files[0], stderr=files[-1], start_new_session=True, close_fds=True,
+                                    stdout=child_out[0], stderr=child_out[-1], start_new_session=True, close_fds=True,
                                     pass_fds=[f.fileno() for f in handed], umask=umask,
                                     **(owner.popen_kwargs() if owner else {}))
         finally:
@@ -282,6 +301,8 @@ class Supervisor:
                 return None
         try:
             self.store.heartbeat(job.id, HEARTBEAT_TTL)
+            if self.output is not None:
+                self.output.pump()
             stop = self.store.stop_request(job.id)
             if self.link.down_since is not None:  # back after an outage: is this attempt still the job's?
                 current = self.store.get(job.id)
@@ -364,8 +385,13 @@ class Supervisor:
         record it, retrying while the store is down. Past the give-up time the file alone stays."""
         workspace.write_outcome(ws, outcome)
         result = workspace.result(ws) if job.spec.python is not None else None
+        checkpoint = _read(ws / CHECKPOINT)
+
         def beat_and_record() -> bool:  # the beat tells the reconciler this supervisor still tries
             workspace.beat(ws)
+            if checkpoint:  # before the end, so that the requeued attempt resumes from it
+                key = signing.user_key(self.state_dir, job.spec.user)
+                self.store.set_checkpoint(job.id, signing.seal(key, checkpoint_context(job.id), checkpoint))
             return record(self.store, job.id, attempt, outcome, result, job.spec.requeue, self.state_dir)
 
         recorded = self._until_answered(beat_and_record)
@@ -374,6 +400,13 @@ class Supervisor:
                       outcome.state.value, ws / workspace.OUTCOME)
             return 1
         return 0
+
+
+def _read(path: Path) -> bytes:
+    try:
+        return path.read_bytes()
+    except OSError:
+        return b""
 
 
 def _now() -> datetime:

@@ -173,6 +173,16 @@ class Keys:
         """STRING cloudpickled return value or exception of a Python-callable job."""
         return f"{self.prefix}:job:{job_id}:result"
 
+    def output(self, job_id: int) -> str:
+        """LIST of text chunks: what a Python job printed (stdout and stderr, interleaved), every
+        attempt's in turn, as its runner appended them (expires with a TTL, as results do)."""
+        return f"{self.prefix}:job:{job_id}:output"
+
+    def checkpoint(self, job_id: int) -> str:
+        """STRING (hex) sealed payload a Python job's ``checkpoint()`` hook returned when it was
+        stopped: its next attempt runs it instead of the submitted call."""
+        return f"{self.prefix}:job:{job_id}:checkpoint"
+
     def call_parts(self, ref: str) -> str:
         """HASH ``fn`` | ``<task id>`` -> base64 of a sealed pickle: one ``map``'s function, once,
         and each task's arguments (expires with a TTL, as results do)."""

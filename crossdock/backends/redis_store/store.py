@@ -586,6 +586,32 @@ class JobStore:
         v = self.r.get(self.k.result(job_id))
         return bytes.fromhex(v) if v else None
 
+    def append_output(self, job_id: int, chunks: Sequence[str], ttl: int = 7 * 86400) -> None:
+        """Append what a Python job printed (one round trip)."""
+        if not chunks:
+            return
+        key = self.k.output(job_id)
+        with self.r.pipeline(transaction=True) as pipe:
+            pipe.rpush(key, *chunks)
+            pipe.expire(key, ttl)
+            pipe.execute()
+
+    def output(self, job_id: int, start: int = 0) -> list[str] | None:
+        """A Python job's kept output from chunk ``start`` on; None when none was ever kept."""
+        key = self.k.output(job_id)
+        with self.r.pipeline(transaction=False) as pipe:
+            pipe.exists(key)
+            pipe.lrange(key, start, -1)
+            kept, chunks = pipe.execute()
+        return chunks if kept else None
+
+    def set_checkpoint(self, job_id: int, sealed: bytes, ttl: int = 7 * 86400) -> None:
+        self.r.set(self.k.checkpoint(job_id), sealed.hex(), ex=ttl)
+
+    def checkpoint(self, job_id: int) -> bytes | None:
+        v = self.r.get(self.k.checkpoint(job_id))
+        return bytes.fromhex(v) if v else None
+
     def put_call_parts(self, ref: str, parts: Mapping[str, bytes], ttl: int = 7 * 86400) -> None:
         """Store one ``map``'s sealed parts (``fn``, and one field per task id)."""
         key = self.k.call_parts(ref)
