@@ -16,7 +16,7 @@ from crossdock.backends.local import gpus
 from crossdock.backends.local.backend import local_nodes
 from crossdock.queue.admission import admit
 from crossdock.queue.bounds import check_job_counts
-from crossdock.queue.errors import InvalidArgument, InvalidJob, PermissionDenied, shown
+from crossdock.queue.errors import InvalidArgument, InvalidJob, PermissionDenied, StoreUnavailable, shown
 from crossdock.queue.models import Job, JobSpec
 from crossdock.queue.snapshot import Node
 from crossdock.runtime import Runtime
@@ -72,7 +72,7 @@ def load_inventory(rt: Runtime, store_optional: bool = False) -> list[Node]:
     ``store_optional``: a store that does not answer counts as "not yet run" (``--dry-run``)."""
     try:
         nodes = rt.store.inventory()
-    except RedisError:
+    except (RedisError, StoreUnavailable):
         if not store_optional:
             raise
         nodes = None

@@ -29,9 +29,15 @@ def run(argv: list[str], path: str) -> int | None:
     request = {"op": "submit_argv", "args": {"argv": argv, "cwd": os.getcwd(), "umask": f"{mask:04o}",
                                              "environ": dict(os.environ), "tty": sys.stdout.isatty()}}
     with sock, sock.makefile("rwb") as stream:
-        _send(stream, request)
+        try:
+            _send(stream, request)
+        except OSError:
+            pass  # the service closed first: it may have said why (a limit), read below
         for line in stream:
             answer = json.loads(line)
+            if "error" in answer:  # refused whole (over one of the service's limits)
+                sys.stderr.write(f"crossdock: error: {answer['error'].get('message')}\n")
+                return 2
             if "done" in answer:
                 done = answer["done"]
                 sys.stdout.write(done["stdout"])

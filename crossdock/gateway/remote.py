@@ -53,6 +53,14 @@ class Remote:
             self._sock.close()
         self._sock = self._file = None
 
+    def _said(self) -> bytes:
+        """What the service wrote before it closed a connection our request could not finish on."""
+        try:
+            self._sock.settimeout(1.0)
+            return self._file.readline(wire.MAX_LINE + 1)
+        except (OSError, ValueError):
+            return b""
+
     def call(self, op: str, **args: Any) -> Any:
         request = wire.dumps({"op": op, "args": {k: wire.encode_arg(v) for k, v in args.items()}, "as": self.declared})
         with self._lock:
@@ -63,7 +71,10 @@ class Remote:
                     self._sock.sendall(request)
                     line = self._file.readline(wire.MAX_LINE + 1)
                 except OSError as exc:
+                    line = self._said()  # a refusal the service wrote before it closed (a limit's line)
                     self._close()
+                    if line:
+                        break
                     if attempt == 2:
                         raise ServiceUnavailable(f"the crossdock service at {self.path}: {exc}") from None
                     continue

@@ -12,12 +12,13 @@ from __future__ import annotations
 from pydantic import Field
 
 from crossdock.queue.config_base import MAX_COUNT, YEAR_SECONDS, _Cfg
+from crossdock.queue.models import MAX_SCRIPT_BYTES
 
 MIB = 1024 * 1024
 
 
 class Limits(_Cfg):
-    max_script_size: int = Field(4 * MIB, ge=1, le=1024 * MIB)
+    max_script_size: int = Field(4 * MIB, ge=1, le=MAX_SCRIPT_BYTES)
     """Bytes of a batch script (Slurm's ``max_script_size``, 4 MiB by default)."""
     max_submit_jobs: int = Field(10_000, ge=1, le=MAX_COUNT)
     """Jobs one user may have pending or running at once, each array task counted (Slurm's

@@ -45,8 +45,9 @@ DISPATCHER_TTL_SECONDS = 15.0
 _PLACED = (JobState.SCHEDULED, JobState.RUNNING)
 
 STORE_UNAVAILABLE: tuple[type[Exception], ...] = (redis.ConnectionError, redis.TimeoutError, redis.BusyLoadingError,
-                                                  redis.exceptions.ReadOnlyError)
-"""Errors of a store that is away (down, restarting, loading its AOF, a replica): retry later."""
+                                                  redis.exceptions.ReadOnlyError, StoreUnavailable)
+"""Errors of a store that is away (down, restarting, loading its AOF, a replica): retry later.
+The store's own :class:`StoreUnavailable` (what ``submit`` and ``inventory`` raise) is one."""
 
 
 def probe(url: str, timeout: float = 1.0) -> str | None:
@@ -60,6 +61,18 @@ def probe(url: str, timeout: float = 1.0) -> str | None:
         return f"{type(exc).__name__}: {exc}"
     finally:
         client.close()
+
+
+@contextmanager
+def answering() -> Iterator[None]:
+    """Turn an away store's redis-py error into :class:`StoreUnavailable`, the faces' own."""
+    try:
+        yield
+    except STORE_UNAVAILABLE as exc:
+        if isinstance(exc, StoreUnavailable):
+            raise
+        raise StoreUnavailable(f"the store does not answer ({type(exc).__name__}: {str(exc)[:200]}); try again"
+                               " shortly (a submission retried with the same idempotency token is stored once)") from None
 
 
 def utcnow() -> datetime:
@@ -141,7 +154,7 @@ class JobStore:
         actor = actor or self.actor
         owners = sorted({j.spec.user for j in jobs})
         idem = self.k.idempotency(",".join(owners), token) if token else None
-        try:
+        with answering():
             while True:
                 with self.r.pipeline() as pipe:
                     try:
@@ -165,9 +178,6 @@ class JobStore:
                         return stored
                     except redis.WatchError:
                         continue
-        except STORE_UNAVAILABLE as exc:
-            raise StoreUnavailable(f"the store does not answer ({type(exc).__name__}: {str(exc)[:200]});"
-                                   " nothing is known to be stored: retry with the same idempotency token") from None
 
     def _live_counts(self, pipe: Any, owners: Sequence[str]) -> dict[str, int]:
         """Each owner's jobs pending or running (the two sets are disjoint), on a watching pipeline."""
@@ -659,7 +669,8 @@ class JobStore:
 
     def inventory(self) -> list[Node] | None:
         """Nodes as the scheduler last saw them; None before it ever ran."""
-        raw = self.r.get(self.k.inventory)
+        with answering():
+            raw = self.r.get(self.k.inventory)
         return None if raw is None else nodes_from_json(raw)
 
     # --- retention -------------------------------------------------------------------------
