@@ -19,7 +19,8 @@ from crossdock.queue.errors import CrossdockError
 from crossdock.queue.models import Job, JobSpec
 
 MAX_LINE = 256 * 1024 * 1024
-"""The longest request or answer (a Python job's payload travels inside its spec)."""
+"""The longest answer a client reads (a result travels inside one). Requests are bounded by the
+service's config, ``limits.max_request_bytes`` (:mod:`crossdock.gateway.bounded`)."""
 
 
 class ServiceUnavailable(CrossdockError):

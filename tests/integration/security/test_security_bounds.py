@@ -18,6 +18,7 @@ import subprocess
 import threading
 import time
 import uuid
+from contextlib import contextmanager
 from pathlib import Path
 
 import httpx
@@ -140,26 +141,26 @@ def limited(crossdock_env):
     return Runtime.from_env()
 
 
+@contextmanager
 def api_of(rt):
+    """The REST API over ``rt`` in a thread, with an HTTP client to it (its sender a sink)."""
     server = ApiServer(rt, send=lambda *task: None)
-    server.client = httpx.Client(base_url=server.url, timeout=60)
-    return server
+    with httpx.Client(base_url=server.url, timeout=60) as client:
+        server.client = client
+        yield server
+    server.close()
 
 
 @pytest.fixture
 def api(runtime):
-    server = api_of(runtime)
-    yield server
-    server.client.close()
-    server.close()
+    with api_of(runtime) as server:
+        yield server
 
 
 @pytest.fixture
 def limited_api(limited):
-    server = api_of(limited)
-    yield server
-    server.client.close()
-    server.close()
+    with api_of(limited) as server:
+        yield server
 
 
 def test_an_idempotency_key_is_its_owners_on_rest(api, runtime, tmp_path):

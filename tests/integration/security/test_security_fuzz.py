@@ -13,14 +13,14 @@ import json
 import socket
 from collections import Counter
 
-import httpx
 import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from crossdock.gateway import wire
 from crossdock.queue.submission import EXTRA, RENAMED, SAME
-from tests.integration.local.rest import ApiServer, make_token
+from tests.integration.local.rest import make_token
+from tests.integration.security.test_security_bounds import api_of
 from tests.integration.local.test_users_socket import service  # noqa: F401
 
 pytestmark = [pytest.mark.security, pytest.mark.redis]
@@ -51,11 +51,8 @@ bodies = st.one_of(
 
 @pytest.fixture
 def api(runtime):
-    server = ApiServer(runtime, send=lambda *task: None)
-    with httpx.Client(base_url=server.url, timeout=60) as client:
-        server.client = client
+    with api_of(runtime) as server:
         yield server
-    server.close()
 
 
 def test_any_rest_submit_body_is_answered_with_a_job_or_a_well_formed_error(api, runtime, tmp_path):
