@@ -104,7 +104,8 @@ def test_an_idempotency_key_is_its_owners_on_the_socket(service):  # noqa: F811
 
 
 @pytest.mark.celery
-@pytest.mark.parametrize("service", [{"limits": {"max_submit_jobs": 3}}], indirect=True)
+@pytest.mark.parametrize("service", [{"limits": {"max_submit_jobs": 3, "max_connections_per_user": 4}}],
+                         indirect=True)
 def test_inputs_over_the_limits_are_refused_naming_their_key_on_the_socket(service):  # noqa: F811
     big = service["work"] / "big.sh"
     big.write_text("#!/bin/sh\n" + "# padding\n" * (5 * MIB // 10))
@@ -124,8 +125,32 @@ def test_inputs_over_the_limits_are_refused_naming_their_key_on_the_socket(servi
     assert cli_as_second(service, "cancel", f"{array.stdout.strip()}_0").returncode == 0
     again = cli_as_second(service, "submit", "--parsable", "-H", "--wrap", "true")
     assert again.returncode == 0, again.stderr  # a cancelled task no longer counts
+    with hold_connections(service, 4):  # the user's every connection taken: the CLI says which limit
+        for argv in (("queue",), ("submit", "-H", "--wrap", "true")):
+            r = cli_as_second(service, *argv)
+            assert r.returncode != 0 and "limits.max_connections_per_user (4 per user)" in r.stderr, r.stderr
+            assert len(r.stderr.strip().splitlines()) == 1, r.stderr
+    assert cli_as_second(service, "queue").returncode == 0  # given back, served again
     text = service["log"].read_text()
     assert "Traceback" not in text + r.stderr
+
+
+@contextmanager
+def hold_connections(svc, n: int):
+    """``n`` idle connections of the second user to the service, held while the body runs."""
+    script = svc["home"] / "flood.py"
+    shutil.copy(FLOOD, script)
+    script.chmod(0o644)
+    with subprocess.Popen([svc["python"], str(script), str(svc["sock"]), "0", "0", str(n), str(n)],
+                          user=svc["uid"], group=svc["gid"], extra_groups=[], env=svc["env"], stdin=subprocess.PIPE,
+                          stdout=subprocess.PIPE, text=True) as held:
+        seen = json.loads(held.stdout.readline())
+        assert (seen["open"], seen["refused"]) == (n, 0), seen
+        try:
+            yield
+        finally:
+            held.stdin.close()
+            held.wait(60)
 
 
 # --- the REST API --------------------------------------------------------------------------------
