@@ -31,7 +31,7 @@ from crossdock.backends.redis_store.keys import Keys
 from crossdock.backends.redis_store.liveconfig import ConfigRecords
 from crossdock.backends.redis_store.services import ServiceStore
 from crossdock.backends.redis_store.timing import RoundTrip, timed_client
-from crossdock.queue.errors import NoSuchJob, StoreUnavailable
+from crossdock.queue.errors import InvalidArgument, NoSuchJob, StoreUnavailable
 from crossdock.queue.models import Job
 from crossdock.queue.snapshot import JobFacts, Node
 from crossdock.queue.states import TRANSITIONS, JobState, Reason
@@ -165,7 +165,7 @@ class JobStore:
                             pipe.watch(*watched)
                         first = pipe.get(idem) if idem else None
                         if first is not None:
-                            return self.get_many(json.loads(first))
+                            return self._replayed(json.loads(first), token or "")
                         if admit is not None:
                             admit(self._live_counts(pipe, owners))
                         last = self.r.incrby(self.k.job_counter, len(jobs))
@@ -178,6 +178,15 @@ class JobStore:
                         return stored
                     except redis.WatchError:
                         continue
+
+    def _replayed(self, ids: list[int], token: str) -> list[Job]:
+        """The jobs a token first stored; refused once they left the hot keys (archived)."""
+        jobs = self.get_many(ids)
+        if len(jobs) < len(ids):
+            shown = ", ".join(str(i) for i in ids[:5]) + (", …" if len(ids) > 5 else "")
+            raise InvalidArgument(f"idempotency token {token[:80]!r}: the jobs it stored ({shown}) have finished and"
+                                  " moved to history (crossdock history); use a new token")
+        return jobs
 
     def _live_counts(self, pipe: Any, owners: Sequence[str]) -> dict[str, int]:
         """Each owner's jobs pending or running (the two sets are disjoint), on a watching pipeline."""
