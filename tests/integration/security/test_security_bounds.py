@@ -200,6 +200,10 @@ def test_an_idempotency_key_is_its_owners_on_rest(api, runtime, tmp_path):
     assert api.client.post("/v1/jobs", json=body, headers={**alice, **key}).json() == a.json()
     owners = {j.id: j.spec.user for j in runtime.store.get_many(runtime.store.all_ids())}
     assert owners == {a.json()["job_id"]: "alice", b.json()["job_id"]: "bob"}
+    runtime.store.cancel(a.json()["job_id"])
+    assert runtime.store.expire_finished(0, 86400) == 1  # alice's job moved to history
+    late = api.client.post("/v1/jobs", json=body, headers={**alice, **key})
+    assert late.status_code == 400 and "moved to history" in late.json()["problems"][0], late.text
 
 
 def test_a_rest_body_over_the_limit_is_413_naming_it(api, runtime, tmp_path):
