@@ -4,7 +4,10 @@ ownership checks are the service's own and nothing here decides.
 
 The standard library's ``socketserver`` (a thread per connection, JSON lines) rather than an
 RPC framework: the requests are a dozen short calls on one machine, peer credentials need the
-raw socket (which gRPC/HTTP servers hide), and it adds no dependency to the service.
+raw socket (which gRPC/HTTP servers hide), and it adds no dependency to the service. The threads
+are bounded by the config's ``limits:`` (connections per uid and in all, an idle timeout), and a
+request is read a bounded piece at a time (:mod:`crossdock.gateway.bounded`), so that no local user
+starves the service.
 
 The socket is 0666 in a directory made 0755: anyone may connect, since identity comes from the
 kernel and not from the request; a request's ``as`` (the API's ``user=``) is honoured only for
@@ -19,6 +22,7 @@ import socket
 import socketserver
 import struct
 import threading
+import time
 from pathlib import Path
 from typing import Any
 
@@ -84,6 +88,10 @@ class Handler(socketserver.StreamRequestHandler):
             self.server.connections.release(peer_uid(self.request))
 
 
+NOTE_SECONDS = 60.0
+"""A uid whose connections are refused is logged once in this long."""
+
+
 def refuse(sock: socket.socket, message: str) -> None:
     """Answer one error line naming the limit (the socket is closed after)."""
     try:
@@ -115,6 +123,7 @@ class GatewayServer(socketserver.ThreadingMixIn, socketserver.UnixStreamServer):
             finally:
                 probe.close()
         self.connections = Connections()
+        self._noted: dict[int, float] = {}
         super().__init__(str(path), Handler)
         os.chmod(path, 0o666)
 
@@ -124,7 +133,9 @@ class GatewayServer(socketserver.ThreadingMixIn, socketserver.UnixStreamServer):
         limits = self.rt.config.limits
         refusal = self.connections.admit(uid, limits)
         if refusal is not None:
-            log.info("refused a connection of %s (uid %s): %s", user_name(uid), uid, refusal)
+            if time.monotonic() - self._noted.get(uid, -NOTE_SECONDS) >= NOTE_SECONDS:  # a flood: one log line a minute
+                self._noted[uid] = time.monotonic()
+                log.info("refused a connection of %s (uid %s): %s", user_name(uid), uid, refusal)
             refuse(request, refusal)
             self.shutdown_request(request)
             return
