@@ -117,7 +117,7 @@ class Remote:
         return ""  # the service seals a payload that reaches it through the socket
 
     def jobs(self, ids: Sequence[int]) -> list[Job]:
-        return self.call("jobs", ids=list(ids))
+        return [j for part in _pieces(ids) for j in self.call("jobs", ids=part)]
 
     def job(self, job_id: int) -> Job:
         return self.call("job", job_id=job_id)
@@ -143,7 +143,7 @@ class Remote:
         return self.call("history", since=since)
 
     def planned(self, ids: Sequence[int]) -> list[list[Any]]:
-        return self.call("planned", ids=list(ids))
+        return [p for part in _pieces(ids) for p in self.call("planned", ids=part)]
 
     def usage(self) -> dict[str, float]:
         return self.call("usage")
@@ -153,3 +153,9 @@ class Remote:
 
     def backend_logs(self, job_id: int) -> str | None:
         return self.call("backend_logs", job_id=job_id)
+
+
+def _pieces(ids: Sequence[int]) -> list[list[int]]:
+    """``ids`` in requests of at most :data:`wire.MAX_IDS` (what the service reads at once)."""
+    ids = list(ids)
+    return [ids[i:i + wire.MAX_IDS] for i in range(0, len(ids), wire.MAX_IDS)]

@@ -96,3 +96,16 @@ def test_connections_are_capped_per_user_and_in_all():
     assert "limits.max_connections " in conns.admit(3, lim)
     conns.release(1)
     assert conns.admit(3, lim) is None and conns.open() == 3 and conns.open(1) == 1
+
+
+def test_a_request_names_at_most_max_ids_jobs_and_the_client_asks_in_pieces():
+    from crossdock.gateway import wire
+    from crossdock.gateway.remote import _pieces
+    from crossdock.queue.errors import InvalidArgument
+
+    assert wire.OPS["jobs"].args["ids"](["1", 2]) == [1, 2]
+    with pytest.raises(InvalidArgument, match="ids: 10001 in one request is over 10000; ask in pieces"):
+        wire.OPS["jobs"].args["ids"](list(range(wire.MAX_IDS + 1)))
+    with pytest.raises(InvalidArgument, match="not a list"):
+        wire.OPS["cancel"].args["refs"]("12")
+    assert [len(p) for p in _pieces(range(25_001))] == [10_000, 10_000, 5_001]
