@@ -211,7 +211,7 @@ class Client:
             raise InvalidArgument(validation_message(exc)) from None
         except TypeError as exc:
             raise InvalidArgument(f"replicas: {replicas!r}; give N or (MIN, MAX)") from exc
-        api.deploy(self.runtime, spec, self.who)
+        api.deploy(self.runtime, spec, self.who, os.environ)  # its replicas find programs on this PATH
         return api.ServiceHandle(self.runtime, name, self.who)
 
     def service(self, name: str) -> "ServiceHandle":

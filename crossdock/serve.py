@@ -8,9 +8,10 @@ names the field, the value and the fix.
 
 from __future__ import annotations
 
+import os
 from dataclasses import dataclass
 from datetime import datetime, timezone
-from typing import Any
+from typing import Any, Mapping
 
 from pydantic import ValidationError
 
@@ -90,9 +91,26 @@ def authorize(rt: Runtime, who: Caller, rec: ServiceRecord, action: str) -> None
                            f" and you are {who.name!r}; only its owner or an admin may")
 
 
-def deploy(rt: Runtime, spec: ServiceSpec, who: Caller | None = None) -> ServiceRecord:
-    """Create a service, or update one the caller owns (a changed workload rolls its replicas)."""
+WORKLOAD_ENV = ("command", "env")
+"""The fields whose change in an update takes the deployer's PATH again (:func:`with_deployer_path`)."""
+
+
+def with_deployer_path(spec: ServiceSpec, environ: Mapping[str, str]) -> ServiceSpec:
+    """A command run on the host finds its programs as it did in the deployer's shell: the
+    deployer's ``PATH`` joins the service's ``env`` (as sbatch exports a submitter's), unless the
+    spec sets one or runs an image (a container has its own)."""
+    if spec.image or "PATH" in spec.env or not environ.get("PATH"):
+        return spec
+    return spec.model_copy(update={"env": {**spec.env, "PATH": environ["PATH"]}})
+
+
+def deploy(rt: Runtime, spec: ServiceSpec, who: Caller | None = None,
+           environ: Mapping[str, str] | None = None) -> ServiceRecord:
+    """Create a service, or update one the caller owns (a changed workload rolls its replicas);
+    ``environ``: the deployer's environment, whose PATH the replicas get."""
     who = who or caller(rt)
+    if environ is not None:
+        spec = with_deployer_path(spec, environ)
     if not spec.user:
         spec = spec.model_copy(update={"user": who.name})
     elif spec.user != who.name and not who.admin:
@@ -111,8 +129,10 @@ def deploy(rt: Runtime, spec: ServiceSpec, who: Caller | None = None) -> Service
     return _get(rt, spec.name)
 
 
-def update(rt: Runtime, name: str, changes: dict[str, Any], who: Caller | None = None) -> ServiceRecord:
-    """Change some fields of a service (``crossdock services update``); the rest stays."""
+def update(rt: Runtime, name: str, changes: dict[str, Any], who: Caller | None = None,
+           environ: Mapping[str, str] | None = None) -> ServiceRecord:
+    """Change some fields of a service (``crossdock services update``); the rest stays. A new
+    command or env takes the deployer's PATH (``environ``) unless it sets one or one is kept."""
     who = who or caller(rt)
     rec = _get(rt, name)
     authorize(rt, who, rec, "update")
@@ -124,7 +144,8 @@ def update(rt: Runtime, name: str, changes: dict[str, Any], who: Caller | None =
         spec = ServiceSpec.model_validate({**rec.spec.model_dump(), **changes})
     except ValidationError as exc:
         raise InvalidService(validation_message(exc)) from None
-    return deploy(rt, spec, who)  # the owner stays: ``spec.user`` is the record's
+    workload = environ if set(changes) & set(WORKLOAD_ENV) else None
+    return deploy(rt, spec, who, workload)  # the owner stays: ``spec.user`` is the record's
 
 
 def scale(rt: Runtime, name: str, replicas: int | None, who: Caller | None = None) -> ServiceRecord:
@@ -219,7 +240,7 @@ class ServiceHandle:
         return scale(self.rt, self.name, replicas, self.who)
 
     def update(self, **changes: Any) -> ServiceRecord:
-        return update(self.rt, self.name, changes, self.who)
+        return update(self.rt, self.name, changes, self.who, os.environ)
 
     def delete(self) -> ServiceRecord:
         return delete(self.rt, self.name, self.who)

@@ -16,6 +16,7 @@ from crossdock.backends.local import gpus
 from crossdock.backends.local.backend import local_nodes
 from crossdock.queue.admission import admit
 from crossdock.queue.bounds import check_job_counts
+from crossdock.queue.durations import duration
 from crossdock.queue.errors import InvalidArgument, InvalidJob, PermissionDenied, StoreUnavailable, shown
 from crossdock.queue.models import Job, JobSpec
 from crossdock.queue.snapshot import Node
@@ -166,6 +167,37 @@ def hold(rt: Runtime, refs: Iterable[str], held: bool, who: Caller | None = None
     who = who or caller(rt)
     return [(job, rt.store.hold(job.id, held, actor=who.name))
             for job in owned(rt, refs, who, "hold" if held else "release")]
+
+
+UPDATABLE = ("time_limit_seconds", "nice")
+"""The spec fields ``update`` changes on a pending job (scontrol update's TimeLimit and Nice)."""
+
+
+def update(rt: Runtime, refs: Iterable[str], changes: dict[str, Any], who: Caller | None = None) -> list[tuple[Job, bool]]:
+    """Change ``changes`` (fields of :data:`UPDATABLE`; a time limit of None is unlimited) of
+    pending jobs, as scontrol update does: (job, whether it changed) pairs. As in Slurm, only an
+    admin raises a time limit or sets a negative nice; every problem is named before anything
+    changes."""
+    who = who or caller(rt)
+    unknown = sorted(set(changes) - set(UPDATABLE))
+    if unknown:
+        raise InvalidArgument(f"update: cannot change {', '.join(unknown)}; only {', '.join(UPDATABLE)}")
+    jobs = owned(rt, refs, who, "update")
+    if not who.admin:
+        problems = []
+        if changes.get("nice", 0) < 0:
+            problems.append(f"Nice={changes['nice']}: only an admin sets a negative nice")
+        if "time_limit_seconds" in changes:
+            new = changes["time_limit_seconds"]
+            raised = [j.display_id for j in jobs if new is None and j.spec.time_limit_seconds is not None
+                      or new is not None and j.spec.time_limit_seconds is not None and new > j.spec.time_limit_seconds]
+            if raised:
+                problems.append(f"TimeLimit: only an admin raises a job's time limit (job {raised[0]}); lower it, or"
+                                " ask an admin")
+        if problems:
+            raise PermissionDenied("; ".join(problems))
+    note = " ".join(f"TimeLimit={duration(v)}" if k == "time_limit_seconds" else f"Nice={v}" for k, v in changes.items())
+    return [(job, rt.store.amend(job.id, changes, actor=who.name, note=note)) for job in jobs]
 
 
 def requeue(rt: Runtime, refs: Iterable[str], send, who: Caller | None = None) -> list[tuple[Job, bool]]:

@@ -100,6 +100,8 @@ def up(workers: int = typer.Option(2, "--workers", "-w", help="Celery worker pro
         if not watcher.reload() and watcher.last_result.startswith(("refused", "cannot")):
             lock.release()
             fail(f"config {rt.settings.config_path}: {watcher.last_result}")
+        if watcher.behind:  # the config applied from elsewhere stays in force
+            typer.echo(f"crossdock up: warning: config {watcher.behind}", err=True)
         signal.signal(signal.SIGHUP, lambda *_: watcher.request())
         parts.append(watcher)
     if multi_user:

@@ -43,8 +43,25 @@ class _OneLineErrors(TyperGroup):
         sys.exit(code if isinstance(code, int) else 0)
 
 
+# -h is --help wherever a command does not give -h a meaning of its own (queue -h is squeue's
+# --noheader, history -n... as in Slurm's tools: click leaves a command's own option alone).
 app = typer.Typer(cls=_OneLineErrors, help="crossdock: one batch queue in front of Slurm, Kubernetes and this machine.",
-                  no_args_is_help=True, pretty_exceptions_enable=False)
+                  no_args_is_help=True, pretty_exceptions_enable=False,
+                  context_settings={"help_option_names": ["-h", "--help"]})
+
+
+def _version(shown: bool) -> None:
+    if shown:
+        from crossdock import __version__
+
+        click.echo(f"crossdock {__version__}")
+        raise typer.Exit(0)
+
+
+@app.callback()
+def _main(version: bool = typer.Option(False, "--version", "-V", callback=_version, is_eager=True,
+                                       help="print crossdock's version and exit (as sbatch -V)")) -> None:
+    """crossdock: one batch queue in front of Slurm, Kubernetes and this machine."""
 
 app.command(context_settings=jobs.RAW, add_help_option=False)(jobs.submit)
 app.command("queue")(views.queue)
@@ -55,6 +72,7 @@ app.command()(jobs.cancel)
 app.command()(jobs.hold)
 app.command()(jobs.release)
 app.command()(jobs.requeue)
+app.command()(jobs.update)
 app.command()(jobs.logs)
 app.command()(jobs.wait)
 app.command()(admin.info)

@@ -63,3 +63,6 @@ def autoscale(as_json: bool = typer.Option(False, "--json")) -> None:
     console.print(f"last pass {_ago(report['at'], now)}", highlight=False)
     for t in tables(report, now):
         console.print(t)
+    for row in report["fleets"]:
+        if row.get("note"):
+            console.print(f"[yellow]fleet {row.get('fleet') or row['queue']}[/]: {row['note']}", highlight=False)

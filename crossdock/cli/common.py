@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import json
 import sys
+from datetime import date, datetime
+from enum import Enum
 from functools import lru_cache
 from typing import Any, NoReturn
 
@@ -89,5 +91,15 @@ def fail_each(messages: list[str], code: int = EXIT_USAGE) -> NoReturn:
     fail(messages[-1], code)
 
 
+def jsonable(value: Any) -> Any:
+    """What ``--json`` writes for a value JSON has no type for: times in ISO 8601 with a ``T``
+    (``2026-12-01T12:00:00+00:00``), enums as their value, anything else as text."""
+    if isinstance(value, (datetime, date)):
+        return value.isoformat()
+    if isinstance(value, Enum):
+        return value.value
+    return str(value)
+
+
 def print_json(data: Any) -> None:
-    sys.stdout.write(json.dumps(data, indent=2, default=str) + "\n")
+    sys.stdout.write(json.dumps(data, indent=2, default=jsonable) + "\n")

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import json
-import re
 import sys
 import time
 from datetime import datetime, timezone
@@ -13,12 +12,12 @@ import typer
 
 from crossdock.cli.common import fail, gateway, one_line
 from crossdock.cli.history import parse_time
-from crossdock.queue.errors import NoSuchJob
+from crossdock.cli.render import describe, typed
+from crossdock.queue.durations import parse_duration
+from crossdock.queue.errors import CrossdockError, NoSuchJob
 
 FOLLOW_BLOCK_MS = 1000
 """How long one follow read waits on the stream (the socket caps it at 5 s)."""
-_DURATION = re.compile(r"(\d+(?:\.\d+)?)([smhdw]?)")
-_SECONDS = {"": 1, "s": 1, "m": 60, "h": 3600, "d": 86400, "w": 604800}
 # what an event names, in the order shown: a job's (from/to/event) or the autoscaler's (queue/pool)
 _SUBJECT = ("queue", "pool")
 _SHOWN = {"id", "job", "event", "from", "to", "actor", "reason", "time", "queue", "pool", "action"}
@@ -28,33 +27,29 @@ def parse_since(text: str, now: float | None = None) -> float:
     """``--since``: a duration back from now (``90s``, ``15m``, ``2h``, ``1d``, ``1w``; a bare number is
     seconds) or a time as sacct reads it (``2026-12-01T09:00``, ``today``, ``now-1hour``...)."""
     now = time.time() if now is None else now
-    value = text.strip().lower()
-    m = _DURATION.fullmatch(value)
-    if m:
-        return now - float(m.group(1)) * _SECONDS[m.group(2)]
     try:
+        back = parse_duration(text)
+        if back is not None:
+            return now - back
         return parse_time(text, "--since", datetime.fromtimestamp(now, timezone.utc)).timestamp()
     except ValueError as exc:
         raise ValueError(f"{exc}; or a duration back from now: 90s, 15m, 2h, 1d, 1w") from None
 
 
-def render(ev: dict[str, str]) -> str:
-    """One event as one line: when, what it is about, what happened, who, why (and any other field)."""
+def render(ev: dict[str, str], labels: dict[int, str] | None = None) -> str:
+    """One event as one line: when, what it is about, what happened, who, why (and any other
+    field); a job as users name it (``labels``: id -> ``94_2``)."""
     try:
         when = datetime.fromtimestamp(float(ev.get("time", "")), timezone.utc).astimezone().isoformat(timespec="seconds")
     except ValueError:
         when = ev.get("id", "?")
     if ev.get("job"):
-        subject = f"job {ev['job']}"
+        job = ev["job"]
+        subject = f"job {(labels or {}).get(int(job), job) if job.isdigit() else job}"
     else:
         subject = next((f"{k} {ev[k]}" for k in _SUBJECT if ev.get(k)), "crossdock")
-    name = ev.get("event", "")
-    change = (f"{ev.get('from', '')} -> {ev.get('to', '')}".strip()) if ev.get("from") or ev.get("to") else ""
-    what = " ".join(x for x in (name, ev.get("action", ""), change) if x) or "changed"
     extra = " ".join(f"{k}={ev[k]}" for k in sorted(ev) if k not in _SHOWN and ev[k] != "")
-    parts = [when, subject, what, f"by {ev.get('actor') or '?'}"]
-    if ev.get("reason"):
-        parts.append(f"reason: {ev['reason']}")
+    parts = [when, subject, describe(ev)]
     if extra:
         parts.append(extra)
     return one_line("  ".join(parts))
@@ -95,6 +90,19 @@ def events(follow: bool = typer.Option(False, "--follow", "-f", help="keep print
 
 
 def _print(rows: list[dict[str, str]], as_json: bool) -> None:
+    labels = _labels(rows)
     for ev in rows:
-        sys.stdout.write((json.dumps(ev) if as_json else render(ev)) + "\n")
+        sys.stdout.write((json.dumps(typed(ev, labels)) if as_json else render(ev, labels)) + "\n")
     sys.stdout.flush()
+
+
+def _labels(rows: list[dict[str, str]]) -> dict[int, str]:
+    """Job id -> ``94_2`` for the array tasks these events name (one read of the stored jobs;
+    a job gone to history keeps its number)."""
+    ids = sorted({int(ev["job"]) for ev in rows if str(ev.get("job", "")).isdigit()})
+    if not ids:
+        return {}
+    try:
+        return {j.id: j.display_id for j in gateway().jobs(ids) if j.array_job_id is not None}
+    except CrossdockError:
+        return {}

@@ -11,15 +11,13 @@ import typer
 from crossdock.cli import slurmfmt
 from crossdock.cli.common import fail, gateway, print_json
 from crossdock.cli.views import Filter, csv, select
+from crossdock.queue.durations import parse_duration
 from crossdock.queue.errors import NoSuchJob
 from crossdock.queue.models import Job, JobSpec
 from crossdock.queue.states import JobState
 
 # sacct's named times (src/common/parse_time.c)
 _NAMED = {"midnight": 0, "today": 0, "noon": 12, "elevenses": 11, "fika": 15, "teatime": 16}
-_UNITS = {"": 1, "s": 1, "sec": 1, "second": 1, "seconds": 1, "m": 60, "min": 60, "minute": 60, "minutes": 60,
-          "h": 3600, "hour": 3600, "hours": 3600, "d": 86400, "day": 86400, "days": 86400,
-          "w": 604800, "week": 604800, "weeks": 604800}
 _FORMS = ("YYYY-MM-DD[THH:MM[:SS]], MMDD[YY][-HH:MM[:SS]], MM/DD[/YY][-HH:MM[:SS]], MM.DD[.YY][-HH:MM[:SS]],"
           " HH:MM[:SS][AM|PM], now[+-N[units]], today, midnight, noon, elevenses, fika, teatime")
 
@@ -28,14 +26,14 @@ def parse_time(text: str, option: str, now: datetime | None = None) -> datetime:
     """A time as sacct's -S/-E read it, in local time; ValueError names the option and the forms."""
     now = (now or datetime.now(timezone.utc)).astimezone()
     t = text.strip().lower()
-    m = re.fullmatch(r"now(?:([+-])(\d+)([a-z]*))?", t)
+    m = re.fullmatch(r"now(?:([+-])(\d+[a-z]*))?", t)
     if m:
         if m.group(1) is None:
             return now
-        if m.group(3) not in _UNITS:
-            raise ValueError(f"{option}: unknown unit {m.group(3)!r} in {text!r}; use seconds, minutes, hours,"
-                             " days or weeks")
-        delta = timedelta(seconds=int(m.group(2)) * _UNITS[m.group(3)])
+        try:
+            delta = timedelta(seconds=parse_duration(m.group(2)) or 0)
+        except ValueError as exc:
+            raise ValueError(f"{option}: {exc}") from None
         return now + delta if m.group(1) == "+" else now - delta
     if t in _NAMED:
         return now.replace(hour=_NAMED[t], minute=0, second=0, microsecond=0)
@@ -121,6 +119,35 @@ SACCT: dict[str, tuple[int, Callable[[Job], str]]] = {
 }
 _LOWER = {k.lower(): k for k in SACCT}
 DEFAULT_FIELDS = "JobID,JobName,Partition,Account,AllocCPUS,State,ExitCode"
+LONG_FIELDS = ("JobID,JobIDRaw,JobName,Partition,MaxRSS,AllocCPUS,Elapsed,ElapsedRaw,Timelimit,State,ExitCode,"
+               "Reason,NNodes,NCPUS,ReqMem,NodeList,Submit,Start,End,Restarts")
+"""``-l/--long``: sacct's long listing, less the fields crossdock does not keep (steps, VM sizes, I/O)."""
+NUMBERS = ("JobIDRaw", "ElapsedRaw", "NNodes", "NCPUS", "AllocCPUS", "Restarts")
+"""Fields that ``--json`` writes as numbers."""
+UNITS = {"K": 0, "M": 1, "G": 2, "T": 3, "P": 4}
+_MEMORY_KIB: dict[str, Callable[[Job], int | None]] = {
+    "MaxRSS": lambda j: j.max_rss_kib,
+    "ReqMem": lambda j: 1024 * (j.alloc_mem_mib or j.spec.mem_per_node_mib or j.spec.mem_per_cpu_mib or 0)}
+
+
+def in_units(kib: int | None, unit: str) -> str:
+    """sacct's ``--units``: a size in KiB in the unit asked for, two decimals (``30.64M``)."""
+    return "" if kib is None else f"{kib / 1024 ** UNITS[unit]:.2f}{unit}"
+
+
+def value(name: str, job: Job, units: str | None = None) -> str:
+    """Field ``name`` of ``job`` as sacct prints it; sizes in ``units`` when given."""
+    if units is not None and name in _MEMORY_KIB:
+        return in_units(_MEMORY_KIB[name](job), units)
+    return SACCT[name][1](job)
+
+
+def json_row(j: Job) -> dict[str, Any]:
+    """One job for ``--json``: sacct's fields by name (counts as numbers), plus crossdock's."""
+    row: dict[str, Any] = {n: SACCT[n][1](j) for n in SACCT}
+    row.update({n: int(row[n]) for n in NUMBERS})
+    return row | {"id": j.id, "backend": j.backend, "exit_status": j.exit_code, "signal": j.signal,
+                  "max_rss_kib": j.max_rss_kib}
 
 
 def parse_fields(text: str) -> list[tuple[str, int]]:
@@ -138,7 +165,7 @@ def parse_fields(text: str) -> list[tuple[str, int]]:
 
 
 def table(jobs: Iterable[Job], fields: list[tuple[str, int]], header: bool = True,
-          parsable: str | None = None) -> list[str]:
+          parsable: str | None = None, units: str | None = None) -> list[str]:
     """sacct's lines: fixed columns (JobID left-justified, the rest right; a value too long ends
     in '+'), or with ``parsable`` ('|' or '|+', -p/-P) delimited."""
     def cell(name: str, width: int, value: str, mark: str = "+") -> str:
@@ -147,7 +174,7 @@ def table(jobs: Iterable[Job], fields: list[tuple[str, int]], header: bool = Tru
             value = value[:w - len(mark)] + mark
         return value.ljust(w) if name == "JobID" or width < 0 else value.rjust(w)
 
-    rows = [[SACCT[n][1](j) for n, _ in fields] for j in jobs]
+    rows = [[value(n, j, units) for n, _ in fields] for j in jobs]
     lines = []
     if parsable is not None:
         end = "|" if parsable == "|+" else ""
@@ -210,16 +237,25 @@ def history(
     noheader: bool = typer.Option(False, "--noheader", "-n"),
     parsable: bool = typer.Option(False, "--parsable", "-p", help="'|' after every field"),
     parsable2: bool = typer.Option(False, "--parsable2", "-P", help="'|' between fields"),
+    long: bool = typer.Option(False, "--long", "-l", help="sacct -l: the long field list"),
+    duplicates: bool = typer.Option(False, "--duplicates", "-D", help="refused: one record per job"
+                                    " (Restarts counts requeues; `crossdock events --job ID` lists each attempt)"),
+    units: Optional[str] = typer.Option(None, "--units", help="MaxRSS and ReqMem in K, M, G, T or P"),
     as_json: bool = typer.Option(False, "--json"),
 ) -> None:
     """Finished and current jobs, like sacct: time window, states, exit codes, elapsed time."""
     del allocations  # every row is an allocation: crossdock keeps no job steps
+    if duplicates:
+        fail("--duplicates: crossdock keeps one record per job, not one per attempt; its Restarts field"
+             " counts requeues and `crossdock events --job ID` lists every attempt's start and end")
+    if units is not None and units.upper() not in UNITS:
+        fail(f"--units: unknown unit {units!r}; use K, M, G, T or P")
     try:
         now = datetime.now(timezone.utc)
         start = parse_time(starttime, "--starttime", now) if starttime else (
             None if jobs else parse_time("midnight", "--starttime", now))
         end = parse_time(endtime, "--endtime", now) if endtime else now
-        fields = parse_fields(fmt or DEFAULT_FIELDS)
+        fields = parse_fields(fmt or (LONG_FIELDS if long else DEFAULT_FIELDS))
         wanted = slurmfmt.parse_states(states, "--state") if states else None
     except ValueError as exc:
         fail(str(exc))
@@ -230,9 +266,9 @@ def history(
                names=set(csv(name)) or None)
     selected = collect(f, start, end)
     if as_json:
-        print_json([{n: SACCT[n][1](j) for n in SACCT} | {"id": j.id, "backend": j.backend, "exit_status": j.exit_code,
-                                                          "signal": j.signal} for j in selected])
+        print_json([json_row(j) for j in selected])
         return
     for line in table(selected, fields, header=not noheader,
-                      parsable="|+" if parsable else "|" if parsable2 else None):
+                      parsable="|+" if parsable else "|" if parsable2 else None,
+                      units=units.upper() if units else None):
         print(line)

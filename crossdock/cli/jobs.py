@@ -59,9 +59,11 @@ def cancel(
     name: Optional[str] = typer.Option(None, "--name", "-n", help="only jobs with these names (comma list)"),
     states: Optional[str] = typer.Option(None, "--state", "-t", help="only jobs in these states (PD,R,...)"),
     queue_name: Optional[str] = typer.Option(None, "--partition", "-p", help="only these queues or pools"),
+    verbose: bool = typer.Option(False, "--verbose", "-v", help="say what became of each job"),
 ) -> None:
     """Cancel jobs, like scancel: the ids given, or every job the filters match (with no user
-    named, only your own jobs unless you are an admin), or the ids given that also match them."""
+    named, only your own jobs unless you are an admin), or the ids given that also match them.
+    Quiet, as scancel: a job already ended is one line on stderr; -v tells each job's outcome."""
     from crossdock.cli.views import make_filter, select
     from crossdock.service import acting_users
 
@@ -77,37 +79,101 @@ def cancel(
             f.users = acting_users(gateway().who, f.users)
         refs = [str(j.id) for j in select(f) if not j.state.terminal]
         if not refs:
-            console.print("no matching jobs", highlight=False)
+            if verbose:
+                console.print("no matching jobs", highlight=False)
             return
     for job_id, outcome in _acting(lambda gw, ids: gw.cancel(ids), refs):
-        console.print(f"{job_id}: {outcome}", highlight=False)
+        if outcome.startswith("already"):
+            sys.stderr.write(f"crossdock: cancel: job {job_id} {outcome}\n")
+        elif verbose:
+            console.print(f"{job_id}: {outcome}", highlight=False)
 
 
-def _each(results: list[tuple[Job, bool]], verb: str) -> None:
+VERBOSE = typer.Option(False, "--verbose", "-v", help="say what became of each job")
+
+
+def _each(results: list[tuple[Job, bool]], verb: str, verbose: bool) -> None:
+    """Quiet on success, as scontrol: each job not acted on is one line on stderr, exit status 1."""
     bad = 0
     for j, done in results:
         if done:
-            console.print(f"{j.display_id}: {verb}", highlight=False)
+            if verbose:
+                console.print(f"{j.display_id}: {verb}", highlight=False)
         else:
             bad += 1
-            console.print(f"{j.display_id}: not {verb} (state {j.state.value})", highlight=False)
+            sys.stderr.write(f"crossdock: {j.display_id}: not {verb} (state {j.state.value})\n")
     if bad:
         raise typer.Exit(1)
 
 
-def hold(refs: List[str] = typer.Argument(...)) -> None:
+def hold(refs: List[str] = typer.Argument(...), verbose: bool = VERBOSE) -> None:
     """Keep pending jobs from starting (scontrol hold)."""
-    _each(_acting(lambda gw, ids: gw.hold(ids, True), refs), "held")
+    _each(_acting(lambda gw, ids: gw.hold(ids, True), refs), "held", verbose)
 
 
-def release(refs: List[str] = typer.Argument(...)) -> None:
+def release(refs: List[str] = typer.Argument(...), verbose: bool = VERBOSE) -> None:
     """Let held jobs start (scontrol release)."""
-    _each(_acting(lambda gw, ids: gw.hold(ids, False), refs), "released")
+    _each(_acting(lambda gw, ids: gw.hold(ids, False), refs), "released", verbose)
 
 
-def requeue(refs: List[str] = typer.Argument(...)) -> None:
+def requeue(refs: List[str] = typer.Argument(...), verbose: bool = VERBOSE) -> None:
     """Put running or finished jobs back in the queue (scontrol requeue)."""
-    _each(_acting(lambda gw, ids: gw.requeue(ids), refs), "requeued")
+    _each(_acting(lambda gw, ids: gw.requeue(ids), refs), "requeued", verbose)
+
+
+UPDATE_FIELDS = {"timelimit": "time_limit_seconds", "nice": "nice"}
+"""scontrol update's names (any case) → the spec fields ``update`` changes."""
+
+
+def parse_updates(words: list[str]) -> tuple[list[str], dict[str, object]]:
+    """``[JobId=]12 TimeLimit=30 Nice=10`` as scontrol update reads it: the jobs, and the fields
+    to change, with sbatch's forms (``-t``'s times, ``--nice``'s range). Every bad word is named
+    at once (ValueError, one line per problem)."""
+    from crossdock.queue.sbatch_formats import parse_nice, parse_time
+
+    refs: list[str] = []
+    changes: dict[str, object] = {}
+    problems: list[str] = []
+    for word in words:
+        key, eq, value = word.partition("=")
+        name = key.lower()
+        if not eq:
+            refs.append(word)
+        elif name in ("jobid", "job"):
+            refs.append(value)
+        elif name in UPDATE_FIELDS:
+            try:
+                changes[UPDATE_FIELDS[name]] = parse_time(value, "TimeLimit") if name == "timelimit" \
+                    else parse_nice(value, "Nice")
+            except CrossdockError as exc:
+                problems.append(str(exc))
+        elif name in ("partition", "qos", "numcpus", "mincpusnode", "minmemorynode", "gres", "reqnodelist"):
+            problems.append(f"{key}: not changed in place; cancel the job and submit it again with the new value")
+        else:
+            problems.append(f"{key}: unknown field; update takes TimeLimit=TIME and Nice=N")
+    if not refs:
+        problems.append("give a job, e.g. crossdock update 12 TimeLimit=30 (or JobId=12)")
+    elif not changes and not problems:
+        problems.append("nothing to change: give TimeLimit=TIME or Nice=N")
+    if problems:
+        raise ValueError("\n".join(problems))
+    return refs, changes
+
+
+def update(words: List[str] = typer.Argument(..., metavar="[JobId=]JOB FIELD=VALUE...",
+                                             help="TimeLimit=TIME (sbatch -t's forms) or Nice=N"),
+           verbose: bool = VERBOSE) -> None:
+    """Change a pending job's time limit or nice, like scontrol update (only an admin raises a
+    time limit or sets a negative nice); quiet on success, as scontrol."""
+    from crossdock.cli.common import fail_each
+
+    if words[:1] == ["job"]:  # scontrol update job 12 ...
+        words = words[1:]
+    try:
+        refs, changes = parse_updates(words)
+    except ValueError as exc:
+        fail_each(str(exc).splitlines())
+    _each(_acting(lambda gw, ids: gw.update(ids, changes), refs), "updated", verbose)
 
 
 def logs(job: str = typer.Argument(...), follow: bool = typer.Option(False, "--follow", "-f"),

@@ -47,6 +47,10 @@ def config_apply(path: Path = typer.Argument(..., help="the new crossdock YAML c
         return
     for w in applied.warnings:
         typer.echo(one_line(f"{path}: warning: {w}"), err=True)
+    watched = Path(rt.settings.config_path)
+    if applied.new and watched.absolute() != Path(path).absolute():
+        typer.echo(f"note: `crossdock up` refuses an edit of {watched} that takes this back, until the file"
+                   f" carries it (`crossdock config show > {watched}`)", err=True)
     for change in applied.changes:
         typer.echo(one_line(str(change)))
     if not applied.changes:

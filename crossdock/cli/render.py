@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import re
+from datetime import datetime, timezone
 from typing import Any, Iterable
 
 from rich.table import Table
@@ -32,6 +34,40 @@ def job_row(job: Job) -> dict[str, Any]:
             "gpus": job.spec.total_gpus() if gpu else 0, "gpu_ids": job.gpu_ids, "attempts": job.attempts,
             "exit_code": job.exit_code, "submit_time": job.submit_time, "start_time": job.start_time,
             "end_time": job.end_time}
+
+
+_NUMBER = re.compile(r"-?\d+(\.\d+)?")
+_TEXT = {"id", "job_id", "reason", "actor", "action", "event", "name"}
+"""Fields that stay text in JSON even when they look like numbers."""
+
+
+def typed(ev: dict[str, str], labels: dict[int, str] | None = None) -> dict[str, object]:
+    """An event for ``--json``: numbers as numbers (the store keeps text), ``time`` as epoch
+    seconds and ``at`` as ISO 8601 (``2026-12-01T12:00:00+00:00``), and a job's ``job_id`` as
+    users write it (``94_2`` for an array task)."""
+    out: dict[str, object] = {}
+    for key, value in ev.items():
+        if key not in _TEXT and isinstance(value, str) and (m := _NUMBER.fullmatch(value)):
+            out[key] = float(value) if m[1] else int(value)
+        else:
+            out[key] = value
+    if isinstance(out.get("time"), (int, float)):
+        out["at"] = datetime.fromtimestamp(float(out["time"]), timezone.utc).isoformat()
+    if isinstance(out.get("job"), int):
+        out["job_id"] = (labels or {}).get(out["job"], str(out["job"]))
+    return out
+
+
+def describe(ev: dict[str, str]) -> str:
+    """What happened, who did it and why: ``PENDING -> SCHEDULED by scheduler-1``, ``refused
+    cancel by mallory``, ``preempting by scheduler-1 reason: for job 12`` (no ``None`` reason)."""
+    name = ev.get("event", "")
+    change = (f"{ev.get('from', '')} -> {ev.get('to', '')}".strip()) if ev.get("from") or ev.get("to") else ""
+    what = " ".join(x for x in (name, ev.get("action", ""), change) if x) or "changed"
+    text = f"{what} by {ev.get('actor') or '?'}"
+    if ev.get("reason") and ev["reason"] != "None":
+        text += f"  reason: {ev['reason']}"
+    return text
 
 
 def summary_table(jobs: Iterable[Job], title: str = "") -> Table:

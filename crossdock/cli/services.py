@@ -3,6 +3,7 @@
 
 from __future__ import annotations
 
+import os
 import shlex
 import time
 from typing import Any, List, Optional
@@ -130,7 +131,7 @@ def serve(name: str = typer.Argument(..., help="service name (lowercase, digits,
         spec = ServiceSpec(name=name, **fields)
     except ValidationError as exc:
         fail(validation_message(exc))
-    rec = _act(api.deploy, spec)
+    rec = _act(api.deploy, spec, None, os.environ)  # the replicas find programs on the deployer's PATH
     if as_json:
         print_json({"name": rec.spec.name, "generation": rec.generation, "state": rec.status.state.value})
         return
@@ -233,7 +234,7 @@ def update(name: str = typer.Argument(...),
     if not changes:
         fail("update: nothing to change; give options such as --image, --cpus, --replicas or a command after --")
     before = _act(api.show, name).record.generation
-    rec = _act(api.update, name, changes)
+    rec = _act(api.update, name, changes, None, os.environ)
     rolled = "rolling update to generation" if rec.generation != before else "generation stays"
     console.print(f"service {name}: {rolled} {rec.generation}", highlight=False)
 

@@ -8,6 +8,8 @@ from dataclasses import dataclass, field
 from datetime import datetime, timezone
 from typing import Callable, Iterable, Mapping
 
+from crossdock.queue.durations import clock, duration
+from crossdock.queue.hostlist import compress_hostlist
 from crossdock.queue.models import Job
 from crossdock.queue.states import JobState
 
@@ -29,6 +31,18 @@ def short_state(state: JobState) -> str:
     return SHORT[state]
 
 
+def in_backend_queue(job: Job) -> bool:
+    """Handed to its backend and waiting in the backend's own queue (a task of a 1,000-task
+    Slurm array that Slurm has not started): SCHEDULED with the backend's pending reason
+    (``Priority``, ``Resources``…), where a job whose dispatch is in flight has none."""
+    return job.state is JobState.SCHEDULED and job.reason not in ("", "None")
+
+
+def job_state(job: Job) -> JobState:
+    """The state squeue would show: PENDING for a job waiting in its backend's own queue."""
+    return JobState.PENDING if in_backend_queue(job) else job.state
+
+
 def parse_states(text: str, option: str = "--states") -> set[JobState] | None:
     """``-t`` as squeue reads it: a comma list of long or short names, any case; ``all`` gives None
     (every state). Raises ValueError naming the first unknown name."""
@@ -45,29 +59,7 @@ def parse_states(text: str, option: str = "--states") -> set[JobState] | None:
     return wanted
 
 
-# --- durations and times --------------------------------------------------------------------
-
-def duration(seconds: int | float | None, unlimited: str = "UNLIMITED") -> str:
-    """Slurm's secs2time_str: M:SS, H:MM:SS, D-HH:MM:SS."""
-    if seconds is None:
-        return unlimited
-    secs = max(0, int(seconds))
-    d, rem = divmod(secs, 86400)
-    h, rem = divmod(rem, 3600)
-    m, s = divmod(rem, 60)
-    if d:
-        return f"{d}-{h:02d}:{m:02d}:{s:02d}"
-    return f"{h}:{m:02d}:{s:02d}" if h else f"{m}:{s:02d}"
-
-
-def clock(seconds: int | float) -> str:
-    """sacct's Elapsed: HH:MM:SS, D-HH:MM:SS past a day."""
-    secs = max(0, int(seconds))
-    d, rem = divmod(secs, 86400)
-    h, rem = divmod(rem, 3600)
-    m, s = divmod(rem, 60)
-    return f"{d}-{h:02d}:{m:02d}:{s:02d}" if d else f"{h:02d}:{m:02d}:{s:02d}"
-
+# --- durations and times (durations: crossdock.queue.durations) -------------------------------
 
 def iso(t: datetime | None, missing: str = "N/A") -> str:
     """Slurm's time format: local time, 2026-12-01T12:00:00."""
@@ -101,35 +93,39 @@ def tres_per_node(job: Job) -> str:
     return ",".join(parts) or "N/A"
 
 
-def compress(hosts: Iterable[str]) -> str:
-    """Slurm's hostlist form: cpu1,cpu2,cpu3,gpu7 -> cpu[1-3],gpu7 (zero padding kept)."""
-    groups: dict[tuple[str, int], list[int]] = {}
-    plain: list[str] = []
-    for h in hosts:
-        m = re.fullmatch(r"(.*?)(\d+)", h)
-        if m is None:
-            plain.append(h)
-        else:
-            groups.setdefault((m.group(1), len(m.group(2)) if m.group(2).startswith("0") else 0), []).append(int(m.group(2)))
-    out = list(dict.fromkeys(plain))
-    for (prefix, pad), nums in groups.items():
-        nums = sorted(set(nums))
-        runs, start = [], nums[0]
-        for a, b in zip(nums, nums[1:] + [None]):
-            if b != a + 1:
-                runs.append(f"{start:0{pad}d}" if start == a else f"{start:0{pad}d}-{a:0{pad}d}")
-                start = b
-        out.append(f"{prefix}{runs[0]}" if len(runs) == 1 and "-" not in runs[0] else f"{prefix}[{','.join(runs)}]")
-    return ",".join(out)
-
-
 def nodelist(job: Job) -> str:
-    return compress(job.nodes) if job.nodes else ""
+    """The job's nodes in Slurm's hostlist form (``n[01-02,10]``): :mod:`crossdock.queue.hostlist`
+    is crossdock's one hostlist implementation, expanding and compressing, checked against
+    ``scontrol show hostnames``/``hostlist`` (``tests/integration/slurm/test_hostlist_oracle.py``)."""
+    return compress_hostlist(job.nodes) if job.nodes else ""
+
+
+_WAITING_DEPENDENCY = {"Dependency": "(unfulfilled)", "DependencyNeverSatisfied": "(failed)"}
+
+
+def dependency(job: Job) -> str:
+    """scontrol's and squeue's Dependency: the dependencies still to be met, as Slurm shows them
+    (``afterok:12(unfulfilled)``, ``afterok:12(failed)``); ``(null)`` once they are met (the job
+    left PENDING, or waits for something else). A held job's are shown as given."""
+    dep = job.spec.dependency
+    if dep is None or job.state is not JobState.PENDING:
+        return "(null)"
+    suffix = _WAITING_DEPENDENCY.get(job.reason)
+    if suffix is None and job.reason not in ("JobHeldUser", "JobHeldAdmin"):
+        return "(null)"
+    parts = []
+    for d in dep.deps:
+        if d.job_id is None:
+            parts.append(d.type.value)
+            continue
+        target = f"{d.job_id}_{d.array_task}" if d.array_task is not None else str(d.job_id)
+        parts.append(f"{d.type.value}:{target}" + (f"+{d.delay_minutes}" if d.delay_minutes else "") + (suffix or ""))
+    return ("?" if dep.combine == "OR" else ",").join(parts)
 
 
 def where(job: Job) -> str:
     """squeue's NODELIST(REASON): the nodes once placed, else the reason in parentheses."""
-    if job.state is JobState.PENDING or not job.nodes:
+    if job_state(job) is JobState.PENDING or not job.nodes:
         return f"({job.reason or 'None'})"
     return nodelist(job)
 
@@ -149,7 +145,8 @@ class Context:
 
 def collapse_arrays(jobs: Iterable[Job]) -> tuple[list[Job], dict[int, str]]:
     """squeue's and sacct's default: an array's pending tasks with the same reason as one row,
-    ``12_[3-10]``, where that array's first such task stands; everything else as it is."""
+    ``12_[3-10]`` (``12_[3-10%2]`` for an array throttled to 2 running), where that array's
+    first such task stands; everything else as it is."""
     from crossdock.queue.sbatch_formats import format_array
 
     jobs = list(jobs)
@@ -164,7 +161,8 @@ def collapse_arrays(jobs: Iterable[Job]) -> tuple[list[Job], dict[int, str]]:
         group = groups.get((j.array_job_id, j.reason)) if j.state is JobState.PENDING else None
         if group and len(group) > 1:
             skip.update(t.id for t in group)
-            labels[j.id] = f"{j.array_job_id}_[{format_array(t.array_task_id for t in group)}]"
+            throttle = j.spec.array.max_running if j.spec.array is not None else None
+            labels[j.id] = f"{j.array_job_id}_[{format_array((t.array_task_id for t in group), throttle)}]"
         out.append(j)
     return out, labels
 
@@ -193,8 +191,7 @@ SQUEUE: dict[str, tuple[str, Field]] = {
     "c": ("MIN_CPUS", lambda j, c: str(j.spec.cpus_per_task)),
     "D": ("NODES", lambda j, c: str(len(j.nodes) if j.nodes else j.spec.nodes)),
     "e": ("END_TIME", lambda j, c: iso(j.end_time)),
-    "E": ("DEPENDENCY", lambda j, c: "(null)" if j.spec.dependency is None else ",".join(
-        f"{d.type.value}:{d.job_id}" for d in j.spec.dependency.deps)),
+    "E": ("DEPENDENCY", lambda j, c: dependency(j)),
     "F": ("ARRAY_JOB_ID", lambda j, c: _array_job(j)),
     "i": ("JOBID", lambda j, c: c.labels.get(j.id, j.display_id)),
     "j": ("NAME", lambda j, c: j.spec.display_name()),
@@ -212,8 +209,8 @@ SQUEUE: dict[str, tuple[str, Field]] = {
     "r": ("REASON", lambda j, c: j.reason or "None"),
     "R": ("NODELIST(REASON)", lambda j, c: where(j)),
     "S": ("START_TIME", _start),
-    "t": ("ST", lambda j, c: short_state(j.state)),
-    "T": ("STATE", lambda j, c: j.state.value),
+    "t": ("ST", lambda j, c: short_state(job_state(j))),
+    "T": ("STATE", lambda j, c: job_state(j).value),
     "u": ("USER", lambda j, c: j.spec.user),
     "V": ("SUBMIT_TIME", lambda j, c: iso(j.submit_time)),
     "x": ("EXC_NODES", lambda j, c: ",".join(j.spec.exclude)),
@@ -221,6 +218,32 @@ SQUEUE: dict[str, tuple[str, Field]] = {
     "Y": ("SCHEDNODES", lambda j, c: c.nominated.get(j.id, "(null)")),
     "Z": ("WORK_DIR", lambda j, c: j.spec.workdir or ""),
 }
+
+FIELD_NAMES = {
+    "account": "a", "arrayjobid": "F", "arraytaskid": "K", "command": "o", "cpus-per-task": "c",
+    "cpuspertask": "c", "dependency": "E", "endtime": "e", "exclnodes": "x", "jobarrayid": "i", "jobid": "A",
+    "mincpus": "c", "minmemory": "m", "name": "j", "nice": "y", "nodelist": "N", "numcpus": "C", "numnodes": "D",
+    "partition": "P", "priority": "Q", "qos": "q", "reason": "r", "reasonlist": "R", "reqnodes": "n",
+    "schednodes": "Y", "starttime": "S", "state": "T", "statecompact": "t", "submittime": "V", "timeleft": "L",
+    "timelimit": "l", "timeused": "M", "tres-per-node": "b", "username": "u", "workdir": "Z",
+}
+"""squeue's ``-O/--Format`` names (``squeue --helpformat2``) of the ``-o`` letters crossdock has."""
+_FIELD = re.compile(r"([A-Za-z-]+)(?::(\.?)(\d*)(.*))?")
+
+
+def format_from_names(text: str) -> str:
+    """``-O`` as squeue reads it (``jobid:.10,name:20,state``: a field, then ``:[.][size][suffix]``;
+    20 columns, left-justified by default) as the ``-o`` string it stands for. ValueError names
+    an unknown field."""
+    out = []
+    for item in text.split(","):
+        m = _FIELD.fullmatch(item.strip())
+        letter = FIELD_NAMES.get(m[1].lower()) if m else None
+        if letter is None:
+            raise ValueError(f"--Format: unknown field {item.strip()!r}; known: {', '.join(sorted(FIELD_NAMES))}")
+        out.append(f"%{m[2] or ''}{m[3] or 20}{letter}" + (m[4] or "").replace("%", "%%"))
+    return "".join(out)
+
 
 DEFAULT = "%.18i %.9P %.8j %.8u %.2t %.10M %.6D %R"
 LONG = "%.18i %.9P %.8j %.8u %.8T %.10M %.9l %.6D %R"

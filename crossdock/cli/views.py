@@ -2,16 +2,18 @@
 
 from __future__ import annotations
 
+import posixpath
 from dataclasses import dataclass
 from datetime import datetime, timezone
-from typing import Iterable, Iterator, Optional
+from typing import Iterable, Iterator, List, Optional
 
 import typer
 
 from crossdock.cli import slurmfmt
 from crossdock.cli.common import fail, gateway, print_json
-from crossdock.cli.render import job_row
+from crossdock.cli.render import describe, job_row, typed
 from crossdock.queue.errors import NoSuchJob
+from crossdock.queue.hostlist import compress_hostlist
 from crossdock.queue.models import Job
 from crossdock.queue.states import JobState
 
@@ -34,7 +36,7 @@ class Filter:
     names: Optional[set[str]] = None
 
     def keeps(self, job: Job) -> bool:
-        return ((self.states is None or job.state in self.states)
+        return ((self.states is None or job.state in self.states or slurmfmt.job_state(job) in self.states)
                 and (self.users is None or job.spec.user in self.users)
                 and (self.queues is None or job.queue in self.queues or job.pool in self.queues)
                 and (self.names is None or job.spec.display_name() in self.names))
@@ -80,6 +82,17 @@ def _every_id(gw, batch: int) -> Iterator[list[int]]:
         after = page[-1]
 
 
+def known_queues(names: list[str], option: str = "--partition") -> None:
+    """squeue -p refuses a partition that does not exist; so does crossdock, for a name that is
+    neither a queue nor a pool of the config (one line naming them, exit status 2)."""
+    limits = gateway().limits()
+    known = {*limits.get("queues", ()), *limits.get("pools", ())}
+    unknown = [n for n in names if n not in known]
+    if unknown and known:
+        fail(f"{option}: unknown queue or pool {unknown[0]!r}; queues: {', '.join(limits['queues'])};"
+             f" pools: {', '.join(limits['pools'])}")
+
+
 def queue(
     user: Optional[str] = typer.Option(None, "--user", "-u", help="only these users' jobs (comma list)"),
     me: bool = typer.Option(False, "--me", help="only my jobs"),
@@ -90,6 +103,7 @@ def queue(
     jobs: Optional[str] = typer.Option(None, "--jobs", "-j", help="comma list of job ids"),
     name: Optional[str] = typer.Option(None, "--name", "-n", help="only jobs with these names (comma list)"),
     fmt: Optional[str] = typer.Option(None, "--format", "-o", help="squeue's field specifiers, e.g. '%.18i %.9P %j'"),
+    names: Optional[str] = typer.Option(None, "--Format", "-O", help="squeue's field names, e.g. 'jobid:.10,name,state'"),
     long: bool = typer.Option(False, "--long", "-l", help="squeue -l: STATE in words and TIME_LIMIT"),
     start: bool = typer.Option(False, "--start", help="pending jobs with their expected start (N/A when unknown)"),
     noheader: bool = typer.Option(False, "--noheader", "-h", help="no header line"),
@@ -102,14 +116,20 @@ def queue(
     if priority:
         return priority_view(jobs=jobs, user=user, me=me, noheader=noheader, as_json=as_json)
     default = frozenset({JobState.PENDING}) if start else DEFAULT_STATES
+    if queue_name:
+        known_queues(csv(queue_name))
     f = make_filter(jobs=jobs, states=states, default_states=None if jobs else default, users=user, me=me,
                     queues=queue_name, names=name)
     selected = select(f)
     if as_json:
         print_json([job_row(j) for j in selected])
         return
-    layout = fmt or (slurmfmt.START if start else slurmfmt.LONG if long else slurmfmt.DEFAULT)
     try:
+        if names is not None:
+            if fmt is not None:
+                raise ValueError("--Format: give -o (letters) or -O (names), not both")
+            fmt = slurmfmt.format_from_names(names)
+        layout = fmt or (slurmfmt.START if start else slurmfmt.LONG if long else slurmfmt.DEFAULT)
         slurmfmt.parse_format(layout)
     except ValueError as exc:
         fail(str(exc))
@@ -123,11 +143,31 @@ def queue(
         pending = [j.id for j in selected if j.state is JobState.PENDING]
         planned = gw.planned(pending) if pending else []
         ctx.expected_start = {i: datetime.fromtimestamp(at, timezone.utc) for i, at, _ in planned if at is not None}
-        ctx.nominated = {i: slurmfmt.compress(nodes.split(",")) for i, _, nodes in planned if nodes}
+        ctx.nominated = {i: compress_hostlist(nodes.split(",")) for i, _, nodes in planned if nodes}
     if long and not noheader:
         print(datetime.now().strftime("%a %b %d %H:%M:%S %Y"))
     for line in slurmfmt.render(selected, layout, header=not noheader, ctx=ctx):
         print(line)
+
+
+def user_id(user: str) -> str:
+    """scontrol's ``UserId=name(uid)``; a user this machine does not know is its name alone."""
+    import pwd
+
+    try:
+        entry = pwd.getpwuid(int(user)) if user.isdigit() else pwd.getpwnam(user)
+    except (KeyError, OverflowError):
+        return user or "(null)"
+    return f"{entry.pw_name}({entry.pw_uid})"
+
+
+def command(job: Job) -> str:
+    """scontrol's Command: the batch script's absolute path; the command of ``--wrap`` or the
+    Python API as given."""
+    spec = job.spec
+    if spec.script_path:
+        return posixpath.join(spec.workdir or "/", spec.script_path)
+    return " ".join([*(spec.command or []), *spec.args]) or "(null)"
 
 
 def scontrol_lines(job: Job, now: datetime | None = None) -> list[str]:
@@ -148,13 +188,12 @@ def scontrol_lines(job: Job, now: datetime | None = None) -> list[str]:
     ident = f"JobId={job.id}"
     if job.array_job_id is not None:
         ident += f" ArrayJobId={job.array_job_id} ArrayTaskId={job.array_task_id}"
-    dep = "(null)" if spec.dependency is None else ",".join(f"{d.type.value}:{d.job_id}" for d in spec.dependency.deps)
     limit = spec.time_limit_seconds
     return [
         f"{ident} JobName={spec.display_name()}",
-        f"   UserId={spec.user} Backend={job.backend or '(null)'} Pool={job.pool or '(null)'}",
+        f"   UserId={user_id(spec.user)} Backend={job.backend or '(null)'} Pool={job.pool or '(null)'}",
         f"   Priority={job.priority} Nice={spec.nice} PriorityClass={job.priority_class or '(null)'}",
-        f"   JobState={job.state.value} Reason={job.reason or 'None'} Dependency={dep}",
+        f"   JobState={job.state.value} Reason={job.reason or 'None'} Dependency={slurmfmt.dependency(job)}",
         f"   Requeue={int(spec.requeue)} Restarts={max(0, job.attempts - 1)} ExitCode={slurmfmt.exit_code(job)}",
         f"   RunTime={slurmfmt.clock(slurmfmt.run_seconds(job, now))}"
         f" TimeLimit={'UNLIMITED' if limit is None else slurmfmt.clock(limit)}",
@@ -167,21 +206,28 @@ def scontrol_lines(job: Job, now: datetime | None = None) -> list[str]:
         f"   TRES={','.join(tres)}",
         f"   MinMemoryNode={slurmfmt.memory(job)} Gres={slurmfmt.tres_per_node(job)}"
         f" GpuIds={','.join(job.gpu_ids) or '(null)'}",
-        f"   Command={spec.script_path or ' '.join(spec.command or []) or '(null)'}",
+        f"   Command={command(job)}",
         f"   WorkDir={spec.workdir or '(null)'}",
         f"   StdErr={err or spec.stderr or '(null)'}",
         f"   StdOut={out or spec.stdout or '(null)'}",
     ]
 
 
-def show(job: str = typer.Argument(..., help="job id, array task (12_3) or array (12)"),
+def show(words: List[str] = typer.Argument(..., metavar="[job] JOB",
+                                           help="job id, array task (12_3) or array (12); `show job 12` as scontrol"),
          as_json: bool = typer.Option(False, "--json")) -> None:
     """Everything about one job, like scontrol show job, with why it is not running and its events."""
+    if words[0] == "job" and len(words) > 1:
+        words = words[1:]
+    if len(words) != 1:
+        fail(f"show: give one job (a comma list for several), not {' '.join(words)!r}; e.g. crossdock show job 12")
+    job = words[0]
     gw = gateway()
     for j in select(Filter(ids=job.split(","))):  # an empty id is refused, never "every job"
         if as_json:
-            print_json({**job_row(j), "spec": j.spec.model_dump(exclude_defaults=True, exclude={"env", "python"}),
-                        "explanation": j.explanation, "events": gw.events(j.id)})
+            print_json({**job_row(j), "spec": j.spec.model_dump(mode="json", exclude_defaults=True,
+                                                                exclude={"env", "python"}),
+                        "explanation": j.explanation, "events": [typed(e) for e in gw.events(j.id)]})
             continue
         lines = scontrol_lines(j)
         if j.spec.service is not None:  # a replica: its service tells the rest (readiness, drain, warnings)
@@ -193,11 +239,7 @@ def show(job: str = typer.Argument(..., help="job id, array task (12_3) or array
         lines.append("   Events=")
         for e in gw.events(j.id):
             stamp = slurmfmt.iso(datetime.fromtimestamp(int(e["id"].split("-")[0]) / 1000, timezone.utc))
-            if "to" in e:
-                change = f"{e['from']}->{e['to']}" if e.get("from") else e["to"]
-                lines.append(f"     {stamp} {change} by {e.get('actor', '')} {e.get('reason', '')}".rstrip())
-            else:  # refused: no state change
-                lines.append(f"     {stamp} {e.get('event', '')} {e.get('action', '')} by {e.get('actor', '')}")
+            lines.append(f"     {stamp} {describe(e)}")
         print("\n".join(lines) + "\n")
 
 

@@ -37,8 +37,9 @@ class Direct:
     # --- what a submission needs to know --------------------------------------------------
     def limits(self) -> dict[str, Any]:
         """Who the caller is and what the CLI checks before it sends a submission."""
-        return {"user": self.who.name, "admin": self.who.admin,
-                "max_array_size": self.rt.config.scheduler.max_array_size}
+        cfg = self.rt.config
+        return {"user": self.who.name, "admin": self.who.admin, "max_array_size": cfg.scheduler.max_array_size,
+                "queues": sorted(cfg.queues), "pools": sorted(cfg.pools)}
 
     # --- mutations: the service's functions, its ownership checks included --------------------
     def submit(self, specs: Sequence[JobSpec], token: str | None = None) -> list[Job]:
@@ -56,6 +57,9 @@ class Direct:
 
     def requeue(self, refs: Sequence[str]) -> list[tuple[Job, bool]]:
         return service.requeue(self.rt, refs, self.send, self.who)
+
+    def update(self, refs: Sequence[str], changes: dict[str, Any]) -> list[tuple[Job, bool]]:
+        return service.update(self.rt, refs, changes, self.who)
 
     def authorize(self, job_id: int, action: str) -> None:
         service.authorize(self.rt, self.who, [self.rt.store.get(job_id)], action)

@@ -107,6 +107,9 @@ class Remote:
     def requeue(self, refs: Sequence[str]) -> list[tuple[Job, bool]]:
         return self.call("requeue", refs=list(refs))
 
+    def update(self, refs: Sequence[str], changes: dict[str, Any]) -> list[tuple[Job, bool]]:
+        return self.call("update", refs=list(refs), changes=dict(changes))
+
     def authorize(self, job_id: int, action: str) -> None:
         self.call("authorize", job_id=job_id, action=action)
 

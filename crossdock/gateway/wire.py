@@ -97,6 +97,7 @@ OPS: dict[str, Op] = {
     "cancel": Op({"refs": _bounded}, lambda p: [list(x) for x in p], lambda r: [tuple(x) for x in r]),
     "hold": Op({"refs": _bounded, "held": bool}, _pairs, _unpairs),
     "requeue": Op({"refs": _bounded}, _pairs, _unpairs),
+    "update": Op({"refs": _bounded, "changes": dict}, _pairs, _unpairs),
     "authorize": Op({"job_id": int, "action": str}, _same, _same),
     "result": Op({"job_id": int}, _b64, _unb64),
     "jobs": Op({"ids": _ids}, _jobs, _unjobs),

@@ -99,3 +99,24 @@ def diff_configs(old: ClusterConfig, new: ClusterConfig) -> list[Change]:
         if fields := _leaves(a[setting], b[setting]):
             changes.append(Change(setting, None, "changed", tuple(fields)))
     return changes
+
+
+def reverted(base: ClusterConfig, applied: ClusterConfig, new: ClusterConfig) -> list[Change]:
+    """The changes from ``base`` to ``applied`` that ``new`` takes back: an entry ``applied``
+    added that ``new`` lacks, one it removed that ``new`` has again, a field it changed that
+    ``new`` has at ``base``'s value. ``new`` may change the same things further (a third value,
+    an entry removed after it was changed): those are edits of their own, not a revert."""
+    later = {c.path: c for c in diff_configs(applied, new)}
+    out = []
+    for change in diff_configs(base, applied):
+        after = later.get(change.path)
+        if after is None:
+            continue
+        if change.kind == "added" and after.kind == "removed" or change.kind == "removed" and after.kind == "added":
+            out.append(change)
+        elif change.kind == "changed" and after.kind == "changed":
+            back = {p: b for p, _a, b in after.fields}
+            undone = tuple(f for f in change.fields if f[0] in back and back[f[0]] == f[1])
+            if undone:
+                out.append(Change(change.section, change.name, "changed", undone))
+    return out

@@ -17,6 +17,7 @@ from __future__ import annotations
 import re
 from datetime import datetime, timedelta
 
+from crossdock.queue.durations import parse_duration
 from crossdock.queue.errors import InvalidOption
 from crossdock.queue.models import KillSignal
 
@@ -26,9 +27,6 @@ SIGNAL_FORMS = "[{R|B}:]<sig_num>[@sig_time], e.g. USR1@90, B:SIGTERM, 10 (sig_t
 CONSTRAINT_FORMS = "feature names joined by & (and) or | (or), e.g. a100&ib or [rack1|rack2]"
 LICENSES_FORMS = "name[:count] joined by , (all) or | (any), e.g. matlab:2,ansys"
 
-_UNITS = {"s": 1, "sec": 1, "second": 1, "seconds": 1, "m": 60, "min": 60, "minute": 60, "minutes": 60,
-          "h": 3600, "hour": 3600, "hours": 3600, "d": 86400, "day": 86400, "days": 86400,
-          "w": 604800, "week": 604800, "weeks": 604800}
 _WORDS = {"midnight": 0, "elevenses": 11, "noon": 12, "fika": 15, "teatime": 16}
 _NOW = re.compile(r"now(?:([+-])(\d{1,9})([a-z]*))?", re.ASCII)
 _ISO = re.compile(r"(\d{4})-(\d{1,2})-(\d{1,2})(?:t(\d{1,2}):(\d{1,2})(?::(\d{1,2}))?)?", re.ASCII)
@@ -47,9 +45,7 @@ def parse_begin(value: str, now: datetime, option: str = "--begin") -> datetime:
         if m := _NOW.fullmatch(text):
             if m[1] is None:
                 return now.replace(microsecond=0)
-            if m[3] not in _UNITS and m[3] != "":
-                raise ValueError
-            delta = timedelta(seconds=int(m[2]) * _UNITS.get(m[3], 1))
+            delta = timedelta(seconds=parse_duration(m[2] + m[3]) or 0)  # ValueError: an unknown unit
             return (now + delta if m[1] == "+" else now - delta).replace(microsecond=0)
         if m := _ISO.fullmatch(text):
             y, mo, d, hh, mm, ss = (int(g) if g else 0 for g in m.groups())

@@ -176,7 +176,10 @@ class ServiceStatus(_Model):
     pending_since: dict[int, float] = Field(default_factory=dict)
     """Replica job id → when the controller first saw it pending (its fallback clock)."""
     failures: list[float] = Field(default_factory=list)
-    """When replicas ended on their own (crashed, lost) lately: a crash loop holds new replicas."""
+    """When replicas of ``failures_generation`` ended on their own (crashed, lost) lately: a crash
+    loop holds new replicas."""
+    failures_generation: int = 0
+    """The generation ``failures`` count: an update that rolls the replicas starts the count afresh."""
     cpu_used: float | None = None
     """CPUs one replica was measured to use (the most over its replicas), where a backend reports it."""
 

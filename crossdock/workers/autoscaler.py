@@ -252,7 +252,8 @@ def decisions(result: AutoscalePlan, groups: Mapping[str, NodeGroup], fleets: Ma
     out_fleets = [{"queue": d.queue, "fleet": fleets[d.queue].name if d.queue in fleets else None,
                    "backend": fleets[d.queue].backend if d.queue in fleets else None, "backlog": d.backlog,
                    "current": d.current, "recommended": d.recommended, "desired": d.desired,
-                   "limited_by": d.limited_by, "message": d.message, "error": errors.get(f"fleet:{d.queue}")}
+                   "limited_by": d.limited_by, "message": d.message, "note": d.note,
+                   "error": errors.get(f"fleet:{d.queue}")}
                   for d in result.fleets]
     out_fleets += [{"queue": q, "fleet": f.name, "backend": f.backend, "error": errors[f"fleet:{q}"]}
                    for q, f in fleets.items() if q not in decided_fleets and f"fleet:{q}" in errors]

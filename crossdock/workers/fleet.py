@@ -36,6 +36,7 @@ from celery import Celery
 
 from crossdock.runtime import Runtime
 from crossdock.workers.app import queue_for
+from crossdock.workers.consumers import add_queues
 from crossdock.workers.supervision import start_worker, stop_worker, worker_queues
 
 log = logging.getLogger(__name__)
@@ -105,10 +106,12 @@ class LocalFleet:
 
     # --- for the supervisor -------------------------------------------------------------------
     def check(self) -> None:
-        """Forget replicas that exited (a crash: the next pass scales up again); stop drained ones."""
+        """Forget replicas that exited (a crash: the next pass scales up again); stop drained ones;
+        have the others consume the queues the config in force added to their queue's backends."""
         with self._lock:
             for name in list(self.fleets):
                 self._settle(name)
+                self._follow_queues(name)
 
     def pids(self) -> list[int]:
         return [r.proc.pid for reps in self.fleets.values() for r in reps]
@@ -143,6 +146,14 @@ class LocalFleet:
         proc = start_worker(self.rt, 1, self.logfile, self.loglevel, queues=queues, nodename=nodename)
         self.fleets.setdefault(name, []).append(Replica(nodename, proc, queues))
         log.info("fleet %s: started replica %s (pid %s)", name, nodename, proc.pid)
+
+    def _follow_queues(self, name: str) -> None:
+        wanted = set(self._queues(name).split(","))
+        for r in self._live(name):
+            missing = wanted - set(r.queues.split(","))
+            if missing and (added := add_queues(self.app, r.nodename, missing, INSPECT_SECONDS)):
+                r.queues = ",".join(sorted(set(r.queues.split(",")) | added))
+                log.info("fleet %s: replica %s now consumes %s", name, r.nodename, ", ".join(sorted(added)))
 
     def _tasks(self, replicas: list[Replica]) -> dict[str, int]:
         """Node name → its active and reserved tasks, for the replicas that answered."""

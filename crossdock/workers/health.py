@@ -1,6 +1,8 @@
 """``crossdock health``: each part of the service and whether it is well, from what ``crossdock up``
 writes to its state directory (``up.json``, refreshed every half second, and the ``up.pid`` lock)
 and from probes of its own (Redis, each backend's inventory), so that it answers when Redis is away.
+Where Redis answers, the workers are asked which queues they consume (``dispatch``): a SCHEDULED
+job whose backend's queue no worker consumes would wait for ever, and is named.
 """
 
 from __future__ import annotations
@@ -12,7 +14,10 @@ from typing import Any
 
 from crossdock.backends.redis_store.embedded import shown
 from crossdock.backends.redis_store.store import probe
+from crossdock.queue.states import JobState
 from crossdock.runtime import Runtime
+from crossdock.workers.app import make_app, queue_for
+from crossdock.workers.consumers import consumers
 from crossdock.workers.loops import RUNNING
 from crossdock.workers.supervision import UpLock, is_worker
 
@@ -62,6 +67,27 @@ def _scheduler_part(sched: dict[str, Any] | None) -> dict[str, Any]:
                                                     f" (restarts {sched['restarts']})"}
 
 
+def _dispatch_part(rt: Runtime) -> dict[str, Any]:
+    """Every SCHEDULED job's dispatch queue has a worker consuming it (asked of the workers)."""
+    try:
+        consumed = consumers(make_app(rt.redis_url))
+        scheduled = [j for j in rt.store.get_many(rt.store.active_ids()) if j.state is JobState.SCHEDULED]
+    except Exception as exc:  # the broker or the store away: the redis line says why
+        return {"name": "dispatch", "ok": False, "detail": f"the workers could not be asked: {exc}"}
+    stuck: dict[str, list[int]] = {}
+    for job in scheduled:
+        if job.backend is not None and queue_for(job.backend) not in consumed:
+            stuck.setdefault(queue_for(job.backend), []).append(job.id)
+    served = ", ".join(f"{q} ({len(nodes)} worker{'s' * (len(nodes) != 1)})" for q, nodes in sorted(consumed.items()))
+    if not stuck:
+        return {"name": "dispatch", "ok": True, "detail": f"{len(scheduled)} scheduled; consumed: {served or 'none'}"}
+    lines = [f"{len(ids)} SCHEDULED job{'s' * (len(ids) != 1)} ({', '.join(map(str, sorted(ids)[:5]))}"
+             f"{', …' if len(ids) > 5 else ''}) wait on {q}, which no worker consumes" for q, ids in sorted(stuck.items())]
+    return {"name": "dispatch", "ok": False,
+            "detail": "; ".join(lines) + f" (consumed: {served or 'none'}); start a worker for it"
+                      " (`crossdock up` consumes every backend kind of the config in force)"}
+
+
 def collect() -> dict[str, Any]:
     """Every part as ``{"name", "ok", "detail"}``; ``status``: healthy, degraded or down (no up)."""
     rt = Runtime.from_env(start_redis=False)
@@ -83,8 +109,10 @@ def collect() -> dict[str, Any]:
         parts.append(_scheduler_part(report["scheduler"]))
         for w in report["workers"]:
             alive = w["alive"] and is_worker(w["pid"], state_dir)
+            missing = f", not yet {w['missing']} (the config in force adds it)" if w.get("missing") else ""
             parts.append({"name": f"worker {w['pid']}", "ok": alive,
-                          "detail": f"{'alive' if alive else 'dead'}, queues {w['queues']} (restarts {w['restarts']})"})
+                          "detail": f"{'alive' if alive else 'dead'}, queues {w['queues']}{missing}"
+                                    f" (restarts {w['restarts']})"})
         if report.get("socket"):  # up --multi-user
             sock = report["socket"]
             parts.append({"name": "socket", "ok": sock["alive"], "detail": f"{'serving' if sock['alive'] else 'down'}"
@@ -93,6 +121,10 @@ def collect() -> dict[str, Any]:
             served = report["metrics"]
             parts.append({"name": "metrics", "ok": served["alive"],
                           "detail": f"serving {served['url']}" if served["url"] else "no free port: not served"})
+        if report.get("config-watcher"):  # the file up reloads
+            w = report["config-watcher"]
+            taken = not w.get("behind") and not w["last"].startswith(("refused", "cannot"))
+            parts.append({"name": "config-file", "ok": taken, "detail": f"{w['path']}: {w['last']}"})
         if report.get("router"):  # the local services' router
             r = report["router"]
             listening = ", ".join(f"{n} :{p}" for n, p in sorted(r["services"].items())) or "no service yet"
@@ -105,6 +137,8 @@ def collect() -> dict[str, Any]:
     restarts = f" (restarts {report['redis']['restarts']})" if fresh else ""
     parts.append({"name": "redis", "ok": why is None,
                   "detail": f"{kind} {shown(rt.redis_url)}: {'reachable' if why is None else why}{restarts}"})
+    if why is None:
+        parts.append(_dispatch_part(rt))
     try:
         kinds = sorted({p.backend for p in rt.config.pools.values()})
     except Exception as exc:  # a broken config is a health problem, not a traceback

@@ -229,6 +229,9 @@ class Scheduler:
             if victim is not None and victim.backend:
                 # marked at once, so the next snapshot counts the victim as terminating
                 store.request_preempt(pre.victim_id, pre.grace_seconds)
+                preemptor = jobs.get(pre.preemptor_id)
+                store.record_note(pre.victim_id, "preempting", self.holder, preemptor=pre.preemptor_id,
+                                  reason=f"for job {preemptor.display_id if preemptor else pre.preemptor_id}")
                 self.send("crossdock.preempt", [pre.victim_id, pre.grace_seconds], victim.backend)
         store.update_nominations([p.job_id for p in result.admitted] + list(result.cancelled), result.nominations)
         store.save_expected_starts({r.job_id: (r.start, r.nodes) for r in result.reservations})

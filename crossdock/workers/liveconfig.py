@@ -12,7 +12,12 @@ at a cycle boundary.
   what they were admitted under: queue, priority class, priority, preemptibility and pools are
   resolved into the job at submit, and its pool, nodes and GPUs at admission.
 - :class:`Watcher` is the part of ``up`` that reloads the configured file on SIGHUP
-  (:meth:`Watcher.request`) or when the file changes (polled every ``poll`` s).
+  (:meth:`Watcher.request`) or when the file changes (its text read every ``poll`` s: a change
+  of content is what counts, however the file was replaced; see docs/operate.md on why not
+  inotify). One source of truth: once a config from elsewhere (``config apply OTHER``) is the
+  one stored, an edit of the file that would take back what it changed is refused
+  (:func:`behind`) and said so, rather than undoing it silently; an edit that carries it goes.
+  ``config apply FILE`` of the watched file itself always goes: the admin said which one wins.
 """
 
 from __future__ import annotations
@@ -29,7 +34,7 @@ import yaml
 from crossdock.backends.registry import catalog
 from crossdock.configfile import load_config
 from crossdock.queue.config import ClusterConfig, lint, parse_config
-from crossdock.queue.config_diff import Change, diff_configs
+from crossdock.queue.config_diff import Change, diff_configs, reverted
 from crossdock.queue.errors import ConfigError
 from crossdock.runtime import Runtime
 
@@ -80,9 +85,36 @@ class Applied:
 def apply_file(rt: Runtime, path: str | Path, by: str) -> Applied:
     """Validate ``path`` whole and store it for the leader; :class:`ConfigError` refuses it and
     stores nothing."""
-    checked = validate(path)
+    return store_checked(rt, validate(path), path, by)
+
+
+def store_checked(rt: Runtime, checked: Checked, path: str | Path, by: str) -> Applied:
     version, new = rt.store.live_config.store(checked.text, str(Path(path).absolute()), by)
     return Applied(version, new, diff_configs(rt.config, checked.config), checked.warnings)
+
+
+def behind(rt: Runtime, path: str | Path, checked: Checked) -> str | None:
+    """Why storing ``checked`` (read from ``path``) would take back a config stored from another
+    source since ``path`` last was the config; None when it would not."""
+    live, source = rt.store.live_config, str(Path(path).absolute())
+    desired = live.desired()
+    if desired is None or desired.get("source") == source or desired.get("text") == checked.text:
+        return None
+    base = live.from_source(source)
+    if base is None:  # the file never was the config here: it is new, not behind
+        return None
+    try:
+        applied = parse_config(yaml.safe_load(desired["text"]), desired.get("source") or "<live config>", catalog())
+        before = parse_config(yaml.safe_load(base["text"]), source, catalog())
+    except (ConfigError, yaml.YAMLError):  # a text this crossdock cannot read: nothing to compare
+        return None
+    undone = reverted(before, applied, checked.config)
+    if not undone:
+        return None
+    return (f"{path} would take back version {desired['version']}, applied from {desired.get('source')} by"
+            f" {desired.get('by')} after the file's version {base['version']}: {'; '.join(map(str, undone))}."
+            f" Carry those changes into {path} (`crossdock config show` prints the config in force), or run"
+            f" `crossdock config apply {path}` to make the file the config")
 
 
 def in_force_text(rt: Runtime) -> tuple[str, dict[str, Any] | None]:
@@ -140,6 +172,8 @@ class Watcher:
         self.thread: threading.Thread | None = None
         self.last_text: str | None = None
         self.last_result = "not loaded yet"
+        self.behind: str | None = None
+        """Why the file's last edit was not taken (it would undo a config applied from elsewhere)."""
         self.reloads = 0
 
     def request(self) -> None:
@@ -157,13 +191,21 @@ class Watcher:
         if text == self.last_text:
             return False
         self.last_text = text
+        source = str(self.path.absolute())
         try:
-            applied = apply_file(self.rt, self.path, self.actor)
+            checked = validate(self.path)
         except ConfigError as exc:
-            self.last_result = f"refused: {'; '.join(exc.errors)}"
+            self.behind, self.last_result = None, f"refused: {'; '.join(exc.errors)}"
             log.error("config reload of %s refused, the running config stays: %s", self.path, "; ".join(exc.errors))
-            self.rt.store.live_config.refused(str(self.path.absolute()), exc.errors, self.actor)
+            self.rt.store.live_config.refused(source, exc.errors, self.actor)
             return False
+        self.behind = behind(self.rt, self.path, checked)
+        if self.behind is not None:
+            self.last_result = f"not reloaded: {self.behind}"
+            log.error("config reload of %s not taken, the config in force stays: %s", self.path, self.behind)
+            self.rt.store.live_config.refused(source, [self.behind], self.actor)
+            return False
+        applied = store_checked(self.rt, checked, self.path, self.actor)
         self.reloads += applied.new
         self.last_result = f"stored version {applied.version}" + ("" if applied.new else " (unchanged)")
         if applied.new:
@@ -191,7 +233,7 @@ class Watcher:
         return self.thread is not None and self.thread.is_alive()
 
     def report(self) -> dict[str, Any]:
-        return {"path": str(self.path), "last": self.last_result, "reloads": self.reloads}
+        return {"path": str(self.path), "last": self.last_result, "reloads": self.reloads, "behind": self.behind}
 
     def stop(self) -> None:
         self.stopping.set()

@@ -25,6 +25,7 @@ import json
 import logging
 import os
 import signal
+import socket
 import subprocess
 import sys
 import threading
@@ -37,6 +38,7 @@ from crossdock.backends.redis_store import embedded
 from crossdock.queue.errors import CrossdockError
 from crossdock.runtime import Runtime
 from crossdock.workers.app import celery_sender, make_app, queue_for
+from crossdock.workers.consumers import add_queues
 from crossdock.workers.leader import Scheduler
 
 log = logging.getLogger(__name__)
@@ -47,6 +49,9 @@ WORKER_MODULE = "crossdock.workers.worker"
 WORKER_STOP_SECONDS = 3.0
 SCHEDULER_JOIN_SECONDS = 2.0
 RESTART_LIMIT, RESTART_WINDOW = 5, 60.0
+QUEUE_FOLLOW_SECONDS = 20.0
+"""How long a running worker has to confirm a queue the config in force added before it is
+started again with it (a worker that is busy starting does not answer remote control)."""
 
 
 class GaveUp(CrossdockError):
@@ -62,6 +67,7 @@ class AlreadyRunning(CrossdockError):
 
 # --- the worker process -------------------------------------------------------------------------
 def worker_queues(rt: Runtime) -> str:
+    """The dispatch queues of every backend kind the config in force uses (and local's)."""
     kinds = sorted({p.backend for p in rt.config.pools.values()} | {"local"})
     return ",".join(queue_for(k) for k in kinds)
 
@@ -230,7 +236,13 @@ class Part(Protocol):
 class Service:
     """The scheduler loop in a thread, a Celery worker process, (``embedded_redis``) the Redis of
     the state directory and any other ``parts``, kept running by :meth:`check` and stopped
-    together by :meth:`stop`."""
+    together by :meth:`stop`.
+
+    The worker's queues follow the config in force: a config applied while ``up`` runs that adds
+    a backend kind (a first Slurm pool) has the worker consume that kind's queue too, through
+    Celery's remote control (``add_consumer``, confirmed by the worker); one that does not confirm
+    within ``QUEUE_FOLLOW_SECONDS`` is started again with every queue. A kind the config drops
+    stays consumed until the next start (cancels of its jobs still go through it)."""
 
     def __init__(self, rt: Runtime, workers: int = 2, scheduler: bool = True, logfile: Path | None = None,
                  embedded_redis: bool = False, lock: UpLock | None = None, parts: Sequence[Part] = (),
@@ -249,13 +261,18 @@ class Service:
             self.parts.extend(router_part(rt))
         self.restarts.update({part.name: Restarts(f"the {part.name} part") for part in self.parts})
         self.worker: subprocess.Popen | None = None
+        self.nodename = f"up-{os.getpid()}@{socket.gethostname()}"
+        """The worker's Celery node name: remote control reaches this worker and no other."""
+        self.queues: set[str] = set()
+        """The queues the worker consumes: those it was started with and those it confirmed since."""
+        self.queues_missing_since: float | None = None
+        self.app = app = make_app(rt.redis_url)  # connects on first use
         self.thread: threading.Thread | None = None
         self.fleet = None
         self.scheduler = None
         if scheduler:
             from crossdock.workers.fleet import LocalFleet, celery_busy  # it starts workers as this module does
 
-            app = make_app(rt.redis_url)
             self.fleet = LocalFleet(rt, app, logfile, on_change=self._record_pids)
             self.scheduler = Scheduler(rt, celery_sender(app), fleets={"local": self.fleet}, busy=celery_busy(app))
         for part in self.parts:  # first: one that cannot start (its socket is another's) leaves nothing running
@@ -266,8 +283,38 @@ class Service:
             self._start_scheduler()
 
     def _start_worker(self) -> None:
-        self.worker = start_worker(self.rt, self.concurrency, self.logfile)
+        queues = worker_queues(self.rt)
+        self.worker = start_worker(self.rt, self.concurrency, self.logfile, queues=queues, nodename=self.nodename)
+        self.queues, self.queues_missing_since = set(queues.split(",")), None
         self._record_pids()
+
+    def missing_queues(self) -> set[str]:
+        """The queues the config in force needs that the worker does not consume yet."""
+        return set(worker_queues(self.rt).split(",")) - self.queues if self.worker is not None else set()
+
+    def _follow_queues(self) -> None:
+        """Have the running worker consume the queues the config in force added."""
+        missing = self.missing_queues()
+        if not missing:
+            self.queues_missing_since = None
+            return
+        now = time.monotonic()
+        self.queues_missing_since = self.queues_missing_since or now
+        try:
+            confirmed = add_queues(self.app, self.nodename, missing)
+        except Exception as exc:  # the broker away: asked again at the next check
+            log.warning("asking worker %s to consume %s failed: %s", self.nodename, ", ".join(sorted(missing)), exc)
+            confirmed = set()
+        if confirmed:
+            self.queues |= confirmed
+            log.info("worker %s now consumes %s (the config in force uses it)", self.nodename,
+                     ", ".join(sorted(confirmed)))
+        if missing - confirmed and now - self.queues_missing_since > QUEUE_FOLLOW_SECONDS:
+            log.warning("worker %s did not take %s within %.0fs; starting it again with every queue", self.nodename,
+                        ", ".join(sorted(missing - confirmed)), QUEUE_FOLLOW_SECONDS)
+            assert self.worker is not None
+            stop_worker(self.worker)
+            self._start_worker()
 
     def _record_pids(self) -> None:
         if self.lock:
@@ -299,6 +346,8 @@ class Service:
                       self.worker.returncode)
             _killpg(self.worker.pid, signal.SIGKILL)  # pool children it may have left
             self._start_worker()
+        elif self.worker is not None:
+            self._follow_queues()
         if self.fleet is not None:
             try:
                 self.fleet.check()
@@ -328,7 +377,8 @@ class Service:
         """This service's parts, as ``crossdock health`` reads them (``state_dir/up.json``)."""
         state_dir = self.rt.settings.state_dir
         worker = None if self.worker is None else {
-            "pid": self.worker.pid, "alive": self.worker.poll() is None, "queues": worker_queues(self.rt),
+            "pid": self.worker.pid, "alive": self.worker.poll() is None, "queues": ",".join(sorted(self.queues)),
+            "missing": ",".join(sorted(self.missing_queues())), "node": self.nodename,
             "restarts": self.restarts["worker"].total}
         scheduler = None if self.scheduler is None else {
             **self.scheduler.report(), "thread_alive": bool(self.thread and self.thread.is_alive()),

@@ -35,7 +35,7 @@ def _run(c, workdir: Path, backend: str) -> tuple[int, list[str]]:
     job, = service.submit(c.rt, [sub.spec.model_copy(update={"workdir": str(workdir)})])
     done = c.wait(job.id, timeout=120)
     assert (done.state, done.backend) == (JobState.COMPLETED, backend), done
-    out, = workdir.glob("parity-*.out")  # %x-%j: the backend's own job id
+    out, = workdir.glob(f"parity-{job.id}.out")  # %x-%j: crossdock's id on both
     return job.id, sorted(out.read_text().splitlines())
 
 

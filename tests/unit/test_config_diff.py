@@ -5,7 +5,7 @@ import copy
 import pytest
 
 from crossdock.queue.config import parse_config
-from crossdock.queue.config_diff import diff_configs
+from crossdock.queue.config_diff import diff_configs, reverted
 from tests.conftest import TEST_CONFIG
 
 
@@ -63,3 +63,41 @@ def test_diff_is_json_with_old_and_new_values():
 def test_reverse_diff_swaps_added_and_removed():
     old, new = parse_config(copy.deepcopy(TEST_CONFIG)), edited(_pool)
     assert [c.kind for c in diff_configs(new, old)] == ["removed"]
+
+
+def _both(*edits):
+    def edit(d):
+        for e in edits:
+            e(d)
+    return edit
+
+
+def _weight_back(d):
+    d["queues"]["training"]["weight"] = 1
+
+
+def _weight_five(d):
+    d["queues"]["training"]["weight"] = 5
+
+
+def _no_pool(d):
+    d["pools"].pop("extra", None)
+
+
+@pytest.mark.parametrize(("applied", "new", "expected"), [
+    (_weight, lambda d: None, ["queues.training: weight 1 → 3"]),
+    (_weight, _weight, []),
+    (_weight, _weight_five, []),
+    (_weight, _both(_weight, _pool), []),
+    (_pool, lambda d: None, ["pools.extra: added (backend local)"]),
+    (_both(_weight, _pool), _weight, ["pools.extra: added (backend local)"]),
+    (_queue_and_class, lambda d: None, ["priority_classes.batch: added (value 50, preemptible)",
+                                        "queues.inference: removed",
+                                        "queues.batch: added (class batch, pools local)"]),
+], ids=["comment-only-edit", "carried", "edited-further", "carried-plus-more", "added-dropped", "part-dropped",
+        "removed-back"])
+def test_reverted_names_what_an_edit_takes_back_of_an_applied_change(applied, new, expected):
+    """base: the file as up last took it; applied: a config applied from elsewhere; new: the file edited."""
+    base = edited(lambda d: None)
+    got = reverted(base, edited(applied), edited(new))
+    assert [str(c) for c in got] == expected  # the applied changes, as `config apply` printed them

@@ -582,7 +582,7 @@ def test_array_task_alone_is_a_plain_job_with_its_task_environment():
                array=ArraySpec(task_ids=[0, 4, 9], max_running=1))
     task = job.model_copy(update={"array_job_id": 10, "array_task_id": 4})
     req = build_request(task)
-    assert req.array is None and req.stdout == "/tmp/out-10_004-%j.txt"
+    assert req.array is None and req.stdout == "/tmp/out-10_004-12.txt"  # %j: the task's own crossdock id
     assert {k: req.env[k] for k in ("SLURM_ARRAY_JOB_ID", "SLURM_ARRAY_TASK_ID", "SLURM_ARRAY_TASK_COUNT",
                                     "CROSSDOCK_JOB_ID")} == {"SLURM_ARRAY_JOB_ID": "10", "SLURM_ARRAY_TASK_ID": "4",
                                                              "SLURM_ARRAY_TASK_COUNT": "3", "CROSSDOCK_JOB_ID": "12"}

@@ -154,6 +154,11 @@ class Keys:
         """HASH of the config the leader switched to, as ``config_desired`` plus holder, switched_at."""
         return f"{self.prefix}:config:in_force"
 
+    @property
+    def config_sources(self) -> str:
+        """HASH source (a file's absolute path) -> JSON {version, text} of the last config stored from it."""
+        return f"{self.prefix}:config:sources"
+
     # per job
     def job(self, job_id: int) -> str:
         """HASH: spec (JSON) and status fields of one job."""

@@ -7,7 +7,8 @@ the admin wrote it), ``digest`` (sha256 of the text), ``source`` (the file it ca
 ``switched_at``. An event (``XRANGE <prefix>:events``) has ``event`` ``config_applied`` (with
 ``version``, ``changes``: JSON list of :meth:`Change.to_json` records, and ``diff``: the printed
 lines joined by newlines) or ``config_refused`` (with ``errors``); like the autoscaler's events it
-has no ``job`` field.
+has no ``job`` field. ``config_sources`` keeps, per source, the last text stored from it: what
+``up``'s file held when it last became the config (the base its later edits are compared with).
 """
 
 from __future__ import annotations
@@ -61,16 +62,24 @@ class ConfigRecords:
                 try:
                     pipe.watch(key)
                     current = pipe.hmget(key, "version", "digest")
-                    if current[1] == sha:
+                    if current[1] == sha:  # the source now holds what is stored: its base from now
+                        self.r.hset(self.k.config_sources, source, json.dumps({"version": int(current[0]),
+                                                                               "text": text}))
                         return int(current[0]), False
                     version = int(current[0] or 0) + 1
                     pipe.multi()
                     pipe.hset(key, mapping={"version": version, "text": text, "digest": sha, "source": source,
                                             "by": by, "at": time.time()})
+                    pipe.hset(self.k.config_sources, source, json.dumps({"version": version, "text": text}))
                     pipe.execute()
                     return version, True
                 except redis.WatchError:  # another store raced this one: read again
                     continue
+
+    def from_source(self, source: str) -> dict[str, Any] | None:
+        """The last config stored from ``source``: ``{version, text}``, None if none was."""
+        raw = self.r.hget(self.k.config_sources, source)
+        return json.loads(raw) if raw else None
 
     def switched(self, record: dict[str, Any], holder: str, changes: Sequence[Any]) -> None:
         """The leader switched to ``record``: it is in force, and the event carries the diff."""

@@ -494,8 +494,16 @@ class JobStore:
         return bool(self.update_if(job_id, (JobState.SCHEDULED,), {"scheduled_time": utcnow()}))
 
     def hold(self, job_id: int, hold: bool, actor: str = "") -> bool:
-        """Set or clear a PENDING job's hold flag. Only the flag changes: the rest of the spec
-        stays byte for byte as stored (it is never rebuilt from a model a caller could hand in)."""
+        """Set or clear a PENDING job's hold flag."""
+        return self.amend(job_id, {"hold": True if hold else None},
+                          reason=Reason.JOB_HELD_USER if hold else Reason.NONE)
+
+    def amend(self, job_id: int, changes: dict[str, Any], reason: str | None = None, actor: str = "",
+              note: str = "") -> bool:
+        """Change fields of a PENDING job's spec (``None`` removes one: its default), and its
+        reason when given; False when the job is not PENDING. Only those fields change: the rest
+        of the spec stays byte for byte as stored (it is never rebuilt from a model a caller
+        could hand in). With ``note``, the change is noted in the job's events as ``actor``'s."""
         key = self.k.job(job_id)
         with self.r.pipeline() as pipe:
             while True:
@@ -505,22 +513,33 @@ class JobStore:
                     if state != JobState.PENDING.value or raw is None:
                         return False
                     spec = json.loads(raw)
-                    if hold:
-                        spec["hold"] = True
-                    else:
-                        spec.pop("hold", None)
+                    for name, value in changes.items():
+                        if value is None:
+                            spec.pop(name, None)
+                        else:
+                            spec[name] = value
+                    mapping = {"spec": json.dumps(spec, separators=(",", ":"), ensure_ascii=False)}
+                    if reason is not None:
+                        mapping["reason"] = reason
                     pipe.multi()
-                    pipe.hset(key, mapping={"spec": json.dumps(spec, separators=(",", ":"), ensure_ascii=False),
-                                            "reason": Reason.JOB_HELD_USER if hold else Reason.NONE})
+                    pipe.hset(key, mapping=mapping)
                     pipe.execute()
-                    return True
+                    break
                 except redis.WatchError:
                     continue
+        if note:
+            self.record_note(job_id, "updated", actor, action=note)
+        return True
 
     def record_refusal(self, job_id: int, actor: str, action: str) -> None:
         """Note in the job's events (and the global stream) that ``actor`` was refused ``action``."""
+        self.record_note(job_id, "refused", actor, action=action)
+
+    def record_note(self, job_id: int, event: str, actor: str, **fields: str | int | float) -> None:
+        """Note ``event`` by ``actor`` in the job's events and the global stream, with no state
+        change (a refusal; a preemption asked for, naming its preemptor)."""
         now = time.time()
-        ev = {"event": "refused", "actor": actor, "action": action, "time": now}
+        ev = {"event": event, "actor": actor, **fields, "time": now}
         with self.r.pipeline(transaction=False) as pipe:
             queue_job_event(self.r, pipe, self.k.job_events(job_id), ev, STREAM_MAXLEN, now=now)
             pipe.xadd(self.k.events, {"job": job_id, **ev}, maxlen=STREAM_MAXLEN, approximate=True)

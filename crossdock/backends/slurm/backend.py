@@ -55,7 +55,14 @@ from crossdock.backends.slurm.driver import (
     SubmitRejected,
     SubmitRequest,
 )
-from crossdock.backends.slurm.request import build_request, expand_array_pattern, group_tag, job_tag, parse_tag
+from crossdock.backends.slurm.request import (
+    array_file_patterns,
+    build_request,
+    group_tag,
+    groupable,
+    job_tag,
+    parse_tag,
+)
 from crossdock.backends.slurm.rest import RestDriver
 from crossdock.backends.slurm.states import format_array_tasks, translate
 from crossdock.queue.config import ClusterConfig
@@ -304,11 +311,15 @@ class SlurmBackend(PowerSave, StartEstimates):
         ids = sorted(t.array_task_id for t in tasks)  # type: ignore[misc]
         if throttle is None:
             throttle = first.spec.array.max_running if first.spec.array is not None else None
+        throttle = throttle if throttle and throttle < len(ids) else None
+        if not groupable(first.spec):
+            return self._submit_tasks(tasks, throttle, fresh)
         whole = first.model_copy(update={"id": first.array_job_id, "array_job_id": None, "array_task_id": None,
                                          "nodes": [], "gpu_ids": []})
         request = build_request(whole, partition=self.partition_of(first), gpu_types=self.gpu_types(whole),
                                 prefix=self.prefix)
         # File names carry crossdock's array id, as when its tasks are dispatched one by one.
+        stdout, stderr = array_file_patterns(first.spec, first.array_job_id)
         env = {k: v for k, v in request.env.items() if k != "CROSSDOCK_JOB_ID"}  # one task's id: not the group's
         env["CROSSDOCK_ARRAY_JOB_ID"] = str(first.array_job_id)
         request = replace(
@@ -317,12 +328,26 @@ class SlurmBackend(PowerSave, StartEstimates):
             comment=group_tag(first.array_job_id, first.attempts,
                               None if first.spec.array is None or ids[0] == min(first.spec.array.task_ids) else ids[0],
                               self.prefix),
-            array=format_array_tasks(ids, throttle if throttle and throttle < len(ids) else None),
-            stdout=expand_array_pattern(request.stdout or "slurm-%A_%a.out", first.array_job_id),
-            stderr=expand_array_pattern(request.stderr, first.array_job_id) if request.stderr else None,
+            array=format_array_tasks(ids, throttle),
+            stdout=stdout,
+            stderr=stderr,
         )
         slurm_id = self._submit_once(request.comment, request, lookup=not fresh)
         return {t.id: f"{slurm_id}_{t.array_task_id}" for t in tasks}
+
+    def _submit_tasks(self, tasks: Sequence[Job], throttle: int | None, fresh: bool) -> dict[int, str]:
+        """Tasks of one array as one Slurm job each, for file names that name each task's own
+        crossdock id (``%j``), which one Slurm array cannot; ``throttle`` is kept by chaining:
+        the n-th task waits (``afterany``) for the one ``throttle`` places before it."""
+        ordered = sorted(tasks, key=lambda t: t.array_task_id or 0)
+        refs: dict[int, str] = {}
+        for n, task in enumerate(ordered):
+            request = build_request(task, partition=self.partition_of(task), gpu_types=self.gpu_types(task),
+                                    prefix=self.prefix)
+            if throttle and n >= throttle:
+                request = replace(request, dependency=f"afterany:{refs[ordered[n - throttle].id]}")
+            refs[task.id] = self._submit_once(request.comment, request, lookup=not fresh)
+        return refs
 
     def _submit_once(self, tag: str, request: SubmitRequest, lookup: bool = True) -> str:
         """Submit unless a job with ``tag`` exists. ``lookup=False`` skips that look on the first

@@ -16,8 +16,9 @@ from pathlib import Path
 
 from crossdock.backends.slurm.driver import SubmitRejected, SubmitRequest
 from crossdock.backends.slurm.states import format_array_tasks
-from crossdock.queue.sbatch_extras import format_signal
+from crossdock.queue import filenames
 from crossdock.queue.models import DependencySpec, DependencyType, Job, JobSpec
+from crossdock.queue.sbatch_extras import format_signal
 
 TAG_PREFIX = "crossdock"
 PYTHON_RUNNER = ("python", "-m", "crossdock.workers.pyjob")
@@ -121,20 +122,31 @@ def _gpu_options(spec: JobSpec, gpu_types: Mapping[str, str] | None = None) -> t
     return gres, typed, None
 
 
-_ARRAY_PATTERN = re.compile(r"%(\d*)([Aa%])")
+def file_patterns(job: Job) -> tuple[str | None, str | None]:
+    """``--output`` and ``--error`` for one Slurm job standing for ``job`` (a plain job, or one
+    task of a crossdock array sent alone), the ids crossdock's (:mod:`crossdock.queue.filenames`):
+    ``slurm-%j.out`` names crossdock's id, not Slurm's. Other codes are Slurm's to expand."""
+    values = filenames.id_values(job)
+    if job.array_task_id is None:
+        del values["a"]  # Slurm's own NO_VAL, as crossdock's
+    stdout = filenames.expand(job.spec.stdout or filenames.default_output(job), values)
+    return stdout, filenames.expand(job.spec.stderr, values) if job.spec.stderr else None
 
 
-def expand_array_pattern(pattern: str, array_job_id: int, task_id: int | None = None) -> str:
-    """Expand only ``%A`` (to crossdock's array id) and, given ``task_id``, ``%a`` (``%3a``
-    zero-pads); Slurm expands the rest."""
+def array_file_patterns(spec: JobSpec, array_job_id: int) -> tuple[str, str | None]:
+    """``--output`` and ``--error`` of a Slurm array standing for tasks of crossdock's array
+    ``array_job_id``: ``%A`` is crossdock's array id and ``%a`` (Slurm's task id) is crossdock's
+    task id already. A pattern with ``%j`` cannot name each task's own crossdock id in one
+    Slurm array: :func:`groupable` keeps such an array to one submission per task."""
+    values = {"A": array_job_id}
+    stdout = filenames.expand(spec.stdout or filenames.DEFAULT_ARRAY_OUTPUT, values)
+    return stdout, filenames.expand(spec.stderr, values) if spec.stderr else None
 
-    def sub(m: re.Match[str]) -> str:
-        if m[2] == "%" or (m[2] == "a" and task_id is None):
-            return m[0]
-        text = str(array_job_id if m[2] == "A" else task_id)
-        return text.zfill(int(m[1])) if m[1] else text
 
-    return _ARRAY_PATTERN.sub(sub, pattern)
+def groupable(spec: JobSpec) -> bool:
+    """Whether tasks of this array can go out as one Slurm array with the file names crossdock
+    gives them: not when ``--output``/``--error`` uses ``%j``/``%J`` (each task's own id)."""
+    return not any(p and filenames.names_ids(p) for p in (spec.stdout, spec.stderr))
 
 
 def array_task_environment(job: Job) -> dict[str, str]:
@@ -175,16 +187,17 @@ def build_request(
     if spec.dependency is not None and slurm_ids is not None:
         dependency = render_dependency(spec.dependency, slurm_ids)
     env = {**spec.env, "CROSSDOCK_JOB_ID": str(job.id), "CROSSDOCK_ATTEMPT": str(job.attempts)}
-    stdout, stderr = spec.stdout, spec.stderr
     array = None
     if job.array_task_id is not None and job.array_job_id is not None:
         # One task of a crossdock array, dispatched on its own: a plain Slurm job that looks
         # like its task (environment, %A/%a in file names) with crossdock's array id.
         env.update(array_task_environment(job))
-        stdout = expand_array_pattern(stdout or "slurm-%A_%a.out", job.array_job_id, job.array_task_id)
-        stderr = expand_array_pattern(stderr, job.array_job_id, job.array_task_id) if stderr else None
-    elif spec.array is not None:
+        stdout, stderr = file_patterns(job)
+    elif spec.array is not None:  # the whole array: SlurmBackend.submit_array names its files
         array = format_array_tasks(spec.array.task_ids, spec.array.max_running)
+        stdout, stderr = spec.stdout, spec.stderr
+    else:
+        stdout, stderr = file_patterns(job)
     return SubmitRequest(
         script=render_script(spec),
         name=spec.display_name(),

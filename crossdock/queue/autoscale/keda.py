@@ -54,6 +54,32 @@ def backlog(jobs: Iterable[Job], queue: str) -> int:
     return n
 
 
+NODE_BOUND = (Reason.RESOURCES, Reason.WAITING_FOR_CAPACITY, Reason.UNSCHEDULABLE, Reason.QUOTA_EXCEEDED,
+              Reason.LICENSES, Reason.PRIORITY, Reason.PREEMPTING)
+"""Pending reasons no worker lifts: the job waits on room on the nodes (or a quota, a license,
+jobs ahead of it), and a worker only dispatches what the scheduling cycle placed."""
+
+
+def no_capacity(jobs: Iterable[Job], queue: str, desired: int) -> str:
+    """Why a fleet of more than one worker adds no capacity: every pending job of ``queue`` waits
+    on something workers do not provide (:data:`NODE_BOUND`); "" when some would be helped."""
+    pending: dict[str, int] = {}
+    for job in jobs:
+        if job.queue == queue and job.state is JobState.SCHEDULED and job.backend_ref is None:
+            return ""  # placed, waiting for a worker to dispatch it
+        if job.queue != queue or job.state is not JobState.PENDING or job.spec.hold or job.reason in _HELD:
+            continue
+        if job.reason not in NODE_BOUND:
+            return ""
+        pending[str(job.reason)] = pending.get(str(job.reason), 0) + 1
+    if desired <= 1 or not pending:
+        return ""
+    reasons = ", ".join(f"{n} {reason}" for reason, n in sorted(pending.items()))
+    return (f"more workers add no capacity: the {sum(pending.values())} pending jobs wait on room the workers"
+            f" do not make ({reasons}); a worker only dispatches placed jobs: add nodes to the queue's pools"
+            " (a provisioner) or lower the fleet's max")
+
+
 @dataclass(frozen=True)
 class FleetStep:
     """One pass for one elastic queue."""

@@ -35,6 +35,8 @@ class FleetDecision:
     """The step that changed ``recommended``: "" | "ScaleUpStabilized" | "ScaleDownStabilized" |
     "ScaleUpLimit" | "ScaleDownLimit" | "TooFewReplicas" | "TooManyReplicas" | "Cooldown" | "Activation"."""
     message: str = ""
+    note: str = ""
+    """Said when the workers beyond one add no capacity (:func:`keda.no_capacity`)."""
 
 
 @dataclass(frozen=True)
@@ -209,7 +211,8 @@ def _fleet(queue: str, inputs: Inputs, state: AutoscaleState, nxt: AutoscaleStat
     message = f"backlog {backlog}, {per:g} per replica: {step.recommended} recommended"
     if step.limited_by:
         message += f", {step.replicas} after {step.limited_by}"
-    return FleetDecision(queue, backlog, current, step.recommended, step.replicas, step.limited_by, message)
+    return FleetDecision(queue, backlog, current, step.recommended, step.replicas, step.limited_by, message,
+                         keda.no_capacity(inputs.jobs, queue, step.replicas))
 
 
 def _pools(pools: list[str], inputs: Inputs, state: AutoscaleState, nxt: AutoscaleState, config: ClusterConfig,

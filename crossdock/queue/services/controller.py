@@ -5,8 +5,10 @@ service record, its replica jobs (job state, pool, node), their endpoints (ready
 drained), the latest traffic sample and how many more replicas each pool can take now, and
 returns actions — it performs none:
 
-1. **Forget** finished replica jobs; one that ended on its own (crashed, lost) is a failure, and
-   three failures within a minute hold new replicas (a crash loop: the service is DEGRADED).
+1. **Forget** finished replica jobs; one of the current generation that ended on its own
+   (crashed, lost) is a failure, and three failures within a minute hold new replicas (a crash
+   loop: the service is DEGRADED). An update that bumps the generation (the fix) starts the count
+   afresh: the failures of what ran before do not hold what runs now.
 2. **Drain → stop**: a draining replica stops once the router (or the backend) says it drained,
    or after ``drain_timeout_seconds``. A replica taken out that never was ready has no traffic to
    drain: it stops at once.
@@ -175,6 +177,8 @@ def reconcile(inputs: Inputs) -> Plan:
     else:
         state = ServiceState.DEPLOYING if old_state is ServiceState.DEPLOYING and not held else ServiceState.DEGRADED
     message = scale.message + (f"; {held}" if held else "")
+    if state is not ServiceState.AVAILABLE and (pending := _pending_why(live)):
+        message += f"; {pending}"
     if inputs.metrics is not None and inputs.metrics.cpu_used:
         p.status.cpu_used = most_cpu(inputs.metrics.cpu_used)
     return _finish(p, old_state, state, scale.desired, live, ready, message)
@@ -194,6 +198,25 @@ def _finish(p: _Pass, old: ServiceState, state: ServiceState, desired: int, live
                 tuple(p.events), remove)
 
 
+EXPLANATION_CHARS = 200
+
+
+def _pending_why(live: list[Job]) -> str:
+    """Why the pending replicas pend, as the scheduling cycle recorded it (reason and explanation)."""
+    pending = [j for j in live if j.state is JobState.PENDING]
+    if not pending:
+        return ""
+    reasons: dict[str, int] = {}
+    for job in pending:
+        reasons[str(job.reason)] = reasons.get(str(job.reason), 0) + 1
+    counted = ", ".join(f"{n} {reason}" for reason, n in reasons.items())
+    explained = next((" ".join(j.explanation.split()) for j in pending if j.explanation), "")
+    if len(explained) > EXPLANATION_CHARS:
+        explained = explained[:EXPLANATION_CHARS - 1] + "…"
+    return (f"{len(pending)} replica{'s' * (len(pending) != 1)} pending ({counted})"
+            + (f": {explained}" if explained else ""))
+
+
 def _draining(p: _Pass, job: Job) -> bool:
     ep = p.inputs.endpoints.get(job.id)
     return ep is not None and ep.draining
@@ -202,7 +225,9 @@ def _draining(p: _Pass, job: Job) -> bool:
 def _forget_finished(p: _Pass) -> list[Job]:
     """The replica jobs still alive; finished ones are forgotten, failures counted."""
     alive = []
-    now = p.inputs.now
+    now, generation = p.inputs.now, p.inputs.record.generation
+    if p.status.failures_generation != generation:  # the update that fixes a crash loop lifts its hold
+        p.status.failures, p.status.failures_generation = [], generation
     p.status.failures = [t for t in p.status.failures if now - t < CRASH_WINDOW_SECONDS]
     for job in p.inputs.jobs:
         if not job.state.terminal:
@@ -212,7 +237,8 @@ def _forget_finished(p: _Pass) -> list[Job]:
             continue
         p.forget.append(job.id)
         if not job.cancel_requested and job.state is not JobState.CANCELLED:
-            p.status.failures.append(now)
+            if job.spec.service is None or job.spec.service.generation >= generation:
+                p.status.failures.append(now)
             p.event("replica_failed", f"replica {_ordinal(job)} (job {job.id}) ended {job.state}"
                     f" ({job.reason}); a new one takes its place", job_id=job.id, state=str(job.state))
     return alive

@@ -116,3 +116,27 @@ def test_fair_share_usage_accrues_while_nothing_is_pending(runtime):
     usage, later = store.usage()
     assert later > at and sum(usage.values()) > sum(first.values()) >= 0
     assert any("alice" in key for key in usage), usage
+
+
+def test_a_preemption_names_its_preemptor_in_the_victims_events(runtime):
+    """The victim's events say which job it made room for, as users name it (an array task 12_3)."""
+    from crossdock.backends.redis_store.store import utcnow
+    from crossdock.cli.render import describe
+    from crossdock.queue.models import ArraySpec, Job
+    from crossdock.queue.scheduler.decisions import CycleResult, Preemption
+
+    store = runtime.store
+    base = dict(queue="preprocessing", priority_class="preprocessing", pools=["local"])
+    victim, = store.submit([Job(id=0, spec=JobSpec(command=["sleep", "60"], user="alice"), **base)])
+    array_spec = JobSpec(command=["true"], user="bob", array=ArraySpec(task_ids=[0, 3]))
+    _, task = store.submit([Job(id=0, spec=array_spec, array_job_id=-1, array_task_id=t, **base) for t in (0, 3)])
+    store.transition(victim.id, JobState.SCHEDULED, bump_attempt=True,
+                     fields={"nodes": ["localhost"], "pool": "local", "backend": "local"})
+    store.transition(victim.id, JobState.RUNNING, fields={"start_time": utcnow()})
+    sent = []
+    Scheduler(runtime, lambda *a: sent.append(a)).commit(
+        CycleResult(preemptions=[Preemption(victim.id, task.id, 30)]), {j.id: j for j in store.get_many([victim.id, task.id])})
+    assert sent == [("crossdock.preempt", [victim.id, 30], "local")]
+    note, = [e for e in store.events(victim.id) if e.get("event") == "preempting"]
+    assert note["preemptor"] == str(task.id)
+    assert describe(note).endswith(f"reason: for job {task.array_job_id}_3")

@@ -31,7 +31,7 @@ def test_serve_list_show_scale_update_delete(crossdock_env, store):
     assert r.returncode == 0, r.stderr
     rec = store.services.get("chat")
     assert (rec.spec.min_replicas, rec.spec.max_replicas, rec.spec.target_qps, rec.spec.mem_mib) == (1, 4, 20, 1024)
-    assert rec.spec.command == [sys.executable, "-m", "http.server"] and rec.spec.env == {"MODEL": "small"}
+    assert rec.spec.command == [sys.executable, "-m", "http.server"] and rec.spec.env == {"MODEL": "small", "PATH": os.environ["PATH"]}
     assert rec.spec.user and rec.generation == 1
 
     listed = json.loads(cli(crossdock_env, "services", "list", "--json").stdout)

@@ -80,12 +80,15 @@ def test_cancel_filters_act_on_matching_jobs_only(crossdock_env, store, tmp_path
     a = submit(crossdock_env, "-H", "-J", "keep", "--wrap", "true", cwd=tmp_path)
     b = submit(crossdock_env, "-H", "-J", "drop", "--wrap", "true", cwd=tmp_path)
     c = submit(crossdock_env, "-H", "-J", "drop", "-p", "inference", "--wrap", "true", cwd=tmp_path)
-    assert lines(cli(crossdock_env, "cancel", "-n", "drop", "-p", "inference")) == [f"{c}: CANCELLED"]
+    assert lines(cli(crossdock_env, "cancel", "-v", "-n", "drop", "-p", "inference")) == [f"{c}: CANCELLED"]
     assert store.get(b).state is JobState.PENDING
-    assert lines(cli(crossdock_env, "cancel", "-n", "drop")) == [f"{b}: CANCELLED"]
-    assert lines(cli(crossdock_env, "cancel", "-t", "R")) == ["no matching jobs"]
+    assert lines(cli(crossdock_env, "cancel", "-n", "drop")) == []  # quiet, as scancel
+    assert store.get(b).state is JobState.CANCELLED
+    assert lines(cli(crossdock_env, "cancel", "-v", "-t", "R")) == ["no matching jobs"]
     assert store.get(a).state is JobState.PENDING
-    assert lines(cli(crossdock_env, "cancel", "--me", "-t", "PD")) == [f"{a}: CANCELLED"]
+    assert lines(cli(crossdock_env, "cancel", "-v", "--me", "-t", "PD")) == [f"{a}: CANCELLED"]
+    again = cli(crossdock_env, "cancel", str(a))
+    assert (again.returncode, again.stdout, again.stderr) == (0, "", f"crossdock: cancel: job {a} already CANCELLED\n")
     r = cli(crossdock_env, "cancel")
     assert r.returncode == 2 and "give job ids, or filters" in r.stderr
 
@@ -157,3 +160,28 @@ def test_max_rss_is_the_local_jobs_peak(cluster, crossdock_env, store, tmp_path)
     assert re.fullmatch(r"\d+K", peak[0]) and 80 * 1024 <= int(peak[0][:-1]) < 400 * 1024, peak
     assert store.expire_finished(0, 86400) == 1
     assert lines(cli(crossdock_env, "history", "-P", "-n", "-j", str(job), "-o", "MaxRSS")) == peak
+
+
+def test_update_changes_a_pending_jobs_time_limit_and_nice_as_scontrol_update(crossdock_env, runtime, tmp_path):
+    from crossdock.queue.errors import PermissionDenied
+    from crossdock.service import Caller, update
+
+    job = submit(crossdock_env, "-H", "-t", "30", "--wrap", "true", cwd=tmp_path)
+    r = cli(crossdock_env, "update", f"JobId={job}", "TimeLimit=10", "Nice=5")
+    assert (r.returncode, r.stdout, r.stderr) == (0, "", "")  # quiet, as scontrol
+    assert lines(cli(crossdock_env, "queue", "-h", "-j", str(job), "-o", "%l %y")) == ["10:00 5"]
+    events = lines(cli(crossdock_env, "show", "job", str(job)))
+    assert any(line.endswith("updated TimeLimit=10:00 Nice=5 by root") for line in events), events
+    bad = cli(crossdock_env, "update", str(job), "TimeLimit=1:99:99:99", "Partition=gpu", "Color=red")
+    assert bad.returncode == 2 and len(bad.stderr.splitlines()) == 3, bad.stderr
+    owner = Caller(name=runtime.store.get(job).spec.user, admin=False)
+    with pytest.raises(PermissionDenied, match="only an admin raises"):
+        update(runtime, [str(job)], {"time_limit_seconds": 3600}, who=owner)
+    with pytest.raises(PermissionDenied, match="negative nice"):
+        update(runtime, [str(job)], {"nice": -1}, who=owner)
+    assert update(runtime, [str(job)], {"time_limit_seconds": 300, "nice": 9}, who=owner)[0][1] is True
+    spec = runtime.store.get(job).spec
+    assert (spec.time_limit_seconds, spec.nice) == (300, 9)
+    assert cli(crossdock_env, "cancel", str(job)).returncode == 0
+    done = cli(crossdock_env, "update", str(job), "Nice=1")
+    assert done.returncode == 1 and f"{job}: not updated (state CANCELLED)" in done.stderr

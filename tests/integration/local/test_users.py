@@ -395,7 +395,7 @@ def test_filtered_cancel_and_listings_keep_to_the_callers_own_jobs(users, servic
     assert listed.stdout.splitlines() == [f"{mine} {SECOND}"], listed
     refused = as_second(users, "cancel", "-u", "root", "-t", "PD")
     assert refused.returncode == 2 and f"job {roots.id}" in refused.stderr, refused
-    done = as_second(users, "cancel", "-n", "shared", "-t", "PD")
+    done = as_second(users, "cancel", "-v", "-n", "shared", "-t", "PD")
     assert done.returncode == 0 and done.stdout.splitlines() == [f"{mine}: CANCELLED"], done
     assert service_rt.store.get(roots.id).state is JobState.PENDING
     assert service_rt.store.get(mine).state is JobState.CANCELLED

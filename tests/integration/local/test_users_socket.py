@@ -243,6 +243,6 @@ def test_slurm_listings_and_filtered_cancel_through_the_socket(service):
     for args in (["queue", "--start"], ["priority"], ["history", "-a"]):
         r = cli_as_second(service, *args)
         assert r.returncode == 0 and str(mine) in r.stdout, (args, r)
-    r = cli_as_second(service, "cancel", "-n", "shared", "-t", "PD")
+    r = cli_as_second(service, "cancel", "-v", "-n", "shared", "-t", "PD")
     assert r.returncode == 0 and r.stdout.splitlines() == [f"{mine}: CANCELLED"], r
     assert held.job.state is JobState.PENDING

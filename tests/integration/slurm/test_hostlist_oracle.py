@@ -1,4 +1,5 @@
-"""crossdock's hostlist expander against Slurm's own (``scontrol show hostnames``, no job).
+"""crossdock's hostlist expander and compressor against Slurm's own (``scontrol show hostnames``
+and ``show hostlist``, no job).
 
 Each case: both accept and give the same hosts in the same order, or both refuse, except for the
 few texts where Slurm guesses and crossdock refuses (or reads a suffix Slurm refuses), listed.
@@ -10,7 +11,7 @@ import subprocess
 
 import pytest
 
-from crossdock.queue.hostlist import HostlistError, expand_hostlist
+from crossdock.queue.hostlist import HostlistError, compress_hostlist, expand_hostlist
 
 pytestmark = pytest.mark.slurm
 
@@ -47,3 +48,17 @@ def test_agrees_with_scontrol(slurm_cluster, text):
         assert not same, f"a deliberate difference disappeared ({DELIBERATE[text]}); drop it from DELIBERATE"
     else:
         assert same, f"scontrol: ok={s_ok} {s_hosts}; crossdock: ok={o_ok} {o_hosts}"
+
+
+# Sorted, distinct hosts (as a job's node list is): scontrol keeps the order it is given, and
+# crossdock sorts a group's numbers and drops repeats, as SLURM_JOB_NODELIST reads.
+COMPRESSED = ["n01,n02,n10", "n1,n2,n3,n7", "cpu1,cpu2,gpu7", "b2,a1,a2", "n8,n9,n10,n11", "gpu-a100-1,gpu-l4-1",
+              "n001,n002,n003", "login"]
+
+
+@pytest.mark.parametrize("hosts", COMPRESSED)
+def test_compresses_as_scontrol(slurm_cluster, hosts):
+    r = subprocess.run(["scontrol", "show", "hostlist", hosts], capture_output=True, text=True, timeout=30,
+                       env=slurm_cluster)
+    assert r.returncode == 0, r.stderr
+    assert compress_hostlist(hosts.split(",")) == r.stdout.strip()

@@ -29,6 +29,21 @@ def test_backlog_counts_eligible_and_running_work_of_the_queue():
     assert keda.backlog([], "prep") == 0
 
 
+@pytest.mark.parametrize("jobs,desired,says", [
+    ([job(1, JobState.PENDING, reason=Reason.RESOURCES), job(2, JobState.PENDING, reason=Reason.RESOURCES),
+      job(3, JobState.RUNNING)], 3, "the 2 pending jobs wait on room the workers do not make (2 Resources)"),
+    ([job(1, JobState.PENDING, reason=Reason.RESOURCES), job(2, JobState.PENDING, reason=Reason.PRIORITY)], 2,
+     "(1 Priority, 1 Resources)"),
+    ([job(1, JobState.PENDING, reason=Reason.RESOURCES)], 1, ""),  # one worker: nothing beyond it
+    ([job(1, JobState.PENDING, reason=Reason.RESOURCES), job(2, JobState.PENDING)], 3, ""),  # one a cycle may place
+    ([job(1, JobState.PENDING, reason=Reason.RESOURCES), job(2, JobState.SCHEDULED)], 3, ""),  # awaits dispatch
+    ([job(1, JobState.RUNNING), job(2, JobState.PENDING, queue="other", reason=Reason.RESOURCES)], 3, ""),
+], ids=["all-resources", "mixed-node-bound", "one-worker", "one-placeable", "one-to-dispatch", "other-queue"])
+def test_no_capacity_says_when_more_workers_cannot_run_the_backlog(jobs, desired, says):
+    note = keda.no_capacity(jobs, "prep", desired)
+    assert (says in note and note.startswith("more workers add no capacity")) if says else note == ""
+
+
 def step(**kw):
     args = dict(metric=0, per_replica=10, activation=0, cooldown_seconds=300, min_replicas=0, max_replicas=50,
                 current_replicas=0, last_active=None, now=1000.0, behavior=None, recommendations=[],

@@ -183,20 +183,52 @@ def test_delete_drains_every_replica_then_removes_the_record():
     assert plan.remove and plan.status.state is ServiceState.DELETED
 
 
-def test_a_crash_loop_holds_new_replicas_and_degrades_the_service():
-    w = World(spec(min_replicas=1, target_qps=None))
-    run(w, 0, 2)
-    t = 4.0
+def crash_loop(w: World, t: float) -> float:
+    """Fail the one live replica ``CRASH_LIMIT`` times, a pass every 2 s from ``t``; the next pass's time."""
     for _ in range(CRASH_LIMIT):
         (job,) = w.live()
         w.jobs[job.id] = job.model_copy(update={"state": JobState.FAILED, "reason": "NonZeroExitCode"})
         w.step(t)
         t += 2
+    return t
+
+
+def test_a_crash_loop_holds_new_replicas_and_degrades_the_service():
+    w = World(spec(min_replicas=1, target_qps=None))
+    run(w, 0, 2)
+    crash_loop(w, 4.0)
     assert not w.live() and w.status.state is ServiceState.DEGRADED and "crash loop" in w.status.message
     failed = [e for p in w.plans for e in p.events if e["event"] == "replica_failed"]
     assert len(failed) == CRASH_LIMIT
     run(w, 70, 72)  # the window passed: a new replica is tried
     assert len(w.live()) == 1
+
+
+def test_the_update_that_fixes_a_crash_loop_lifts_its_hold_at_once():
+    w = World(spec(min_replicas=1, target_qps=None))
+    run(w, 0, 2)
+    t = crash_loop(w, 4.0)
+    assert not w.live() and "crash loop" in w.status.message
+    w.generation = 2  # `services update --command …`: what crashed no longer runs
+    plan = w.step(t)  # well within the crash window of the failures above
+    assert [c.replica.generation for c in plan.creates] == [2] and "crash loop" not in plan.status.message
+    run(w, t + 2, t + 4)
+    assert w.status.state is ServiceState.AVAILABLE
+    # a replica of the old generation ending now is not counted against the new one
+    assert w.status.failures == [] and w.status.failures_generation == 2
+
+
+def test_a_degraded_service_names_why_its_other_replicas_pend():
+    w = World(spec(min_replicas=4, target_qps=None), free={"l4": 2})
+    run(w, 0, 2)
+    for job in w.jobs.values():
+        if job.state is JobState.PENDING:
+            w.jobs[job.id] = job.model_copy(update={"reason": "Resources",
+                                                    "explanation": "0/2 nodes are available: 2 Insufficient gpu."})
+    plan = w.step(4)
+    assert plan.status.state in (ServiceState.DEPLOYING, ServiceState.DEGRADED)
+    assert (plan.status.ready, plan.status.desired) == (2, 4)
+    assert "2 replicas pending (2 Resources): 0/2 nodes are available: 2 Insufficient gpu." in plan.status.message
 
 
 def test_a_replica_stopped_by_someone_else_is_not_a_failure():
