@@ -18,11 +18,13 @@ import inspect
 import math
 import os
 import shlex
+import time
 import uuid
 import warnings
 from typing import TYPE_CHECKING, Any, Callable, Iterable, Sequence
 
 from crossdock import gateway
+from crossdock.gateway.wire import ServiceUnavailable
 from crossdock.backends.pypayload import args_context, fn_context
 from crossdock.backends.redis_store import embedded
 from crossdock.handles import InputHandle, JobFailed, JobHandle, RemoteError, as_completed, wait  # noqa: F401 - the API's names
@@ -30,13 +32,16 @@ from crossdock.pycall import Batch, encode_args, encode_call, encode_fn
 from pydantic import ValidationError
 
 from crossdock.queue.environ import exportable
-from crossdock.queue.errors import CrossdockError, InvalidArgument, InvalidOption, shown
+from crossdock.queue.errors import CrossdockError, InvalidArgument, InvalidOption, StoreUnavailable, shown
 from crossdock.queue.models import ArraySpec, GpuRequest, JobSpec, PythonCall, validation_message
 from crossdock.runtime import Runtime
 from crossdock.settings import submit_umask
 
 if TYPE_CHECKING:
     from crossdock.serve import ServiceHandle
+
+SUBMIT_RETRY_SECONDS = 30.0
+"""How long a submission is retried, with its one token, while the store or the service is away."""
 
 
 def _whole(name: str, value: Any, low: int = 1) -> int:
@@ -217,8 +222,20 @@ class Client:
         return api.ServiceHandle(self.runtime, name, self.who)
 
     def submit_specs(self, specs: Iterable[JobSpec], token: str | None = None, watched: bool = True) -> list[JobHandle]:
-        """Submit many specs in one atomic, pipelined step."""
-        return [JobHandle(self, j, watched) for j in self.gateway.submit(list(specs), token=token)]
+        """Submit many specs in one atomic, pipelined step. Every submission has an idempotency
+        token (``token``, else a fresh one), so that the retries while the store or the service
+        does not answer (up to :data:`SUBMIT_RETRY_SECONDS`) store it once; then the last
+        :class:`StoreUnavailable` (or ``ServiceUnavailable``) is raised."""
+        specs, token = list(specs), token or new_token()
+        deadline, delay = time.monotonic() + SUBMIT_RETRY_SECONDS, 0.1
+        while True:
+            try:
+                return [JobHandle(self, j, watched) for j in self.gateway.submit(specs, token=token)]
+            except (StoreUnavailable, ServiceUnavailable):
+                if time.monotonic() + delay > deadline:
+                    raise
+            time.sleep(delay)
+            delay = min(2 * delay, 2.0)
 
     def job(self, ref: int | str) -> JobHandle:
         """The handle of a job submitted before, from any process (``client.job(12)``,

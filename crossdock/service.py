@@ -4,6 +4,7 @@
 from __future__ import annotations
 
 import os
+from collections import Counter
 from dataclasses import dataclass
 from datetime import datetime, timezone
 from typing import TYPE_CHECKING, Any, Iterable, Sequence
@@ -14,8 +15,9 @@ from crossdock import signing
 from crossdock.backends.local import gpus
 from crossdock.backends.local.backend import local_nodes
 from crossdock.queue.admission import admit
+from crossdock.queue.bounds import check_job_counts
 from crossdock.queue.durations import duration
-from crossdock.queue.errors import InvalidArgument, InvalidJob, PermissionDenied
+from crossdock.queue.errors import InvalidArgument, InvalidJob, PermissionDenied, StoreUnavailable, shown
 from crossdock.queue.models import Job, JobSpec
 from crossdock.queue.snapshot import Node
 from crossdock.runtime import Runtime
@@ -71,7 +73,7 @@ def load_inventory(rt: Runtime, store_optional: bool = False) -> list[Node]:
     ``store_optional``: a store that does not answer counts as "not yet run" (``--dry-run``)."""
     try:
         nodes = rt.store.inventory()
-    except RedisError:
+    except (RedisError, StoreUnavailable):
         if not store_optional:
             raise
         nodes = None
@@ -115,11 +117,24 @@ def test_only(rt: Runtime, job: Job, nodes: Sequence[Node]) -> "Trial":
     return trial(job, pending, active, nodes, rt.config, datetime.now(timezone.utc))
 
 
+TOKEN_MAX_CHARS = 256
+"""An idempotency token's longest form (a UUID is 36)."""
+
+
 def submit(rt: Runtime, specs: Iterable[JobSpec], token: str | None = None,
            nodes: Sequence[Node] | None = None, who: Caller | None = None) -> list[Job]:
-    """Validate every spec, then store all their jobs in one atomic step (nothing stored on error)."""
+    """Validate every spec, then store all their jobs in one atomic step (nothing stored on error).
+    ``token`` (the owner's own: another user's same token is another submission) makes a retry
+    return the jobs first stored; no owner may go over ``limits.max_submit_jobs``."""
     who = who or caller(rt)
-    return rt.store.submit(check(rt, specs, nodes, who), token=token, actor=who.name)
+    if token is not None and not (isinstance(token, str) and 0 < len(token) <= TOKEN_MAX_CHARS):
+        raise InvalidArgument(f"idempotency token: {shown(token, 80)} is not a string of 1 to {TOKEN_MAX_CHARS}"
+                              " characters; give a UUID")
+    jobs = check(rt, specs, nodes, who)
+    adding = Counter(j.spec.user for j in jobs)
+    limits = rt.config.limits
+    return rt.store.submit(jobs, token=token, actor=who.name,
+                           admit=lambda live: check_job_counts(live, adding, limits))
 
 
 def owned(rt: Runtime, refs: Iterable[str], who: Caller, action: str) -> list[Job]:

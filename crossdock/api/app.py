@@ -1,8 +1,9 @@
 """The REST API as a FastAPI app: ``create_app(rt)``; ``crossdock api`` serves it (see
 :mod:`crossdock.api.serve`). Errors are JSON ``{"error": TYPE, "problems": [LINE, ...]}``:
 401 no or a bad token, 403 refused (recorded as an event), 404 no such job, 400 refused by
-admission or a bad argument, 409 an illegal state change, 422 every problem of a body at once,
-503 the store does not answer."""
+admission or a bad argument (``LimitExceeded``: over one of the config's ``limits:``, named), 409
+an illegal state change, 413 a body over ``limits.max_request_bytes``, 422 every problem of a body
+at once, 503 the store does not answer."""
 
 from __future__ import annotations
 
@@ -19,9 +20,11 @@ from redis.exceptions import RedisError
 from crossdock import __version__, service
 from crossdock.api import cluster, jobs
 from crossdock.api.auth import Remembered, Unauthenticated
+from crossdock.api.bodylimit import BodyLimit
 from crossdock.backends.redis_store.embedded import shown
 from crossdock.gateway.direct import Direct
-from crossdock.queue.errors import CrossdockError, IllegalTransition, NoSuchJob, PermissionDenied
+from crossdock.queue.config_limits import Limits
+from crossdock.queue.errors import CrossdockError, IllegalTransition, NoSuchJob, PermissionDenied, StoreUnavailable
 from crossdock.queue.submission import BadSubmission, problems
 from crossdock.runtime import Runtime
 
@@ -43,6 +46,7 @@ def create_app(rt: Runtime | None, send: Any = None) -> FastAPI:
     app.state.rt = rt
     app.state.remembered = Remembered()
     app.state.send = Direct(rt, service.Caller("crossdock", True), send).send  # one Celery producer for all requests
+    app.add_middleware(BodyLimit, limits=lambda: rt.config.limits if rt is not None else Limits())
     app.include_router(jobs.router)
     app.include_router(cluster.router)
     app.mount("/static", StaticFiles(directory=STATIC), name="static")
@@ -75,6 +79,8 @@ def create_app(rt: Runtime | None, send: Any = None) -> FastAPI:
 
     @app.exception_handler(CrossdockError)
     def refused(request: Request, exc: CrossdockError) -> JSONResponse:
+        if isinstance(exc, StoreUnavailable):
+            return _error(503, "ServiceUnavailable", [str(exc)])
         if isinstance(exc, PermissionDenied):
             log.info("403 %s %s: %s", request.method, request.url.path, exc)
             return _error(403, "PermissionDenied", [str(exc)])

@@ -57,12 +57,15 @@ def _workdir(spec_workdir: str | None, user: str) -> str:
 
 @router.post("/jobs", status_code=201, response_model=Accepted | list[dict[str, Any]],
              summary="Submit a job (the JSON `crossdock submit --dry-run --json` prints)",
-             responses={400: {"description": "refused by admission"}, 403: {"description": "not yours to submit"},
+             responses={400: {"description": "refused by admission (LimitExceeded: over a limits: key, named)"},
+                        403: {"description": "not yours to submit"},
+                        413: {"description": "a body over limits.max_request_bytes"},
                         422: {"description": "the body's problems, every one"}})
 def submit(body: Submission, gw: Direct = Depends(view),
            dry_run: bool = Query(False, description="admit as a submission is, store nothing; answer the"
                                                     " normalized spec as `--dry-run --json` prints it"),
-           idempotency_key: str | None = Header(None, description="the same key twice stores the job once")) -> Any:
+           idempotency_key: str | None = Header(None, description="the same key twice stores the job once; a key is"
+                                                                  " its user's own (another's same key is another job)")) -> Any:
     spec = to_spec(body)
     user = spec.user or gw.who.name
     # What --export asks for, from what the request carries (a REST client has no environment

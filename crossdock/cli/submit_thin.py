@@ -28,16 +28,25 @@ def run(argv: list[str], path: str) -> int | None:
     os.umask(mask)
     request = {"op": "submit_argv", "args": {"argv": argv, "cwd": os.getcwd(), "umask": f"{mask:04o}",
                                              "environ": dict(os.environ), "tty": sys.stdout.isatty()}}
-    with sock, sock.makefile("rwb") as stream:
-        _send(stream, request)
-        for line in stream:
-            answer = json.loads(line)
-            if "done" in answer:
-                done = answer["done"]
-                sys.stdout.write(done["stdout"])
-                sys.stderr.write(done["stderr"])
-                return int(done["code"])
-            _send(stream, _read(answer["need"]))
+    with sock, sock.makefile("rb") as stream:
+        try:
+            _send(sock, request)
+        except OSError:
+            pass  # the service closed first: it may have said why (a limit), read below
+        try:
+            for line in stream:
+                answer = json.loads(line)
+                if "error" in answer:  # refused whole (over one of the service's limits)
+                    sys.stderr.write(f"crossdock: error: {answer['error'].get('message')}\n")
+                    return 2
+                if "done" in answer:
+                    done = answer["done"]
+                    sys.stdout.write(done["stdout"])
+                    sys.stderr.write(done["stderr"])
+                    return int(done["code"])
+                _send(sock, _read(answer["need"]))
+        except OSError:
+            pass  # the service went away mid-conversation (restarted, or closed an idle connection)
     sys.stderr.write(f"crossdock: error: the service at {path} closed the connection; try again\n")
     return 1
 
@@ -59,6 +68,5 @@ def _read(need: dict) -> dict:
     return {"data": base64.b64encode(data).decode()}
 
 
-def _send(stream, obj: dict) -> None:
-    stream.write(json.dumps(obj, separators=(",", ":")).encode() + b"\n")
-    stream.flush()
+def _send(sock: socket.socket, obj: dict) -> None:
+    sock.sendall(json.dumps(obj, separators=(",", ":")).encode() + b"\n")

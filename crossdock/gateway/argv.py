@@ -12,15 +12,15 @@ service never opens a path a user names. The answer ends with ``{"done": {stdout
 from __future__ import annotations
 
 import base64
+import errno
 import json
 from typing import Any, BinaryIO
 
 from crossdock import service
 from crossdock.gateway import wire
+from crossdock.gateway.bounded import TooLarge, next_request
 from crossdock.gateway.direct import Direct
-
-MAX_SCRIPT = 4 * 1024 * 1024
-"""The longest script a client may send (Slurm's default max_script_size)."""
+from crossdock.queue.bounds import request_too_large
 
 
 def converse(server: Any, uid: int, args: dict[str, Any], rfile: BinaryIO, wfile: BinaryIO) -> None:
@@ -28,11 +28,17 @@ def converse(server: Any, uid: int, args: dict[str, Any], rfile: BinaryIO, wfile
     from crossdock.cli.submit import Invocation, submit
 
     view = Direct(server.rt, service.caller(server.rt, None, uid=uid), server.direct.send)
+    limits = server.rt.config.limits
 
     def ask(need: dict[str, Any]) -> bytes | None:
         wfile.write(wire.dumps({"need": need}))
         wfile.flush()
-        reply = json.loads(rfile.readline(2 * MAX_SCRIPT) or b"{}")
+        try:
+            with next_request(rfile, limits.max_request_bytes, server.connections.slot(uid),
+                              limits.idle_timeout_s) as line:
+                reply = json.loads(line or b"{}")
+        except TooLarge:
+            raise OSError(errno.EFBIG, request_too_large("its content", limits)) from None
         if "error" in reply:
             raise OSError(int(reply.get("errno") or 5), str(reply["error"]))
         data = reply.get("data")

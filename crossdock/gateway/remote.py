@@ -53,6 +53,14 @@ class Remote:
             self._sock.close()
         self._sock = self._file = None
 
+    def _said(self) -> bytes:
+        """What the service wrote before it closed a connection our request could not finish on."""
+        try:
+            self._sock.settimeout(1.0)
+            return self._file.readline(wire.MAX_LINE + 1)
+        except (OSError, ValueError):
+            return b""
+
     def call(self, op: str, **args: Any) -> Any:
         request = wire.dumps({"op": op, "args": {k: wire.encode_arg(v) for k, v in args.items()}, "as": self.declared})
         with self._lock:
@@ -63,7 +71,10 @@ class Remote:
                     self._sock.sendall(request)
                     line = self._file.readline(wire.MAX_LINE + 1)
                 except OSError as exc:
+                    line = self._said()  # a refusal the service wrote before it closed (a limit's line)
                     self._close()
+                    if line:
+                        break
                     if attempt == 2:
                         raise ServiceUnavailable(f"the crossdock service at {self.path}: {exc}") from None
                     continue
@@ -109,7 +120,7 @@ class Remote:
         return ""  # the service seals a payload that reaches it through the socket
 
     def jobs(self, ids: Sequence[int]) -> list[Job]:
-        return self.call("jobs", ids=list(ids))
+        return [j for part in _pieces(ids) for j in self.call("jobs", ids=part)]
 
     def job(self, job_id: int) -> Job:
         return self.call("job", job_id=job_id)
@@ -135,7 +146,7 @@ class Remote:
         return self.call("history", since=since)
 
     def planned(self, ids: Sequence[int]) -> list[list[Any]]:
-        return self.call("planned", ids=list(ids))
+        return [p for part in _pieces(ids) for p in self.call("planned", ids=part)]
 
     def usage(self) -> dict[str, float]:
         return self.call("usage")
@@ -145,3 +156,9 @@ class Remote:
 
     def backend_logs(self, job_id: int) -> str | None:
         return self.call("backend_logs", job_id=job_id)
+
+
+def _pieces(ids: Sequence[int]) -> list[list[int]]:
+    """``ids`` in requests of at most :data:`wire.MAX_IDS` (what the service reads at once)."""
+    ids = list(ids)
+    return [ids[i:i + wire.MAX_IDS] for i in range(0, len(ids), wire.MAX_IDS)]

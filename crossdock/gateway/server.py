@@ -4,7 +4,10 @@ ownership checks are the service's own and nothing here decides.
 
 The standard library's ``socketserver`` (a thread per connection, JSON lines) rather than an
 RPC framework: the requests are a dozen short calls on one machine, peer credentials need the
-raw socket (which gRPC/HTTP servers hide), and it adds no dependency to the service.
+raw socket (which gRPC/HTTP servers hide), and it adds no dependency to the service. The threads
+are bounded by the config's ``limits:`` (connections per uid and in all, an idle timeout), and a
+request is read a bounded piece at a time (:mod:`crossdock.gateway.bounded`), so that no local user
+starves the service.
 
 The socket is 0666 in a directory made 0755: anyone may connect, since identity comes from the
 kernel and not from the request; a request's ``as`` (the API's ``user=``) is honoured only for
@@ -19,6 +22,7 @@ import socket
 import socketserver
 import struct
 import threading
+import time
 from pathlib import Path
 from typing import Any
 
@@ -28,7 +32,9 @@ from redis.exceptions import RedisError
 from crossdock import service
 from crossdock.backends.redis_store.embedded import shown
 from crossdock.gateway import wire
+from crossdock.gateway.bounded import Connections, TooLarge, next_request
 from crossdock.gateway.direct import LISTINGS, Direct
+from crossdock.queue.bounds import request_too_large
 from crossdock.queue.errors import CrossdockError, InvalidArgument, PermissionDenied
 from crossdock.queue.models import Job, JobSpec, validation_message
 from crossdock.runtime import Runtime
@@ -56,21 +62,50 @@ class Handler(socketserver.StreamRequestHandler):
 
     def handle(self) -> None:
         uid = peer_uid(self.request)
-        while True:
-            line = self.rfile.readline(wire.MAX_LINE + 1)
-            if not line:
-                return
-            if len(line) > wire.MAX_LINE:
-                self.wfile.write(wire.dumps({"error": {"type": "InvalidArgument",
-                                                       "message": f"request over {wire.MAX_LINE} bytes"}}))
-                return
-            if line.startswith(b'{"op":"submit_argv"'):  # a conversation, not one answer (gateway.argv)
-                self.server.converse(uid, line, self.rfile, self.wfile)
-                continue
-            self.wfile.write(wire.dumps(self.server.answer(uid, line)))
+        slot = self.server.connections.slot(uid)
+        try:
+            while True:
+                limits = self.server.rt.config.limits
+                with next_request(self.rfile, limits.max_request_bytes, slot, limits.idle_timeout_s) as line:
+                    if not line:
+                        return
+                    if line.startswith(b'{"op":"submit_argv"'):  # a conversation, not one answer (gateway.argv)
+                        self.server.converse(uid, line, self.rfile, self.wfile)
+                        continue
+                    self.wfile.write(wire.dumps(self.server.answer(uid, line)))
+        except TooLarge:
+            log.info("refused a request over limits.max_request_bytes from %s (uid %s)", user_name(uid), uid)
+            refuse(self.request, request_too_large("request", self.server.rt.config.limits))
+        except OSError:  # idle past limits.idle_timeout_s, or the client left: close
+            return
+
+    def finish(self) -> None:
+        try:
+            super().finish()
+        except OSError:
+            pass  # the client left with an answer unsent
+        finally:
+            self.server.connections.release(peer_uid(self.request))
+
+
+NOTE_SECONDS = 60.0
+"""A uid whose connections are refused is logged once in this long."""
+
+
+def refuse(sock: socket.socket, message: str) -> None:
+    """Answer one error line naming the limit (the socket is closed after)."""
+    try:
+        sock.settimeout(1.0)
+        sock.sendall(wire.dumps({"error": {"type": "LimitExceeded", "message": message}}))
+    except OSError:
+        pass  # the client left, or does not read
 
 
 class GatewayServer(socketserver.ThreadingMixIn, socketserver.UnixStreamServer):
+    """One thread per connection, but at most ``limits.max_connections`` of them and
+    ``limits.max_connections_per_user`` per uid; a connection idle ``limits.idle_timeout_s`` is
+    closed; a request is read a bounded piece at a time (:mod:`crossdock.gateway.bounded`)."""
+
     daemon_threads = True
     block_on_close = False
 
@@ -87,8 +122,32 @@ class GatewayServer(socketserver.ThreadingMixIn, socketserver.UnixStreamServer):
                 path.unlink(missing_ok=True)  # left by a service that died
             finally:
                 probe.close()
+        self.connections = Connections()
+        self._noted: dict[int, float] = {}
         super().__init__(str(path), Handler)
         os.chmod(path, 0o666)
+
+    def process_request(self, request: Any, client_address: Any) -> None:  # type: ignore[override]
+        """Refuse a connection over a limit with its line, without a thread; else serve it in one."""
+        uid = peer_uid(request)
+        limits = self.rt.config.limits
+        refusal = self.connections.admit(uid, limits)
+        if refusal is not None:
+            if time.monotonic() - self._noted.get(uid, -NOTE_SECONDS) >= NOTE_SECONDS:  # a flood: one log line a minute
+                self._noted[uid] = time.monotonic()
+                log.info("refused a connection of %s (uid %s): %s", user_name(uid), uid, refusal)
+            refuse(request, refusal)
+            self.shutdown_request(request)
+            return
+        request.settimeout(limits.idle_timeout_s)
+        try:
+            super().process_request(request, client_address)
+        except BaseException:  # no thread: the connection is not counted
+            self.connections.release(uid)
+            raise
+
+    def handle_error(self, request: Any, client_address: Any) -> None:
+        log.debug("a socket connection ended on an error", exc_info=True)
 
     def answer(self, uid: int, line: bytes) -> dict[str, Any]:
         try:

@@ -19,7 +19,25 @@ from crossdock.queue.errors import CrossdockError
 from crossdock.queue.models import Job, JobSpec
 
 MAX_LINE = 256 * 1024 * 1024
-"""The longest request or answer (a Python job's payload travels inside its spec)."""
+"""The longest answer a client reads (a result travels inside one). Requests are bounded by the
+service's config, ``limits.max_request_bytes`` (:mod:`crossdock.gateway.bounded`)."""
+
+
+MAX_IDS = 10_000
+"""Job ids or references in one request: a longer list would make the service read that many jobs
+at once (a 16 MiB line holds millions); the client asks in pieces (:class:`~crossdock.gateway.remote.Remote`)."""
+
+
+def _ids(raw: list) -> list[int]:
+    return [int(i) for i in _bounded(raw)]
+
+
+def _bounded(raw: Any) -> list:
+    if not isinstance(raw, list):
+        raise errors.InvalidArgument(f"ids: {type(raw).__name__} is not a list of job ids")
+    if len(raw) > MAX_IDS:
+        raise errors.InvalidArgument(f"ids: {len(raw)} in one request is over {MAX_IDS}; ask in pieces")
+    return raw
 
 
 class ServiceUnavailable(CrossdockError):
@@ -76,24 +94,24 @@ OPS: dict[str, Op] = {
     "limits": Op({}, _same, _same),
     "submit": Op({"specs": _specs, "token": _same}, _jobs, _unjobs),
     "check": Op({"specs": _specs}, _jobs, _unjobs),
-    "cancel": Op({"refs": list}, lambda p: [list(x) for x in p], lambda r: [tuple(x) for x in r]),
-    "hold": Op({"refs": list, "held": bool}, _pairs, _unpairs),
-    "requeue": Op({"refs": list}, _pairs, _unpairs),
-    "update": Op({"refs": list, "changes": dict}, _pairs, _unpairs),
+    "cancel": Op({"refs": _bounded}, lambda p: [list(x) for x in p], lambda r: [tuple(x) for x in r]),
+    "hold": Op({"refs": _bounded, "held": bool}, _pairs, _unpairs),
+    "requeue": Op({"refs": _bounded}, _pairs, _unpairs),
+    "update": Op({"refs": _bounded, "changes": dict}, _pairs, _unpairs),
     "authorize": Op({"job_id": int, "action": str}, _same, _same),
     "result": Op({"job_id": int}, _b64, _unb64),
-    "jobs": Op({"ids": lambda ids: [int(i) for i in ids]}, _jobs, _unjobs),
+    "jobs": Op({"ids": _ids}, _jobs, _unjobs),
     "job": Op({"job_id": int}, _job, Job.model_validate),
     "resolve": Op({"ref": str}, _same, _same),
     "ids": Op({"which": str}, _same, _same),
     "events": Op({"job_id": int}, _same, _same),
-    "event_stream": Op({"job_ids": lambda ids: [int(i) for i in ids],
+    "event_stream": Op({"job_ids": _ids,
                         "since": lambda t: None if t is None else float(t),
                         "after": lambda a: None if a is None else str(a), "count": int,
                         "block_ms": lambda b: None if b is None else min(int(b), 5000)}, _same, _same),
     "ids_after": Op({"after": int, "count": int}, _same, _same),
     "history": Op({"since": lambda t: None if t is None else float(t)}, _same, _same),
-    "planned": Op({"ids": lambda ids: [int(i) for i in ids]}, _same, _same),
+    "planned": Op({"ids": _ids}, _same, _same),
     "usage": Op({}, _same, _same),
     "inventory": Op({}, lambda ns: json.loads(nodes_to_json(ns)), lambda raw: nodes_from_json(json.dumps(raw))),
     "backend_logs": Op({"job_id": int}, _same, _same),

@@ -13,8 +13,9 @@ from typing import Callable, Sequence, get_args
 
 from pydantic import ValidationError
 
+from crossdock.queue.bounds import spec_problems
 from crossdock.queue.config import ClusterConfig, Placement
-from crossdock.queue.errors import InvalidJob
+from crossdock.queue.errors import InvalidJob, LimitExceeded
 from crossdock.queue.models import Job, JobSpec, validation_message
 from crossdock.queue.sbatch_extras import constraint_terms
 from crossdock.queue.snapshot import Node
@@ -260,6 +261,13 @@ def admit(spec: JobSpec, cfg: ClusterConfig, nodes: Sequence[Node], now: datetim
         spec = JobSpec.model_validate(spec.model_dump())
     except ValidationError as exc:
         raise InvalidJob(validation_message(exc)) from None
+    over = spec_problems(spec, cfg.limits)
+    if spec.array is not None and max(spec.array.task_ids) >= cfg.scheduler.max_array_size:
+        over.append(f"--array: task id {max(spec.array.task_ids)} is not below scheduler.max_array_size"
+                    f" ({cfg.scheduler.max_array_size}, Slurm's MaxArraySize); use smaller task ids, or ask an admin"
+                    " to raise scheduler.max_array_size")
+    if over:
+        raise LimitExceeded("; ".join(over))
     # a service replica may name only an image: a Kubernetes pod runs the image's entrypoint
     image_only = spec.service is not None and spec.image is not None
     if spec.command is None and spec.script is None and spec.python is None and not image_only:
@@ -267,9 +275,6 @@ def admit(spec: JobSpec, cfg: ClusterConfig, nodes: Sequence[Node], now: datetim
     if spec.script is not None and not spec.script.startswith("#!"):
         raise InvalidJob("script: the first line must start with #! followed by the path to an interpreter,"
                          " as sbatch requires (e.g. #!/bin/bash)")
-    if spec.array is not None and max(spec.array.task_ids) >= cfg.scheduler.max_array_size:
-        raise InvalidJob(f"--array: task id {max(spec.array.task_ids)} is not below MaxArraySize"
-                         f" {cfg.scheduler.max_array_size}; use smaller task ids")
     resolved = resolve(spec, cfg)
     check_names(spec, resolved, nodes)
     check_limits(spec, cfg, resolved.queue)

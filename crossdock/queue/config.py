@@ -28,6 +28,7 @@ Placement = Literal["binpack", "spread", "most-requested", "balanced"]
 from crossdock.queue.config_base import (INT32, MAX_COUNT, MAX_NODE_CPUS, MAX_NODE_GPUS,  # noqa: F401
                                           MAX_NODE_MEMORY_MIB, YEAR_SECONDS, _Cfg)
 from crossdock.queue.config_deschedule import Descheduler, DisruptionBudgetDecl, reference_errors  # noqa: F401
+from crossdock.queue.config_limits import Limits
 from crossdock.queue.config_services import Services
 
 
@@ -287,6 +288,8 @@ class ClusterConfig(_Cfg):
     autoscaler: Autoscaler = Field(default_factory=Autoscaler)
     metrics: Metrics = Field(default_factory=Metrics)
     descheduler: Descheduler = Field(default_factory=Descheduler)
+    limits: Limits = Field(default_factory=Limits)
+    """How much one user may send and hold (:mod:`crossdock.queue.config_limits`)."""
     admins: list[str] = Field(default_factory=list)
     """Users (login names, or uids where the passwd database has none) who may act on anyone's
     jobs, as root may; everybody else acts on their own jobs only."""

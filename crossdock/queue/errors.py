@@ -48,6 +48,15 @@ class InvalidJob(CrossdockError):
     """A job spec is valid on its own but cannot run under this config (unknown queue, too large…)."""
 
 
+class LimitExceeded(InvalidJob):
+    """A submission or request over one of the config's ``limits:`` (its key in the message)."""
+
+
+class StoreUnavailable(CrossdockError):
+    """The store does not answer (down, restarting, failing over): nothing was decided; a retry
+    with the same idempotency token stores a submission once."""
+
+
 class IllegalTransition(CrossdockError):
     def __init__(self, job_id: int | None, old: object, new: object):
         self.job_id, self.old, self.new = job_id, old, new

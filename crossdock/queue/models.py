@@ -39,8 +39,8 @@ MAX_PATH_BYTES = 4096
 MAX_ARG_BYTES = 128 * 1024
 """Linux's MAX_ARG_STRLEN: the longest single argument execve takes."""
 MAX_ARGV_BYTES = 1024 * 1024
-MAX_SCRIPT_BYTES = 4 * 1024 * 1024
-"""Slurm's default max_script_size."""
+MAX_SCRIPT_BYTES = 64 * 1024 * 1024
+"""The most the config's ``limits.max_script_size`` (4 MiB, Slurm's default) may be raised to."""
 
 
 class _Model(BaseModel):
@@ -352,7 +352,8 @@ def _check_text(spec: "JobSpec") -> None:
             raise ValueError(f"{field}: {len(value.encode())} bytes is longer than {limit}; shorten it")
     if spec.script is not None:  # its NULs are the script parser's to name (with the line)
         if _utf8_bytes("script", spec.script.replace("\0", "")) > MAX_SCRIPT_BYTES:
-            raise ValueError(f"script: longer than {MAX_SCRIPT_BYTES} bytes (Slurm's max_script_size); shorten it")
+            raise ValueError(f"script: longer than {MAX_SCRIPT_BYTES} bytes, the most limits.max_script_size allows;"
+                             " shorten it")
     total = 0
     for field in ("command", "args", "slurm_options"):
         for i, arg in enumerate(getattr(spec, field) or []):

@@ -9,13 +9,14 @@ from typing import TYPE_CHECKING
 
 import redis
 
+from crossdock.queue.errors import StoreUnavailable
 from crossdock.queue.models import Job
 from crossdock.queue.states import JobState
 
 if TYPE_CHECKING:
     from tests.chaos.harness import ChaosRun, Plan
 
-STORE_DOWN = (redis.RedisError, OSError)
+STORE_DOWN = (redis.RedisError, OSError, StoreUnavailable)
 """What a store call raises while Redis is down."""
 EXPECTED = {0: JobState.COMPLETED, 3: JobState.FAILED}
 """The state a job must end in, by the exit code its command ends with."""

@@ -205,9 +205,15 @@ class Keys:
         """ZSET of the task job ids of one array (score = task id)."""
         return f"{self.prefix}:array:{array_job_id}"
 
-    def idempotency(self, token: str) -> str:
-        """STRING job id first created with this client-supplied token."""
-        return f"{self.prefix}:idem:{token}"
+    def idempotency(self, owner: str, token: str) -> str:
+        """STRING: the job ids first created with this client-supplied token by this owner (a
+        user name has no ``:``), so that one user's token never answers another's submission."""
+        return f"{self.prefix}:idem:{owner}:{token}"
+
+    def user_jobs(self, user: str) -> str:
+        """ZSET of the job ids of one user still in the hot keys (added at submit, removed when
+        archived): its members also in ``pending`` or ``active`` are what MaxSubmitJobs counts."""
+        return f"{self.prefix}:user:{user}:jobs"
 
     def by_name(self, user: str, name: str) -> str:
         """ZSET of job ids with this user and name (singleton dependencies)."""

@@ -124,6 +124,7 @@ ARCHIVE = """
 -- archive: move one finished job out of the hot keys into a compact history record.
 -- KEYS[1] job hash   KEYS[2] job event list   KEYS[3] all-jobs zset   KEYS[4] name index zset
 -- KEYS[5] array zset   KEYS[6] history hash   KEYS[7] history end-time zset   KEYS[8] finished zset
+-- KEYS[9] the owner's jobs zset
 -- ARGV[1] job id   ARGV[2] expected state   ARGV[3] expected attempts   ARGV[4] record (JSON)
 -- ARGV[5] end time (epoch seconds)
 -- returns 1 when moved, 0 when the job changed meanwhile (it stays)
@@ -134,6 +135,7 @@ redis.call('ZREM', KEYS[3], ARGV[1])
 redis.call('ZREM', KEYS[4], ARGV[1])
 redis.call('ZREM', KEYS[5], ARGV[1])
 redis.call('ZREM', KEYS[8], ARGV[1])
+redis.call('ZREM', KEYS[9], ARGV[1])
 redis.call('HSET', KEYS[6], ARGV[1], ARGV[4])
 redis.call('ZADD', KEYS[7], ARGV[5], ARGV[1])
 return 1

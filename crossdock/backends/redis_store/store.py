@@ -14,7 +14,7 @@ import time
 from contextlib import contextmanager
 from dataclasses import dataclass
 from datetime import datetime, timezone
-from typing import Any, Iterable, Iterator, Mapping, Sequence
+from typing import Any, Callable, Iterable, Iterator, Mapping, Sequence
 
 import redis
 from redis.backoff import NoBackoff
@@ -31,7 +31,7 @@ from crossdock.backends.redis_store.keys import Keys
 from crossdock.backends.redis_store.liveconfig import ConfigRecords
 from crossdock.backends.redis_store.services import ServiceStore
 from crossdock.backends.redis_store.timing import RoundTrip, timed_client
-from crossdock.queue.errors import NoSuchJob
+from crossdock.queue.errors import InvalidArgument, NoSuchJob, StoreUnavailable
 from crossdock.queue.models import Job
 from crossdock.queue.snapshot import JobFacts, Node
 from crossdock.queue.states import TRANSITIONS, JobState, Reason
@@ -45,8 +45,9 @@ DISPATCHER_TTL_SECONDS = 15.0
 _PLACED = (JobState.SCHEDULED, JobState.RUNNING)
 
 STORE_UNAVAILABLE: tuple[type[Exception], ...] = (redis.ConnectionError, redis.TimeoutError, redis.BusyLoadingError,
-                                                  redis.exceptions.ReadOnlyError)
-"""Errors of a store that is away (down, restarting, loading its AOF, a replica): retry later."""
+                                                  redis.exceptions.ReadOnlyError, StoreUnavailable)
+"""Errors of a store that is away (down, restarting, loading its AOF, a replica): retry later.
+The store's own :class:`StoreUnavailable` (what ``submit`` and ``inventory`` raise) is one."""
 
 
 def probe(url: str, timeout: float = 1.0) -> str | None:
@@ -60,6 +61,18 @@ def probe(url: str, timeout: float = 1.0) -> str | None:
         return f"{type(exc).__name__}: {exc}"
     finally:
         client.close()
+
+
+@contextmanager
+def answering() -> Iterator[None]:
+    """Turn an away store's redis-py error into :class:`StoreUnavailable`, the faces' own."""
+    try:
+        yield
+    except STORE_UNAVAILABLE as exc:
+        if isinstance(exc, StoreUnavailable):
+            raise
+        raise StoreUnavailable(f"the store does not answer ({type(exc).__name__}: {str(exc)[:200]}); try again"
+                               " shortly (a submission retried with the same idempotency token is stored once)") from None
 
 
 def utcnow() -> datetime:
@@ -126,32 +139,63 @@ class JobStore:
             yield pipe
 
     # --- submit ----------------------------------------------------------------------------
-    def submit(self, jobs: Sequence[Job], token: str | None = None, actor: str | None = None) -> list[Job]:
+    def submit(self, jobs: Sequence[Job], token: str | None = None, actor: str | None = None,
+               admit: Callable[[dict[str, int]], None] | None = None) -> list[Job]:
         """Store new jobs atomically and give them ids. ``jobs`` carry id 0 (assigned here).
 
         An array is passed as its task jobs; they get consecutive ids and the first id is the
-        array job id. With ``token``, a repeated submission returns the jobs first created.
+        array job id. With ``token``, a repeated submission returns the jobs first created; the
+        token is the owners' own (another user's same token is another submission). ``admit``
+        is handed each owner's jobs pending or running, read in the same transaction, and may
+        refuse (raise) before anything is stored. A store that does not answer raises
+        :class:`StoreUnavailable`; whether the jobs were stored is then unknown, and a retry with
+        the same token settles it.
         """
         actor = actor or self.actor
-        idem = self.k.idempotency(token) if token else None
-        while True:
-            with self.r.pipeline() as pipe:
-                try:
-                    if idem:
-                        pipe.watch(idem)
-                        first = pipe.get(idem)
+        owners = sorted({j.spec.user for j in jobs})
+        idem = self.k.idempotency(",".join(owners), token) if token else None
+        with answering():
+            while True:
+                with self.r.pipeline() as pipe:
+                    try:
+                        watched = [idem] if idem else []
+                        if admit is not None:
+                            watched += [self.k.user_jobs(o) for o in owners]
+                        if watched:
+                            pipe.watch(*watched)
+                        first = pipe.get(idem) if idem else None
                         if first is not None:
-                            return self.get_many(json.loads(first))
-                    last = self.r.incrby(self.k.job_counter, len(jobs))
-                    stored = _assign_ids(jobs, last - len(jobs) + 1)
-                    pipe.multi()
-                    if idem:
-                        pipe.set(idem, json.dumps([j.id for j in stored]), ex=7 * 86400)
-                    self._write_new(pipe, stored, actor)
-                    pipe.execute()
-                    return stored
-                except redis.WatchError:
-                    continue
+                            return self._replayed(json.loads(first), token or "")
+                        if admit is not None:
+                            admit(self._live_counts(pipe, owners))
+                        last = self.r.incrby(self.k.job_counter, len(jobs))
+                        stored = _assign_ids(jobs, last - len(jobs) + 1)
+                        pipe.multi()
+                        if idem:
+                            pipe.set(idem, json.dumps([j.id for j in stored]), ex=7 * 86400)
+                        self._write_new(pipe, stored, actor)
+                        pipe.execute()
+                        return stored
+                    except redis.WatchError:
+                        continue
+
+    def _replayed(self, ids: list[int], token: str) -> list[Job]:
+        """The jobs a token first stored; refused once they left the hot keys (archived)."""
+        jobs = self.get_many(ids)
+        if len(jobs) < len(ids):
+            shown = ", ".join(str(i) for i in ids[:5]) + (", …" if len(ids) > 5 else "")
+            raise InvalidArgument(f"idempotency token {token[:80]!r}: the jobs it stored ({shown}) have finished and"
+                                  " moved to history (crossdock history); use a new token")
+        return jobs
+
+    def _live_counts(self, pipe: Any, owners: Sequence[str]) -> dict[str, int]:
+        """Each owner's jobs pending or running (the two sets are disjoint), on a watching pipeline."""
+        counts = {}
+        for owner in owners:
+            mine = self.k.user_jobs(owner)
+            counts[owner] = (int(pipe.execute_command("ZINTERCARD", 2, mine, self.k.pending))
+                             + int(pipe.execute_command("ZINTERCARD", 2, mine, self.k.active)))
+        return counts
 
     def _write_new(self, pipe: Any, jobs: Sequence[Job], actor: str) -> None:
         now = time.time()
@@ -161,6 +205,7 @@ class JobStore:
             pipe.zadd(self.k.all_jobs, {job.id: job.id})
             pipe.zadd(self.k.pending, {job.id: job.id})
             pipe.zadd(self.k.by_name(job.spec.user, job.spec.display_name()), {job.id: job.id})
+            pipe.zadd(self.k.user_jobs(job.spec.user), {job.id: job.id})
             if job.array_job_id is not None:
                 pipe.zadd(self.k.array(job.array_job_id), {job.id: job.array_task_id or 0})
             pipe.xadd(self.k.events, {"job": job.id, **ev}, maxlen=STREAM_MAXLEN, approximate=True)
@@ -681,7 +726,8 @@ class JobStore:
 
     def inventory(self) -> list[Node] | None:
         """Nodes as the scheduler last saw them; None before it ever ran."""
-        raw = self.r.get(self.k.inventory)
+        with answering():
+            raw = self.r.get(self.k.inventory)
         return None if raw is None else nodes_from_json(raw)
 
     # --- retention -------------------------------------------------------------------------
@@ -707,7 +753,8 @@ class JobStore:
                     array = self.k.array(job.array_job_id) if job.array_job_id is not None else self.k.array(-1)
                     self._archive(keys=[self.k.job(i), self.k.job_events(i), self.k.all_jobs,
                                         self.k.by_name(job.spec.user, job.spec.display_name()), array,
-                                        self.k.history, self.k.history_by_end, self.k.finished],
+                                        self.k.history, self.k.history_by_end, self.k.finished,
+                                        self.k.user_jobs(job.spec.user)],
                                   args=[i, job.state.value, job.attempts, json.dumps(history_record(job)),
                                         (job.end_time.timestamp() if job.end_time else now)], client=pipe)
                 moved += sum(1 for r in pipe.execute() if r == 1)
