@@ -43,7 +43,10 @@ class Control:
 @pytest.fixture
 def local(monkeypatch):
     control = Control()
-    f = LocalFleet(rt=SimpleNamespace(), app=SimpleNamespace(control=control))
+    # the config in force: queue prep on the local pool, whose backend queue every replica consumes
+    config = SimpleNamespace(queues={"prep": SimpleNamespace(pools=["local"])},
+                             pools={"local": SimpleNamespace(backend="local")})
+    f = LocalFleet(rt=SimpleNamespace(config=config), app=SimpleNamespace(control=control))
     f.fleets["prep"] = [Replica(f"r{i}@h", Proc(100 + i), "crossdock.local") for i in range(3)]
     killed: list[tuple[int, int]] = []
     monkeypatch.setattr(fleet_module.os, "kill", lambda pid, sig: killed.append((pid, sig)))
