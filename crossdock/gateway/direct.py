@@ -1,12 +1,16 @@
 """The faces' view of the service when this process may talk to Redis itself (single-user, and
-the service's own end of the socket): each method is one ``service`` call for one caller."""
+the service's own end of the socket and of the REST API): each method is one ``service`` call
+for one caller, and every read shows another user's work as the config's ``private_data``
+allows (:mod:`crossdock.queue.privacy`)."""
 
 from __future__ import annotations
 
 import threading
-from typing import Any, Sequence
+from typing import Any, Iterable, Sequence
 
 from crossdock import service
+from crossdock.queue import privacy
+from crossdock.queue.errors import PermissionDenied
 from crossdock.queue.models import Job, JobSpec
 from crossdock.queue.snapshot import Node
 from crossdock.runtime import Runtime
@@ -66,12 +70,19 @@ class Direct:
     def sign(self, payload: str) -> str:
         return service.sign_payload(self.rt, self.who, payload)
 
-    # --- reads ------------------------------------------------------------------------------
+    # --- reads: another user's work as private_data shows it -----------------------------------
+    @property
+    def private(self) -> list[str]:
+        return self.rt.config.private_data
+
+    def _shown(self, job: Job) -> Job:
+        return privacy.visible(job, self.who.name, self.who.admin, self.private)
+
     def jobs(self, ids: Sequence[int]) -> list[Job]:
-        return self.rt.store.get_many(ids)
+        return [self._shown(j) for j in self.rt.store.get_many(ids)]
 
     def job(self, job_id: int) -> Job:
-        return self.rt.store.get(job_id)
+        return self._shown(self.rt.store.get(job_id))
 
     def resolve(self, ref: str) -> list[int]:
         return self.rt.store.resolve(ref)
@@ -83,11 +94,24 @@ class Direct:
         return sorted(set(store.pending_ids()) | set(store.active_ids()))
 
     def events(self, job_id: int) -> list[dict[str, str]]:
+        """One job's events; none of another user's job under ``private_data: [events]``."""
+        if privacy.events_private(self.private) and not self._mine([job_id]):
+            return []
         return self.rt.store.events(job_id)
 
     def event_stream(self, job_ids: Sequence[int], since: float | None, after: str | None, count: int,
                      block_ms: int | None) -> dict[str, Any]:
-        return service.events(self.rt, job_ids, since=since, after=after, count=count, block_ms=block_ms)
+        page = service.events(self.rt, job_ids, since=since, after=after, count=count, block_ms=block_ms)
+        if privacy.events_private(self.private) and not self.who.admin:
+            jobs = {row["job"] for row in page["events"] if row.get("job")}
+            mine = {str(i) for i in self._mine(int(j) for j in jobs if j.isdigit())}
+            page["events"] = [row for row in page["events"] if not row.get("job") or row["job"] in mine]
+        return page
+
+    def _mine(self, ids: Iterable[int]) -> set[int]:
+        """Those of ``ids`` whose jobs the caller sees whole (an expired one counts as not)."""
+        return {j.id for j in self.rt.store.get_many(ids)
+                if privacy.sees_all(self.who.name, self.who.admin, j.spec.user)}
 
     def ids_after(self, after: int, count: int) -> list[int]:
         """Up to ``count`` stored job ids above ``after``, ascending: ``queue -t all`` pages with it."""
@@ -95,7 +119,8 @@ class Direct:
 
     def history(self, since: float | None) -> list[dict[str, Any]]:
         """Expired jobs' records ended at ``since`` (epoch seconds) or later (sacct's window)."""
-        return service.history(self.rt, since=since)
+        return [privacy.visible_record(rec, self.who.name, self.who.admin, self.private)
+                for rec in service.history(self.rt, since=since)]
 
     def planned(self, ids: Sequence[int]) -> list[list[Any]]:
         """``[id, planned start (epoch) or None, nodes]`` for pending jobs the scheduler planned:
@@ -108,14 +133,40 @@ class Direct:
 
     def usage(self) -> dict[str, float]:
         """Decayed fair-share usage per queue and per queue/user."""
-        return self.rt.store.usage()[0]
+        return privacy.visible_usage(self.rt.store.usage()[0], self.who.name, self.who.admin, self.private)
 
     def inventory(self) -> list[Node]:
         return service.load_inventory(self.rt)
 
+    # --- the service's own state ------------------------------------------------------------------
+    def health(self) -> dict[str, Any]:
+        """``crossdock health`` as the service's process sees itself (its state dir, its store)."""
+        from crossdock.workers.health import collect
+
+        return collect()
+
+    def autoscaling(self) -> dict[str, Any]:
+        return service.autoscaling(self.rt)
+
+    def deschedule(self, dry_run: bool) -> dict[str, Any]:
+        """The descheduler's last plan, or a plan made now (``dry_run``: an admin's, it reads every
+        backend); ``enabled`` says whether the descheduler runs."""
+        if dry_run and not self.who.admin:
+            raise PermissionDenied(f"deschedule --dry-run: plans over every backend, which only root or an admin"
+                                   f" asks for (you are {self.who.name!r}); without --dry-run: the last pass")
+        return {**service.deschedule(self.rt, dry_run), "enabled": self.rt.config.descheduler.enabled}
+
+    def may_read_output(self, job: Job) -> None:
+        """Refuse another user's output under ``private_data: [jobs]`` (``PermissionDenied``, a
+        ``refused`` event); with it opened, the output files' own permissions decide."""
+        if privacy.output_private(self.private):
+            service.authorize(self.rt, self.who, [job], "read the output of")
+
     def backend_logs(self, job_id: int) -> str | None:
-        """A job's output as its backend serves it (a pod's log); None when it keeps files."""
+        """A job's output as its backend serves it (a pod's log); None when it keeps files (which
+        the caller reads with its own rights, once the same check allows it)."""
         job = self.rt.store.get(job_id)
+        self.may_read_output(job)
         if not job.backend or not self.rt.backends.capabilities(job.backend).logs:
             return None
         service.authorize(self.rt, self.who, [job], "read the output of")

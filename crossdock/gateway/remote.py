@@ -142,3 +142,12 @@ class Remote:
 
     def backend_logs(self, job_id: int) -> str | None:
         return self.call("backend_logs", job_id=job_id)
+
+    def health(self) -> dict[str, Any]:
+        return self.call("health")
+
+    def autoscaling(self) -> dict[str, Any]:
+        return self.call("autoscaling")
+
+    def deschedule(self, dry_run: bool) -> dict[str, Any]:
+        return self.call("deschedule", dry_run=dry_run)

@@ -96,6 +96,9 @@ OPS: dict[str, Op] = {
     "usage": Op({}, _same, _same),
     "inventory": Op({}, lambda ns: json.loads(nodes_to_json(ns)), lambda raw: nodes_from_json(json.dumps(raw))),
     "backend_logs": Op({"job_id": int}, _same, _same),
+    "health": Op({}, _same, _same),
+    "autoscaling": Op({}, _same, _same),
+    "deschedule": Op({"dry_run": bool}, _same, _same),
 }
 
 
