@@ -83,9 +83,12 @@ def _remote(settings):
 
 def _command() -> str:
     """The command being run (``crossdock services list``), for one-line messages."""
-    import click
+    try:  # Typer vendors its own click in recent versions; older ones use click itself
+        from typer._click.globals import get_current_context
+    except ImportError:
+        from click import get_current_context
 
-    names, ctx = [], click.get_current_context(silent=True)
+    names, ctx = [], get_current_context(silent=True)
     while ctx is not None and ctx.parent is not None:
         names.append(ctx.info_name or "")
         ctx = ctx.parent

@@ -3,12 +3,12 @@ over jobs, records and usage that every face (the socket, the REST API, the CLI 
 applies through :class:`~crossdock.gateway.direct.Direct`.
 
 Another user's job always shows that it exists, its state, user, queue, resources, times and
-placement (squeue's columns). Its environment and its Python call (payload, seal, a ``map``'s
+placement (squeue's columns). Its environment (``--export`` values too) and its Python call (payload, seal, a ``map``'s
 parts) are never shown to anyone but its owner and admins: they may carry secrets, and no
 config opens them. The config's ``private_data`` (:data:`~crossdock.queue.config.DEFAULT_PRIVATE_DATA`:
 ``jobs``) hides more:
 
-- ``jobs``: the script, command, arguments, ``--export`` list, working directory, output paths,
+- ``jobs``: the script, command, arguments, working directory, output paths,
   sbatch options and the output itself (``logs``). Unlike Slurm's ``jobs``, the job itself stays
   listed: users share the queue and see why theirs waits.
 - ``usage``: fair-share usage of other users (the queues' totals stay).
@@ -22,7 +22,7 @@ from typing import Any, Collection, Mapping
 from crossdock.queue.models import Job
 
 CONTENTS = {"command": None, "script": None, "script_path": None, "args": [], "workdir": None, "stdout": None,
-            "stderr": None, "slurm_options": [], "export": "NONE"}
+            "stderr": None, "slurm_options": []}
 """A job's contents as another user sees them under ``private_data: [jobs]``."""
 RECORD_CONTENTS = ("workdir",)
 """What a history record keeps of a job's contents (it has no command, script nor environment)."""
@@ -38,12 +38,17 @@ def visible(job: Job, viewer: str, admin: bool, private: Collection[str]) -> Job
     if sees_all(viewer, admin, job.spec.user):
         return job
     spec = job.spec
-    update: dict[str, Any] = {"env": {}, "name": spec.display_name()}
+    update: dict[str, Any] = {"env": {}, "export": export_names(spec.export), "name": spec.display_name()}
     if spec.python is not None:
         update["python"] = spec.python.model_copy(update={"payload": "", "signature": "", "parts": ""})
     if "jobs" in private:
         update.update(CONTENTS)
     return job.model_copy(update={"spec": spec.model_copy(update=update)})
+
+
+def export_names(export: str) -> str:
+    """sbatch's ``--export`` list without its values (``ALL,DB_PASSWORD=x`` → ``ALL,DB_PASSWORD``)."""
+    return ",".join(part.split("=", 1)[0] for part in export.split(","))
 
 
 def visible_record(record: Mapping[str, Any], viewer: str, admin: bool, private: Collection[str]) -> dict[str, Any]:
