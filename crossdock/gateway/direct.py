@@ -5,19 +5,23 @@ allows (:mod:`crossdock.queue.privacy`)."""
 
 from __future__ import annotations
 
+import dataclasses
 import threading
 from typing import Any, Iterable, Sequence
 
-from crossdock import service
+from crossdock import serve, service
 from crossdock.queue import privacy
 from crossdock.queue.errors import PermissionDenied
 from crossdock.queue.models import Job, JobSpec
+from crossdock.queue.serving import ServiceRecord, ServiceSpec
 from crossdock.queue.snapshot import Node
 from crossdock.runtime import Runtime
 
 LISTINGS = ("queued", "all")
 """``ids(which)``: the pending and running jobs (squeue's default), or every job."""
 ALL_LIMIT = 10_000
+MAX_APPLY_WAIT = 60.0
+"""The longest ``config apply`` waits for the leader to switch (a socket request must end)."""
 
 
 class Direct:
@@ -155,6 +159,65 @@ class Direct:
             raise PermissionDenied(f"deschedule --dry-run: plans over every backend, which only root or an admin"
                                    f" asks for (you are {self.who.name!r}); without --dry-run: the last pass")
         return {**service.deschedule(self.rt, dry_run), "enabled": self.rt.config.descheduler.enabled}
+
+    # --- inference services: anyone lists and shows; owners and admins change ---------------------
+    def services(self) -> list[ServiceRecord]:
+        return [self._service_shown(r) for r in serve.list_services(self.rt)]
+
+    def service(self, name: str) -> serve.ServiceView:
+        view = serve.show(self.rt, name)
+        return serve.ServiceView(self._service_shown(view.record), [(self._shown(j), e) for j, e in view.replicas],
+                                 view.events, view.warnings)
+
+    def _service_shown(self, rec: ServiceRecord) -> ServiceRecord:
+        spec = privacy.visible_service(rec.spec, self.who.name, self.who.admin, self.private)
+        return rec if spec is rec.spec else dataclasses.replace(rec, spec=spec)
+
+    def deploy(self, spec: ServiceSpec) -> ServiceRecord:
+        return serve.deploy(self.rt, spec, self.who)
+
+    def service_update(self, name: str, changes: dict[str, Any]) -> ServiceRecord:
+        return serve.update(self.rt, name, changes, self.who)
+
+    def service_scale(self, name: str, replicas: int | None) -> ServiceRecord:
+        return serve.scale(self.rt, name, replicas, self.who)
+
+    def service_delete(self, name: str) -> ServiceRecord:
+        return serve.delete(self.rt, name, self.who)
+
+    # --- the config: anyone reads the one in force; admins change it -------------------------------
+    def config_in_force(self) -> dict[str, Any]:
+        """The config in force: its YAML, its live record (None: the file's) and a stored version
+        the leader has not switched to yet."""
+        from crossdock.workers.liveconfig import in_force_text
+
+        text, record = in_force_text(self.rt)
+        pending = self.rt.store.live_config.desired()
+        waiting = pending is not None and (record is None or pending["version"] > record["version"])
+        return {"text": text, "record": record, "pending_version": pending["version"] if waiting else None,
+                "path": str(self.rt.settings.config_path)}
+
+    def apply_config(self, text: str, source: str, wait: float) -> dict[str, Any]:
+        """``config apply``: the text (which the client read with its own rights) checked whole and
+        stored for the leader, then up to ``wait`` seconds (at most :data:`MAX_APPLY_WAIT`) for the
+        leader to switch to it. Admins only; :class:`ConfigError` refuses it whole."""
+        import time
+
+        from crossdock.workers.liveconfig import apply_text
+
+        if not self.who.admin:
+            raise PermissionDenied(f"config apply: {self.who.name} is not an admin (root or one listed in admins:"
+                                   " of the config in force)")
+        applied = apply_text(self.rt, text, source, self.who.name)
+        store = self.rt.store
+        holder, in_force = store.lease_holder(), store.live_config.in_force_version()
+        deadline = time.monotonic() + max(0.0, min(wait, MAX_APPLY_WAIT))
+        while holder and in_force < applied.version and time.monotonic() < deadline:
+            time.sleep(0.1)
+            in_force = store.live_config.in_force_version()
+        return {"version": applied.version, "new": applied.new, "in_force": in_force >= applied.version,
+                "leader": holder, "changes": [c.to_json() for c in applied.changes],
+                "lines": [str(c) for c in applied.changes], "warnings": applied.warnings}
 
     def may_read_output(self, job: Job) -> None:
         """Refuse another user's output under ``private_data: [jobs]`` (``PermissionDenied``, a

@@ -11,6 +11,7 @@ from typing import Any, Sequence
 from crossdock.gateway import wire
 from crossdock.gateway.wire import ServiceUnavailable
 from crossdock.queue.models import Job, JobSpec
+from crossdock.queue.serving import ServiceRecord, ServiceSpec
 from crossdock.queue.snapshot import Node
 
 TIMEOUT_SECONDS = 120.0
@@ -151,3 +152,27 @@ class Remote:
 
     def deschedule(self, dry_run: bool) -> dict[str, Any]:
         return self.call("deschedule", dry_run=dry_run)
+
+    def services(self) -> list[ServiceRecord]:
+        return self.call("services")
+
+    def service(self, name: str) -> Any:
+        return self.call("service", name=name)
+
+    def deploy(self, spec: ServiceSpec) -> ServiceRecord:
+        return self.call("deploy", spec=spec)
+
+    def service_update(self, name: str, changes: dict[str, Any]) -> ServiceRecord:
+        return self.call("service_update", name=name, changes=changes)
+
+    def service_scale(self, name: str, replicas: int | None) -> ServiceRecord:
+        return self.call("service_scale", name=name, replicas=replicas)
+
+    def service_delete(self, name: str) -> ServiceRecord:
+        return self.call("service_delete", name=name)
+
+    def config_in_force(self) -> dict[str, Any]:
+        return self.call("config_in_force")
+
+    def apply_config(self, text: str, source: str, wait: float) -> dict[str, Any]:
+        return self.call("apply_config", text=text, source=source, wait=wait)

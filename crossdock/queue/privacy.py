@@ -20,6 +20,7 @@ from __future__ import annotations
 from typing import Any, Collection, Mapping
 
 from crossdock.queue.models import Job
+from crossdock.queue.serving import ServiceSpec
 
 CONTENTS = {"command": None, "script": None, "script_path": None, "args": [], "workdir": None, "stdout": None,
             "stderr": None, "slurm_options": []}
@@ -73,3 +74,18 @@ def output_private(private: Collection[str]) -> bool:
 def events_private(private: Collection[str]) -> bool:
     """Whether other users' jobs' events are left out (``private_data`` has ``events``)."""
     return "events" in private
+
+
+HIDDEN_COMMAND = ["(private)"]
+"""A service's command as another user sees it under ``jobs`` (a spec needs a command or an image)."""
+
+
+def visible_service(spec: ServiceSpec, viewer: str, admin: bool, private: Collection[str]) -> ServiceSpec:
+    """An inference service's spec as ``viewer`` may see it: never another's environment; under
+    ``jobs`` neither its command nor its working directory."""
+    if sees_all(viewer, admin, spec.user):
+        return spec
+    update: dict[str, Any] = {"env": {}}
+    if "jobs" in private:
+        update.update({"command": HIDDEN_COMMAND if spec.command is not None else None, "workdir": None})
+    return spec.model_copy(update=update)

@@ -203,5 +203,13 @@ def test_every_command_of_a_user_answers_without_a_traceback_or_a_redis_of_its_o
     health = json.loads(as_second(service, ["-m", "crossdock.cli.main", "health", "--json"]).stdout)
     parts = {p["name"]: p for p in health["parts"]}
     assert health["status"] != "down" and parts["socket"]["ok"], health
-    store_only = as_second(service, ["-m", "crossdock.cli.main", "services", "list"])
-    assert store_only.returncode == 2 and "crossdock services list: needs the service's store" in store_only.stderr
+    store_only = as_second(service, ["-m", "crossdock.cli.main", "tokens", "list"])
+    assert store_only.returncode == 2 and "crossdock tokens list: needs the service's store" in store_only.stderr
+    # Services and the config go through the socket: the service's real world, its admin checks.
+    listed = as_second(service, ["-m", "crossdock.cli.main", "services", "list", "--json"])
+    assert listed.returncode == 0 and json.loads(listed.stdout) == [], listed
+    shown = as_second(service, ["-m", "crossdock.cli.main", "config", "show"])
+    assert shown.returncode == 0 and "default_queue: preprocessing" in shown.stdout, shown
+    assert str(service["config"]) in shown.stderr  # the service's file, not a private default
+    applied = as_second(service, ["-m", "crossdock.cli.main", "config", "apply", str(service["config"])])
+    assert applied.returncode == 1 and f"config apply: {SECOND} is not an admin" in applied.stderr, applied
