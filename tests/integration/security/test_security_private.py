@@ -62,23 +62,28 @@ def secret_job(svc) -> tuple[int, str]:
     return job_id, secret
 
 
-def rest_as_second(svc, paths: list[str]) -> dict[str, tuple[int, str]]:
-    """GET each path of a REST API on the service's store, over its Unix socket, as the second user."""
+def service_runtime(svc):
+    """A runtime on the service's own store and config (as `crossdock api` run as root beside it)."""
     from crossdock.runtime import Runtime
 
-    env = {k: v for k, v in os.environ.items() if not k.startswith("CROSSDOCK_")}
     saved = dict(os.environ)
     os.environ.clear()
-    os.environ.update({**env, **{k: v for k, v in svc["up_env"].items() if k.startswith("CROSSDOCK_")},
+    os.environ.update({**{k: v for k, v in saved.items() if not k.startswith("CROSSDOCK_")},
+                       **{k: v for k, v in svc["up_env"].items() if k.startswith("CROSSDOCK_")},
                        "CROSSDOCK_SOCKET": "none"})
     try:
         rt = Runtime.from_env(start_redis=False)
         rt.config
+        return rt
     finally:
         os.environ.clear()
         os.environ.update(saved)
+
+
+def rest_as_second(svc, paths: list[str]) -> dict[str, tuple[int, str]]:
+    """GET each path of a REST API on the service's store, over its Unix socket, as the second user."""
     uds = svc["home"] / "api.sock"
-    server = ApiServer(rt, uds=uds)
+    server = ApiServer(service_runtime(svc), uds=uds)
     try:
         r = as_second(svc, ["-c", HTTP_GET, str(uds), *paths])
         assert r.returncode == 0, r.stderr
@@ -158,19 +163,9 @@ def test_tokens_need_an_account_and_revocation_takes_effect_on_the_next_request(
     listed = as_root(service, "tokens", "list", "--json", env=root)
     assert json.loads(listed.stdout) == [], listed
     made = json.loads(as_root(service, "tokens", "create", SECOND, "--json", env=root).stdout)
-    from crossdock.runtime import Runtime
-
-    saved = dict(os.environ)
-    os.environ.update({k: v for k, v in root.items() if k.startswith("CROSSDOCK_")}, CROSSDOCK_SOCKET="none")
-    try:
-        rt = Runtime.from_env(start_redis=False)
-        rt.config
-    finally:
-        os.environ.clear()
-        os.environ.update(saved)
     import httpx
 
-    server = ApiServer(rt)
+    server = ApiServer(service_runtime(service))
     try:
         with httpx.Client(base_url=server.url, timeout=30) as client:
             headers = {"Authorization": f"Bearer {made['token']}"}
@@ -207,7 +202,8 @@ def test_every_command_of_a_user_answers_without_a_traceback_or_a_redis_of_its_o
     assert store_only.returncode == 2 and "crossdock tokens list: needs the service's store" in store_only.stderr
     # Services and the config go through the socket: the service's real world, its admin checks.
     listed = as_second(service, ["-m", "crossdock.cli.main", "services", "list", "--json"])
-    assert listed.returncode == 0 and json.loads(listed.stdout) == [], listed
+    assert listed.returncode == 0, listed
+    assert [(s["name"], s["owner"]) for s in json.loads(listed.stdout)] == [("x", SECOND)]  # `serve x` above
     shown = as_second(service, ["-m", "crossdock.cli.main", "config", "show"])
     assert shown.returncode == 0 and "default_queue: preprocessing" in shown.stdout, shown
     assert str(service["config"]) in shown.stderr  # the service's file, not a private default
