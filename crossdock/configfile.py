@@ -32,6 +32,12 @@ def load_config(path: str | Path, backends: Mapping[str, Capabilities] | None = 
                            " save it as UTF-8"]) from None
     except ValueError:  # a NUL in the path
         raise ConfigError([f"{p}: not a file name (it holds a NUL character)"]) from None
+    return load_text(text, str(p), backends)
+
+
+def load_text(text: str, source: str, backends: Mapping[str, Capabilities] | None = None) -> ClusterConfig:
+    """A config from its YAML text; ``source`` names it in every error (a path, as given)."""
+    p = source
     try:
         data = yaml.safe_load(text)
     except yaml.YAMLError as exc:

@@ -104,6 +104,20 @@ def with_deployer_path(spec: ServiceSpec, environ: Mapping[str, str]) -> Service
     return spec.model_copy(update={"env": {**spec.env, "PATH": environ["PATH"]}})
 
 
+def with_deployer_path_changes(spec: ServiceSpec, changes: dict[str, Any], environ: Mapping[str, str]) -> dict[str, Any]:
+    """``changes`` of an update of ``spec``, plus the deployer's PATH in ``env`` where a changed
+    command or env should take it (:func:`with_deployer_path`): what a client that reaches the
+    service through its socket sends, its own environment being out of the service's sight."""
+    if not set(changes) & set(WORKLOAD_ENV):
+        return changes
+    try:
+        merged = ServiceSpec.model_validate({**spec.model_dump(), **changes})
+    except ValidationError:
+        return changes  # the service names what is wrong
+    pathed = with_deployer_path(merged, environ)
+    return changes if pathed is merged else {**changes, "env": pathed.env}
+
+
 def deploy(rt: Runtime, spec: ServiceSpec, who: Caller | None = None,
            environ: Mapping[str, str] | None = None) -> ServiceRecord:
     """Create a service, or update one the caller owns (a changed workload rolls its replicas);

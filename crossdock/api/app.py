@@ -19,7 +19,7 @@ from redis.exceptions import RedisError
 
 from crossdock import __version__, service
 from crossdock.api import cluster, jobs
-from crossdock.api.auth import Remembered, Unauthenticated
+from crossdock.api.auth import Unauthenticated
 from crossdock.api.bodylimit import BodyLimit
 from crossdock.backends.redis_store.embedded import shown
 from crossdock.gateway.direct import Direct
@@ -44,7 +44,6 @@ def create_app(rt: Runtime | None, send: Any = None) -> FastAPI:
                               " `Authorization: Bearer <token>` (`crossdock tokens create USER`), or through the"
                               " API's Unix socket (the kernel says who you are).")
     app.state.rt = rt
-    app.state.remembered = Remembered()
     app.state.send = Direct(rt, service.Caller("crossdock", True), send).send  # one Celery producer for all requests
     app.add_middleware(BodyLimit, limits=lambda: rt.config.limits if rt is not None else Limits())
     app.include_router(jobs.router)

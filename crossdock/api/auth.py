@@ -9,21 +9,12 @@ What then may be done to which job is the service's one ownership check
 
 from __future__ import annotations
 
-import threading
-import time
-from typing import Callable
-
 from fastapi import Depends, Request
 from fastapi.security import HTTPAuthorizationCredentials, HTTPBearer
-from starlette.concurrency import run_in_threadpool
 
 from crossdock import service
 from crossdock.api import tokens
 from crossdock.runtime import Runtime
-
-REMEMBER_SECONDS = 5.0
-"""How long a checked credential is taken as it was (a revoked token is refused within this
-long): most requests then need no store read, nor a worker thread, before their own work."""
 
 PEER_UID = "crossdock.peer_uid"
 """The ASGI scope key where the Unix-socket server puts the peer's uid (see :mod:`crossdock.api.serve`)."""
@@ -55,34 +46,10 @@ def identify(rt: Runtime, authorization: str | None, peer_uid: int | None) -> tu
                           " `crossdock tokens create USER`), or connect through the API's Unix socket")
 
 
-class Remembered:
-    """Credentials checked in the last :data:`REMEMBER_SECONDS`: (authorization, peer uid) -> caller.
-    ``clock``: seconds, monotonic (tests drive it)."""
-
-    def __init__(self, clock: Callable[[], float] = time.monotonic) -> None:
-        self._seen: dict[tuple[str | None, int | None], tuple[float, service.Caller, str]] = {}
-        self._lock = threading.Lock()
-        self._clock = clock
-
-    def get(self, key: tuple[str | None, int | None]) -> tuple[service.Caller, str] | None:
-        hit = self._seen.get(key)
-        return None if hit is None or hit[0] < self._clock() else hit[1:]
-
-    def put(self, key: tuple[str | None, int | None], who: service.Caller, via: str) -> None:
-        now = self._clock()
-        with self._lock:
-            if len(self._seen) > 10_000:
-                self._seen = {k: v for k, v in self._seen.items() if v[0] >= now}
-            self._seen[key] = (now + REMEMBER_SECONDS, who, via)
-
-
-async def caller(request: Request, _: HTTPAuthorizationCredentials | None = Depends(BEARER)) -> service.Caller:
-    """The FastAPI dependency: this request's caller (``request.state.via`` says how it was known)."""
-    key = (request.headers.get("authorization"), request.scope.get(PEER_UID))
-    remembered: Remembered = request.app.state.remembered
-    known = remembered.get(key)
-    if known is None:
-        known = await run_in_threadpool(identify, request.app.state.rt, *key)
-        remembered.put(key, *known)
-    request.state.via = known[1]
-    return known[0]
+def caller(request: Request, _: HTTPAuthorizationCredentials | None = Depends(BEARER)) -> service.Caller:
+    """The FastAPI dependency (run in a worker thread): this request's caller, checked anew on
+    every request, so a token revoked is refused from the next request on (one store read;
+    ``request.state.via`` says how the caller was known)."""
+    who, request.state.via = identify(request.app.state.rt, request.headers.get("authorization"),
+                                      request.scope.get(PEER_UID))
+    return who

@@ -56,13 +56,13 @@ def descheduler(gw: Direct = Depends(view)) -> dict[str, Any]:
 def overview(gw: Direct = Depends(view), jobs: int = Query(OVERVIEW_JOBS, ge=1, le=5000)) -> dict[str, Any]:
     store, now = gw.rt.store, datetime.now(timezone.utc)
     pending, active = _placed_and_pending(gw)
-    recent = store.get_many(store.all_ids(limit=jobs))
-    events = store.read_events(count=RECENT_EVENTS)
+    recent = gw.jobs(store.all_ids(limit=jobs))
+    events = gw.event_stream([], None, None, RECENT_EVENTS, None)["events"]
     return {
         "at": time.time(),
         "user": {"name": gw.who.name, "admin": gw.who.admin},
         "queues": views.queue_rows(gw.rt.config, pending, active, now),
-        "jobs": [views.job_json(j, gw.who) for j in reversed(recent)],
+        "jobs": [views.job_json(j) for j in reversed(recent)],
         "pools": views.pool_view(gw.inventory(), active),
         "disruptions": views.disruptions(events)[-50:],
         "autoscaler": service.autoscaling(gw.rt),

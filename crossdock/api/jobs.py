@@ -101,7 +101,7 @@ def list_jobs(gw: Direct = Depends(view),
     for j in gw.jobs(ids):
         if (states and j.state not in states) or (users and j.spec.user not in users) or (queues and j.queue not in queues):
             continue
-        out.append(job_json(j, gw.who))
+        out.append(job_json(j))
         if len(out) >= limit:
             break
     return out
@@ -124,7 +124,7 @@ def _refs(ref: str) -> list[str]:
 
 @router.get("/jobs/{ref}", summary="Show jobs: an id (12), an array task (12_3) or a whole array (12)")
 def show(ref: str, gw: Direct = Depends(view)) -> list[dict[str, Any]]:
-    return [job_json(j, gw.who) for j in gw.jobs([i for r in _refs(ref) for i in gw.resolve(r)])]
+    return [job_json(j) for j in gw.jobs([i for r in _refs(ref) for i in gw.resolve(r)])]
 
 
 def _outcomes(pairs: list[tuple[Job, bool]], verb: str) -> list[dict[str, Any]]:
@@ -161,7 +161,7 @@ def requeue(ref: str, gw: Direct = Depends(view)) -> list[dict[str, Any]]:
 def job_events(job_id: int, gw: Direct = Depends(view),
                count: int = Query(1000, ge=1, le=10_000)) -> list[dict[str, str]]:
     gw.job(job_id)  # NoSuchJob: 404
-    return gw.rt.store.read_events(job_id, count=count)
+    return gw.event_stream([job_id], None, None, count, None)["events"]
 
 
 @router.get("/jobs/{job_id}/logs", response_class=StreamingResponse, summary="A job's output, streamed",
@@ -170,8 +170,8 @@ def logs(job_id: int, gw: Direct = Depends(view), follow: bool = Query(False, de
          stderr: bool = Query(False, description="the error file, where it differs")) -> StreamingResponse:
     from crossdock.backends.local.environment import output_paths
 
-    job = gw.job(job_id)
-    service.authorize(gw.rt, gw.who, [job], "read the output of")
+    job = gw.rt.store.get(job_id)  # whole: its output paths (the owner's, once allowed)
+    gw.may_read_output(job)
     served = gw.backend_logs(job.id)  # a pod's log, as its backend serves it
     if served is not None:  # a Python job's kept output, a pod's log
         return StreamingResponse(_served(gw, job.id, served, follow), media_type="text/plain; charset=utf-8")
@@ -265,4 +265,4 @@ def events(gw: Direct = Depends(view), after: str | None = Query(None, pattern=r
                                                                  description="an event id; only those after it"),
            job: int | None = Query(None, description="only this job's events"),
            count: int = Query(200, ge=1, le=10_000)) -> list[dict[str, str]]:
-    return gw.rt.store.read_events(job, after=after, count=count)
+    return gw.event_stream([] if job is None else [job], None, after, count, None)["events"]

@@ -1,5 +1,5 @@
 """What the API and the dashboard show, built from the store's records: jobs as JSON (another
-user's without their environment and payload), queues with depth and wait, pools and nodes with
+user's as the gateway's reads show them: ``private_data``), queues with depth and wait, pools and nodes with
 GPU use per model (how fragmented the free GPUs are), preemptions and migrations, the
 autoscaler's decisions and the descheduler's status. Plain functions over data, no I/O but
 what the ``rt`` passed in reads."""
@@ -11,7 +11,6 @@ from datetime import datetime
 from typing import Any, Iterable, Sequence
 
 from crossdock import service
-from crossdock.gateway.server import redacted
 from crossdock.queue.config import ClusterConfig
 from crossdock.queue.models import Job
 from crossdock.queue.snapshot import Node
@@ -22,8 +21,9 @@ FIT_SIZES = (1, 2, 4, 8)
 HELD = {Reason.JOB_HELD_USER.value, Reason.JOB_HELD_ADMIN.value}
 
 
-def job_json(job: Job, who: service.Caller) -> dict[str, Any]:
-    return {"display_id": job.display_id, **redacted(job, who).model_dump(mode="json")}
+def job_json(job: Job) -> dict[str, Any]:
+    """A job as JSON; the gateway's reads have already shown another user's as ``private_data`` allows."""
+    return {"display_id": job.display_id, **job.model_dump(mode="json")}
 
 
 def queue_rows(cfg: ClusterConfig, pending: Iterable[Job], active: Iterable[Job], now: datetime) -> list[dict[str, Any]]:

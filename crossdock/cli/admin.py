@@ -169,9 +169,7 @@ def _leave_redis(rt, embedded_redis: bool) -> str:
 def health(as_json: bool = typer.Option(False, "--json")) -> None:
     """Each part's state: the scheduler loop, the workers, Redis, the backends. Exit 0 when
     healthy, 1 when degraded or down."""
-    from crossdock.workers.health import collect
-
-    report = collect()
+    report = _health()
     if as_json:
         print_json(report)
     else:
@@ -181,6 +179,25 @@ def health(as_json: bool = typer.Option(False, "--json")) -> None:
                           highlight=False)
         console.print(f"crossdock: {report['status']}", highlight=False)
     raise typer.Exit(0 if report["status"] == "healthy" else 1)
+
+
+def _health() -> dict:
+    """The service's own report: through its socket in a multi-user installation (the service
+    reads its state dir and store, which a user cannot), else collected here."""
+    from crossdock.gateway.wire import ServiceUnavailable
+    from crossdock.settings import Settings
+
+    settings = Settings.from_env()
+    if settings.socket is None:
+        from crossdock.workers.health import collect
+
+        return collect()
+    from crossdock.gateway.remote import Remote
+
+    try:
+        return Remote(settings.socket).health()
+    except ServiceUnavailable as exc:
+        return {"status": "down", "parts": [{"name": "socket", "ok": False, "detail": str(exc)}], "up": None}
 
 
 def __getattr__(name: str):

@@ -68,6 +68,10 @@ def create(user: str = typer.Argument(..., help="whom the token stands for"),
         text, record = tokens.new_token(user, admin, current_user())
     except CrossdockError as exc:
         fail(str(exc))
+    if os.geteuid() == 0 and not _has_account(user):  # a root service runs jobs as their owners
+        fail(f"USER: {user!r} has no account on this machine, and a service run as root runs each job as its"
+             " owner, so every job of theirs would fail at launch; make the account first (useradd), or give"
+             " the token to an existing user")
     with _store_errors():
         if not rt.store.access.put_token(record, actor=current_user()):
             fail("tokens create: a token by that id exists already (a one-in-2^48 chance); run it again", code=1)
@@ -78,9 +82,6 @@ def create(user: str = typer.Argument(..., help="whom the token stands for"),
     note = " (admin)" if admin else ""
     typer.echo(f"crossdock: token {record['id']} for {user}{note}, shown only now; it is sent as"
                " `Authorization: Bearer <token>`", err=True)
-    if os.geteuid() == 0 and not _has_account(user):
-        typer.echo(f"crossdock: warning: {user!r} has no account here; a service run as root runs local jobs as"
-                   " their owners, so this user's local jobs fail there", err=True)
 
 
 def _has_account(user: str) -> bool:

@@ -8,7 +8,7 @@ from typing import Any
 import typer
 from rich.table import Table
 
-from crossdock.cli.common import console, print_json, runtime
+from crossdock.cli.common import console, gateway, print_json
 
 
 def _ago(t: float | None, now: float) -> str:
@@ -49,9 +49,7 @@ def tables(report: dict[str, Any], now: float) -> list[Table]:
 def autoscale(as_json: bool = typer.Option(False, "--json")) -> None:
     """Per elastic queue and provisioned pool: the backlog, current and desired size, the step that
     limited it (stabilization, a policy, min/max, cooldown...) and the last change."""
-    from crossdock.service import autoscaling
-
-    report = autoscaling(runtime())
+    report = gateway().autoscaling()  # through the socket in a multi-user installation
     if as_json:
         print_json(report)
         return

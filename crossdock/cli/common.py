@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import os
 import sys
 from datetime import date, datetime
 from enum import Enum
@@ -35,7 +36,18 @@ def __getattr__(name: str):
 def runtime(start_redis: bool = True) -> Runtime:
     """This process's runtime, its config loaded: a broken config is one line here, for every
     command, rather than a traceback wherever it is first read. ``start_redis=False`` leaves the
-    embedded Redis alone (``submit --dry-run`` stores nothing)."""
+    embedded Redis alone (``submit --dry-run`` stores nothing).
+
+    In a multi-user installation (the service's socket exists) only the service reaches its
+    store: a user's command that needs it directly says so in one line, rather than starting a
+    Redis of its own under the user's home and showing an empty world."""
+    from crossdock.settings import Settings
+
+    settings = Settings.from_env()
+    if settings.socket is not None and settings.redis_url is None and os.geteuid() != 0:
+        fail(f"{_command()}: needs the service's store, which in this multi-user installation only the service"
+             f" reaches (its socket {settings.socket}); ask root or an admin to run it on the service's machine",
+             code=EXIT_USAGE)
     try:
         rt = Runtime.from_env(start_redis=start_redis)
     except CrossdockError as exc:  # CROSSDOCK_REDIS_URL unreadable, the embedded Redis unable to start
@@ -69,6 +81,20 @@ def _remote(settings):
         return gw.connect(settings=settings)
     except CrossdockError as exc:  # the socket does not answer
         fail(str(exc), code=1)
+
+
+def _command() -> str:
+    """The command being run (``crossdock services list``), for one-line messages."""
+    try:  # Typer vendors its own click in recent versions; older ones use click itself
+        from typer._click.globals import get_current_context
+    except ImportError:
+        from click import get_current_context
+
+    names, ctx = [], get_current_context(silent=True)
+    while ctx is not None and ctx.parent is not None:
+        names.append(ctx.info_name or "")
+        ctx = ctx.parent
+    return " ".join(["crossdock", *reversed(names)])
 
 
 def one_line(text: str) -> str:

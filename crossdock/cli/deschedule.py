@@ -8,7 +8,7 @@ from typing import Any
 import typer
 from rich.table import Table
 
-from crossdock.cli.common import console, print_json, runtime
+from crossdock.cli.common import console, fail, gateway, print_json
 
 
 def tables(report: dict[str, Any]) -> list[Table]:
@@ -30,12 +30,15 @@ def deschedule(dry_run: bool = typer.Option(False, "--dry-run", help="plan now a
                as_json: bool = typer.Option(False, "--json")) -> None:
     """The descheduler's moves with their reasons (from where, to where, why) and the candidates it
     left in place with why; ``--dry-run`` plans now from the live state instead of showing the last pass."""
-    from crossdock.service import deschedule as plan_or_last
+    from crossdock.queue.errors import PermissionDenied
 
-    rt = runtime()
-    if not dry_run and not rt.config.descheduler.enabled:
+    try:
+        report = gateway().deschedule(dry_run)  # through the socket in a multi-user installation
+    except PermissionDenied as exc:
+        fail(str(exc))
+    if not dry_run and not report.pop("enabled"):
         console.print("the descheduler is off (descheduler.enabled: false); `--dry-run` plans anyway", highlight=False)
-    report = plan_or_last(rt, dry_run)
+    report.pop("enabled", None)
     if as_json:
         print_json(report)
         return

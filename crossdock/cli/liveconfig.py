@@ -9,7 +9,7 @@ from pathlib import Path
 
 import typer
 
-from crossdock.cli.common import fail, one_line, print_json, runtime
+from crossdock.cli.common import fail, gateway, one_line, print_json
 
 
 def config_apply(path: Path = typer.Argument(..., help="the new crossdock YAML config, whole"),
@@ -18,73 +18,64 @@ def config_apply(path: Path = typer.Argument(..., help="the new crossdock YAML c
                  as_json: bool = typer.Option(False, "--json")) -> None:
     """Validate a config whole (as `config check`), print what changes for which priority class,
     pool and queue, and store it for the leader, which switches at its next cycle boundary.
-    A config with any error is refused whole; the running one stays."""
-    from crossdock.queue.errors import ConfigError
-    from crossdock.settings import current_user, is_admin
-    from crossdock.workers.liveconfig import apply_file
+    A config with any error is refused whole; the running one stays. The file is read here, with
+    your rights; a multi-user service gets its text through its socket (admins only)."""
+    from crossdock.queue.errors import ConfigError, PermissionDenied
 
-    rt = runtime()
-    if not is_admin(rt.config.admins):
-        fail(f"config apply: {current_user()} is not an admin (root or one listed in admins: of the config in force)",
-             code=1)
     try:
-        applied = apply_file(rt, path, current_user())
+        text = path.read_text()
+    except (OSError, UnicodeDecodeError, ValueError) as exc:
+        fail(f"{path}: cannot read: {getattr(exc, 'strerror', None) or exc}")
+    try:
+        applied = gateway().apply_config(text, str(path.absolute()), wait)
+    except PermissionDenied as exc:
+        fail(str(exc), code=1)
     except ConfigError as exc:
         for line in exc.errors:
-            typer.echo(one_line(line if line.startswith(f"{path}:") else f"{path}: {line}"), err=True)
+            named = line.startswith((f"{path}:", f"{path.absolute()}:"))
+            typer.echo(one_line(line if named else f"{path}: {line}"), err=True)
         typer.echo(f"{path}: refused; the config in force stays", err=True)
         raise typer.Exit(2)
-    holder = rt.store.lease_holder()
-    in_force = rt.store.live_config.in_force_version()
-    deadline = time.monotonic() + wait
-    while holder and in_force < applied.version and time.monotonic() < deadline:
-        time.sleep(0.1)
-        in_force = rt.store.live_config.in_force_version()
-    done = in_force >= applied.version
+    version, holder, done = applied["version"], applied["leader"], applied["in_force"]
     if as_json:
-        print_json({"version": applied.version, "new": applied.new, "in_force": done, "leader": holder,
-                    "changes": [c.to_json() for c in applied.changes], "warnings": applied.warnings})
+        print_json({k: applied[k] for k in ("version", "new", "in_force", "leader", "changes", "warnings")})
         return
-    for w in applied.warnings:
+    for w in applied["warnings"]:
         typer.echo(one_line(f"{path}: warning: {w}"), err=True)
-    watched = Path(rt.settings.config_path)
-    if applied.new and watched.absolute() != Path(path).absolute():
+    watched = Path(applied["watched"])
+    if applied["new"] and watched.absolute() != path.absolute():
         typer.echo(f"note: `crossdock up` refuses an edit of {watched} that takes this back, until the file"
                    f" carries it (`crossdock config show > {watched}`)", err=True)
-    for change in applied.changes:
-        typer.echo(one_line(str(change)))
-    if not applied.changes:
+    for change in applied["lines"]:
+        typer.echo(one_line(change))
+    if not applied["lines"]:
         typer.echo("no change")
     if done:
-        typer.echo(f"version {applied.version} in force (leader {holder})")
+        typer.echo(f"version {version} in force (leader {holder})")
     elif holder:
-        typer.echo(f"version {applied.version} stored; leader {holder} has not switched to it within {wait:g}s")
+        typer.echo(f"version {version} stored; leader {holder} has not switched to it within {wait:g}s")
     else:
-        typer.echo(f"version {applied.version} stored; no scheduler holds the lease: the next leader takes it")
+        typer.echo(f"version {version} stored; no scheduler holds the lease: the next leader takes it")
 
 
 def config_show(as_json: bool = typer.Option(False, "--json", help="the record: version, source, who, when, text")) -> None:
     """Print the config in force (YAML on stdout; where it came from on stderr)."""
-    from crossdock.workers.liveconfig import in_force_text
-
-    rt = runtime()
-    text, record = in_force_text(rt)
-    pending = rt.store.live_config.desired()
-    waiting = pending is not None and (record is None or pending["version"] > record["version"])
+    shown = gateway().config_in_force()
+    text, record, pending = shown["text"], shown["record"], shown["pending_version"]
     if as_json:
         print_json({"version": record["version"] if record else 0,
-                    "source": record.get("source") if record else str(rt.settings.config_path),
+                    "source": record.get("source") if record else shown["path"],
                     "by": record.get("by") if record else None, "holder": record.get("holder") if record else None,
                     "switched_at": float(record["switched_at"]) if record else None,
-                    "pending_version": pending["version"] if waiting else None, "text": text})
+                    "pending_version": pending, "text": text})
         return
     if record is None:
-        origin = f"# the file {rt.settings.config_path} (no live change applied)"
+        origin = f"# the file {shown['path']} (no live change applied)"
     else:
         when = time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime(float(record["switched_at"])))
         origin = (f"# version {record['version']} from {record.get('source')}, stored by {record.get('by')},"
                   f" in force since {when} (leader {record.get('holder')})")
     typer.echo(origin, err=True)
-    if waiting:
-        typer.echo(f"# version {pending['version']} is stored and waits for the leader's next cycle", err=True)
+    if pending is not None:
+        typer.echo(f"# version {pending} is stored and waits for the leader's next cycle", err=True)
     sys.stdout.write(text if text.endswith("\n") else text + "\n")

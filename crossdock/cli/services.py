@@ -1,5 +1,6 @@
 """``crossdock serve`` and ``crossdock services list|show|scale|update|delete``: thin commands over
-:mod:`crossdock.serve` (checks, ownership) and the leader's controller (the work)."""
+:mod:`crossdock.serve` (checks, ownership) through the gateway (the socket in a multi-user
+installation), and the leader's controller (the work)."""
 
 from __future__ import annotations
 
@@ -10,7 +11,7 @@ from typing import Any, List, Optional
 
 import typer
 
-from crossdock.cli.common import console, fail, print_json, runtime
+from crossdock.cli.common import console, fail, gateway, print_json
 from crossdock.queue.errors import CrossdockError
 
 services_app = typer.Typer(help="Inference services: list, show, scale, update, delete.", no_args_is_help=True)
@@ -80,11 +81,12 @@ def _fields(command: Optional[str], args: List[str], image: Optional[str], port:
     return out
 
 
-def _act(fn, *args):
+def _act(method: str, *args):
+    """One call of the gateway (the socket in a multi-user installation, else this process's store)."""
     from crossdock.queue.errors import PermissionDenied
 
     try:
-        return fn(runtime(), *args)
+        return getattr(gateway(), method)(*args)
     except PermissionDenied as exc:
         fail(str(exc), code=1)
     except CrossdockError as exc:
@@ -121,9 +123,9 @@ def serve(name: str = typer.Argument(..., help="service name (lowercase, digits,
     spread one per node, never preempted, scaled by traffic when a target is given."""
     from pydantic import ValidationError
 
-    from crossdock import serve as api
     from crossdock.queue.models import validation_message
     from crossdock.queue.serving import ServiceSpec
+    from crossdock.serve import with_deployer_path
 
     fields = _fields(command, args or [], image, port, ready_path, replicas, target_qps, p95_ms, cpus, mem, gpus,
                      queue, pools, env, fallback_after, scale_down_window)
@@ -131,7 +133,7 @@ def serve(name: str = typer.Argument(..., help="service name (lowercase, digits,
         spec = ServiceSpec(name=name, **fields)
     except ValidationError as exc:
         fail(validation_message(exc))
-    rec = _act(api.deploy, spec, None, os.environ)  # the replicas find programs on the deployer's PATH
+    rec = _act("deploy", with_deployer_path(spec, os.environ))  # the replicas find programs on the deployer's PATH
     if as_json:
         print_json({"name": rec.spec.name, "generation": rec.generation, "state": rec.status.state.value})
         return
@@ -145,9 +147,7 @@ def list_(as_json: bool = typer.Option(False, "--json")) -> None:
     """Every service: state, replicas ready/desired, the traffic target, where it is reached."""
     from rich.table import Table
 
-    from crossdock import serve as api
-
-    records = _act(api.list_services)
+    records = _act("services")
     if as_json:
         print_json([{"name": r.spec.name, "owner": r.spec.user, "state": r.status.state.value, "ready": r.status.ready,
                      "replicas": r.status.replicas, "desired": r.status.desired, "override": r.override,
@@ -175,9 +175,7 @@ def show(name: str = typer.Argument(...), as_json: bool = typer.Option(False, "-
     warnings (a CPU request below 0.8 of measured use: the throttling trap)."""
     from rich.table import Table
 
-    from crossdock import serve as api
-
-    view = _act(api.show, name)
+    view = _act("service", name)
     data = view.to_dict()
     if as_json:
         print_json(data)
@@ -207,11 +205,9 @@ def show(name: str = typer.Argument(...), as_json: bool = typer.Option(False, "-
 def scale(name: str = typer.Argument(...), replicas: Optional[int] = typer.Argument(None, help="replicas to pin"),
           auto: bool = typer.Option(False, "--auto", help="back to the autoscaler")) -> None:
     """Pin a service's replicas by hand (wins over the autoscaler), or hand it back with --auto."""
-    from crossdock import serve as api
-
     if (replicas is None) == (not auto):
         fail("scale: give a replica count N, or --auto")
-    rec = _act(api.scale, name, None if auto else replicas)
+    rec = _act("service_scale", name, None if auto else replicas)
     console.print(f"service {name}: " + ("autoscaled" if rec.override is None else f"{rec.override} replicas by hand"),
                   highlight=False)
 
@@ -227,22 +223,20 @@ def update(name: str = typer.Argument(...),
            scale_down_window: Optional[float] = _WINDOW) -> None:
     """Change a service: a new command, image, resources or env roll its replicas one at a time
     (surge 1, each new one ready before an old one drains); bounds and targets apply at once."""
-    from crossdock import serve as api
-
     changes = _fields(command, args or [], image, port, ready_path, replicas, target_qps, p95_ms, cpus, mem, gpus,
                       queue, pools, env, fallback_after, scale_down_window)
     if not changes:
         fail("update: nothing to change; give options such as --image, --cpus, --replicas or a command after --")
-    before = _act(api.show, name).record.generation
-    rec = _act(api.update, name, changes, None, os.environ)
-    rolled = "rolling update to generation" if rec.generation != before else "generation stays"
+    from crossdock.serve import with_deployer_path_changes
+
+    before = _act("service", name).record
+    rec = _act("service_update", name, with_deployer_path_changes(before.spec, changes, os.environ))
+    rolled = "rolling update to generation" if rec.generation != before.generation else "generation stays"
     console.print(f"service {name}: {rolled} {rec.generation}", highlight=False)
 
 
 @services_app.command("delete")
 def delete(name: str = typer.Argument(...)) -> None:
     """Delete a service: every replica drains (its requests finish), then stops; then it is gone."""
-    from crossdock import serve as api
-
-    _act(api.delete, name)
+    _act("service_delete", name)
     console.print(f"service {name}: deleting (replicas drain, then stop)", highlight=False)

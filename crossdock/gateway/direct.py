@@ -1,19 +1,27 @@
 """The faces' view of the service when this process may talk to Redis itself (single-user, and
-the service's own end of the socket): each method is one ``service`` call for one caller."""
+the service's own end of the socket and of the REST API): each method is one ``service`` call
+for one caller, and every read shows another user's work as the config's ``private_data``
+allows (:mod:`crossdock.queue.privacy`)."""
 
 from __future__ import annotations
 
+import dataclasses
 import threading
-from typing import Any, Sequence
+from typing import Any, Iterable, Sequence
 
-from crossdock import service
+from crossdock import serve, service
+from crossdock.queue import privacy
+from crossdock.queue.errors import PermissionDenied
 from crossdock.queue.models import Job, JobSpec
+from crossdock.queue.serving import ServiceRecord, ServiceSpec
 from crossdock.queue.snapshot import Node
 from crossdock.runtime import Runtime
 
 LISTINGS = ("queued", "all")
 """``ids(which)``: the pending and running jobs (squeue's default), or every job."""
 ALL_LIMIT = 10_000
+MAX_APPLY_WAIT = 60.0
+"""The longest ``config apply`` waits for the leader to switch (a socket request must end)."""
 
 
 class Direct:
@@ -70,12 +78,19 @@ class Direct:
     def sign(self, payload: str) -> str:
         return service.sign_payload(self.rt, self.who, payload)
 
-    # --- reads ------------------------------------------------------------------------------
+    # --- reads: another user's work as private_data shows it -----------------------------------
+    @property
+    def private(self) -> list[str]:
+        return self.rt.config.private_data
+
+    def _shown(self, job: Job) -> Job:
+        return privacy.visible(job, self.who.name, self.who.admin, self.private)
+
     def jobs(self, ids: Sequence[int]) -> list[Job]:
-        return self.rt.store.get_many(ids)
+        return [self._shown(j) for j in self.rt.store.get_many(ids)]
 
     def job(self, job_id: int) -> Job:
-        return self.rt.store.get(job_id)
+        return self._shown(self.rt.store.get(job_id))
 
     def resolve(self, ref: str) -> list[int]:
         return self.rt.store.resolve(ref)
@@ -87,11 +102,24 @@ class Direct:
         return sorted(set(store.pending_ids()) | set(store.active_ids()))
 
     def events(self, job_id: int) -> list[dict[str, str]]:
+        """One job's events; none of another user's job under ``private_data: [events]``."""
+        if privacy.events_private(self.private) and not self._mine([job_id]):
+            return []
         return self.rt.store.events(job_id)
 
     def event_stream(self, job_ids: Sequence[int], since: float | None, after: str | None, count: int,
                      block_ms: int | None) -> dict[str, Any]:
-        return service.events(self.rt, job_ids, since=since, after=after, count=count, block_ms=block_ms)
+        page = service.events(self.rt, job_ids, since=since, after=after, count=count, block_ms=block_ms)
+        if privacy.events_private(self.private) and not self.who.admin:
+            jobs = {row["job"] for row in page["events"] if row.get("job")}
+            mine = {str(i) for i in self._mine(int(j) for j in jobs if j.isdigit())}
+            page["events"] = [row for row in page["events"] if not row.get("job") or row["job"] in mine]
+        return page
+
+    def _mine(self, ids: Iterable[int]) -> set[int]:
+        """Those of ``ids`` whose jobs the caller sees whole (an expired one counts as not)."""
+        return {j.id for j in self.rt.store.get_many(ids)
+                if privacy.sees_all(self.who.name, self.who.admin, j.spec.user)}
 
     def ids_after(self, after: int, count: int) -> list[int]:
         """Up to ``count`` stored job ids above ``after``, ascending: ``queue -t all`` pages with it."""
@@ -99,7 +127,8 @@ class Direct:
 
     def history(self, since: float | None) -> list[dict[str, Any]]:
         """Expired jobs' records ended at ``since`` (epoch seconds) or later (sacct's window)."""
-        return service.history(self.rt, since=since)
+        return [privacy.visible_record(rec, self.who.name, self.who.admin, self.private)
+                for rec in service.history(self.rt, since=since)]
 
     def planned(self, ids: Sequence[int]) -> list[list[Any]]:
         """``[id, planned start (epoch) or None, nodes]`` for pending jobs the scheduler planned:
@@ -112,16 +141,102 @@ class Direct:
 
     def usage(self) -> dict[str, float]:
         """Decayed fair-share usage per queue and per queue/user."""
-        return self.rt.store.usage()[0]
+        return privacy.visible_usage(self.rt.store.usage()[0], self.who.name, self.who.admin, self.private)
 
     def inventory(self) -> list[Node]:
         return service.load_inventory(self.rt)
 
+    # --- the service's own state ------------------------------------------------------------------
+    def health(self) -> dict[str, Any]:
+        """``crossdock health`` as the service's process sees itself (its state dir, its store)."""
+        from crossdock.workers.health import collect
+
+        return collect()
+
+    def autoscaling(self) -> dict[str, Any]:
+        return service.autoscaling(self.rt)
+
+    def deschedule(self, dry_run: bool) -> dict[str, Any]:
+        """The descheduler's last plan, or a plan made now (``dry_run``: an admin's, it reads every
+        backend); ``enabled`` says whether the descheduler runs."""
+        if dry_run and not self.who.admin:
+            raise PermissionDenied(f"deschedule --dry-run: plans over every backend, which only root or an admin"
+                                   f" asks for (you are {self.who.name!r}); without --dry-run: the last pass")
+        return {**service.deschedule(self.rt, dry_run), "enabled": self.rt.config.descheduler.enabled}
+
+    # --- inference services: anyone lists and shows; owners and admins change ---------------------
+    def services(self) -> list[ServiceRecord]:
+        return [self._service_shown(r) for r in serve.list_services(self.rt)]
+
+    def service(self, name: str) -> serve.ServiceView:
+        view = serve.show(self.rt, name)
+        return serve.ServiceView(self._service_shown(view.record), [(self._shown(j), e) for j, e in view.replicas],
+                                 view.events, view.warnings)
+
+    def _service_shown(self, rec: ServiceRecord) -> ServiceRecord:
+        spec = privacy.visible_service(rec.spec, self.who.name, self.who.admin, self.private)
+        return rec if spec is rec.spec else dataclasses.replace(rec, spec=spec)
+
+    def deploy(self, spec: ServiceSpec) -> ServiceRecord:
+        return serve.deploy(self.rt, spec, self.who)
+
+    def service_update(self, name: str, changes: dict[str, Any]) -> ServiceRecord:
+        return serve.update(self.rt, name, changes, self.who)
+
+    def service_scale(self, name: str, replicas: int | None) -> ServiceRecord:
+        return serve.scale(self.rt, name, replicas, self.who)
+
+    def service_delete(self, name: str) -> ServiceRecord:
+        return serve.delete(self.rt, name, self.who)
+
+    # --- the config: anyone reads the one in force; admins change it -------------------------------
+    def config_in_force(self) -> dict[str, Any]:
+        """The config in force: its YAML, its live record (None: the file's) and a stored version
+        the leader has not switched to yet."""
+        from crossdock.workers.liveconfig import in_force_text
+
+        text, record = in_force_text(self.rt)
+        pending = self.rt.store.live_config.desired()
+        waiting = pending is not None and (record is None or pending["version"] > record["version"])
+        return {"text": text, "record": record, "pending_version": pending["version"] if waiting else None,
+                "path": str(self.rt.settings.config_path)}
+
+    def apply_config(self, text: str, source: str, wait: float) -> dict[str, Any]:
+        """``config apply``: the text (which the client read with its own rights) checked whole and
+        stored for the leader, then up to ``wait`` seconds (at most :data:`MAX_APPLY_WAIT`) for the
+        leader to switch to it. Admins only; :class:`ConfigError` refuses it whole."""
+        import time
+
+        from crossdock.workers.liveconfig import apply_text
+
+        if not self.who.admin:
+            raise PermissionDenied(f"config apply: {self.who.name} is not an admin (root or one listed in admins:"
+                                   " of the config in force)")
+        applied = apply_text(self.rt, text, source, self.who.name)
+        store = self.rt.store
+        holder, in_force = store.lease_holder(), store.live_config.in_force_version()
+        deadline = time.monotonic() + max(0.0, min(wait, MAX_APPLY_WAIT))
+        while holder and in_force < applied.version and time.monotonic() < deadline:
+            time.sleep(0.1)
+            in_force = store.live_config.in_force_version()
+        return {"version": applied.version, "new": applied.new, "in_force": in_force >= applied.version,
+                "leader": holder, "changes": [c.to_json() for c in applied.changes],
+                "lines": [str(c) for c in applied.changes], "warnings": applied.warnings,
+                "watched": str(self.rt.settings.config_path)}
+
+    def may_read_output(self, job: Job) -> None:
+        """Refuse another user's output under ``private_data: [jobs]`` (``PermissionDenied``, a
+        ``refused`` event); with it opened, the output files' own permissions decide."""
+        if privacy.output_private(self.private):
+            service.authorize(self.rt, self.who, [job], "read the output of")
+
     def backend_logs(self, job_id: int) -> str | None:
         """A job's output as the service serves it: a Python job's as its runner kept it in the
-        store (every attempt's), another's as its backend serves it (a pod's log); None when it
-        is in files."""
+        store (every attempt's; its owner's and admins' only), another's as its backend serves it
+        (a pod's log); None when it keeps files (which the caller reads with its own rights, once
+        the same check allows it)."""
         job = self.rt.store.get(job_id)
+        self.may_read_output(job)
         if job.spec.python is not None:
             service.authorize(self.rt, self.who, [job], "read the output of")
             return "".join(self.rt.store.output(job.id) or [])

@@ -11,6 +11,7 @@ from typing import Any, Sequence
 from crossdock.gateway import wire
 from crossdock.gateway.wire import ServiceUnavailable
 from crossdock.queue.models import Job, JobSpec
+from crossdock.queue.serving import ServiceRecord, ServiceSpec
 from crossdock.queue.snapshot import Node
 
 TIMEOUT_SECONDS = 120.0
@@ -157,6 +158,38 @@ class Remote:
     def backend_logs(self, job_id: int) -> str | None:
         return self.call("backend_logs", job_id=job_id)
 
+    def health(self) -> dict[str, Any]:
+        return self.call("health")
+
+    def autoscaling(self) -> dict[str, Any]:
+        return self.call("autoscaling")
+
+    def deschedule(self, dry_run: bool) -> dict[str, Any]:
+        return self.call("deschedule", dry_run=dry_run)
+
+    def services(self) -> list[ServiceRecord]:
+        return self.call("services")
+
+    def service(self, name: str) -> Any:
+        return self.call("service", name=name)
+
+    def deploy(self, spec: ServiceSpec) -> ServiceRecord:
+        return self.call("deploy", spec=spec)
+
+    def service_update(self, name: str, changes: dict[str, Any]) -> ServiceRecord:
+        return self.call("service_update", name=name, changes=changes)
+
+    def service_scale(self, name: str, replicas: int | None) -> ServiceRecord:
+        return self.call("service_scale", name=name, replicas=replicas)
+
+    def service_delete(self, name: str) -> ServiceRecord:
+        return self.call("service_delete", name=name)
+
+    def config_in_force(self) -> dict[str, Any]:
+        return self.call("config_in_force")
+
+    def apply_config(self, text: str, source: str, wait: float) -> dict[str, Any]:
+        return self.call("apply_config", text=text, source=source, wait=wait)
 
 def _pieces(ids: Sequence[int]) -> list[list[int]]:
     """``ids`` in requests of at most :data:`wire.MAX_IDS` (what the service reads at once)."""

@@ -9,6 +9,7 @@ and its answer are spelled in JSON, so that the server and the client cannot dis
 from __future__ import annotations
 
 import base64
+import dataclasses
 import json
 from dataclasses import dataclass
 from typing import Any, Callable
@@ -16,7 +17,10 @@ from typing import Any, Callable
 from crossdock.backends.redis_store.codec import nodes_from_json, nodes_to_json
 from crossdock.queue import errors
 from crossdock.queue.errors import CrossdockError
+from pydantic import BaseModel
+
 from crossdock.queue.models import Job, JobSpec
+from crossdock.queue.serving import Endpoint, ServiceRecord, ServiceSpec, ServiceStatus
 
 MAX_LINE = 256 * 1024 * 1024
 """The longest answer a client reads (a result travels inside one). Requests are bounded by the
@@ -68,6 +72,33 @@ def _specs(raw: list) -> list[JobSpec]:
     return [JobSpec.model_validate(d) for d in raw]
 
 
+def _record(rec: ServiceRecord) -> dict:
+    plain = {f.name: getattr(rec, f.name) for f in dataclasses.fields(rec) if f.name not in ("spec", "status")}
+    return {**plain, "spec": rec.spec.model_dump(mode="json"), "status": rec.status.model_dump(mode="json")}
+
+
+def _unrecord(raw: dict) -> ServiceRecord:
+    return ServiceRecord(**{**raw, "spec": ServiceSpec.model_validate(raw["spec"]),
+                            "status": ServiceStatus.model_validate(raw["status"])})
+
+
+def _view(view: Any) -> dict:
+    return {"record": _record(view.record), "events": view.events, "warnings": view.warnings,
+            "replicas": [[_job(j), None if e is None else dataclasses.asdict(e)] for j, e in view.replicas]}
+
+
+def _unview(raw: dict) -> Any:
+    from crossdock.serve import ServiceView
+
+    return ServiceView(_unrecord(raw["record"]),
+                       [(Job.model_validate(j), None if e is None else Endpoint(**e)) for j, e in raw["replicas"]],
+                       list(raw["events"]), list(raw["warnings"]))
+
+
+def _optional_int(x: Any) -> int | None:
+    return None if x is None else int(x)
+
+
 def _same(x: Any) -> Any:
     return x
 
@@ -115,24 +146,36 @@ OPS: dict[str, Op] = {
     "usage": Op({}, _same, _same),
     "inventory": Op({}, lambda ns: json.loads(nodes_to_json(ns)), lambda raw: nodes_from_json(json.dumps(raw))),
     "backend_logs": Op({"job_id": int}, _same, _same),
+    "health": Op({}, _same, _same),
+    "autoscaling": Op({}, _same, _same),
+    "deschedule": Op({"dry_run": bool}, _same, _same),
+    "services": Op({}, lambda rs: [_record(r) for r in rs], lambda raw: [_unrecord(r) for r in raw]),
+    "service": Op({"name": str}, _view, _unview),
+    "deploy": Op({"spec": ServiceSpec.model_validate}, _record, _unrecord),
+    "service_update": Op({"name": str, "changes": dict}, _record, _unrecord),
+    "service_scale": Op({"name": str, "replicas": _optional_int}, _record, _unrecord),
+    "service_delete": Op({"name": str}, _record, _unrecord),
+    "config_in_force": Op({}, _same, _same),
+    "apply_config": Op({"text": str, "source": str, "wait": float}, _same, _same),
 }
 
 
 def encode_arg(value: Any) -> Any:
     """A request argument as JSON: specs as their JSON dump, sequences as lists."""
-    if isinstance(value, JobSpec):
+    if isinstance(value, BaseModel):
         return value.model_dump(mode="json")
     if isinstance(value, (list, tuple)):
         return [encode_arg(v) for v in value]
     return value
 
 
-def error_of(exc: BaseException) -> dict[str, str]:
-    message = "; ".join(exc.errors) if isinstance(exc, errors.ConfigError) else str(exc)
-    return {"type": type(exc).__name__, "message": message}
+def error_of(exc: BaseException) -> dict[str, Any]:
+    if isinstance(exc, errors.ConfigError):  # every problem, one line each
+        return {"type": type(exc).__name__, "message": "; ".join(exc.errors), "errors": list(exc.errors)}
+    return {"type": type(exc).__name__, "message": str(exc)}
 
 
-def rebuild(error: dict[str, str]) -> CrossdockError:
+def rebuild(error: dict[str, Any]) -> CrossdockError:
     """The error the service raised, as its own class when it is one of crossdock's."""
     cls = getattr(errors, error.get("type", ""), None)
     if not (isinstance(cls, type) and issubclass(cls, CrossdockError)):
@@ -140,7 +183,7 @@ def rebuild(error: dict[str, str]) -> CrossdockError:
     exc = cls.__new__(cls)
     Exception.__init__(exc, error.get("message", ""))
     if isinstance(exc, errors.ConfigError):
-        exc.errors = [error.get("message", "")]
+        exc.errors = [str(e) for e in error.get("errors") or [error.get("message", "")]]
     if isinstance(exc, errors.NoSuchJob):
         exc.job_id = None
     return exc

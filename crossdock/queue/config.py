@@ -279,6 +279,10 @@ class Metrics(_Cfg):
     """Loopback by default: the metrics name queues and pools; expose them on purpose."""
     port: int = Field(METRICS_PORT, ge=0, le=65535)
     """The first port; 0 disables the exporters."""
+PrivateData = Literal["jobs", "usage", "events"]
+DEFAULT_PRIVATE_DATA: tuple[str, ...] = ("jobs",)
+
+
 class ClusterConfig(_Cfg):
     priority_classes: dict[str, PriorityClass] = Field(min_length=1)
     pools: dict[str, Pool] = Field(min_length=1)
@@ -293,6 +297,13 @@ class ClusterConfig(_Cfg):
     admins: list[str] = Field(default_factory=list)
     """Users (login names, or uids where the passwd database has none) who may act on anyone's
     jobs, as root may; everybody else acts on their own jobs only."""
+    private_data: list[PrivateData] = Field(default_factory=lambda: list(DEFAULT_PRIVATE_DATA))
+    """What a user sees of other users' work, after slurm.conf's ``PrivateData``
+    (:mod:`crossdock.queue.privacy`): ``jobs`` (default) shows another's job as that it exists,
+    its state, user, resources and placement, never its script, command, arguments, output paths
+    or output; ``usage``: fair-share usage of the caller and the queues only; ``events``: the
+    events of the caller's own jobs only. An environment and a Python call are never shown to
+    another user; admins (root, ``admins:``) see everything."""
     services: Services = Field(default_factory=Services)
     licenses: dict[str, Annotated[int, Field(ge=1, le=10**9)]] = Field(default_factory=dict)
     """Counted licenses (``--licenses=name[:count]``): name → how many jobs' worth exist; the

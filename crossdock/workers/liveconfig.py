@@ -32,7 +32,7 @@ from typing import Any
 import yaml
 
 from crossdock.backends.registry import catalog
-from crossdock.configfile import load_config
+from crossdock.configfile import load_config, load_text
 from crossdock.queue.config import ClusterConfig, lint, parse_config
 from crossdock.queue.config_diff import Change, diff_configs, reverted
 from crossdock.queue.errors import ConfigError
@@ -51,15 +51,24 @@ class Checked:
 def validate(path: str | Path) -> Checked:
     """The config of ``path`` as ``up`` would load it, checked by a dry scheduling cycle over its
     declared and local nodes; :class:`ConfigError` with every problem otherwise."""
-    from crossdock.backends.local import gpus
-    from crossdock.backends.local.backend import local_nodes
-    from crossdock.queue.probe import dry_cycle
-
     before = _text(path)
     cfg = load_config(path, catalog())  # its errors name the file, the line and the column
     text = _text(path)
     if text is None or text != before:  # an editor still writing it: the next reload sees the end
         raise ConfigError([f"{path}: changed while it was read; apply it again"])
+    return _checked(cfg, text)
+
+
+def validate_text(text: str, source: str) -> Checked:
+    """As :func:`validate`, for a config's text that a client read itself (``source``: its path)."""
+    return _checked(load_text(text, source, catalog()), text)
+
+
+def _checked(cfg: ClusterConfig, text: str) -> Checked:
+    from crossdock.backends.local import gpus
+    from crossdock.backends.local.backend import local_nodes
+    from crossdock.queue.probe import dry_cycle
+
     errors = dry_cycle(cfg, local_nodes(cfg, gpus.discover()), datetime.now(timezone.utc))
     if errors:
         raise ConfigError(errors)
@@ -85,11 +94,16 @@ class Applied:
 def apply_file(rt: Runtime, path: str | Path, by: str) -> Applied:
     """Validate ``path`` whole and store it for the leader; :class:`ConfigError` refuses it and
     stores nothing."""
-    return store_checked(rt, validate(path), path, by)
+    return store_checked(rt, validate(path), str(Path(path).absolute()), by)
 
 
-def store_checked(rt: Runtime, checked: Checked, path: str | Path, by: str) -> Applied:
-    version, new = rt.store.live_config.store(checked.text, str(Path(path).absolute()), by)
+def apply_text(rt: Runtime, text: str, source: str, by: str) -> Applied:
+    """As :func:`apply_file`, for the text a client read from ``source`` (the socket's ``config apply``)."""
+    return store_checked(rt, validate_text(text, source), source, by)
+
+
+def store_checked(rt: Runtime, checked: Checked, source: str, by: str) -> Applied:
+    version, new = rt.store.live_config.store(checked.text, source, by)
     return Applied(version, new, diff_configs(rt.config, checked.config), checked.warnings)
 
 
@@ -205,7 +219,7 @@ class Watcher:
             log.error("config reload of %s not taken, the config in force stays: %s", self.path, self.behind)
             self.rt.store.live_config.refused(source, [self.behind], self.actor)
             return False
-        applied = store_checked(self.rt, checked, self.path, self.actor)
+        applied = store_checked(self.rt, checked, source, self.actor)
         self.reloads += applied.new
         self.last_result = f"stored version {applied.version}" + ("" if applied.new else " (unchanged)")
         if applied.new:

@@ -1,5 +1,5 @@
 """The socket's wire format: what the server answers is what the client rebuilds, errors keep
-their class and line, and another user's job travels without its environment or payload."""
+their class and line (what another user sees of a job: tests/unit/test_privacy.py)."""
 
 from __future__ import annotations
 
@@ -8,9 +8,7 @@ from datetime import datetime, timezone
 
 import pytest
 
-from crossdock import service
 from crossdock.gateway import wire
-from crossdock.gateway.server import redacted
 from crossdock.queue.errors import CrossdockError, NoSuchJob, PermissionDenied
 from crossdock.queue.models import Job, JobSpec, PythonCall
 
@@ -45,10 +43,21 @@ def test_an_unknown_error_type_is_a_crossdock_error():
     assert type(rebuilt) is CrossdockError and str(rebuilt) == "no"
 
 
-def test_another_users_job_travels_without_its_environment_or_payload():
-    job = _job(python=PythonCall(payload="eA==", signature="ab"))
-    assert redacted(job, service.Caller("alice", False)) is job
-    assert redacted(job, service.Caller("root", True)) is job
-    other = redacted(job, service.Caller("bob", False))
-    assert other.spec.env == {} and other.spec.python.payload == "" and other.spec.python.signature == ""
-    assert other.spec.user == "alice" and other.id == 7 and job.spec.env == {"TOKEN": "x"}
+def test_a_service_and_its_view_come_back_as_they_left():
+    from crossdock.serve import ServiceView
+    from crossdock.queue.serving import Endpoint, ServiceRecord, ServiceSpec, ServiceStatus
+
+    rec = ServiceRecord(spec=ServiceSpec(name="chat", command=["serve"], user="alice"), generation=2,
+                        status=ServiceStatus(ready=1), override=3, address="127.0.0.1:9000")
+    view = ServiceView(rec, [(_job(command=["serve"]), Endpoint(7, 2, 0, "127.0.0.1", 9000, ready=True)),
+                             (_job(command=["serve"]), None)], [{"event": "deployed"}], ["w"])
+    for op, value in (("deploy", rec), ("services", [rec]), ("service", view)):
+        line = wire.dumps({"ok": wire.OPS[op].out(value)})
+        assert wire.OPS[op].back(json.loads(line)["ok"]) == value
+
+
+def test_every_problem_of_a_config_comes_back_one_line_each():
+    from crossdock.queue.errors import ConfigError
+
+    rebuilt = wire.rebuild(json.loads(wire.dumps({"error": wire.error_of(ConfigError(["a: bad", "b: worse"]))}))["error"])
+    assert isinstance(rebuilt, ConfigError) and rebuilt.errors == ["a: bad", "b: worse"]

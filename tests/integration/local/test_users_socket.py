@@ -43,8 +43,8 @@ def answers(path: Path) -> bool:
 @pytest.fixture
 def service(monkeypatch, request):
     """``up --multi-user`` as root in a directory the second user may enter; the environments of
-    both users' clients (the socket, no Redis URL, a LOGNAME that lies). Parametrized indirectly,
-    its parameter is merged into the service's config (``{"limits": {...}}``)."""
+    both users' clients (the socket, no Redis URL, a LOGNAME that lies). Indirect parameters:
+    config keys to add to the test config."""
     t2 = second_user()
     home = Path(f"/tmp/crossdock-ms-{uuid.uuid4().hex[:8]}")
     home.mkdir(mode=0o755)
@@ -77,7 +77,7 @@ def service(monkeypatch, request):
                   "CROSSDOCK_SOCKET": str(sock), "CROSSDOCK_STATE_DIR": str(home / "t2-state"),
                   "LOGNAME": "root", "USER": "root"}  # lies: not trusted
         yield {"uid": t2.pw_uid, "gid": t2.pw_gid, "env": second, "python": python, "work": work, "state": state,
-               "sock": sock, "log": log, "home": home, "up_env": env, "pid": up.pid}
+               "sock": sock, "log": log, "home": home, "up_env": env, "pid": up.pid, "config": cfg}
     finally:
         os.killpg(up.pid, signal.SIGTERM)
         try:
