@@ -216,6 +216,10 @@ class Client:
         api.show(self.runtime, name)
         return api.ServiceHandle(self.runtime, name, self.who)
 
+    def handle(self, job_id: int) -> JobHandle:
+        """The handle of a job submitted earlier (``result()`` as its owner, say)."""
+        return JobHandle(self, self.gateway.job(job_id))
+
     def submit_specs(self, specs: Iterable[JobSpec], token: str | None = None) -> list[JobHandle]:
         """Submit many specs in one atomic, pipelined step."""
         return [JobHandle(self, j) for j in self.gateway.submit(list(specs), token=token)]

@@ -109,8 +109,9 @@ def _parse_spec(raw: str) -> JobSpec:
         return JobSpec.model_construct(**json.loads(raw))
 
 
-def hash_to_job(job_id: int, h: dict[str, str]) -> Job:
-    spec = spec_from_json(h["spec"])
+def hash_to_job(job_id: int, h: dict[str, str], spec: JobSpec | None = None) -> Job:
+    """The job of hash ``h``; ``spec``: its spec as already read (with its environment opened)."""
+    spec = spec_from_json(h["spec"]) if spec is None else spec
     data: dict[str, Any] = {"id": job_id, "spec": _BLANK}
     for f in STATUS_FIELDS:
         v = h.get(f)
