@@ -49,9 +49,11 @@ EVIL_RESULT = """
 import os, sys
 from crossdock import Client
 
+MARKER = sys.argv[1]
+
 class Evil:
-    def __reduce__(self):
-        return (os.system, ("id -u > " + sys.argv[1],))
+    def __reduce__(self):  # unpickling it runs the command, as whoever unpickles it
+        return (os.system, ("id -u > " + MARKER,))
 
 def make():
     return Evil()
@@ -63,10 +65,13 @@ print(h.id)
 READ_RESULT = "import sys\nfrom crossdock import Client\nprint(Client().handle(int(sys.argv[1])).result(timeout=90))\n"
 
 
-def test_root_reading_a_users_result_never_runs_its_pickle(users, service_rt, tmp_path):
+def test_root_reading_a_users_result_never_runs_its_pickle(users, service_rt, tmp_path, monkeypatch):
     from crossdock import Client
     from crossdock.handles import ForeignResult
 
+    # the service on a Python the second user may run: its supervisors start the job's runner with it
+    monkeypatch.setattr(sys, "executable", users["python"])
+    monkeypatch.setenv("PYTHONPATH", users["env"]["PYTHONPATH"])
     marker = users["work"] / f"pwned-{uuid.uuid4().hex[:6]}"
     cluster = Cluster(service_rt, tmp_path)
     try:
@@ -191,13 +196,13 @@ def test_a_jobs_environment_is_in_no_redis_key_in_clear(users, service_rt, tmp_p
     out = tmp_path / "token.out"
     cluster = Cluster(rt, tmp_path)
     try:
-        [job] = service.submit(rt, [JobSpec(command=["sh", "-c", f'printf %s "$MY_TOKEN" > {out}'],
+        [job] = service.submit(rt, [JobSpec(command=["sh", "-c", f"env > {out}"],
                                             stdout="/dev/null", env={"MY_TOKEN": token})])
         assert cluster.wait(job.id, timeout=90).state is JobState.COMPLETED
         [pending] = service.submit(rt, [JobSpec(command=["true"], hold=True, env={"MY_TOKEN": token})])
     finally:
         cluster.close()
-    assert out.read_text() == token  # the job got it
+    assert f"MY_TOKEN={token}" in out.read_text().splitlines()  # the job got it
     assert rt.store.get(pending.id).spec.env == {"MY_TOKEN": token}  # the service reads it
     held = every_value(redis.Redis.from_url(users["env"]["CROSSDOCK_REDIS_URL"]))
     assert rt.store.k.job(pending.id).encode() in held
