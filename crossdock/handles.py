@@ -50,8 +50,8 @@ class ForeignResult(PermissionDenied):
     def __init__(self, job: Job, uid: int):
         me = user_name(uid)
         super().__init__(
-            f"the result of job {job.display_id} is {job.spec.user!r}'s and this process runs as {me!r}:"
-            f" unpickling it here would run code of {job.spec.user!r}'s as {me!r}; read it as its owner:"
+            f"the result of job {job.display_id} belongs to {job.spec.user!r} and this process runs as {me!r}:"
+            f" unpickling it here would run code {job.spec.user!r} chose as {me!r}; read it as its owner:"
             f" sudo -u {job.spec.user} python -c 'from crossdock import Client;"
             f" print(Client().handle({job.id}).result())'")
 
