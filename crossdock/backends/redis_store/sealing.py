@@ -52,6 +52,7 @@ class SpecSeals:
     def __init__(self, key_of: Callable[[str], bytes]):
         self._key_of = key_of
         self._keys: dict[str, bytes | None] = {}
+        self._ciphers: dict[bytes, AESGCM] = {}
         self.spec = lru_cache(maxsize=_CACHE)(self._spec)
         """The stored spec with its environment opened (empty when this process cannot open it)."""
 
@@ -76,7 +77,7 @@ class SpecSeals:
         out = {"spec": text}
         if spec.env:
             nonce = os.urandom(_NONCE)
-            sealed = AESGCM(_env_key(key)).encrypt(nonce, json.dumps(spec.env).encode(), _env_aad(job.id))
+            sealed = self._cipher(key).encrypt(nonce, json.dumps(spec.env).encode(), _env_aad(job.id))
             out[ENV] = base64.b64encode(nonce + sealed).decode()
         out[SEAL] = _mac(key, job.id, text, out.get(ENV, ""))
         return out
@@ -95,6 +96,11 @@ class SpecSeals:
                     " after it was submitted; refusing to run it")
         return ""
 
+    def _cipher(self, key: bytes) -> AESGCM:
+        if key not in self._ciphers:
+            self._ciphers[key] = AESGCM(hmac.new(key, b"crossdock-env", hashlib.sha256).digest())
+        return self._ciphers[key]
+
     def _spec(self, raw: str, job_id: int, env: str) -> JobSpec:
         spec = spec_from_json(raw)
         if not env:
@@ -102,7 +108,7 @@ class SpecSeals:
         key = self.key(spec.user)
         try:
             blob = base64.b64decode(env)
-            data = AESGCM(_env_key(key)).decrypt(blob[:_NONCE], blob[_NONCE:], _env_aad(job_id)) if key else b"{}"
+            data = self._cipher(key).decrypt(blob[:_NONCE], blob[_NONCE:], _env_aad(job_id)) if key else b"{}"
             opened = json.loads(data)
         except (InvalidTag, ValueError, binascii.Error):  # not the owner's, or changed: the seal refuses it
             opened = {}
@@ -122,10 +128,6 @@ def _canonical(text: str) -> str:
 
 def _mac(key: bytes, job_id: int, text: str, env: str) -> str:
     return signing.sign_text(key, f"spec:{job_id}", _canonical(text) + "\0" + env)
-
-
-def _env_key(key: bytes) -> bytes:
-    return hmac.new(key, b"crossdock-env", hashlib.sha256).digest()
 
 
 def _env_aad(job_id: int) -> bytes:

@@ -163,7 +163,8 @@ class JobStore:
         for job in jobs:
             ev = {"event": "submitted", "actor": actor, "to": job.state.value, "time": now}
             sealed = self.seals.fields(job) if self.seals is not None else {}
-            pipe.hset(self.k.job(job.id), mapping={**job_to_hash(job), **sealed, FIRST: event_json(ev, now)})
+            h = job_to_hash(job, sealed.get("spec"))
+            pipe.hset(self.k.job(job.id), mapping={**h, **sealed, FIRST: event_json(ev, now)})
             pipe.zadd(self.k.all_jobs, {job.id: job.id})
             pipe.zadd(self.k.pending, {job.id: job.id})
             pipe.zadd(self.k.by_name(job.spec.user, job.spec.display_name()), {job.id: job.id})
