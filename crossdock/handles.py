@@ -49,10 +49,11 @@ class ForeignResult(PermissionDenied):
 
     def __init__(self, job: Job, uid: int):
         me = user_name(uid)
+        as_owner = f"'#{job.spec.user}'" if job.spec.user.isdigit() else job.spec.user  # sudo's spelling of a bare uid
         super().__init__(
             f"the result of job {job.display_id} belongs to {job.spec.user!r} and this process runs as {me!r}:"
             f" unpickling it here would run code {job.spec.user!r} chose as {me!r}; read it as its owner:"
-            f" sudo -u {job.spec.user} python -c 'from crossdock import Client;"
+            f" sudo -u {as_owner} python -c 'from crossdock import Client;"
             f" print(Client().handle({job.id}).result())'")
 
 

@@ -131,4 +131,3 @@ def kombu_broker(url: str) -> tuple[str, dict[str, Any]]:
     if s.sentinel_password:
         options["sentinel_kwargs"] = {"password": s.sentinel_password}
     return broker, options
-

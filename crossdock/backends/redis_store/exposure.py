@@ -51,4 +51,3 @@ def _mode(path: str) -> int | None:
         return os.stat(path).st_mode
     except OSError:
         return None
-
