@@ -235,7 +235,13 @@ def up(tmp_path: Path, url: str, *flags: str) -> subprocess.Popen:
 
 
 def refused(proc: subprocess.Popen) -> str:
-    out, err = proc.communicate(timeout=60)
+    """The one line of an ``up`` that refused to start (one that started is stopped, and fails)."""
+    try:
+        out, err = proc.communicate(timeout=60)
+    except subprocess.TimeoutExpired:
+        os.killpg(proc.pid, signal.SIGTERM)
+        out, err = proc.communicate(timeout=60)
+        raise AssertionError(f"up started on a Redis anyone can write: {out} {err}") from None
     assert proc.returncode == 1 and "crossdock up:" not in out, (out, err)
     lines = err.strip().splitlines()
     assert len(lines) == 1 and "Traceback" not in err and "--insecure-shared-redis" in lines[0], err
