@@ -162,6 +162,25 @@ def test_a_spec_rewritten_in_redis_never_runs_and_fails_with_an_event(users, ser
     assert (users["work"] / "good").read_text().split() == ["0"]
 
 
+def test_the_local_supervisor_refuses_a_spec_rewritten_after_dispatch(users, service_rt):
+    """The window between the dispatch task's check and the supervisor's start: checked again."""
+    from crossdock import service
+    from crossdock.backends.local.supervisor import Supervisor, store_from_env
+    from crossdock.queue.models import JobSpec
+
+    rt = service_rt
+    marker = users["work"] / "ran-after-dispatch"
+    [job] = service.submit(rt, [JobSpec(command=["true"], stdout="/dev/null")])
+    assert rt.store.transition(job.id, JobState.SCHEDULED, bump_attempt=True)  # as the leader does
+    r = run_as_second(users, ["-c", TAMPER, users["env"]["CROSSDOCK_REDIS_URL"], rt.store.k.job(job.id), "command",
+                              str(marker), str(job.id)])
+    assert r.stdout.strip() == "ok", r
+    assert Supervisor(store_from_env(), rt.settings.state_dir, 1.0).run(job.id, 1) == 0
+    done = rt.store.get(job.id)
+    assert done.state is JobState.FAILED and done.reason.startswith("BadSeal: the spec of job"), done
+    assert not marker.exists()
+
+
 # --- no environment in clear in Redis ------------------------------------------------------------
 
 def every_value(r: redis.Redis) -> bytes:
