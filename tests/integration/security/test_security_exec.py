@@ -19,7 +19,6 @@ import os
 import signal
 import subprocess
 import sys
-import time
 import uuid
 from pathlib import Path
 
@@ -31,16 +30,9 @@ from crossdock.queue.states import JobState
 from tests.conftest import TEST_CONFIG, Cluster
 from tests.integration.local.test_users import (  # noqa: F401 - fixtures
     issued_key, run_as_second, service_rt, shared_redis, users)
+from tests.integration.local.test_users_socket import wait_until
 
 pytestmark = [pytest.mark.security, pytest.mark.redis, pytest.mark.celery]
-
-
-def wait_until(what, condition, timeout=60.0):
-    deadline = time.monotonic() + timeout
-    while not (value := condition()):
-        assert time.monotonic() < deadline, f"timed out after {timeout}s waiting for {what}"
-        time.sleep(0.1)
-    return value
 
 
 # --- a result is unpickled only by its owner ---------------------------------------------------
