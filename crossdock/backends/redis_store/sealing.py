@@ -93,7 +93,9 @@ class SpecSeals:
             return f"{what}: no key here to check its seal (owner {user!r}); refusing to run it"
         if not hmac.compare_digest(h[SEAL], _mac(key, job_id, h["spec"], h.get(ENV, ""))):
             return (f"{what} does not match its seal under its owner's ({user!r}) key: changed in the store"
-                    " after it was submitted; refusing to run it")
+                    " after it was submitted, or sealed by a client with a key the service did not issue (a"
+                    " client reaching Redis itself needs CROSSDOCK_SIGNING_KEY from `crossdock issue-key`);"
+                    " refusing to run it")
         return ""
 
     def _cipher(self, key: bytes) -> AESGCM:
