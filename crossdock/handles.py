@@ -17,14 +17,16 @@ from __future__ import annotations
 import asyncio
 import concurrent.futures as cf
 import logging
+import os
 import threading
 import time
 from typing import TYPE_CHECKING, Any, Callable, Iterable, Iterator
 
 from crossdock.pycall import decode_outcome
-from crossdock.queue.errors import CrossdockError
+from crossdock.queue.errors import CrossdockError, PermissionDenied
 from crossdock.queue.models import Job
 from crossdock.queue.states import JobState
+from crossdock.settings import user_id, user_name
 
 if TYPE_CHECKING:
     from crossdock.client import Client
@@ -51,6 +53,28 @@ class JobFailed(CrossdockError):
 
 class RemoteError(CrossdockError):
     """Wraps a remote exception that could not be re-raised as itself."""
+
+
+class ForeignResult(PermissionDenied):
+    """A Python job's result read in a process that is not its owner's: unpickling it would run
+    code of the owner's choosing with this process's rights (root's, an admin's), so it is not."""
+
+    def __init__(self, job: Job, uid: int):
+        me = user_name(uid)
+        as_owner = f"'#{job.spec.user}'" if job.spec.user.isdigit() else job.spec.user  # sudo's spelling of a bare uid
+        super().__init__(
+            f"the result of job {job.display_id} belongs to {job.spec.user!r} and this process runs as {me!r}:"
+            f" unpickling it here would run code {job.spec.user!r} chose as {me!r}; read it as its owner:"
+            f" sudo -u {as_owner} python -c 'from crossdock import Client;"
+            f" print(Client().job({job.id}).result())'")
+
+
+def refuse_foreign(job: Job) -> None:
+    """Raise :class:`ForeignResult` unless this process's real and effective uid are the owner's."""
+    owner = user_id(job.spec.user)
+    for uid in (os.getuid(), os.geteuid()):
+        if uid != owner:
+            raise ForeignResult(job, uid)
 
 
 class JobHandle(cf.Future):
@@ -102,6 +126,7 @@ class JobHandle(cf.Future):
             if job.state is not JobState.COMPLETED:
                 raise JobFailed(job)
             return job
+        refuse_foreign(job)  # the seal says who wrote it, not that it is safe for this reader
         data = self.client.gateway.result(job.id)  # refuses a forged or unsigned one
         if data is None:
             raise JobFailed(job)

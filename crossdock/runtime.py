@@ -14,6 +14,7 @@ import yaml
 from crossdock import observe
 from crossdock.backends.redis_store import embedded
 from crossdock.backends.redis_store.connect import is_sentinel, parse_sentinel
+from crossdock.backends.redis_store.sealing import SpecSeals
 from crossdock.backends.redis_store.store import STORE_UNAVAILABLE, JobStore
 from crossdock.backends.registry import BackendContext, Backends, catalog
 from crossdock.configfile import load_config
@@ -60,7 +61,8 @@ class Runtime:
     @cached_property
     def store(self) -> JobStore:
         return JobStore.from_url(self.redis_url, self.settings.prefix, actor=current_user(),
-                                 on_round_trip=observe.redis_observer())
+                                 on_round_trip=observe.redis_observer(),
+                                 seals=SpecSeals.for_state_dir(self.settings.state_dir))
 
     @property
     def config(self) -> ClusterConfig:

@@ -55,6 +55,15 @@ def user_name(uid: int) -> str:
         return str(uid)
 
 
+def user_id(name: str) -> int | None:
+    """The uid :func:`user_name` gives ``name`` for: its passwd entry's, or a bare uid itself;
+    None when there is neither."""
+    try:
+        return pwd.getpwnam(name).pw_uid
+    except KeyError:
+        return int(name) if name.isascii() and name.isdigit() else None
+
+
 def current_user() -> str:
     """Who this process is: the name of its real uid. ``LOGNAME``/``USER`` are not asked: anyone
     can set them."""

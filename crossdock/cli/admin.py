@@ -3,7 +3,9 @@
 from __future__ import annotations
 
 import logging
+import os
 import signal
+import sys
 import threading
 import time
 from pathlib import Path
@@ -67,6 +69,10 @@ def up(workers: int = typer.Option(2, "--workers", "-w", help="Celery worker pro
        multi_user: bool = typer.Option(False, "--multi-user", help="serve users through a Unix socket"
                                        " (CROSSDOCK_SOCKET, default /run/crossdock/crossdock.sock) that knows"
                                        " each caller from the kernel; only the service reaches Redis"),
+       insecure_shared_redis: bool = typer.Option(False, "--insecure-shared-redis",
+                                                  help="run as root on an external Redis that others could write"
+                                                  " (no password, or a socket open to all): anyone who writes it"
+                                                  " can change what jobs do; warned on every start"),
        verbose: bool = typer.Option(False, "--verbose", "-v")) -> None:
     """Run the scheduler and workers in the foreground and keep them running; Ctrl-C or SIGTERM
     stops them within seconds (running jobs keep running under their supervisors)."""
@@ -85,6 +91,8 @@ def up(workers: int = typer.Option(2, "--workers", "-w", help="Celery worker pro
 
     observe.enable()  # before anything builds the store (reading the live config does): its round trips count
     rt = runtime()
+    if settings.redis_url is not None and os.geteuid() == 0:
+        _refuse_shared_redis(rt.redis_url, insecure_shared_redis, lock)
     try:
         rt.config
     except Exception as exc:  # ConfigError, missing file
@@ -128,6 +136,24 @@ def up(workers: int = typer.Option(2, "--workers", "-w", help="Celery worker pro
     if gave_up:
         fail(f"{gave_up} (stopped in {time.monotonic() - started:.1f}s; {redis_line})", code=1)
     console.print(f"crossdock up: stopped in {time.monotonic() - started:.1f}s; {redis_line}", highlight=False)
+
+
+def _refuse_shared_redis(url: str, insecure: bool, lock) -> None:
+    """Root's service on an external Redis that others could write: refused, or (told
+    ``--insecure-shared-redis``) a warning on every start."""
+    from crossdock.backends.redis_store.exposure import exposure
+
+    problems = exposure(url)
+    if not problems:
+        return
+    why = "; ".join(problems)
+    if not insecure:
+        lock.release()
+        fail(f"CROSSDOCK_REDIS_URL: {why}; anyone who can write it can change what root's service runs. Give it"
+             " a password (requirepass or an ACL user, named in the URL) and a socket only the service may"
+             " write, or pass --insecure-shared-redis to run anyway", code=1)
+    sys.stderr.write(f"crossdock: warning: --insecure-shared-redis: {why}; anyone who can write it can change"
+                     " what root's service runs\n")
 
 
 def _metrics_part(rt) -> list:

@@ -19,9 +19,10 @@ from functools import lru_cache, wraps
 from celery import shared_task
 
 from crossdock import signing
+from crossdock.backends.redis_store.sealing import BAD_SEAL
 from crossdock.backends.redis_store.store import DISPATCHER_TTL_SECONDS
 from crossdock.observe import metrics
-from crossdock.queue.errors import BadSignature, NoSuchJob
+from crossdock.queue.errors import BadSignature
 from crossdock.queue.ports import BackendUnavailable, SubmitFailed, SupportsArrays
 from crossdock.queue.states import JobState
 from crossdock.runtime import Runtime
@@ -96,11 +97,16 @@ def _fail(store, ids: list[int], attempt: int, reason: str) -> None:
         store.transition(i, JobState.FAILED, attempt=attempt, reason=reason, actor="dispatch")
 
 
-def _sealed(rt: Runtime, jobs: list) -> list:
-    """The jobs whose Python payload carries its owner's seal; the others fail here, before any
-    backend sees them (a Slurm or Kubernetes node unpickles the payload with no key to check it)."""
+def _sealed(rt: Runtime, jobs: list, refusals: dict[int, str]) -> list:
+    """The jobs whose spec and Python payload carry their owner's seals; the others fail here,
+    before any backend sees them (a spec changed in the store after submit; a Slurm or Kubernetes
+    node unpickles the payload with no key to check it)."""
     good = []
     for job in jobs:
+        if refusals.get(job.id):
+            log.error("dispatch of job %s refused: %s", job.display_id, refusals[job.id])
+            _fail(rt.store, [job.id], job.attempts, f"{BAD_SEAL}: {refusals[job.id]}")
+            continue
         try:
             signing.check_payload(rt.settings.state_dir, job.spec, f"the Python payload of job {job.display_id}")
             good.append(job)
@@ -125,16 +131,16 @@ def dispatch(self, job_id: int, attempt: int) -> str:
     """Start attempt ``attempt`` of a SCHEDULED job on its backend, exactly once."""
     rt = runtime()
     store = rt.store
-    try:
-        job = store.get(job_id)
-    except NoSuchJob:
+    read = store.opened([job_id])
+    if not read:
         return "missing"
+    [(job, refusal)] = read
     if job.state is not JobState.SCHEDULED or job.attempts != attempt:
         return f"stale: {job.state} attempt {job.attempts}"
     kind = job.backend or "local"
     if not store.claim_dispatch([job_id], attempt, _worker(self), reown=rt.backends.capabilities(kind).reowns_claims)[0]:
         return "duplicate"
-    if not _sealed(rt, [job]):
+    if not _sealed(rt, [job], {job_id: refusal}):
         return "failed"
     try:
         with metrics.backend_call(kind, "submit"):
@@ -161,7 +167,8 @@ def dispatch_array(self, array_job_id: int, attempt: int, job_ids: list[int], th
     submits, so a redelivery, which claims the same tasks, finds the same submission."""
     rt = runtime()
     store = rt.store
-    jobs = [j for j in store.array_tasks(job_ids) if j.state is JobState.SCHEDULED and j.attempts == attempt
+    tasks, refusal = store.array_tasks(job_ids)
+    jobs = [j for j in tasks if j.state is JobState.SCHEDULED and j.attempts == attempt
             and j.array_job_id == array_job_id]
     if not jobs:
         return "stale"
@@ -172,7 +179,7 @@ def dispatch_array(self, array_job_id: int, attempt: int, job_ids: list[int], th
     jobs = [j for j in jobs if j.id in mine]
     if not jobs:
         return "duplicate"
-    jobs = _sealed(rt, jobs)
+    jobs = _sealed(rt, jobs, dict.fromkeys((j.id for j in jobs), refusal))
     if not jobs:
         return "failed"
     ids = [j.id for j in jobs]
@@ -205,7 +212,9 @@ def dispatch_batch(self, pairs: list[list[int]]) -> str:
     rt = runtime()
     store = rt.store
     wanted = {job_id: attempt for job_id, attempt in pairs}
-    jobs = [j for j in store.get_many(wanted) if j.state is JobState.SCHEDULED and j.attempts == wanted[j.id]]
+    read = store.opened(wanted)
+    refusals = {j.id: refusal for j, refusal in read}
+    jobs = [j for j, _r in read if j.state is JobState.SCHEDULED and j.attempts == wanted[j.id]]
     if not jobs:
         return "stale"
     kind = jobs[0].backend or "local"
@@ -219,7 +228,7 @@ def dispatch_batch(self, pairs: list[list[int]]) -> str:
         mine += [j for j in same if j.id in set(claimed)]
     if not mine:
         return "duplicate"
-    mine = _sealed(rt, mine)
+    mine = _sealed(rt, mine, refusals)
     target = rt.backends(kind)
 
     def submit(job) -> tuple[str | None, Exception | None]:

@@ -8,7 +8,7 @@ from types import SimpleNamespace
 
 import pytest
 
-from crossdock import service, signing
+from crossdock import service, settings, signing
 from crossdock.backends.local.environment import job_environment
 from crossdock.queue.environ import exportable
 from crossdock.queue.errors import BadSignature, PermissionDenied
@@ -113,8 +113,11 @@ def test_dispatch_fails_a_python_job_whose_payload_its_owner_did_not_seal(tmp_pa
         payload="eA==", signature=signing.sign_text(key, "payload", "eA=="))))
     stolen = Job(id=2, attempts=1, spec=JobSpec(user="bob", python=good.spec.python))  # alice's seal on bob's job
     plain = Job(id=3, attempts=1, spec=JobSpec(user="bob", command=["true"]))
-    assert [j.id for j in tasks._sealed(rt, [good, stolen, plain])] == [1, 3]
-    assert [(i, s) for i, s, _ in failed] == [(2, "FAILED")] and "BadSignature" in failed[0][2]
+    rewritten = Job(id=4, attempts=1, spec=JobSpec(user="root", command=["true"]))
+    kept = tasks._sealed(rt, [good, stolen, plain, rewritten], {4: "the spec of job 4 does not match its seal"})
+    assert [j.id for j in kept] == [1, 3]
+    assert [(i, s) for i, s, _ in failed] == [(2, "FAILED"), (4, "FAILED")] and "BadSignature" in failed[0][2]
+    assert failed[1][2] == "BadSeal: the spec of job 4 does not match its seal"
 
 
 def test_per_user_slurm_tokens_are_issued_once_and_sent_for_other_owners_only(tmp_path, monkeypatch):
@@ -133,3 +136,18 @@ def test_per_user_slurm_tokens_are_issued_once_and_sent_for_other_owners_only(tm
     assert driver._owner_headers("root")["X-SLURM-USER-TOKEN"] == "tok-username=root"
     with pytest.raises(SubmitRejected, match="no passwd entry"):
         driver._owner_headers("no-such-user-x")
+
+
+def test_a_result_is_unpickled_only_in_its_owners_process(monkeypatch):
+    """An admin's process (another uid) refuses before anything is fetched; its owner's reads."""
+    from crossdock.handles import ForeignResult, refuse_foreign
+
+    me = settings.current_user()
+    refuse_foreign(Job(id=5, spec=JobSpec(user=me, command=["true"])))
+    theirs = Job(id=5, spec=JobSpec(user="nobody-here-4242", command=["true"]))
+    with pytest.raises(ForeignResult, match=rf"^the result of job 5 belongs to 'nobody-here-4242' and this process runs"
+                                            rf" as '{me}'.*sudo -u nobody-here-4242 python"):
+        refuse_foreign(theirs)
+    monkeypatch.setattr("crossdock.handles.os.geteuid", lambda: 4243)  # a setuid process: the effective uid counts
+    with pytest.raises(ForeignResult):
+        refuse_foreign(Job(id=5, spec=JobSpec(user=me, command=["true"])))

@@ -42,6 +42,7 @@ from crossdock.backends.joboutput import OutputPump, output_limit
 from crossdock.backends.pypayload import checkpoint_context, verified_payload
 from crossdock.backends.redis_store import connect
 from crossdock.backends.redis_store.embedded import private_dir
+from crossdock.backends.redis_store.sealing import BAD_SEAL, SpecSeals
 from crossdock.backends.redis_store.store import JobStore, StopRequest
 from crossdock.queue.errors import CrossdockError
 from crossdock.queue.models import Job
@@ -168,12 +169,20 @@ class Supervisor:
     def run(self, job_id: int, attempt: int) -> int:
         ws = job_dir(self.state_dir, job_id, attempt)
         workspace.record_watcher(ws)
-        job = self._until_answered(lambda: self.store.get(job_id))
-        if job is None:  # nothing started: the reconciler requeues the attempt
+        read = self._until_answered(lambda: self.store.opened([job_id]))
+        if read is None:  # nothing started: the reconciler requeues the attempt
             return 1
+        if not read:
+            log.info("job %s is gone: nothing to do", job_id)
+            return 0
+        [(job, refusal)] = read
         if job.state is not JobState.SCHEDULED or job.attempts != attempt:
             log.info("job %s attempt %s is %s (attempt %s): nothing to do", job_id, attempt, job.state, job.attempts)
             return 0
+        if refusal:  # changed in the store since dispatch checked it: nothing of it runs
+            log.error("job %s: %s", job_id, refusal)
+            return self._finish(job, attempt, workspace.Outcome(JobState.FAILED, f"{BAD_SEAL}: {refusal}", 127,
+                                                                None, None, time.time()), ws)
         node = job.nodes[0] if job.nodes else socket.gethostname()
         mem_mib = job.spec.mem_per_node()  # 0: no request (--mem=0 is the whole node, as in Slurm)
         if mem_mib:
@@ -450,7 +459,8 @@ def store_from_env() -> JobStore:
     client = connect.client(os.environ["CROSSDOCK_REDIS_URL"], decode_responses=True,
                             socket_timeout=STORE_TIMEOUT_SECONDS, socket_connect_timeout=STORE_TIMEOUT_SECONDS,
                             retry=Retry(NoBackoff(), 0))
-    return JobStore(client, os.environ["CROSSDOCK_PREFIX"], actor="local")
+    return JobStore(client, os.environ["CROSSDOCK_PREFIX"], actor="local",
+                    seals=SpecSeals.for_state_dir(Path(os.environ["CROSSDOCK_STATE_DIR"])))
 
 
 if __name__ == "__main__":

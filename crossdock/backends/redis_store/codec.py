@@ -77,8 +77,9 @@ _UNSTORED_DEFAULTS = {"reason": "None", "nodes": "[]", "gpu_ids": "[]", "alloc_c
 model's defaults): ~70 B of every queued job. ``attempts`` stays (the Lua guards compare it)."""
 
 
-def job_to_hash(job: Job) -> dict[str, str]:
-    h = {"spec": job.spec.model_dump_json(exclude_defaults=True)}
+def job_to_hash(job: Job, spec_text: str | None = None) -> dict[str, str]:
+    """``spec_text``: the spec as stored, when it is not the spec's whole JSON (:mod:`.sealing`)."""
+    h = {"spec": job.spec.model_dump_json(exclude_defaults=True) if spec_text is None else spec_text}
     for f in STATUS_FIELDS:
         v = encode(getattr(job, f))
         if v != "" and _UNSTORED_DEFAULTS.get(f) != v:
@@ -109,8 +110,9 @@ def _parse_spec(raw: str) -> JobSpec:
         return JobSpec.model_construct(**json.loads(raw))
 
 
-def hash_to_job(job_id: int, h: dict[str, str]) -> Job:
-    spec = spec_from_json(h["spec"])
+def hash_to_job(job_id: int, h: dict[str, str], spec: JobSpec | None = None) -> Job:
+    """The job of hash ``h``; ``spec``: its spec as already read (with its environment opened)."""
+    spec = spec_from_json(h["spec"]) if spec is None else spec
     data: dict[str, Any] = {"id": job_id, "spec": _BLANK}
     for f in STATUS_FIELDS:
         v = h.get(f)

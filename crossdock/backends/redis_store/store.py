@@ -29,6 +29,7 @@ from crossdock.backends.redis_store.descheduler import DeschedulerRecords
 from crossdock.backends.redis_store.job_events import FIRST, event_json, in_order, queue_job_event
 from crossdock.backends.redis_store.keys import Keys
 from crossdock.backends.redis_store.liveconfig import ConfigRecords
+from crossdock.backends.redis_store.sealing import ENV, SpecSeals
 from crossdock.backends.redis_store.services import ServiceStore
 from crossdock.backends.redis_store.timing import RoundTrip, timed_client
 from crossdock.queue.errors import InvalidArgument, NoSuchJob, StoreUnavailable
@@ -102,11 +103,15 @@ class StopRequest:
 
 
 class JobStore:
-    def __init__(self, client: redis.Redis, prefix: str = "cd", actor: str = "crossdock"):
+    def __init__(self, client: redis.Redis, prefix: str = "cd", actor: str = "crossdock",
+                 seals: SpecSeals | None = None):
         self.r = client
         self.k = Keys(prefix)
         self.actor = actor
         """Who this process acts as in events when a call names nobody."""
+        self.seals = seals
+        """Seals specs and encrypts environments at submit, opens them on read (:mod:`.sealing`);
+        without it specs are stored as they are and :meth:`opened` refuses every one."""
         self._transition = self.r.register_script(scripts.TRANSITION)
         self._update_if = self.r.register_script(scripts.UPDATE_IF)
         self._lease = self.r.register_script(scripts.LEASE)
@@ -125,12 +130,12 @@ class JobStore:
 
     @classmethod
     def from_url(cls, url: str, prefix: str = "cd", actor: str = "crossdock",
-                 on_round_trip: RoundTrip | None = None) -> "JobStore":
+                 on_round_trip: RoundTrip | None = None, seals: SpecSeals | None = None) -> "JobStore":
         """``url``: a Redis server, or a master through Sentinel (:mod:`.connect`);
         ``on_round_trip``: called after every Redis round trip (command, seconds, succeeded)."""
         if on_round_trip is None:
-            return cls(connect.client(url, decode_responses=True), prefix, actor)
-        return cls(timed_client(url, on_round_trip, decode_responses=True), prefix, actor)
+            return cls(connect.client(url, decode_responses=True), prefix, actor, seals)
+        return cls(timed_client(url, on_round_trip, decode_responses=True), prefix, actor, seals)
 
     @contextmanager
     def pipeline(self, transaction: bool = False) -> Iterator[Any]:
@@ -201,7 +206,9 @@ class JobStore:
         now = time.time()
         for job in jobs:
             ev = {"event": "submitted", "actor": actor, "to": job.state.value, "time": now}
-            pipe.hset(self.k.job(job.id), mapping={**job_to_hash(job), FIRST: event_json(ev, now)})
+            sealed = self.seals.fields(job) if self.seals is not None else {}
+            h = job_to_hash(job, sealed.get("spec"))
+            pipe.hset(self.k.job(job.id), mapping={**h, **sealed, FIRST: event_json(ev, now)})
             pipe.zadd(self.k.all_jobs, {job.id: job.id})
             pipe.zadd(self.k.pending, {job.id: job.id})
             pipe.zadd(self.k.by_name(job.spec.user, job.spec.display_name()), {job.id: job.id})
@@ -215,20 +222,36 @@ class JobStore:
         h = self.r.hgetall(self.k.job(job_id))
         if not h:
             raise NoSuchJob(job_id)
-        return hash_to_job(job_id, h)
+        return self._job(job_id, h)
 
     def get_many(self, ids: Iterable[int]) -> list[Job]:
+        return [job for job, _h in self._read(ids)]
+
+    def opened(self, ids: Iterable[int]) -> list[tuple[Job, str]]:
+        """The jobs to run, each with why it must not run ("" when its spec's seal verifies): what
+        a backend is handed is what was checked, from one read."""
+        return [(job, self.seals.refusal(job.id, h, job.spec.user) if self.seals is not None
+                 else f"job {job.id}: this process has no keys to check its spec's seal; refusing to run it")
+                for job, h in self._read(ids)]
+
+    def _read(self, ids: Iterable[int]) -> list[tuple[Job, dict[str, str]]]:
         ids = list(ids)
         with self.r.pipeline(transaction=False) as pipe:
             for i in ids:
                 pipe.hgetall(self.k.job(i))
             rows = pipe.execute()
-        return [hash_to_job(i, h) for i, h in zip(ids, rows) if h]
+        return [(self._job(i, h), h) for i, h in zip(ids, rows) if h]
 
-    def array_tasks(self, ids: Sequence[int]) -> list[Job]:
+    def _job(self, job_id: int, h: dict[str, str]) -> Job:
+        if self.seals is None or not h.get(ENV):
+            return hash_to_job(job_id, h)
+        return hash_to_job(job_id, h, self.seals.spec(h["spec"], job_id, h[ENV]))
+
+    def array_tasks(self, ids: Sequence[int]) -> tuple[list[Job], str]:
         """Tasks of one array: the first SCHEDULED one read whole, the others as copies of it
         with their own id, task id, state and attempt (one group is one submission of one spec:
-        a Slurm array has one script). Avoids parsing one spec per task of a 1,000-task array."""
+        a Slurm array has one script). Avoids parsing one spec per task of a 1,000-task array.
+        With them, why they must not run ("" when the first one's seal verifies: :meth:`opened`)."""
         fields = ("state", "attempts", "array_job_id", "array_task_id")
         with self.r.pipeline(transaction=False) as pipe:
             for i in ids:
@@ -237,12 +260,15 @@ class JobStore:
         found = [(i, row) for i, row in zip(ids, rows) if row[0]]
         lead_id = next((i for i, row in found if row[0] == JobState.SCHEDULED.value), None)
         if lead_id is None:
-            return []
-        lead = self.get(lead_id)
+            return [], ""
+        opened = self.opened([lead_id])
+        if not opened:
+            return [], ""
+        [(lead, refusal)] = opened
         return [lead.model_copy(update={"id": i, "state": JobState(st), "attempts": int(att or 0),
                                         "array_job_id": int(arr) if arr else None,
                                         "array_task_id": int(task) if task else None})
-                for i, (st, att, arr, task) in found]
+                for i, (st, att, arr, task) in found], refusal
 
     def pending_ids(self) -> list[int]:
         return [int(i) for i in self.r.zrange(self.k.pending, 0, -1)]

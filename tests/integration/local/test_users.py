@@ -253,13 +253,24 @@ def test_a_payload_not_signed_by_its_owner_fails_without_running(users, service_
         cluster.close()
 
 
+def issued_key(users) -> dict[str, str]:
+    """The second user's environment for a key the service issued it (``crossdock issue-key``):
+    what seals its specs and payloads so that the service runs them."""
+    key_file = Path(users["env"]["HOME"]) / "t2.key"
+    if not key_file.exists():
+        r = subprocess.run([sys.executable, "-m", "crossdock.cli.main", "issue-key", SECOND, "-o", str(key_file)],
+                           capture_output=True, text=True, timeout=60)
+        assert r.returncode == 0, r.stderr
+    return {"CROSSDOCK_SIGNING_KEY": str(key_file)}
+
+
 def test_the_second_users_job_runs_as_that_user_with_its_environment_only(users, service_rt, tmp_path):
     rt = service_rt
     cluster = Cluster(rt, tmp_path)
     try:
         r = as_second(users, "submit", "--parsable", "-o", "out-%j.txt", "--wrap", "id -u; env",
                       extra={"T2_MARKER": "from-t2", "CROSSDOCK_REDIS_URL": users["env"]["CROSSDOCK_REDIS_URL"],
-                             "REDIS_PASSWORD": "hunter2", "SLURM_JWT": "jwt"})
+                             "REDIS_PASSWORD": "hunter2", "SLURM_JWT": "jwt", **issued_key(users)})
         assert r.returncode == 0, r.stderr
         job_id = int(r.stdout)
         stored = rt.store.get(job_id).spec.env
@@ -361,10 +372,7 @@ def test_an_issued_key_lets_the_second_user_seal_what_the_service_accepts(users,
     from crossdock.queue.errors import BadSignature
     from crossdock.queue.models import JobSpec, PythonCall
 
-    key_file = Path(users["env"]["HOME"]) / "t2.key"
-    r = subprocess.run([sys.executable, "-m", "crossdock.cli.main", "issue-key", SECOND, "-o", str(key_file)],
-                       capture_output=True, text=True, timeout=60)
-    assert r.returncode == 0, r.stderr
+    key_file = Path(issued_key(users)["CROSSDOCK_SIGNING_KEY"])
     assert (key_file.stat().st_uid, key_file.stat().st_mode & 0o777) == (users["uid"], 0o600)
     code = ("from crossdock import Client, service\n"
             "c = Client()\nprint(service.sign_payload(c.runtime, c.who, 'eA=='))\n")
