@@ -1,0 +1,71 @@
+"""Day two for an operator: ``crossdock up`` stops cleanly and quietly, the demo leaves nothing
+running, and the metrics every process serves are in Prometheus' file-discovery targets."""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+from crossdock.backends.local import spawner
+from crossdock.backends.redis_store import embedded
+from crossdock.queue.states import JobState
+from tests.integration.local.test_up import Up, client_runtime, run_job, up_env, wait_until  # noqa: F401
+
+pytestmark = [pytest.mark.daytwo, pytest.mark.redis, pytest.mark.celery]
+
+GUARD_SECONDS = 60.0
+"""A deadline that only a hang reaches: the conditions are waited on, not timed."""
+
+
+def processes_of(state: Path) -> dict[int, str]:
+    """Live processes started for this state directory (``crossdock up``, its workers and their pool
+    children, the router, the local spawner, the embedded Redis): pid → command line."""
+    found = {}
+    marker = f"CROSSDOCK_STATE_DIR={state}\0".encode()
+    for entry in Path("/proc").iterdir():
+        if not entry.name.isdigit():
+            continue
+        try:
+            environ = (entry / "environ").read_bytes()
+            cmdline = (entry / "cmdline").read_bytes()
+            zombie = "State:\tZ" in (entry / "status").read_text()
+        except OSError:
+            continue
+        if not zombie and (marker in environ or str(state).encode() in cmdline):
+            found[int(entry.name)] = cmdline.replace(b"\0", b" ").decode(errors="replace")
+    return found
+
+
+def gone(state: Path) -> dict[int, str]:
+    """Waits until no process of ``state`` is left (a guard deadline only against a hang); those left."""
+    deadline = time.monotonic() + GUARD_SECONDS
+    while (left := processes_of(state)) and time.monotonic() < deadline:
+        time.sleep(0.1)
+    return left
+
+
+def test_up_after_sigterm_leaves_no_process_and_prints_no_celery_banner(up_env, tmp_path, monkeypatch):
+    state, env = up_env
+    log = tmp_path / "up.log"
+    up = Up(state, env, log)
+    rt = client_runtime(state, env, monkeypatch)
+    assert run_job(rt, tmp_path) is JobState.COMPLETED  # the worker dispatched it through the spawner
+    started = processes_of(state)
+    assert any("crossdock.backends.local.spawner" in c for c in started.values()), started
+    assert any("crossdock.workers.worker" in c for c in started.values()), started
+    assert embedded.pid(state) in started
+
+    up.proc.send_signal(signal.SIGTERM)
+    assert up.proc.wait(GUARD_SECONDS) == 0, log.read_text()[-3000:]
+    assert not spawner.socket_path(state).exists()  # stopped by up, not left to wait out its idle time
+    assert gone(state) == {} and embedded.pid(state) is None
+    out = log.read_text()
+    assert "crossdock up: stopped in" in out and "embedded Redis stopped" in out, out[-3000:]
+    for noise in ("SecurityWarning", "-------------- celery@", "[queues]", "superuser privileges"):
+        assert noise not in out, f"{noise!r} in up's output:\n{out[-3000:]}"
