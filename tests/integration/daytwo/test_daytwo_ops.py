@@ -3,11 +3,13 @@ running, and the metrics every process serves are in Prometheus' file-discovery 
 
 from __future__ import annotations
 
+import json
 import os
 import signal
 import subprocess
 import sys
 import time
+import urllib.request
 from pathlib import Path
 
 import pytest
@@ -42,6 +44,12 @@ def processes_of(state: Path) -> dict[int, str]:
     return found
 
 
+def discovered(state: Path, role: str) -> list[str]:
+    """The targets of ``role`` in the state directory's Prometheus file-discovery files."""
+    return [t for f in (state / "metrics" / "targets").glob(f"{role}-*.json")
+            for group in json.loads(f.read_text()) for t in group["targets"]]
+
+
 def gone(state: Path) -> dict[int, str]:
     """Waits until no process of ``state`` is left (a guard deadline only against a hang); those left."""
     deadline = time.monotonic() + GUARD_SECONDS
@@ -50,7 +58,7 @@ def gone(state: Path) -> dict[int, str]:
     return left
 
 
-def test_up_after_sigterm_leaves_no_process_and_prints_no_celery_banner(up_env, tmp_path, monkeypatch):
+def test_up_lists_its_router_for_prometheus_and_after_sigterm_leaves_no_process_nor_banner(up_env, tmp_path, monkeypatch):
     state, env = up_env
     log = tmp_path / "up.log"
     up = Up(state, env, log)
@@ -60,11 +68,18 @@ def test_up_after_sigterm_leaves_no_process_and_prints_no_celery_banner(up_env, 
     assert any("crossdock.backends.local.spawner" in c for c in started.values()), started
     assert any("crossdock.workers.worker" in c for c in started.values()), started
     assert embedded.pid(state) in started
+    router_port = wait_until("the router to report its metrics port",  # Prometheus finds it by file discovery
+                             lambda: json.loads((state / "router.json").read_text() or "{}").get("metrics_port")
+                             if (state / "router.json").exists() else None, GUARD_SECONDS)
+    assert f"127.0.0.1:{router_port}" in discovered(state, "router"), discovered(state, "router")
+    with urllib.request.urlopen(f"http://127.0.0.1:{router_port}/metrics", timeout=10) as answer:
+        assert answer.status == 200
 
     up.proc.send_signal(signal.SIGTERM)
     assert up.proc.wait(GUARD_SECONDS) == 0, log.read_text()[-3000:]
     assert not spawner.socket_path(state).exists()  # stopped by up, not left to wait out its idle time
     assert gone(state) == {} and embedded.pid(state) is None
+    assert discovered(state, "router") == []  # its target removed with it
     out = log.read_text()
     assert "crossdock up: stopped in" in out and "embedded Redis stopped" in out, out[-3000:]
     for noise in ("SecurityWarning", "-------------- celery@", "[queues]", "superuser privileges"):
