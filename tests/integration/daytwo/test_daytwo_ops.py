@@ -84,3 +84,26 @@ def test_up_lists_its_router_for_prometheus_and_after_sigterm_leaves_no_process_
     assert "crossdock up: stopped in" in out and "embedded Redis stopped" in out, out[-3000:]
     for noise in ("SecurityWarning", "-------------- celery@", "[queues]", "superuser privileges"):
         assert noise not in out, f"{noise!r} in up's output:\n{out[-3000:]}"
+
+
+def test_the_demo_tells_each_step_of_the_story_and_leaves_nothing_running(tmp_path):
+    state = tmp_path / "state"
+    env = {k: v for k, v in os.environ.items() if not k.startswith("CROSSDOCK_")}
+    env["CROSSDOCK_STATE_DIR"] = str(state)
+    try:
+        r = subprocess.run([sys.executable, "-m", "crossdock", "demo"], env=env, cwd=tmp_path, capture_output=True,
+                           text=True, timeout=300)
+        left = gone(state)
+    finally:
+        for pid in processes_of(state):  # only if the demo failed half-way
+            os.kill(pid, signal.SIGKILL)
+    out = r.stdout + r.stderr
+    assert r.returncode == 0, out[-4000:]
+    for line in ("step 1: one queue", "states: CANCELLED 1, COMPLETED 12, FAILED 1",
+                 "step 2: preemption", "was preempted 1 time(s)", "ended COMPLETED on attempt 2",
+                 "step 3: elastic queue", "etl: 8/8 jobs completed", "went back to 0",
+                 "demo finished as expected", "embedded Redis stopped"):
+        assert line in out, f"{line!r} not in the demo's output:\n{out[-4000:]}"
+    assert left == {} and embedded.pid(state) is None
+    for noise in ("killing it", "SecurityWarning", "Traceback"):
+        assert noise not in out, f"{noise!r} in the demo's output:\n{out[-4000:]}"
