@@ -3,6 +3,7 @@ running, and the metrics every process serves are in Prometheus' file-discovery 
 
 from __future__ import annotations
 
+import base64
 import json
 import os
 import signal
@@ -13,13 +14,15 @@ import urllib.request
 from pathlib import Path
 
 import pytest
+import yaml
 
 from crossdock.backends.local import spawner
 from crossdock.backends.redis_store import embedded
 from crossdock.queue.states import JobState
+from tests.conftest import in_ci
 from tests.integration.local.test_up import Up, client_runtime, run_job, up_env, wait_until  # noqa: F401
 
-pytestmark = [pytest.mark.daytwo, pytest.mark.redis, pytest.mark.celery]
+pytestmark = [pytest.mark.daytwo]
 
 GUARD_SECONDS = 60.0
 """A deadline that only a hang reaches: the conditions are waited on, not timed."""
@@ -58,6 +61,8 @@ def gone(state: Path) -> dict[int, str]:
     return left
 
 
+@pytest.mark.redis
+@pytest.mark.celery
 def test_up_lists_its_router_for_prometheus_and_after_sigterm_leaves_no_process_nor_banner(up_env, tmp_path, monkeypatch):
     state, env = up_env
     log = tmp_path / "up.log"
@@ -86,6 +91,8 @@ def test_up_lists_its_router_for_prometheus_and_after_sigterm_leaves_no_process_
         assert noise not in out, f"{noise!r} in up's output:\n{out[-3000:]}"
 
 
+@pytest.mark.redis
+@pytest.mark.celery
 def test_the_demo_tells_each_step_of_the_story_and_leaves_nothing_running(tmp_path):
     state = tmp_path / "state"
     env = {k: v for k, v in os.environ.items() if not k.startswith("CROSSDOCK_")}
@@ -107,3 +114,66 @@ def test_the_demo_tells_each_step_of_the_story_and_leaves_nothing_running(tmp_pa
     assert left == {} and embedded.pid(state) is None
     for noise in ("killing it", "SecurityWarning", "Traceback"):
         assert noise not in out, f"{noise!r} in the demo's output:\n{out[-4000:]}"
+
+
+# --- the Helm chart: one signing key for every pod ------------------------------------------------
+CHART = Path(__file__).resolve().parents[3] / "deploy" / "helm" / "crossdock"
+KEY_FILE = "/etc/crossdock-signing/hmac.key"
+
+
+@pytest.fixture(scope="module")
+def helm_binary() -> Path:
+    from crossdock.dev import helm
+
+    try:  # built by scripts/helm/build.sh (minutes); CI builds it, a laptop run uses it when cached
+        return helm.binary(build=in_ci())
+    except helm.HelmUnavailable as err:
+        if in_ci():
+            pytest.fail(str(err), pytrace=False)
+        pytest.skip(str(err))
+
+
+def rendered(helm: Path, *args: str) -> list[dict]:
+    out = subprocess.run([str(helm), "template", "t", str(CHART), "--namespace", "crossdock", *args],
+                         capture_output=True, text=True, timeout=120)
+    assert out.returncode == 0, out.stderr
+    return [d for d in yaml.safe_load_all(out.stdout) if d]
+
+
+def pod_specs(docs: list[dict]) -> dict[str, dict]:
+    """The pod spec of every Deployment and of the test hook's Pod, by name."""
+    specs = {d["metadata"]["name"]: d["spec"]["template"]["spec"] for d in docs if d["kind"] == "Deployment"}
+    specs.update({d["metadata"]["name"]: d["spec"] for d in docs if d["kind"] == "Pod"})
+    return specs
+
+
+def reads_the_key(spec: dict, secret: str) -> bool:
+    volume = next((v["name"] for v in spec.get("volumes", []) if v.get("secret", {}).get("secretName") == secret), None)
+    return all(volume is not None and {"name": volume, "mountPath": KEY_FILE.rsplit("/", 1)[0], "readOnly": True}
+               in c.get("volumeMounts", []) and {"name": "CROSSDOCK_MASTER_KEY_FILE", "value": KEY_FILE} in c["env"]
+               for c in spec["containers"])
+
+
+@pytest.mark.parametrize("values, secret", [([], "t-crossdock-signing-key"),
+                                            (["--set", "signingKey.existingSecret=mine"], "mine")],
+                         ids=["release-secret", "existing-secret"])
+def test_every_pod_of_the_chart_reads_one_signing_key_from_a_secret(helm_binary, values, secret):
+    docs = rendered(helm_binary, *values)
+    specs = pod_specs(docs)
+    redis = {n for n in specs if n.endswith("-redis")}
+    assert {n for n, s in specs.items() if n not in redis and not reads_the_key(s, secret)} == set()
+    assert any(n.endswith("-worker-k8s") for n in specs) and any(n.endswith("-test-jobs") for n in specs)
+    made = [d for d in docs if d["kind"] == "Secret" and d["metadata"]["name"] == "t-crossdock-signing-key"]
+    if secret == "mine":
+        assert made == []
+    else:
+        assert len(base64.b64decode(made[0]["data"]["hmac.key"])) == 32
+        assert made[0]["metadata"]["annotations"]["helm.sh/resource-policy"] == "keep"
+
+
+def test_the_charts_test_hook_runs_a_python_job_beside_a_shell_one(helm_binary):
+    pod = next(d for d in rendered(helm_binary) if d["kind"] == "Pod" and d["metadata"]["name"].endswith("-test-jobs"))
+    assert pod["metadata"]["annotations"]["helm.sh/hook"] == "test"
+    script = pod["spec"]["containers"][0]["command"][-1]
+    compile(script, "test-jobs", "exec")  # the hook's script is valid Python
+    assert ".submit(sum, [1, 2, 3])" in script and "submit_command" in script
