@@ -13,6 +13,7 @@ import time
 import urllib.request
 from pathlib import Path
 
+import httpx
 import pytest
 import yaml
 
@@ -20,6 +21,8 @@ from crossdock.backends.local import spawner
 from crossdock.backends.redis_store import embedded
 from crossdock.queue.states import JobState
 from tests.conftest import in_ci
+from tests.integration.local.rest import ApiServer, make_token
+from tests.integration.local.test_dashboard import browser, gpu_pools, shoot  # noqa: F401
 from tests.integration.local.test_up import Up, client_runtime, run_job, up_env, wait_until  # noqa: F401
 
 pytestmark = [pytest.mark.daytwo]
@@ -177,3 +180,51 @@ def test_the_charts_test_hook_runs_a_python_job_beside_a_shell_one(helm_binary):
     script = pod["spec"]["containers"][0]["command"][-1]
     compile(script, "test-jobs", "exec")  # the hook's script is valid Python
     assert ".submit(sum, [1, 2, 3])" in script and "submit_command" in script
+
+
+# --- the dashboard: a services panel, a pool column, long reasons cut to their cell ---------------
+LONG_WHY = ("Unschedulable: 0/2 nodes of pool a100 have 8 free A100 GPUs on one node (free GPUs are spread"
+            " over gpu-a and gpu-b), no preemptible job of a lower priority frees enough, pool l4 has no A100") * 2
+
+
+@pytest.mark.redis
+@pytest.mark.celery
+@pytest.mark.operate
+def test_the_dashboard_shows_services_the_pool_of_each_job_and_cuts_long_reasons(gpu_pools, runtime, cluster,
+                                                                                  browser, tmp_path):
+    from crossdock.queue.serving import ServiceSpec, ServiceState
+
+    runtime.store.services.put(ServiceSpec(name="chat", user="root", queue="inference", command=["sleep", "600"]))
+    server = ApiServer(runtime, send=cluster.send)
+    headers = make_token(runtime.store, "root")
+    client = httpx.Client(base_url=server.url, headers=headers, timeout=30)
+    try:
+        r = client.post("/v1/jobs", json={"chdir": str(tmp_path), "name": "pretrain", "command": ["sleep", "120"],
+                                          "queue": "training", "gpus": {"count": 2}})
+        assert r.status_code == 201, r.text
+        job = r.json()["job_id"]
+        cluster.wait(job, {JobState.RUNNING})
+        runtime.store.update_if(job, (JobState.RUNNING,), {"reason": LONG_WHY})  # as long as the longest ones
+        page = browser.new_page(viewport={"width": 1400, "height": 900})
+        page.goto(f"{server.url}/?interval=300#token={headers['Authorization'].removeprefix('Bearer ')}")
+        row = page.locator('#services tr[data-service="chat"]')
+        row.wait_for(timeout=30_000)
+        cells = [c.strip() for c in row.locator("td").all_inner_texts()]
+        assert cells[:3] == ["chat", "root", "inference"] and cells[3] in {s.value for s in ServiceState}, cells
+        page.wait_for_selector(f"#job-{job} td.pool", timeout=30_000)
+        assert page.inner_text(f"#job-{job} td.pool") == "local/a100"
+        page.wait_for_selector(f"#job-{job} td.reason[title]", timeout=30_000)
+        why = page.locator(f"#job-{job} td.reason")
+        assert why.get_attribute("title") == LONG_WHY  # whole on hover
+        assert why.locator(".cut").evaluate("c => c.scrollWidth > c.clientWidth")  # cut to its cell
+        nodes = page.locator(f"#job-{job} td:nth-child(8)")
+        assert nodes.inner_text().startswith("gpu-")
+        box = nodes.bounding_box()  # the nodes column stays on screen at 1400 px
+        assert box is not None and box["x"] + box["width"] <= 1400, box
+        shoot(page, tmp_path, "dashboard-services.png")
+    finally:
+        ids = runtime.store.all_ids()
+        client.post(f"/v1/jobs/{','.join(map(str, ids))}/cancel")
+        cluster.wait_all(ids, timeout=60)
+        client.close()
+        server.close()
