@@ -2,7 +2,9 @@
 
 A Redis key can be written by anyone who reaches Redis, so nothing read from one is unpickled
 unless it carries a seal made with its owner's key. The service holds one secret, the master key
-(``hmac.key`` in its state directory, 0600, created on first use); a user's key is derived from
+(``hmac.key`` in its state directory, 0600, created on first use; or the file
+``CROSSDOCK_MASTER_KEY_FILE`` names, which is never created: several hosts or pods of one
+installation, the Helm chart's, share one key so); a user's key is derived from
 it (``HMAC(master, "crossdock-user" + name)``), so another user's key cannot forge theirs. The
 service (supervisor, runner) derives any user's key; a user who cannot read the master key is
 given theirs by the service as a 0600 file of their own (:func:`issue_user_key`) and names it in
@@ -22,17 +24,27 @@ from typing import Any
 from crossdock.queue.errors import BadSignature, CrossdockError
 
 KEY_FILE = "hmac.key"
+MASTER_KEY_ENV = "CROSSDOCK_MASTER_KEY_FILE"
 MAGIC = b"CDS1"
 _MAC_LEN = hashlib.sha256().digest_size
 
 
+def master_path(state_dir: Path) -> Path:
+    """Where the service's secret is: ``CROSSDOCK_MASTER_KEY_FILE``, else ``hmac.key`` in ``state_dir``."""
+    named = os.environ.get(MASTER_KEY_ENV, "").strip()
+    return Path(named) if named else Path(state_dir) / KEY_FILE
+
+
 def master_key(state_dir: Path) -> bytes:
-    """The service's secret, created (0600, in a 0700 state dir) by the first process needing it."""
-    path = Path(state_dir) / KEY_FILE
+    """The service's secret, created (0600, in a 0700 state dir) by the first process needing it;
+    a file named by ``CROSSDOCK_MASTER_KEY_FILE`` must exist (it is shared, never made here)."""
+    path = master_path(state_dir)
     try:
         return path.read_bytes()
     except FileNotFoundError:
-        pass
+        if os.environ.get(MASTER_KEY_ENV, "").strip():
+            raise CrossdockError(f"{MASTER_KEY_ENV}={path}: no such file; mount the installation's signing key"
+                                 f" there (the Helm chart's Secret), or unset {MASTER_KEY_ENV}") from None
     path.parent.mkdir(mode=0o700, parents=True, exist_ok=True)
     try:
         fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
@@ -51,7 +63,7 @@ def user_key(state_dir: Path, user: str) -> bytes:
     """``user``'s key: derived from the master key when this process may read it (the service),
     else the key file the service issued to this user (``CROSSDOCK_SIGNING_KEY``), else derived
     from a master key made now (a single-user installation's first use)."""
-    master = Path(state_dir) / KEY_FILE
+    master = master_path(state_dir)
     issued = os.environ.get("CROSSDOCK_SIGNING_KEY")
     try:
         return derive(master.read_bytes(), user)

@@ -68,4 +68,5 @@ def overview(gw: Direct = Depends(view), jobs: int = Query(OVERVIEW_JOBS, ge=1, 
         "autoscaler": service.autoscaling(gw.rt),
         "scaling_events": [e for e in events if e.get("event") in SCALING_EVENTS][-50:],
         "descheduler": views.descheduler_status(gw.rt),
+        "services": views.service_rows(store.services.list()),
     }

@@ -123,3 +123,12 @@ def descheduler_status(rt: Any) -> dict[str, Any]:
     last = records.last_plan() if hasattr(records, "last_plan") else None
     shown = cfg.model_dump(mode="json") if hasattr(cfg, "model_dump") else None
     return {"enabled": bool(shown and shown.get("enabled")), "config": shown, "last_pass": last}
+
+
+def service_rows(records: Iterable[Any]) -> list[dict[str, Any]]:
+    """The services panel: each inference service's state, replicas and address, by name (its
+    command and environment stay out, as a job's do for others)."""
+    return [{"name": r.spec.name, "user": r.spec.user, "queue": r.spec.queue, "state": r.status.state.value,
+             "ready": r.status.ready, "replicas": r.status.replicas, "desired": r.status.desired,
+             "address": r.address, "message": r.status.message, "deleting": r.deleting}
+            for r in sorted(records, key=lambda r: r.spec.name)]

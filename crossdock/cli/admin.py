@@ -98,8 +98,14 @@ def up(workers: int = typer.Option(2, "--workers", "-w", help="Celery worker pro
     except Exception as exc:  # ConfigError, missing file
         fail(f"config {rt.settings.config_path}: {exc}")
     done = threading.Event()
+    asked: list[float] = []  # when the stop was asked: "stopped in" counts from there
+
+    def stop_asked(*_) -> None:
+        asked.append(time.monotonic())
+        done.set()
+
     for sig in (signal.SIGINT, signal.SIGTERM):  # before anything starts, so that a stop is always clean
-        signal.signal(sig, lambda *_: done.set())
+        signal.signal(sig, stop_asked)
     parts = [*_metrics_part(rt)]
     if scheduler:  # the file is the leader's from now: stored at once, reloaded on SIGHUP and on change
         from crossdock.workers.liveconfig import Watcher
@@ -129,7 +135,7 @@ def up(workers: int = typer.Option(2, "--workers", "-w", help="Celery worker pro
         gave_up = svc.supervise(done)
     finally:
         console.print("stopping: the scheduler and the worker (running jobs keep running under their supervisors)")
-        started = time.monotonic()
+        started = asked[0] if asked else time.monotonic()
         svc.stop()
         redis_line = _leave_redis(rt, svc.embedded_redis)
         lock.release()

@@ -1,8 +1,20 @@
-"""`crossdock demo`: a realistic batch through the real Celery/Redis path on this machine.
+"""`crossdock demo`: the story of crossdock in about a minute, through the real Celery/Redis path on
+this machine (the embedded default: nothing to install). Each step prints its name and what it
+shows:
 
-Training, inference and preprocessing jobs with their priority classes, an sbatch array with a
-throttle, a dependency chain, a job that fails on purpose (and the job that depended on it,
-cancelled because its dependency can never be satisfied) and one Python-function job.
+1. **one queue**: a realistic batch: training, inference and preprocessing jobs with their
+   priority classes, an sbatch array with a throttle, a dependency chain, a job that fails on
+   purpose (and the job that depended on it, cancelled because its dependency can never be
+   satisfied) and one Python-function job;
+2. **preemption**: a preemptible training job holding the whole machine is preempted by an
+   inference job, requeued, and completes on its second attempt;
+3. **elastic queue**: a backlog on the ``etl`` queue scales its fleet of local workers up, and
+   back to zero once the queue is idle.
+
+The demo runs on its own config (``crossdock-demo.yaml`` in its output folder: the embedded
+default plus the ``etl`` queue and no per-job caps) unless CROSSDOCK_CONFIG names one; when it
+stops, it stops everything it started (workers, the local spawner, and the embedded Redis when
+no job is placed), as ``crossdock up`` does.
 """
 
 from __future__ import annotations
@@ -12,7 +24,9 @@ import sys
 import tempfile
 import time
 from pathlib import Path
+from typing import Callable
 
+import yaml
 from rich.live import Live
 
 from crossdock.backends.redis_store.embedded import shown
@@ -48,59 +62,149 @@ def _sbatch(client, argv: list[str], script: str | None = None, path: str | None
     return [j.id for j in submit(client.runtime, [spec])]
 
 
+ETL_QUEUE = {"priority_class": "preprocessing", "pools": ["local"], "placement": "most-requested",
+             "elastic": {"metric": "queue_length", "per_replica": 2, "max": 3, "cooldown_seconds": 3,
+                         "behavior": {"scaleDown": {"stabilizationWindowSeconds": 0}},
+                         "fleet": {"backend": "local"}}}
+"""The elastic queue of step 3: one local worker per 2 queued jobs, at most 3, none once idle for 3 s."""
+STEP_SECONDS = 60.0
+"""How long a story step waits for what it shows before it says what it saw instead."""
+
+
+def demo_config(base: Path, folder: Path) -> Path:
+    """The embedded default ``base`` with the ``etl`` elastic queue and without per-job caps (a
+    job of step 2 asks for the whole machine), written to ``folder``."""
+    cfg = yaml.safe_load(base.read_text())
+    for queue in cfg["queues"].values():
+        queue.pop("per_job", None)
+    cfg["queues"]["etl"] = ETL_QUEUE
+    cfg["autoscaler"] = {**cfg.get("autoscaler", {}), "interval_seconds": 0.5}
+    path = folder / "crossdock-demo.yaml"
+    path.write_text(yaml.safe_dump(cfg, sort_keys=False))
+    return path
+
+
+def step(n: int, title: str, what: str) -> None:
+    console.print(f"\n[bold cyan]step {n}: {title}[/] — {what}", highlight=False)
+
+
+def wait_for(condition: Callable[[], object], timeout: float = STEP_SECONDS) -> object:
+    deadline = time.monotonic() + timeout
+    while not (value := condition()) and time.monotonic() < deadline:
+        time.sleep(0.25)
+    return value
+
+
 def run_demo(scale: int = 1) -> int:
+    from crossdock.cli.admin import _leave_redis
+    from crossdock.settings import Settings
     from crossdock.workers.supervision import Service
+
+    workdir = Path(tempfile.mkdtemp(prefix="crossdock-demo-"))
+    os.chdir(workdir)
+    if not os.environ.get("CROSSDOCK_CONFIG"):
+        os.environ["CROSSDOCK_CONFIG"] = str(demo_config(Settings.from_env().config_path, workdir))
     from crossdock.cli.common import runtime
     from crossdock.client import Client
-    from crossdock.service import load_inventory
 
     rt = runtime()
     client = Client(rt)
-    workdir = Path(tempfile.mkdtemp(prefix="crossdock-demo-"))
-    os.chdir(workdir)
-    has_gpu = any(n.gpus for n in load_inventory(rt))
     console.print(f"[bold]crossdock demo[/] — Redis {shown(rt.redis_url)}, config {rt.settings.config_path},"
                   f" outputs in {workdir}", highlight=False)
     svc = Service(rt, workers=2, logfile=workdir / "worker.log")
     try:
-        ids: list[int] = []
-        for _ in range(scale):
-            (workdir / "tokenize.sh").write_text(PREPROCESS)
-            ids += _sbatch(client, [], PREPROCESS, "tokenize.sh")
-            gpu = ["--gpus=1"] if has_gpu else []
-            prep = _sbatch(client, ["-J", "prepare-data", "-p", "preprocessing", "-c", "2", "--wrap",
-                                    "echo preparing; sleep 2"])
-            train = _sbatch(client, ["-J", "train-resnet", "-q", "training", "-p", "training", "-c", "2", "-t",
-                                     "10", *gpu, f"--dependency=afterok:{prep[0]}", "--wrap",
-                                     "echo training on GPUs [$CUDA_VISIBLE_DEVICES]; sleep 3"])
-            evaluate = _sbatch(client, ["-J", "evaluate", "-p", "preprocessing", "-d", f"afterok:{train[0]}",
-                                        "--wrap", "echo evaluating; sleep 1"])
-            serve = [_sbatch(client, ["-J", f"serve-{i}", "-p", "inference", "-c", "1", "-t", "2", "--wrap",
-                                      "echo serving; sleep 2"])[0] for i in range(2)]
-            broken = _sbatch(client, ["-J", "flaky-export", "-p", "preprocessing", "--wrap",
-                                      "echo export failed >&2; exit 3"])
-            after_broken = _sbatch(client, ["-J", "publish", "-p", "preprocessing", "-d",
-                                            f"afterok:{broken[0]}", "--wrap", "echo never runs"])
-            fn = client.submit(word_count, "to be or not to be", queue="preprocessing", cpus=1, name="word-count")
-            ids += prep + train + evaluate + serve + broken + after_broken + [fn.id]
-        expected = {JobState.COMPLETED: set(ids) - set(broken) - set(after_broken)}
-        with Live(console=console, refresh_per_second=4, transient=not sys.stdout.isatty()) as live:
-            while True:
-                jobs = rt.store.get_many(ids)
-                live.update(summary_table(jobs, "jobs"))
-                if all(j.state.terminal for j in jobs):
-                    break
-                time.sleep(0.25)
-        console.print(summary_table(jobs, "crossdock demo: summary"))
-        by_state: dict[str, int] = {}
-        for j in jobs:
-            by_state[j.state.value] = by_state.get(j.state.value, 0) + 1
-        console.print(f"word-count result: {fn.result()}", highlight=False)
-        console.print("states: " + ", ".join(f"{k} {v}" for k, v in sorted(by_state.items())), highlight=False)
-        ok = all(j.state is JobState.COMPLETED for j in jobs if j.id in expected[JobState.COMPLETED])
-        ok &= rt.store.get(broken[0]).state is JobState.FAILED
-        ok &= rt.store.get(after_broken[0]).state is JobState.CANCELLED
-        console.print("[bold green]demo finished as expected[/]" if ok else "[bold red]demo: unexpected states[/]")
+        ok = batch(rt, client, workdir, scale)
+        ok &= preemption(rt, client)
+        ok &= elastic(rt, client)
+        console.print("\n[bold green]demo finished as expected[/]" if ok else "\n[bold red]demo: unexpected states[/]")
         return 0 if ok else 1
     finally:
         svc.stop()
+        console.print(f"demo stopped: workers and spawner stopped; {_leave_redis(rt, rt.settings.redis_url is None)}",
+                      highlight=False)
+
+
+def batch(rt, client, workdir: Path, scale: int) -> bool:
+    from crossdock.service import load_inventory
+
+    step(1, "one queue", "a batch of sbatch jobs and a Python function, with priorities, an array and dependencies")
+    has_gpu = any(n.gpus for n in load_inventory(rt))
+    ids: list[int] = []
+    for _ in range(scale):
+        (workdir / "tokenize.sh").write_text(PREPROCESS)
+        ids += _sbatch(client, [], PREPROCESS, "tokenize.sh")
+        gpu = ["--gpus=1"] if has_gpu else []
+        prep = _sbatch(client, ["-J", "prepare-data", "-p", "preprocessing", "-c", "2", "--wrap",
+                                "echo preparing; sleep 2"])
+        train = _sbatch(client, ["-J", "train-resnet", "-q", "training", "-p", "training", "-c", "2", "-t",
+                                 "10", *gpu, f"--dependency=afterok:{prep[0]}", "--wrap",
+                                 "echo training on GPUs [$CUDA_VISIBLE_DEVICES]; sleep 3"])
+        evaluate = _sbatch(client, ["-J", "evaluate", "-p", "preprocessing", "-d", f"afterok:{train[0]}",
+                                    "--wrap", "echo evaluating; sleep 1"])
+        serve = [_sbatch(client, ["-J", f"serve-{i}", "-p", "inference", "-c", "1", "-t", "2", "--wrap",
+                                  "echo serving; sleep 2"])[0] for i in range(2)]
+        broken = _sbatch(client, ["-J", "flaky-export", "-p", "preprocessing", "--wrap",
+                                  "echo export failed >&2; exit 3"])
+        after_broken = _sbatch(client, ["-J", "publish", "-p", "preprocessing", "-d",
+                                        f"afterok:{broken[0]}", "--wrap", "echo never runs"])
+        fn = client.submit(word_count, "to be or not to be", queue="preprocessing", cpus=1, name="word-count")
+        ids += prep + train + evaluate + serve + broken + after_broken + [fn.id]
+    with Live(console=console, refresh_per_second=4, transient=not sys.stdout.isatty()) as live:
+        while True:
+            jobs = rt.store.get_many(ids)
+            live.update(summary_table(jobs, "jobs"))
+            if all(j.state.terminal for j in jobs):
+                break
+            time.sleep(0.25)
+    console.print(summary_table(jobs, "crossdock demo: summary"))
+    by_state: dict[str, int] = {}
+    for j in jobs:
+        by_state[j.state.value] = by_state.get(j.state.value, 0) + 1
+    console.print(f"word-count result: {fn.result()}", highlight=False)
+    console.print("states: " + ", ".join(f"{k} {v}" for k, v in sorted(by_state.items())), highlight=False)
+    failed, cancelled = set(broken), set(after_broken)
+    return all(j.state is (JobState.FAILED if j.id in failed else JobState.CANCELLED if j.id in cancelled
+                           else JobState.COMPLETED) for j in jobs)
+
+
+def preemption(rt, client) -> bool:
+    from crossdock.service import load_inventory
+
+    cpus = max(n.cpu_milli for n in load_inventory(rt)) // 1000
+    step(2, "preemption", f"a preemptible training job holds all {cpus} CPUs; an inference job needs them")
+    train, = _sbatch(client, ["-J", "train-long", "-p", "training", "-q", "training", "-c", str(cpus), "--wrap",
+                              "echo epoch $SLURM_RESTART_COUNT; sleep 4"])
+    wait_for(lambda: rt.store.get(train).state is JobState.RUNNING)
+    urgent, = _sbatch(client, ["-J", "serve-urgent", "-p", "inference", "-c", str(cpus), "--wrap",
+                               "echo answering; sleep 1"])
+    wait_for(lambda: all(j.state.terminal for j in rt.store.get_many([train, urgent])))
+    t, u = rt.store.get_many([train, urgent])
+    preempted = sum(1 for e in rt.store.events(train) if e.get("to") == JobState.PREEMPTED.value)
+    console.print(f"train-long (job {train}, preemptible) was preempted {preempted} time(s) for serve-urgent"
+                  f" (job {urgent}, {u.state.value}), requeued, and ended {t.state.value} on attempt {t.attempts}",
+                  highlight=False)
+    return t.state is JobState.COMPLETED and u.state is JobState.COMPLETED and t.attempts >= 2 and preempted >= 1
+
+
+def elastic(rt, client) -> bool:
+    step(3, "elastic queue", "8 jobs on the etl queue scale its fleet of local workers up, then back to zero")
+    if "etl" not in rt.config.queues:
+        console.print(f"skipped: {rt.settings.config_path} has no etl queue (the demo's own config has one)",
+                      highlight=False)
+        return True
+    since = time.time()
+    ids = [_sbatch(client, ["-J", f"etl-{i}", "-p", "etl", "-c", "1", "--wrap", "sleep 2"])[0] for i in range(8)]
+
+    def scaled() -> list[dict]:
+        return [e for e in rt.store.read_events(since=since) if e.get("event") == "fleet_scaled"]
+
+    wait_for(lambda: all(j.state.terminal for j in rt.store.get_many(ids)))
+    wait_for(lambda: any(e.get("to") == "0" for e in scaled()))
+    for e in scaled():
+        console.print(f"  fleet of etl: {e.get('from')} -> {e.get('to')} workers ({e.get('reason', '')})",
+                      highlight=False)
+    peak = max((int(e.get("to", 0)) for e in scaled()), default=0)
+    done = sum(1 for j in rt.store.get_many(ids) if j.state is JobState.COMPLETED)
+    console.print(f"etl: {done}/{len(ids)} jobs completed; the fleet peaked at {peak} workers and went back to"
+                  f" {'0' if any(e.get('to') == '0' for e in scaled()) else 'more than 0'}", highlight=False)
+    return done == len(ids) and peak >= 2

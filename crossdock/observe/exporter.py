@@ -6,7 +6,8 @@ Where: the config's ``metrics: {address, port}`` (default ``127.0.0.1:9640``), o
 Several processes on one host each need a port: a process takes the first free port from its
 base (``port + offset``) among :data:`PORT_SPAN`. ``crossdock up`` serves on the base port
 itself (offset 0: it starts first), the Celery workers search from the next one (offset 1): so
-one ``up`` with its worker and two fleet replicas serves 9640, 9641, 9642, 9643. Each process
+one ``up`` with its worker and two fleet replicas serves 9640, 9641, 9642, 9643; the router
+(``workers/routes.py``) searches from ``ROUTER_PORT_OFFSET`` (16: 9656). Each process
 also writes its address to ``<state dir>/metrics/targets/<role>-<pid>.json``, a Prometheus
 file-based discovery file (``file_sd_configs``), removed when it stops.
 
@@ -31,6 +32,8 @@ log = logging.getLogger(__name__)
 ENV = "CROSSDOCK_METRICS_ADDRESS"
 MULTIPROC_ENV = "PROMETHEUS_MULTIPROC_DIR"
 PORT_SPAN = 32
+ROUTER_PORT_OFFSET = 16
+"""The router's metrics search from here: past the ports of ``up``, its worker and its fleets."""
 """Ports tried from a process's base before it serves nothing (and says so)."""
 
 
@@ -158,7 +161,7 @@ def serve(base: Address, role: str, offset: int = 0, state_dir: Path | None = No
                 continue
             raise
         address = Address(base.host, port)
-        target = _write_target(state_dir, role, address) if state_dir is not None else None
+        target = write_target(state_dir, role, address) if state_dir is not None else None
         if port != first:
             log.info("metrics: port %s is taken; %s serves on %s", first, role, port)
         log.info("metrics: %s serves http://%s:%s/metrics", role, base.host, port)
@@ -168,7 +171,8 @@ def serve(base: Address, role: str, offset: int = 0, state_dir: Path | None = No
     return None
 
 
-def _write_target(state_dir: Path, role: str, address: Address) -> Path | None:
+def write_target(state_dir: Path, role: str, address: Address) -> Path | None:
+    """``<state dir>/metrics/targets/<role>-<pid>.json``: where this process serves, for Prometheus."""
     folder = state_dir / "metrics" / "targets"
     path = folder / f"{role}-{os.getpid()}.json"
     host = f"[{address.host}]" if ":" in address.host else address.host

@@ -45,7 +45,9 @@ class ServiceRouter(_Cfg):
     wait_seconds: float = Field(5, ge=0, le=300)
     """How long a request waits for a ready replica when none is, before a 503."""
     metrics_port: int = Field(0, ge=0, le=65535)
-    """Its Prometheus ``/metrics`` on 127.0.0.1 (0: a free port, shown by ``crossdock health``)."""
+    """Its Prometheus ``/metrics`` on 127.0.0.1 (0: the first free port from the exporters' base plus
+    16, or any free port when they are off; listed in Prometheus' file-discovery targets and
+    shown by ``crossdock health``)."""
 
 
 class Services(_Cfg):

@@ -37,7 +37,7 @@ from celery import Celery
 from crossdock.runtime import Runtime
 from crossdock.workers.app import queue_for
 from crossdock.workers.consumers import add_queues
-from crossdock.workers.supervision import start_worker, stop_worker, worker_queues
+from crossdock.workers.supervision import start_worker, stop_workers, worker_queues
 
 log = logging.getLogger(__name__)
 
@@ -123,11 +123,15 @@ class LocalFleet:
                 for name, reps in self.fleets.items() for r in reps if not r.stopping]
 
     def stop(self) -> None:
+        stop_workers(self.release())
+
+    def release(self) -> list[subprocess.Popen]:
+        """Forget every replica and hand back their processes, for the caller to stop (with
+        other workers, under one deadline)."""
         with self._lock:
-            for reps in self.fleets.values():
-                for r in reps:
-                    stop_worker(r.proc)
+            procs = [r.proc for reps in self.fleets.values() for r in reps]
             self.fleets.clear()
+        return procs
 
     # --- inside -------------------------------------------------------------------------------
     def _live(self, name: str) -> list[Replica]:

@@ -22,6 +22,7 @@ controller, wherever that runs.
 from __future__ import annotations
 
 import asyncio
+import errno
 import logging
 import threading
 import time
@@ -57,6 +58,8 @@ class RouterSettings:
     request_timeout_seconds: float = 300.0
     metrics_port: int | None = 0
     """0: a free port; None: no metrics listener."""
+    metrics_port_span: int = 1
+    """Ports tried from ``metrics_port`` (when not 0) before the router serves no metrics."""
 
 
 @dataclass(frozen=True)
@@ -201,10 +204,20 @@ class Router:
         app.router.add_get("/metrics", metrics)
         runner = web.AppRunner(app, access_log=None)
         await runner.setup()
-        site = web.TCPSite(runner, self.settings.host, self.settings.metrics_port)
-        await site.start()
-        self.metrics_port = runner.addresses[0][1]
-        return runner
+        first = self.settings.metrics_port
+        for port in range(first, first + max(1, self.settings.metrics_port_span) if first else 1):
+            try:
+                await web.TCPSite(runner, self.settings.host, port).start()
+            except OSError as exc:
+                if exc.errno not in (errno.EADDRINUSE, errno.EACCES):
+                    raise
+                continue
+            self.metrics_port = runner.addresses[0][1]
+            return runner
+        log.warning("router: metrics ports %s-%s are all taken; it serves no metrics", first,
+                    first + self.settings.metrics_port_span - 1)
+        await runner.cleanup()
+        return None
 
     # --- services and endpoints -------------------------------------------------------------------
     async def refresh(self) -> None:

@@ -19,9 +19,10 @@ import signal
 import subprocess
 import sys
 from pathlib import Path
-from typing import Any
+from typing import Any, Mapping
 
 from crossdock.backends.redis_store.services import ServiceStore
+from crossdock.observe import exporter
 from crossdock.queue.config import ClusterConfig
 from crossdock.queue.serving import Endpoint, ServiceMetrics, ServiceRecord
 from crossdock.workers.router import Router, RouterSettings, RouteSpec
@@ -132,13 +133,18 @@ PARENT_ENV = "CROSSDOCK_ROUTER_PARENT"
 """The pid of the ``up`` that started the router process: it stops when that one is gone."""
 
 
-async def _watch(router: Router, report: Path, parent: int | None) -> None:
+async def _watch(router: Router, state_dir: Path, parent: int | None, target: list[Path]) -> None:
+    report = state_dir / "router.json"
     while True:
         await asyncio.sleep(1.0)
         if parent is not None and os.getppid() != parent:
             log.warning("router: crossdock up (pid %s) is gone; stopping", parent)
             router.stop()
             return
+        if router.metrics_port and not target:  # listening: Prometheus' file discovery finds it
+            found = exporter.write_target(state_dir, "router", exporter.Address(router.settings.host,
+                                                                                router.metrics_port))
+            target.extend([found] if found else [])
         data = {"services": router.ports(), "metrics_port": router.metrics_port, "errors": router.errors}
         tmp = report.with_suffix(".tmp")
         tmp.write_text(json.dumps(data))
@@ -151,12 +157,15 @@ async def _serve(rt) -> None:
     for sig in (signal.SIGTERM, signal.SIGINT):
         loop.add_signal_handler(sig, router.stop)
     parent = os.environ.get(PARENT_ENV)
-    watcher = asyncio.create_task(_watch(router, Path(rt.settings.state_dir) / "router.json",
-                                         int(parent) if parent else None))
+    target: list[Path] = []
+    watcher = asyncio.create_task(_watch(router, Path(rt.settings.state_dir), int(parent) if parent else None,
+                                         target))
     try:
         await router.serve()
     finally:
         watcher.cancel()
+        for path in target:
+            path.unlink(missing_ok=True)
 
 
 def main() -> int:
@@ -168,11 +177,21 @@ def main() -> int:
 
 
 
-def router_settings(cfg: ClusterConfig) -> RouterSettings:
-    """From ``services.router``; samples are published at least twice per controller pass."""
+def router_settings(cfg: ClusterConfig, environ: Mapping[str, str] = os.environ) -> RouterSettings:
+    """From ``services.router``; samples are published at least twice per controller pass. Its
+    metrics port 0 is the first free one from the exporters' base (``metrics``, or
+    CROSSDOCK_METRICS_ADDRESS) plus ``ROUTER_PORT_OFFSET``, or any free port when they are off."""
     r = cfg.services.router
+    port, span = r.metrics_port, 1
+    if not port:
+        try:
+            base = exporter.resolve(cfg.metrics, environ)
+        except exporter.BadAddress:  # `up` refuses it before it starts the router
+            base = None
+        if base is not None:
+            port, span = base.port + exporter.ROUTER_PORT_OFFSET, exporter.PORT_SPAN
     return RouterSettings(probe_seconds=r.probe_seconds, window_seconds=r.window_seconds, wait_seconds=r.wait_seconds,
-                          metrics_port=r.metrics_port,
+                          metrics_port=port, metrics_port_span=span,
                           publish_seconds=min(1.0, cfg.services.interval_seconds / 2),
                           refresh_seconds=min(0.5, cfg.services.interval_seconds / 2))
 

@@ -34,6 +34,7 @@ from collections import deque
 from pathlib import Path
 from typing import Any, Protocol, Sequence
 
+from crossdock.backends.local import spawner
 from crossdock.backends.redis_store import embedded
 from crossdock.queue.errors import CrossdockError
 from crossdock.runtime import Runtime
@@ -76,8 +77,9 @@ def start_worker(rt: Runtime, concurrency: int, logfile: Path | None = None,
                  loglevel: str = "WARNING", queues: str | None = None, nodename: str | None = None) -> subprocess.Popen:
     """A Celery worker for every backend queue the config uses (or ``queues``), in its own
     session, that dies with this process."""
-    argv = [sys.executable, "-m", "celery", "-A", WORKER_MODULE, "worker", "-Q", queues or worker_queues(rt),
-            "-c", str(concurrency), "-P", "prefork", "--without-gossip", "--without-mingle", "--loglevel", loglevel,
+    argv = [sys.executable, "-m", "celery", "-A", WORKER_MODULE, "--quiet", "worker",  # --quiet: no banner
+            "-Q", queues or worker_queues(rt), "-c", str(concurrency), "-P", "prefork", "--without-gossip",
+            "--without-mingle", "--loglevel", loglevel,
             *(["-n", nodename] if nodename else [])]
     env = {**rt.child_env(), PARENT_PID_ENV: str(os.getpid())}
     out = open(logfile, "ab") if logfile else None
@@ -96,20 +98,37 @@ def _killpg(pgid: int, sig: int) -> None:
         pass
 
 
-def stop_worker(proc: subprocess.Popen, timeout: float = WORKER_STOP_SECONDS) -> None:
-    """Celery's warm shutdown (finish the running task) for at most ``timeout`` s, then SIGKILL:
-    a warm shutdown waits on a broker that is away for as long as it is away."""
-    if proc.poll() is None:
-        try:  # the main process only: it lets its pool children finish their task
+def stop_workers(procs: Sequence[subprocess.Popen], timeout: float = WORKER_STOP_SECONDS) -> list[int]:
+    """Celery's warm shutdown (finish the running task) for all of ``procs`` at once, within one
+    ``timeout``, then SIGKILL of each group; returns the pids that had to be killed. A warm
+    shutdown waits on a broker that is away for as long as it is away, and an idle prefork
+    worker spends ~4 s joining its pool's threads: killing it is harmless (tasks are
+    acknowledged late and idempotent, so a killed one is simply delivered again)."""
+    live = [p for p in procs if p.poll() is None]
+    for proc in live:  # the main process only: it lets its pool children finish their task
+        try:
             os.kill(proc.pid, signal.SIGTERM)
         except ProcessLookupError:
             pass
+    deadline = time.monotonic() + timeout
+    killed = []
+    for proc in live:
         try:
-            proc.wait(timeout)
+            proc.wait(max(0.0, deadline - time.monotonic()))
         except subprocess.TimeoutExpired:
-            log.warning("Celery worker %s still stopping after %.0fs; killing it", proc.pid, timeout)
-    _killpg(proc.pid, signal.SIGKILL)  # the worker, or pool children it left
-    proc.wait()
+            killed.append(proc.pid)
+    for proc in procs:
+        _killpg(proc.pid, signal.SIGKILL)  # the worker, or pool children it left
+        proc.wait()
+    if killed:
+        log.info("Celery worker(s) %s not stopped after %.0fs; killed (their tasks, acknowledged late, are"
+                 " delivered again)", ", ".join(map(str, killed)), timeout)
+    return killed
+
+
+def stop_worker(proc: subprocess.Popen, timeout: float = WORKER_STOP_SECONDS) -> None:
+    """:func:`stop_workers` for one worker."""
+    stop_workers([proc], timeout)
 
 
 def watch_parent(poll: float = 0.5, grace: float = WORKER_STOP_SECONDS) -> None:
@@ -401,15 +420,14 @@ class Service:
     def stop(self) -> None:
         """Bounded: the loop stops at its next wait (a store call under way may take redis-py's
         own retries, ~5 s, so the thread, a daemon, is not waited for longer than
-        ``SCHEDULER_JOIN_SECONDS``), then the worker's bounded warm shutdown."""
+        ``SCHEDULER_JOIN_SECONDS``), the workers' bounded warm shutdown, all at once, then the
+        local backend's spawner of this state directory (it would otherwise wait out its idle time)."""
         self.stop_event.set()
         for part in self.parts:
             part.stop()
-        if self.worker:
-            stop_worker(self.worker)
+        stop_workers(([self.worker] if self.worker else []) + (self.fleet.release() if self.fleet else []))
         if self.thread:
             self.thread.join(SCHEDULER_JOIN_SECONDS)
-        if self.fleet:
-            self.fleet.stop()
+        spawner.stop(self.rt.settings.state_dir)  # the local jobs it started run on, detached
         if self.lock:
             self.lock.record([])

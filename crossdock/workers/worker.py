@@ -2,10 +2,17 @@
 pointed at the store this process's environment names, a watch on the process that started
 it (``crossdock up``): the worker does not outlive it, and its metrics endpoint (the pool's
 children record, the main process serves: prometheus-client's multiprocess mode, set up here
-before anything imports it)."""
+before anything imports it).
+
+Celery's warning about running as root (``SecurityWarning``, from its privilege check) is
+silenced here: crossdock's service runs as root on purpose, to run each local job as its owner,
+and its tasks accept JSON only, where the check's real danger, pickle, is refused (Celery still
+raises its ``SecurityError`` should pickle ever be accepted). ``start_worker`` passes
+``--quiet``: no banner per worker in ``crossdock up``'s output."""
 
 import logging
 import os
+import warnings
 
 from crossdock import observe
 from crossdock.observe import exporter
@@ -14,12 +21,14 @@ from crossdock.settings import Settings
 _settings = Settings.from_env()
 _multiproc = exporter.prepare_multiprocess(_settings.state_dir)
 
+from celery.exceptions import SecurityWarning  # noqa: E402
 from celery.signals import worker_init, worker_process_shutdown, worker_shutdown  # noqa: E402
 
 from crossdock.runtime import Runtime  # noqa: E402
 from crossdock.workers.app import make_app  # noqa: E402
 from crossdock.workers.supervision import watch_parent  # noqa: E402
 
+warnings.filterwarnings("ignore", category=SecurityWarning)
 log = logging.getLogger(__name__)
 app = make_app(Runtime.from_env(start_redis=False).redis_url)
 _exporter: list = []

@@ -43,3 +43,13 @@ def test_a_service_keeps_the_port_of_its_address(address, port):
 def test_settings_come_from_config_and_publish_twice_per_pass():
     s = router_settings(CFG)
     assert (s.window_seconds, s.probe_seconds, s.publish_seconds) == (3, 0.2, 0.25)
+
+
+@pytest.mark.parametrize("environ, port, span", [
+    ({}, 9640 + 16, 32),                                   # the config's metrics base, past up's and workers' ports
+    ({"CROSSDOCK_METRICS_ADDRESS": "127.0.0.1:9700"}, 9716, 32),
+    ({"CROSSDOCK_METRICS_ADDRESS": "0"}, 0, 1),            # exporters off: any free port, as before
+], ids=["config-base", "env-base", "metrics-off"])
+def test_the_router_metrics_port_searches_from_the_exporters_base(environ, port, span):
+    s = router_settings(CFG, environ)
+    assert (s.metrics_port, s.metrics_port_span) == (port, span)

@@ -61,9 +61,20 @@ function drawJobs(jobs, now) {
     const gpus = j.gpu_ids.length ? j.gpu_ids.join(" ") : "–";
     return el("tr", { id: `job-${j.display_id}`, dataset: { jobId: j.display_id, state: j.state } },
       td(j.display_id), td(j.spec.name || (j.spec.command || ["job"])[0]), td(j.spec.user), td(j.queue),
-      el("td", {}, el("span", { class: `state ${j.state}` }, j.state)), td(j.reason === "None" ? "" : j.reason),
+      td(j.pool ? `${j.backend ?? "–"}/${j.pool}` : "–", "pool"),
+      el("td", {}, el("span", { class: `state ${j.state}` }, j.state)), reason(j.reason === "None" ? "" : j.reason),
       td(j.nodes.join(",") || "–"), td(gpus), td(isNaN(since) ? "–" : duration(until - since), "n"));
-  }), 9, "no jobs");
+  }), 10, "no jobs");
+}
+
+// A long reason (an explanation of why nothing fits) is cut to its cell, whole on hover.
+function reason(text) { return el("td", { class: "reason", title: text || null }, el("span", { class: "cut" }, text || "")); }
+
+function drawServices(services) {
+  fill(document.querySelector("#services tbody"), services.map(s => el("tr", { dataset: { service: s.name, state: s.state } },
+    td(s.name), td(s.user), td(s.queue), el("td", {}, el("span", { class: `state ${s.state}` }, s.state)),
+    td(s.ready, "n"), td(s.replicas, "n"), td(s.desired, "n"), td(s.address), reason(s.message))),
+    9, "no services");
 }
 
 function drawPools(pools) {
@@ -142,6 +153,7 @@ async function poll() {
     document.getElementById("who").textContent = `${o.user.name}${o.user.admin ? " (admin)" : ""}`;
     drawQueues(o.queues);
     drawJobs(o.jobs, o.at);
+    drawServices(o.services || []);
     drawPools(o.pools);
     drawDisruptions(o.disruptions);
     drawAutoscaler(o.autoscaler, o.scaling_events);

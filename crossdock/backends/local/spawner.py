@@ -12,8 +12,8 @@ that holds no connection is safe; the supervisor opens its own.
 The local backend asks it first and falls back to the command line when it does not answer
 (then starts one for the next job). It serves one code version (a request carrying another
 stamp is refused and the spawner exits, so an upgrade never runs old code) and exits after
-``IDLE_SECONDS`` without a request (or once its socket is gone or another's), so nothing lingers
-once the service stops.
+``IDLE_SECONDS`` without a request (or once its socket is gone or another's), or when asked to
+(:func:`stop`, which ``crossdock up`` does as it stops), so nothing lingers once the service stops.
 """
 
 from __future__ import annotations
@@ -60,6 +60,19 @@ def spawn(state_dir: Path, args: list[str], env: dict[str, str], log_path: Path)
         return True
     start(state_dir, env)
     return False
+
+
+def stop(state_dir: Path, timeout: float = 5.0) -> bool:
+    """Ask the spawner of ``state_dir`` to exit now (``crossdock up`` stopping: no dispatch comes
+    until the next one starts another); False when none answered. Jobs it started run on."""
+    try:
+        with socket.socket(socket.AF_UNIX, socket.SOCK_STREAM) as sock:
+            sock.settimeout(timeout)
+            sock.connect(str(socket_path(state_dir)))
+            sock.sendall(b'{"stop": true}\n')
+            return bool(json.loads(sock.makefile("rb").readline() or b"{}").get("ok"))
+    except (OSError, ValueError):
+        return False
 
 
 _started: dict[Path, float] = {}
@@ -114,6 +127,11 @@ def serve(state_dir: Path) -> int:
                     request = json.loads(conn.makefile("rb").readline())
                 except (OSError, ValueError):
                     continue
+                if request.get("stop"):  # any version's: its socket is this user's alone
+                    if _ours(path, bound):  # gone before the answer: the caller sees no spawner left
+                        path.unlink(missing_ok=True)
+                    conn.sendall(b'{"ok": true}\n')
+                    return 0
                 if request.get("stamp") != mine:
                     conn.sendall(b'{"ok": false, "why": "another version"}\n')
                     return 0

@@ -22,7 +22,7 @@ def test_the_demo_runs_its_batch_to_the_expected_ends_and_prints_no_secret(tmp_p
                            text=True, timeout=240)
         password = embedded.password_path(state).read_text().strip()
     finally:
-        embedded.stop(state, timeout=10)  # the demo leaves its embedded Redis running, as `up` may
+        embedded.stop(state, timeout=10)  # only if the demo failed half-way: it stops its embedded Redis
     assert r.returncode == 0, r.stdout[-2000:] + r.stderr[-2000:]
     assert "demo finished as expected" in r.stdout
     assert "states: CANCELLED 1, COMPLETED 12, FAILED 1" in r.stdout

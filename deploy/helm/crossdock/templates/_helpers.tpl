@@ -54,6 +54,8 @@ app.kubernetes.io/instance: {{ .Release.Name }}
   value: /var/lib/crossdock
 - name: CROSSDOCK_SOCKET
   value: none
+- name: CROSSDOCK_MASTER_KEY_FILE
+  value: /etc/crossdock-signing/hmac.key
 - name: CROSSDOCK_K8S_NAMESPACE
   value: {{ include "crossdock.jobsNamespace" . | quote }}
 - name: CROSSDOCK_K8S_IMAGE
@@ -70,16 +72,27 @@ app.kubernetes.io/instance: {{ .Release.Name }}
 {{- end }}
 {{- end -}}
 
+{{/* The Secret with the signing key: the user's own (signingKey.existingSecret) or the release's. */}}
+{{- define "crossdock.signingKeySecret" -}}
+{{ default (printf "%s-signing-key" (include "crossdock.fullname" .)) .Values.signingKey.existingSecret }}
+{{- end -}}
+
 {{- define "crossdock.volumes" -}}
 - name: config
   configMap: {name: {{ include "crossdock.fullname" . }}-config}
 - name: state
   emptyDir: {}
+- name: signing-key
+  secret:
+    secretName: {{ include "crossdock.signingKeySecret" . }}
+    items: [{key: {{ .Values.signingKey.existingSecretKey }}, path: hmac.key}]
+    defaultMode: 0440
 {{- end -}}
 
 {{- define "crossdock.mounts" -}}
 - {name: config, mountPath: /etc/crossdock, readOnly: true}
 - {name: state, mountPath: /var/lib/crossdock}
+- {name: signing-key, mountPath: /etc/crossdock-signing, readOnly: true}
 {{- end -}}
 
 {{- define "crossdock.placement" -}}
