@@ -23,8 +23,9 @@ from redis.retry import Retry
 from crossdock.backends.redis_store import connect, scripts
 from crossdock.backends.redis_store.access import AccessRecords
 from crossdock.backends.redis_store.autoscale import AutoscaleRecords
-from crossdock.backends.redis_store.codec import (encode_fields, facts_from_record, hash_to_job, history_record,
-                                                  job_to_hash, nodes_from_json, nodes_to_json)
+from crossdock.backends.redis_store.codec import (ATTEMPT_FIELDS, encode, encode_fields, facts_from_record,
+                                                  hash_to_job, history_record, job_to_hash, nodes_from_json,
+                                                  nodes_to_json)
 from crossdock.backends.redis_store.descheduler import DeschedulerRecords
 from crossdock.backends.redis_store.job_events import FIRST, event_json, in_order, queue_job_event
 from crossdock.backends.redis_store.keys import Keys
@@ -32,7 +33,7 @@ from crossdock.backends.redis_store.liveconfig import ConfigRecords
 from crossdock.backends.redis_store.services import ServiceStore
 from crossdock.backends.redis_store.timing import RoundTrip, timed_client
 from crossdock.queue.errors import NoSuchJob
-from crossdock.queue.models import Job
+from crossdock.queue.models import ATTEMPTS_KEPT, Job
 from crossdock.queue.snapshot import JobFacts, Node
 from crossdock.queue.states import TRANSITIONS, JobState, Reason
 
@@ -335,9 +336,10 @@ class JobStore:
     # --- state changes ---------------------------------------------------------------------
     def transition(self, job_id: int, new: JobState, *, fields: dict[str, Any] | None = None, actor: str = "",
                    reason: str = "", attempt: int | None = None, unless: str = "", bump_attempt: bool = False,
-                   only_from: Iterable[JobState] | None = None, pipe: Any = None) -> Any:
+                   only_from: Iterable[JobState] | None = None, ends_attempt: bool = False, pipe: Any = None) -> Any:
         """Move a job to ``new`` if the transition table allows it from its current state (and,
-        with ``only_from``, only from one of those states).
+        with ``only_from``, only from one of those states). With ``ends_attempt`` (a requeue), the
+        attempt it ends is kept in the job's ``past_attempts`` first, in the same step.
 
         Returns True/False (or queues the call on ``pipe``, whose result is ``[1|0, old]``).
         """
@@ -353,7 +355,8 @@ class JobStore:
                 self.k.finished]
         args = [job_id, new.value, allowed, json.dumps(values), json.dumps(event), STREAM_MAXLEN,
                 "" if attempt is None else str(attempt), unless, "1" if bump_attempt else "0",
-                "1" if new.terminal else "0", event["time"]]
+                "1" if new.terminal else "0", event["time"], encode(utcnow()) if ends_attempt else "",
+                ATTEMPTS_KEPT, " ".join(ATTEMPT_FIELDS)]
         if pipe is not None:
             return self._transition(keys=keys, args=args, client=pipe)
         moved, old = self._transition(keys=keys, args=args)
@@ -513,7 +516,7 @@ class JobStore:
                    "preempt_deadline", "dispatched", "pid")
         return self.transition(job_id, JobState.PENDING, fields={**dict.fromkeys(cleared), "eligible_time": eligible},
                                actor=actor, reason=reason, unless=unless, attempt=attempt, only_from=only_from,
-                               pipe=pipe)
+                               ends_attempt=True, pipe=pipe)
 
     # --- dispatch bookkeeping --------------------------------------------------------------
     def claim_dispatch(self, ids: Sequence[int], attempt: int, worker: str,
