@@ -111,7 +111,7 @@ SACCT: dict[str, tuple[int, Callable[[Job], str]]] = {
     "Account": (10, lambda j: ""),
     "User": (9, lambda j: j.spec.user),
     "QOS": (10, lambda j: j.priority_class),
-    "State": (10, lambda j: j.state.value),
+    "State": (10, lambda j: str(j.state)),  # an attempt's row may be REQUEUED, sacct's, not a JobState
     "Reason": (20, lambda j: j.reason or "None"),
     "ExitCode": (8, slurmfmt.exit_code),
     "Elapsed": (10, lambda j: slurmfmt.clock(slurmfmt.run_seconds(j))),

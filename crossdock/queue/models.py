@@ -385,12 +385,17 @@ ATTEMPTS_KEPT = 100
 """How many ended attempts a job keeps (``Job.past_attempts``): the oldest go first."""
 
 
+REQUEUED = "REQUEUED"
+"""sacct's state of a run its backend requeued itself (Slurm's own preemption): crossdock follows
+the run that starts again as the same attempt, so the row keeps the attempt's number."""
+
+
 class Attempt(_Model):
     """One ended attempt of a requeued job, as it was when the requeue ended it (sacct -D's row):
     the state it ended in, why a new attempt followed, where it ran and how long."""
 
     attempt: int
-    state: JobState
+    state: JobState | Literal["REQUEUED"]
     reason: str = Reason.NONE
     """Why the job went back to the queue (Preempted, Requeued, NodeLost, Migrated...)."""
     backend: str | None = None

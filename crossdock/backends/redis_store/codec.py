@@ -80,8 +80,8 @@ def _decode(name: str, v: str) -> Any:
 
 def _attempt(stored: dict[str, str]) -> Attempt:
     """One ended attempt from its stored form: the job hash's strings, as the Lua copied them."""
-    return Attempt(attempt=int(stored["attempt"]), state=JobState(stored["state"]),
-                   **{k: _decode(k, v) for k, v in stored.items() if k not in ("attempt", "state") and v})
+    return Attempt(attempt=int(stored["attempt"]),
+                   **{k: _decode(k, v) for k, v in stored.items() if k != "attempt" and v})
 
 
 def attempts_to_json(attempts: Sequence[Attempt]) -> str:

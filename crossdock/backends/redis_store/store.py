@@ -336,10 +336,12 @@ class JobStore:
     # --- state changes ---------------------------------------------------------------------
     def transition(self, job_id: int, new: JobState, *, fields: dict[str, Any] | None = None, actor: str = "",
                    reason: str = "", attempt: int | None = None, unless: str = "", bump_attempt: bool = False,
-                   only_from: Iterable[JobState] | None = None, ends_attempt: bool = False, pipe: Any = None) -> Any:
+                   only_from: Iterable[JobState] | None = None, ends_attempt: bool = False,
+                   ended_as: tuple[str, str] | None = None, pipe: Any = None) -> Any:
         """Move a job to ``new`` if the transition table allows it from its current state (and,
         with ``only_from``, only from one of those states). With ``ends_attempt`` (a requeue), the
-        attempt it ends is kept in the job's ``past_attempts`` first, in the same step.
+        run it ends is kept in the job's ``past_attempts`` first, in the same step: it ended in the
+        old state, for this transition's reason, unless ``ended_as`` (state, reason) says otherwise.
 
         Returns True/False (or queues the call on ``pipe``, whose result is ``[1|0, old]``).
         """
@@ -355,8 +357,8 @@ class JobStore:
                 self.k.finished]
         args = [job_id, new.value, allowed, json.dumps(values), json.dumps(event), STREAM_MAXLEN,
                 "" if attempt is None else str(attempt), unless, "1" if bump_attempt else "0",
-                "1" if new.terminal else "0", event["time"], encode(utcnow()) if ends_attempt else "",
-                ATTEMPTS_KEPT, " ".join(ATTEMPT_FIELDS)]
+                "1" if new.terminal else "0", event["time"], _ended(ends_attempt, ended_as), ATTEMPTS_KEPT,
+                " ".join(ATTEMPT_FIELDS)]
         if pipe is not None:
             return self._transition(keys=keys, args=args, client=pipe)
         moved, old = self._transition(keys=keys, args=args)
@@ -735,6 +737,14 @@ def _assign_ids(jobs: Sequence[Job], first: int) -> list[Job]:
             update["array_job_id"] = array_ids.setdefault(job.array_job_id, jid)
         out.append(job.model_copy(update=update))
     return out
+
+
+def _ended(ends_attempt: bool, ended_as: tuple[str, str] | None) -> str:
+    """The TRANSITION script's account of the run a requeue ends ("" when it ends none)."""
+    if not ends_attempt:
+        return ""
+    over = {"state": ended_as[0], "reason": ended_as[1]} if ended_as else {}
+    return json.dumps({"end_time": encode(utcnow()), **over})
 
 
 def _id(event: dict[str, str]) -> tuple[int, int]:

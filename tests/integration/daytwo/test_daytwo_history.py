@@ -2,6 +2,8 @@
 
 - on the store: a requeue keeps the attempt it ends (state, reason, nodes, exit, times) in the
   job, in the same step, at most ``ATTEMPTS_KEPT``, and the history record carries them;
+- a run the backend requeues itself (Slurm's own preemption: RUNNING, then PENDING in Slurm) is
+  kept as a REQUEUED row of the same attempt;
 - on ``crossdock up`` (local backend, real Redis and Celery): a running job requeued with
   ``crossdock requeue`` shows two rows with ``-D`` (PREEMPTED, then COMPLETED) and one without,
   in the table, with ``-o``, ``-l``, ``--units`` and ``--json``, before and after it expires.
@@ -14,9 +16,13 @@ import json
 import pytest
 
 from crossdock.backends.redis_store import store as store_module
-from crossdock.queue.models import Job, JobSpec
+from crossdock.cli.history import rows
+from crossdock.queue.models import REQUEUED, Job, JobSpec
+from crossdock.queue.ports import BackendStatus
 from crossdock.queue.states import TERMINAL, JobState
+from crossdock.workers.leader import Scheduler
 from tests.integration.daytwo.test_daytwo_live import cli, start_up, submit, wait_until  # noqa: F401 (a fixture)
+from tests.integration.local.test_follow import placed, scripted  # noqa: F401 (a fixture)
 
 pytestmark = [pytest.mark.daytwo, pytest.mark.redis]
 
@@ -54,6 +60,21 @@ def test_a_requeue_keeps_the_attempt_it_ends_and_the_history_record_carries_it(s
     assert store.expire_finished(0, 86400) == 1
     record, = store.history()
     assert [a["attempt"] for a in record["past_attempts"]] == [2, 3]
+
+
+def test_a_run_the_backend_requeues_itself_is_a_requeued_row_of_the_same_attempt(runtime, scripted):
+    sched = Scheduler(runtime, lambda *a: None)
+    job = placed(runtime.store)
+    for state, node in [(JobState.RUNNING, "cpu1"), (JobState.PENDING, "cpu1"), (JobState.RUNNING, "cpu2"),
+                        (JobState.COMPLETED, "cpu2")]:
+        scripted.report = BackendStatus("77", state, exit_code=0 if state is JobState.COMPLETED else None,
+                                        nodes=(node,))
+        sched.reconcile()
+    done = runtime.store.get(job.id)
+    assert [(n, str(r.state), r.reason, r.nodes) for n, r in rows([done], True)] == [
+        (1, REQUEUED, "Requeued", ["cpu1"]), (1, "COMPLETED", "None", ["cpu2"])]
+    run, = done.past_attempts
+    assert run.start_time is not None and run.end_time <= done.start_time
 
 
 @pytest.mark.celery
