@@ -4,6 +4,8 @@
   job, in the same step, at most ``ATTEMPTS_KEPT``, and the history record carries them;
 - a run the backend requeues itself (Slurm's own preemption: RUNNING, then PENDING in Slurm) is
   kept as a REQUEUED row of the same attempt;
+- a preempt task that arrives once its attempt ended and the job was placed again (``crossdock
+  requeue``'s stop landed first) leaves the next attempt alone;
 - on ``crossdock up`` (local backend, real Redis and Celery): a running job requeued with
   ``crossdock requeue`` shows two rows with ``-D`` (PREEMPTED, then COMPLETED) and one without,
   in the table, with ``-o``, ``-l``, ``--units`` and ``--json``, before and after it expires.
@@ -75,6 +77,20 @@ def test_a_run_the_backend_requeues_itself_is_a_requeued_row_of_the_same_attempt
         (1, REQUEUED, "Requeued", ["cpu1"]), (1, "COMPLETED", "None", ["cpu2"])]
     run, = done.past_attempts
     assert run.start_time is not None and run.end_time <= done.start_time
+
+
+def test_a_late_preempt_task_leaves_the_next_attempt_alone(runtime, monkeypatch):
+    from crossdock.workers import tasks as worker_tasks
+
+    monkeypatch.setattr(worker_tasks, "runtime", lambda: runtime)
+    store = runtime.store
+    job, = store.submit([Job(id=0, spec=JobSpec(command=["true"]), queue="q")])
+    run_attempt(store, job.id, "n1", JobState.PREEMPTED, 143)
+    assert store.requeue(job.id, reason="Preempted")
+    store.transition(job.id, JobState.SCHEDULED, bump_attempt=True, fields={"backend": "local", "pool": "local"})
+    assert worker_tasks.preempt(job.id, 0, 1) == "attempt 1 ended"
+    assert not store.get(job.id).preempt_requested
+    assert worker_tasks.preempt(job.id, 0, 2) == "requested" and store.get(job.id).preempt_requested
 
 
 @pytest.mark.celery
