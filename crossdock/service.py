@@ -207,7 +207,7 @@ def requeue(rt: Runtime, refs: Iterable[str], send, who: Caller | None = None) -
     for job in owned(rt, refs, who, "requeue"):
         if job.state.active:
             rt.store.request_preempt(job.id, 0)
-            send("crossdock.preempt", [job.id, 0], job.backend or "local")
+            send("crossdock.preempt", [job.id, 0, job.attempts], job.backend or "local")
             out.append((job, True))
         else:
             out.append((job, rt.store.requeue(job.id, actor=who.name, reason="Requeued")))

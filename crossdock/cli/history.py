@@ -13,7 +13,7 @@ from crossdock.cli.common import fail, gateway, print_json
 from crossdock.cli.views import Filter, csv, select
 from crossdock.queue.durations import parse_duration
 from crossdock.queue.errors import NoSuchJob
-from crossdock.queue.models import Job, JobSpec
+from crossdock.queue.models import Attempt, Job, JobSpec
 from crossdock.queue.states import JobState
 
 # sacct's named times (src/common/parse_time.c)
@@ -80,8 +80,22 @@ def record_job(rec: dict[str, Any]) -> Job:
         nodes=rec.get("nodes", []), gpu_ids=rec.get("gpu_ids", []), alloc_cpu_milli=rec.get("alloc_cpu_milli", 0),
         alloc_mem_mib=rec.get("alloc_mem_mib", 0), exit_code=rec.get("exit_code"), signal=rec.get("signal"),
         max_rss_kib=rec.get("max_rss_kib"),
+        past_attempts=[Attempt.model_validate(a) for a in rec.get("past_attempts", [])],
         submit_time=when("submit_time"), start_time=when("start_time"), end_time=when("end_time"),
         eligible_time=None, explanation="")
+
+
+def attempt_rows(job: Job) -> list[tuple[int, Job]]:
+    """sacct -D's rows of a job: each attempt a requeue ended, then its last, as (attempt, job) with
+    that attempt's state, reason, placement, exit and times; the id, spec and count are the job's."""
+    past = [(a.attempt, job.model_copy(update={**a.model_dump(exclude={"attempt"}), "past_attempts": []}))
+            for a in job.past_attempts]
+    return past + [(job.attempts, job)]
+
+
+def rows(jobs: Iterable[Job], duplicates: bool) -> list[tuple[int, Job]]:
+    """The rows of ``history``: one per job (its last attempt), or with ``duplicates`` one per attempt."""
+    return [r for j in jobs for r in (attempt_rows(j) if duplicates else [(j.attempts, j)])]
 
 
 def _cpus(j: Job) -> str:
@@ -97,7 +111,7 @@ SACCT: dict[str, tuple[int, Callable[[Job], str]]] = {
     "Account": (10, lambda j: ""),
     "User": (9, lambda j: j.spec.user),
     "QOS": (10, lambda j: j.priority_class),
-    "State": (10, lambda j: j.state.value),
+    "State": (10, lambda j: str(j.state)),  # an attempt's row may be REQUEUED, sacct's, not a JobState
     "Reason": (20, lambda j: j.reason or "None"),
     "ExitCode": (8, slurmfmt.exit_code),
     "Elapsed": (10, lambda j: slurmfmt.clock(slurmfmt.run_seconds(j))),
@@ -142,12 +156,13 @@ def value(name: str, job: Job, units: str | None = None) -> str:
     return SACCT[name][1](job)
 
 
-def json_row(j: Job) -> dict[str, Any]:
-    """One job for ``--json``: sacct's fields by name (counts as numbers), plus crossdock's."""
+def json_row(j: Job, attempt: int | None = None) -> dict[str, Any]:
+    """One job (or one of its attempts) for ``--json``: sacct's fields by name (counts as numbers),
+    plus crossdock's; ``attempt`` is the row's attempt (default the job's last)."""
     row: dict[str, Any] = {n: SACCT[n][1](j) for n in SACCT}
     row.update({n: int(row[n]) for n in NUMBERS})
-    return row | {"id": j.id, "backend": j.backend, "exit_status": j.exit_code, "signal": j.signal,
-                  "max_rss_kib": j.max_rss_kib}
+    return row | {"id": j.id, "attempt": j.attempts if attempt is None else attempt, "backend": j.backend,
+                  "exit_status": j.exit_code, "signal": j.signal, "max_rss_kib": j.max_rss_kib}
 
 
 def parse_fields(text: str) -> list[tuple[str, int]]:
@@ -238,16 +253,13 @@ def history(
     parsable: bool = typer.Option(False, "--parsable", "-p", help="'|' after every field"),
     parsable2: bool = typer.Option(False, "--parsable2", "-P", help="'|' between fields"),
     long: bool = typer.Option(False, "--long", "-l", help="sacct -l: the long field list"),
-    duplicates: bool = typer.Option(False, "--duplicates", "-D", help="refused: one record per job"
-                                    " (Restarts counts requeues; `crossdock events --job ID` lists each attempt)"),
+    duplicates: bool = typer.Option(False, "--duplicates", "-D", help="a row per attempt of a requeued job"
+                                    " (the same JobID; default: its last attempt)"),
     units: Optional[str] = typer.Option(None, "--units", help="MaxRSS and ReqMem in K, M, G, T or P"),
     as_json: bool = typer.Option(False, "--json"),
 ) -> None:
     """Finished and current jobs, like sacct: time window, states, exit codes, elapsed time."""
     del allocations  # every row is an allocation: crossdock keeps no job steps
-    if duplicates:
-        fail("--duplicates: crossdock keeps one record per job, not one per attempt; its Restarts field"
-             " counts requeues and `crossdock events --job ID` lists every attempt's start and end")
     if units is not None and units.upper() not in UNITS:
         fail(f"--units: unknown unit {units!r}; use K, M, G, T or P")
     try:
@@ -264,11 +276,11 @@ def history(
         users = {gateway().who.name}  # sacct shows a user their own jobs unless asked for more
     f = Filter(ids=csv(jobs) or None, states=wanted, users=users or None, queues=set(csv(queue_name)) or None,
                names=set(csv(name)) or None)
-    selected = collect(f, start, end)
+    selected = rows(collect(f, start, end), duplicates)
     if as_json:
-        print_json([json_row(j) for j in selected])
+        print_json([json_row(j, attempt) for attempt, j in selected])
         return
-    for line in table(selected, fields, header=not noheader,
+    for line in table((j for _, j in selected), fields, header=not noheader,
                       parsable="|+" if parsable else "|" if parsable2 else None,
                       units=units.upper() if units else None):
         print(line)

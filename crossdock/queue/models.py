@@ -382,6 +382,34 @@ def validation_message(exc: ValidationError) -> str:
     return f"{where}: invalid value {shown(err.get('input'), 80)}; {msg}"
 
 
+ATTEMPTS_KEPT = 100
+"""How many ended attempts a job keeps (``Job.past_attempts``): the oldest go first."""
+
+
+REQUEUED = "REQUEUED"
+"""sacct's state of a run its backend requeued itself (Slurm's own preemption): crossdock follows
+the run that starts again as the same attempt, so the row keeps the attempt's number."""
+
+
+class Attempt(_Model):
+    """One ended attempt of a requeued job, as it was when the requeue ended it (sacct -D's row):
+    the state it ended in, why a new attempt followed, where it ran and how long."""
+
+    attempt: int
+    state: JobState | Literal["REQUEUED"]
+    reason: str = Reason.NONE
+    """Why the job went back to the queue (Preempted, Requeued, NodeLost, Migrated...)."""
+    backend: str | None = None
+    pool: str | None = None
+    backend_ref: str | None = None
+    nodes: list[str] = Field(default_factory=list)
+    exit_code: int | None = None
+    signal: int | None = None
+    max_rss_kib: int | None = None
+    start_time: datetime | None = None
+    end_time: datetime | None = None
+
+
 class Job(_Model):
     """A job record: the spec plus its status. Array tasks are jobs of their own."""
 
@@ -430,6 +458,9 @@ class Job(_Model):
     end_time: datetime | None = None
     max_rss_kib: int | None = None
     """The most resident memory the attempt was seen to use, where its backend measures it (local)."""
+    past_attempts: list[Attempt] = Field(default_factory=list)
+    """The attempts a requeue ended, oldest first (the last :data:`ATTEMPTS_KEPT`); the job's own
+    fields are its last attempt's."""
 
     @property
     def display_id(self) -> str:

@@ -203,7 +203,7 @@ class Autoscaler:
         for job in draining:
             grace = self.rt.config.priority_classes[job.priority_class].grace_seconds
             self.rt.store.request_preempt(job.id, grace)
-            self.send("crossdock.preempt", [job.id, grace], job.backend or "local")
+            self.send("crossdock.preempt", [job.id, grace, job.attempts], job.backend or "local")
         if draining:
             nodes = sorted({n for j in draining for n in j.nodes if n in d.remove})
             changes.append({"target": target, "event": "nodes_drained", "pool": d.pool, "nodes": nodes,

@@ -17,7 +17,7 @@ from typing import Callable
 from crossdock.backends.redis_store.store import utcnow
 from crossdock.backends.registry import Backends
 from crossdock.observe import metrics
-from crossdock.queue.models import Job
+from crossdock.queue.models import REQUEUED, Job
 from crossdock.queue.ports import BackendError, StopsLost, SweepsOrphans, WatchedOutsideStore
 from crossdock.queue.states import JobState, Reason, stopped_outcome
 from crossdock.workers.app import SendTask
@@ -194,8 +194,12 @@ class Follower:
                     fields["start_time"] = utcnow()
                 elif state.terminal or state is JobState.PREEMPTED:
                     fields["end_time"] = utcnow()
+                # RUNNING -> SCHEDULED: the backend requeued the run itself; it starts the same attempt
+                # again, and the run that ended is kept (sacct -D's REQUEUED row).
+                again = job.state is JobState.RUNNING and state is JobState.SCHEDULED
                 # One round trip for every change of the pass (a 1,000-task array finishes together).
                 store.transition(job.id, state, fields=fields, reason=reason, actor=kind, attempt=job.attempts,
+                                 ends_attempt=again, ended_as=(REQUEUED, "Requeued") if again else None,
                                  pipe=pipe)
                 changes.append((job, state))
                 if state is JobState.PREEMPTED:

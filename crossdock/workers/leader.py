@@ -232,7 +232,7 @@ class Scheduler:
                 preemptor = jobs.get(pre.preemptor_id)
                 store.record_note(pre.victim_id, "preempting", self.holder, preemptor=pre.preemptor_id,
                                   reason=f"for job {preemptor.display_id if preemptor else pre.preemptor_id}")
-                self.send("crossdock.preempt", [pre.victim_id, pre.grace_seconds], victim.backend)
+                self.send("crossdock.preempt", [pre.victim_id, pre.grace_seconds, victim.attempts], victim.backend)
         store.update_nominations([p.job_id for p in result.admitted] + list(result.cancelled), result.nominations)
         store.save_expected_starts({r.job_id: (r.start, r.nodes) for r in result.reservations})
         # Only the reasons that changed: with thousands pending, rewriting each one every cycle

@@ -266,13 +266,17 @@ def cancel(job_id: int) -> str:
 
 
 @shared_task(name="crossdock.preempt")
-def preempt(job_id: int, grace_seconds: int) -> str:
+def preempt(job_id: int, grace_seconds: int, attempt: int | None = None) -> str:
     """Signal a victim and return: the grace period is never waited out in a worker (the follower
-    or the job's supervisor stops what still runs at its ``preempt_deadline``)."""
+    or the job's supervisor stops what still runs at its ``preempt_deadline``). With ``attempt``,
+    only that attempt: a task that arrives once the victim ended and was placed again (a requeue
+    whose stop landed first) leaves the next attempt alone."""
     rt = runtime()
     job = rt.store.get(job_id)
     if job.state.terminal or not job.backend:
         return str(job.state)
+    if attempt is not None and job.attempts != attempt:
+        return f"attempt {attempt} ended"
     with metrics.backend_call(job.backend, "preempt"):
         rt.backends(job.backend).preempt(job, grace_seconds)
     return "requested"

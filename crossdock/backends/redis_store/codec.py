@@ -12,7 +12,7 @@ from typing import Any, Sequence
 
 from pydantic import ValidationError
 
-from crossdock.queue.models import Job, JobSpec
+from crossdock.queue.models import Attempt, Job, JobSpec
 from crossdock.queue.snapshot import GpuDevice, JobFacts, Node
 from crossdock.queue.states import JobState
 
@@ -20,7 +20,7 @@ STATUS_FIELDS = ("state", "reason", "attempts", "queue", "priority_class", "prio
                  "array_job_id", "array_task_id", "backend", "pool", "backend_ref", "nodes", "gpu_ids",
                  "preempt_requested", "preempt_grace", "preempt_deadline", "cancel_requested", "dispatched", "pid",
                  "explanation", "alloc_cpu_milli", "alloc_mem_mib", "exit_code", "signal", "submit_time",
-                 "eligible_time", "scheduled_time", "start_time", "end_time", "max_rss_kib")
+                 "eligible_time", "scheduled_time", "start_time", "end_time", "max_rss_kib", "past_attempts")
 """Every field of a job hash besides ``spec``: exactly the status fields of :class:`Job`."""
 SPEC_CACHE_SIZE, SPEC_CACHE_CHARS = 10_000, 16_384
 """Parsed specs kept (:func:`spec_from_json`): more than the pending jobs of a busy queue, each
@@ -31,6 +31,10 @@ _INT = frozenset(("attempts", "priority", "array_job_id", "array_task_id", "allo
                   "exit_code", "signal", "pid", "max_rss_kib"))
 _FLOAT = frozenset(("preempt_grace",))
 _BOOL = frozenset(("preemptible", "preempt_requested", "cancel_requested"))
+ATTEMPT_FIELDS = ("backend", "pool", "backend_ref", "nodes", "exit_code", "signal", "max_rss_kib", "start_time",
+                  "end_time")
+"""The job hash's fields an ended attempt keeps as they were (the requeue's Lua copies them into
+``past_attempts``, with the attempt's number, the state it ended in and the requeue's reason)."""
 _TIME = frozenset(("submit_time", "eligible_time", "scheduled_time", "start_time", "end_time", "dispatched",
                    "preempt_deadline"))
 
@@ -56,6 +60,8 @@ def encode_fields(values: dict[str, Any]) -> dict[str, str]:
 
 
 def _decode(name: str, v: str) -> Any:
+    if name == "past_attempts":
+        return [_attempt(a) for a in json.loads(v)]
     if name in _JSON:
         return json.loads(v)
     if name in _INT:
@@ -72,7 +78,19 @@ def _decode(name: str, v: str) -> Any:
     return v
 
 
-_UNSTORED_DEFAULTS = {"reason": "None", "nodes": "[]", "gpu_ids": "[]", "alloc_cpu_milli": "0", "alloc_mem_mib": "0"}
+def _attempt(stored: dict[str, str]) -> Attempt:
+    """One ended attempt from its stored form: the job hash's strings, as the Lua copied them."""
+    return Attempt(attempt=int(stored["attempt"]),
+                   **{k: _decode(k, v) for k, v in stored.items() if k != "attempt" and v})
+
+
+def attempts_to_json(attempts: Sequence[Attempt]) -> str:
+    """``past_attempts`` as the job hash stores it (what the requeue's Lua writes)."""
+    return json.dumps([{k: encode(v) for k, v in a.model_dump().items() if encode(v) != ""} for a in attempts])
+
+
+_UNSTORED_DEFAULTS = {"reason": "None", "past_attempts": "[]", "nodes": "[]", "gpu_ids": "[]", "alloc_cpu_milli": "0",
+                      "alloc_mem_mib": "0"}
 """A new job's fields left out of its hash while they hold these defaults (read back as the
 model's defaults): ~70 B of every queued job. ``attempts`` stays (the Lua guards compare it)."""
 
@@ -81,7 +99,7 @@ def job_to_hash(job: Job, spec_text: str | None = None) -> dict[str, str]:
     """``spec_text``: the spec as stored, when it is not the spec's whole JSON (:mod:`.sealing`)."""
     h = {"spec": job.spec.model_dump_json(exclude_defaults=True) if spec_text is None else spec_text}
     for f in STATUS_FIELDS:
-        v = encode(getattr(job, f))
+        v = attempts_to_json(job.past_attempts) if f == "past_attempts" else encode(getattr(job, f))
         if v != "" and _UNSTORED_DEFAULTS.get(f) != v:
             h[f] = v
     return h
@@ -161,6 +179,7 @@ def history_record(job: Job) -> dict[str, Any]:
         "gpu_ids": job.gpu_ids, "alloc_cpu_milli": job.alloc_cpu_milli, "alloc_mem_mib": job.alloc_mem_mib,
         "submit_time": encode(job.submit_time), "start_time": encode(job.start_time),
         "end_time": encode(job.end_time), "workdir": spec.workdir, "max_rss_kib": job.max_rss_kib,
+        "past_attempts": [a.model_dump(mode="json", exclude_none=True) for a in job.past_attempts],
     }.items() if v not in (None, "", [])}
 
 

@@ -30,12 +30,31 @@ TRANSITION = NEXT_EVENT_ID + """
 -- ARGV[6] stream max length   ARGV[7] required attempts value ("" = any)
 -- ARGV[8] a field that must be unset ("" = none)   ARGV[9] "1" to increment attempts
 -- KEYS[6] finished zset   ARGV[10] "1" when the new state is terminal   ARGV[11] now (epoch seconds)
+-- ARGV[12] a requeue: JSON object of the ended attempt's end_time (when the hash has none) and, where
+--   they are not the old state and this event's reason, its state and reason ("" = not a requeue)
+-- ARGV[13] how many ended attempts the job keeps   ARGV[14] the ended attempt's fields, space-separated
 -- returns {1, old state} when moved, {0, old state or "missing"} when refused
 local old = redis.call('HGET', KEYS[1], 'state')
 if not old then return {0, 'missing'} end
 if not string.find(' ' .. ARGV[3] .. ' ', ' ' .. old .. ' ', 1, true) then return {0, old} end
 if ARGV[7] ~= '' and redis.call('HGET', KEYS[1], 'attempts') ~= ARGV[7] then return {0, old} end
 if ARGV[8] ~= '' and redis.call('HEXISTS', KEYS[1], ARGV[8]) == 1 then return {0, old} end
+local attempt = redis.call('HGET', KEYS[1], 'attempts') or '0'
+if ARGV[12] ~= '' and attempt ~= '0' then
+  -- a requeue ends this attempt: keep what it was (sacct -D's row) before its fields are cleared
+  local ends = cjson.decode(ARGV[12])
+  local ended = {attempt = attempt, state = ends.state or old, reason = ends.reason or cjson.decode(ARGV[5]).reason}
+  for name in string.gmatch(ARGV[14], '%S+') do
+    local v = redis.call('HGET', KEYS[1], name)
+    if v and v ~= '' then ended[name] = v end
+  end
+  if not ended.end_time then ended.end_time = ends.end_time end
+  local raw = redis.call('HGET', KEYS[1], 'past_attempts')
+  local past = raw and cjson.decode(raw) or {}
+  table.insert(past, ended)
+  while #past > tonumber(ARGV[13]) do table.remove(past, 1) end
+  redis.call('HSET', KEYS[1], 'past_attempts', cjson.encode(past))
+end
 for k, v in pairs(cjson.decode(ARGV[4])) do
   if v == '' then redis.call('HDEL', KEYS[1], k) else redis.call('HSET', KEYS[1], k, v) end
 end

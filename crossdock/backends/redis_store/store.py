@@ -23,8 +23,9 @@ from redis.retry import Retry
 from crossdock.backends.redis_store import connect, scripts
 from crossdock.backends.redis_store.access import AccessRecords
 from crossdock.backends.redis_store.autoscale import AutoscaleRecords
-from crossdock.backends.redis_store.codec import (encode_fields, facts_from_record, hash_to_job, history_record,
-                                                  job_to_hash, nodes_from_json, nodes_to_json)
+from crossdock.backends.redis_store.codec import (ATTEMPT_FIELDS, encode, encode_fields, facts_from_record,
+                                                  hash_to_job, history_record, job_to_hash, nodes_from_json,
+                                                  nodes_to_json)
 from crossdock.backends.redis_store.descheduler import DeschedulerRecords
 from crossdock.backends.redis_store.job_events import FIRST, event_json, in_order, queue_job_event
 from crossdock.backends.redis_store.keys import Keys
@@ -33,7 +34,7 @@ from crossdock.backends.redis_store.sealing import ENV, SpecSeals
 from crossdock.backends.redis_store.services import ServiceStore
 from crossdock.backends.redis_store.timing import RoundTrip, timed_client
 from crossdock.queue.errors import InvalidArgument, NoSuchJob, StoreUnavailable
-from crossdock.queue.models import Job
+from crossdock.queue.models import ATTEMPTS_KEPT, Job
 from crossdock.queue.snapshot import JobFacts, Node
 from crossdock.queue.states import TRANSITIONS, JobState, Reason
 
@@ -409,9 +410,12 @@ class JobStore:
     # --- state changes ---------------------------------------------------------------------
     def transition(self, job_id: int, new: JobState, *, fields: dict[str, Any] | None = None, actor: str = "",
                    reason: str = "", attempt: int | None = None, unless: str = "", bump_attempt: bool = False,
-                   only_from: Iterable[JobState] | None = None, pipe: Any = None) -> Any:
+                   only_from: Iterable[JobState] | None = None, ends_attempt: bool = False,
+                   ended_as: tuple[str, str] | None = None, pipe: Any = None) -> Any:
         """Move a job to ``new`` if the transition table allows it from its current state (and,
-        with ``only_from``, only from one of those states).
+        with ``only_from``, only from one of those states). With ``ends_attempt`` (a requeue), the
+        run it ends is kept in the job's ``past_attempts`` first, in the same step: it ended in the
+        old state, for this transition's reason, unless ``ended_as`` (state, reason) says otherwise.
 
         Returns True/False (or queues the call on ``pipe``, whose result is ``[1|0, old]``).
         """
@@ -427,7 +431,8 @@ class JobStore:
                 self.k.finished]
         args = [job_id, new.value, allowed, json.dumps(values), json.dumps(event), STREAM_MAXLEN,
                 "" if attempt is None else str(attempt), unless, "1" if bump_attempt else "0",
-                "1" if new.terminal else "0", event["time"]]
+                "1" if new.terminal else "0", event["time"], _ended(ends_attempt, ended_as), ATTEMPTS_KEPT,
+                " ".join(ATTEMPT_FIELDS)]
         if pipe is not None:
             return self._transition(keys=keys, args=args, client=pipe)
         moved, old = self._transition(keys=keys, args=args)
@@ -587,7 +592,7 @@ class JobStore:
                    "preempt_deadline", "dispatched", "pid")
         return self.transition(job_id, JobState.PENDING, fields={**dict.fromkeys(cleared), "eligible_time": eligible},
                                actor=actor, reason=reason, unless=unless, attempt=attempt, only_from=only_from,
-                               pipe=pipe)
+                               ends_attempt=True, pipe=pipe)
 
     # --- dispatch bookkeeping --------------------------------------------------------------
     def claim_dispatch(self, ids: Sequence[int], attempt: int, worker: str,
@@ -834,6 +839,14 @@ def _assign_ids(jobs: Sequence[Job], first: int) -> list[Job]:
             update["array_job_id"] = array_ids.setdefault(job.array_job_id, jid)
         out.append(job.model_copy(update=update))
     return out
+
+
+def _ended(ends_attempt: bool, ended_as: tuple[str, str] | None) -> str:
+    """The TRANSITION script's account of the run a requeue ends ("" when it ends none)."""
+    if not ends_attempt:
+        return ""
+    over = {"state": ended_as[0], "reason": ended_as[1]} if ended_as else {}
+    return json.dumps({"end_time": encode(utcnow()), **over})
 
 
 def _id(event: dict[str, str]) -> tuple[int, int]:

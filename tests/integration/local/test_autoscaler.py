@@ -154,7 +154,7 @@ def test_nodes_are_drained_of_preemptible_work_before_they_go(rt, fake, sched, t
     sched.autoscaler.pass_once()
     # the empty node goes at once; the busy one is drained through the preemption path and stays
     assert fake.removed == [other]
-    assert sched.sent == [("crossdock.preempt", [job.id, 0], "fake")]
+    assert sched.sent == [("crossdock.preempt", [job.id, 0, job.attempts], "fake")]
     assert rt.store.get(job.id).preempt_requested
     drained, removed = autoscale_events(rt)
     assert (drained["event"], drained["nodes"], drained["jobs"]) == ("nodes_drained", node, str(job.id))

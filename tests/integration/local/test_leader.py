@@ -127,7 +127,7 @@ def test_a_preemption_names_its_preemptor_in_the_victims_events(runtime):
     sent = []
     Scheduler(runtime, lambda *a: sent.append(a)).commit(
         CycleResult(preemptions=[Preemption(victim.id, task.id, 30)]), {j.id: j for j in store.get_many([victim.id, task.id])})
-    assert sent == [("crossdock.preempt", [victim.id, 30], "local")]
+    assert sent == [("crossdock.preempt", [victim.id, 30, 1], "local")]  # attempt 1 only
     note, = [e for e in store.events(victim.id) if e.get("event") == "preempting"]
     assert note["preemptor"] == str(task.id)
     assert describe(note).endswith(f"reason: for job {task.array_job_id}_3")
