@@ -170,8 +170,9 @@ def _runs(job_id: int, marks: list[Op], attempts: int, final_at: float | None) -
             out.append(Anomaly(job_id, RUN_AFTER_FINAL, f"a run of attempt {attempt} (pid {pid}); the store "
                                                         f"scheduled {attempts} attempts: #{op.index}"))
         elif final_at is not None and op.time is not None and op.time > final_at:
-            out.append(Anomaly(job_id, RUN_AFTER_FINAL, f"attempt {attempt} (pid {pid}) started "
-                                                        f"{op.time - final_at:.3f}s after its final state: #{op.index}"))
+            late = op.time - final_at
+            out.append(Anomaly(job_id, RUN_AFTER_FINAL, f"attempt {attempt} (pid {pid}) started {late:.3f}s after"
+                                                        f" its final state: #{op.index}"))
         rivals = [p for p in open_runs.get(attempt, []) if (attempt, p) in ended]
         if rivals and (attempt, pid) in ended:
             out.append(Anomaly(job_id, OVERLAP, f"attempt {attempt} started in pid {pid} while pid {rivals[0]}"

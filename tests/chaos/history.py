@@ -25,9 +25,13 @@ from typing import Any, Callable, Iterable
 INVOKE, OK, FAIL, INFO = "invoke", "ok", "fail", "info"
 NOW = -1.0
 """``at`` for an op stamped when it is added."""
-MARK = 'echo "{word} $CROSSDOCK_ATTEMPT $$ $(date +%s.%N)"'
-"""A job's run marker, as a shell command (append it to the job's marks file): the attempt the run
-belongs to, the pid of the shell that runs it, and when."""
+
+
+def mark(word: str, prefix: str = "") -> str:
+    """A job's run marker, as a shell command whose one line of output is appended to a marks file:
+    ``prefix`` (say ``$CROSSDOCK_JOB_ID `` in a file that several jobs share), start or end, the
+    attempt the run belongs to, the pid of the shell that runs it, and when."""
+    return f'echo "{prefix}{word} $CROSSDOCK_ATTEMPT $$ $(date +%s.%N)"'
 
 
 @dataclass(frozen=True)
@@ -50,7 +54,8 @@ class Op:
         at = f"{self.time:.3f}" if self.time is not None else "-"
         job = f" job {self.job}" if self.job is not None else ""
         error = f" ({self.error})" if self.error else ""
-        return f"#{self.index} {at} {self.process} {self.type} {self.f}{job} {json.dumps(self.value, default=str)}{error}"
+        value = json.dumps(self.value, default=str)
+        return f"#{self.index} {at} {self.process} {self.type} {self.f}{job} {value}{error}"
 
 
 @dataclass
@@ -115,9 +120,9 @@ def is_transition(event: dict[str, str]) -> bool:
     return "to" in event and event.get("event", "submitted") == "submitted"
 
 
-def observe_store(history: History, store: Any, key_of: Callable[[Any], str]) -> None:
-    """Every job the store holds: its transitions, then one complete ``read`` of keys and states.
-    The store must hold the run's jobs alone (a prefix of its own)."""
+def observe_store(history: History, store: Any, key_of: Callable[[Any], str]) -> list[Any]:
+    """Every job the store holds: its transitions, then one complete ``read`` of keys and states;
+    the jobs read. The store must hold the run's jobs alone (a prefix of its own)."""
     jobs = store.get_many(store.all_ids())
     for job in jobs:
         for ev in store.events(job.id):
@@ -126,6 +131,7 @@ def observe_store(history: History, store: Any, key_of: Callable[[Any], str]) ->
                             "actor": ev.get("actor", ""), "reason": ev.get("reason", "")},
                             job=job.id, at=float(ev["time"]) if ev.get("time") else None)
     history.add("store", OK, "read", {str(j.id): {"key": key_of(j), "state": j.state.value} for j in jobs})
+    return jobs
 
 
 # --- what the jobs wrote --------------------------------------------------------------------------
