@@ -191,3 +191,11 @@ def _cancels(job_id: int, state: JobState, cancels: list[Op], final_at: float | 
                                                 f"{state.value} {final_at - first:.3f}s later")]
     return []
 
+
+if __name__ == "__main__":  # python -m tests.chaos.checker RUN/history.jsonl: judge a kept history again
+    import sys
+    from pathlib import Path
+
+    verdict = check(History.load(Path(sys.argv[1])))
+    print(verdict.report())
+    sys.exit(0 if verdict.ok else 1)

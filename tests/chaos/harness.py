@@ -407,8 +407,8 @@ def run_chaos(run: ChaosRun) -> tuple[list[Verdict], str]:
         finally:
             run.stop()  # freezes the store: the events printed match the states judged
         text = report(run, verdicts, recover)
+        print(text, flush=True)
         run.observe()  # the store frozen by stop(), still up
     finally:
         run.stop_redis()
-    print(text, flush=True)
     return verdicts, text

@@ -104,7 +104,12 @@ class History:
         return out
 
     def dump(self, path: Path) -> None:
+        """One JSON op a line; :meth:`load` reads it back."""
         path.write_text("\n".join(json.dumps(asdict(op), default=str) for op in self.ops) + "\n")
+
+    @classmethod
+    def load(cls, path: Path) -> History:
+        return cls([Op(**json.loads(line)) for line in path.read_text().splitlines() if line.strip()])
 
 
 # --- what the client did --------------------------------------------------------------------------

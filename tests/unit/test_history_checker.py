@@ -176,6 +176,14 @@ def test_the_report_names_the_job_and_its_ops():
     assert "store ok transition job 1" in text
 
 
+def test_a_history_dumped_and_loaded_is_judged_the_same(tmp_path):
+    h = one_job(P, R, D)
+    h.dump(tmp_path / "history.jsonl")
+    again = History.load(tmp_path / "history.jsonl")
+    assert again.ops == h.ops
+    assert c.check(again).anomalies == c.check(h).anomalies
+
+
 def test_marks_files_parse_old_and_new_lines():
     assert parse_marks("start 1\nstart 2 77 12.5\nend 2 77 13.0\n\n") == [
         ("start", 1, "", None), ("start", 2, "77", 12.5), ("end", 2, "77", 13.0)]
