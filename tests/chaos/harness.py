@@ -373,7 +373,10 @@ class ChaosRun:
         return judge(self)
 
     def observe(self) -> None:
-        """End the history: every job the store holds, its transitions and its runs."""
+        """End the history: every job the store holds, its transitions and its runs. A Redis that
+        ``up`` started again after a kill is in ``up``'s process group, and its SIGTERM stopped it
+        too: it starts again from its AOF (nothing else of the run is alive to change it)."""
+        self.start_redis()
         for job in observe_store(self.history, self.rt.store, key_of):
             observe_runs(self.history, job.id, self.runs(job))
         self.history.dump(self.root / "history.jsonl")
@@ -408,7 +411,7 @@ def run_chaos(run: ChaosRun) -> tuple[list[Verdict], str]:
             run.stop()  # freezes the store: the events printed match the states judged
         text = report(run, verdicts, recover)
         print(text, flush=True)
-        run.observe()  # the store frozen by stop(), still up
+        run.observe()  # the store as stop() froze it
     finally:
         run.stop_redis()
     return verdicts, text
