@@ -6,8 +6,10 @@ the same seeded RNG, SIGKILLs a Celery worker process, ``up`` alone, ``up``'s wh
 and Redis (restarted after the outage on the same socket with the same AOF). It plays the
 operator: ``up`` that died is started again (once Redis is back, as an operator would wait).
 
-Every job appends ``start ATTEMPT`` and ``end ATTEMPT`` to its own marks file, so the oracle
-counts runs from bytes written, then compares them with what the store recorded.
+Every job appends ``start ATTEMPT PID TIME`` and ``end ATTEMPT PID`` to its own marks file, so the
+oracle counts runs from bytes written, then compares them with what the store recorded. The run
+also keeps a history (:mod:`tests.chaos.history`: each submission, each fault, and at the end every
+stored job's transitions and runs) for :func:`tests.chaos.checker.check`.
 ``CROSSDOCK_CHAOS_SEED`` replays a run: the workload and the fault schedule follow from it (which
 pid a worker kill hits depends on what is alive at that moment).
 """
@@ -32,12 +34,13 @@ from crossdock.backends.redis_store import embedded
 from crossdock.queue.models import ArraySpec, Job, JobSpec
 from crossdock.runtime import Runtime
 from crossdock.settings import Settings, current_user
+from tests.chaos.history import History, mark, observe_runs, observe_store, parse_marks, submit
 from tests.chaos.oracle import STORE_DOWN, Verdict, judge, report
 
 REPO = Path(__file__).resolve().parents[2]
 # $1 marks dir, $2 key, $3 exit code, $4 sleep seconds; array tasks add their index to the key.
-BODY = ('f="$1/$2${SLURM_ARRAY_TASK_ID:+_$SLURM_ARRAY_TASK_ID}"; echo "start $CROSSDOCK_ATTEMPT" >> "$f"; '
-        '[ "$4" = 0 ] || sleep "$4"; echo "end $CROSSDOCK_ATTEMPT" >> "$f"; exit "$3"')
+BODY = (f'f="$1/$2${{SLURM_ARRAY_TASK_ID:+_$SLURM_ARRAY_TASK_ID}}"; {mark("start")} >> "$f"; '
+        '[ "$4" = 0 ] || sleep "$4"; echo "end $CROSSDOCK_ATTEMPT $$" >> "$f"; exit "$3"')
 
 
 def seed_from_env(default: int | None = None) -> int:
@@ -184,6 +187,7 @@ class ChaosRun:
         self.last_fault_end = 0.0
         self.census: list[int] = []
         self.ended: list[tuple[float, int]] = []
+        self.history = History()
         """(time, jobs ended) while waiting for the end: tells a stuck service from a slow one."""
 
     def note(self, text: str) -> None:
@@ -234,6 +238,7 @@ class ChaosRun:
 
     # --- faults ----------------------------------------------------------------------------------
     def inject(self, fault: Fault) -> None:
+        self.history.fault(f"{fault.kind} {fault.outage:.0f}s" if fault.outage else fault.kind)
         if fault.kind in self.actions:
             self.note(self.actions[fault.kind](self, fault))
         elif fault.kind == "worker":
@@ -264,10 +269,13 @@ class ChaosRun:
         from crossdock import service
 
         specs = [p.spec(self.marks, self.root) for p in plans]
+        token = f"chaos-{self.seed}-{wave}"
+        keys = [p.key + (f"_{i}" if p.tasks else "") for p in plans for i in range(p.tasks or 1)]
         deadline, tries = time.monotonic() + 120, 0
         while True:
             try:
-                jobs = service.submit(self.rt, specs, token=f"chaos-{self.seed}-{wave}")
+                jobs = submit(self.history, keys, lambda: service.submit(self.rt, specs, token=token), key_of,
+                              STORE_DOWN)
                 break
             except STORE_DOWN as exc:
                 if time.monotonic() > deadline:
@@ -350,17 +358,34 @@ class ChaosRun:
             _kill(pid)
 
     # --- the oracle ------------------------------------------------------------------------------
-    def marks_of(self, job: Job, plan: Plan) -> tuple[list[int], list[int]]:
-        name = plan.key + (f"_{job.array_task_id}" if plan.tasks else "")
+    def runs(self, job: Job) -> list[tuple[str, int, str, float | None]]:
+        """The start and end marks of ``job``'s runs, in the order written."""
         try:
-            lines = (self.marks / name).read_text().split("\n")
+            return parse_marks((self.marks / key_of(job)).read_text())
         except FileNotFoundError:
-            return [], []
-        pairs = [ln.split() for ln in lines if ln.strip()]
-        return [int(a) for w, a in pairs if w == "start"], [int(a) for w, a in pairs if w == "end"]
+            return []
+
+    def marks_of(self, job: Job, plan: Plan) -> tuple[list[int], list[int]]:
+        marks = self.runs(job)
+        return [a for w, a, _, _ in marks if w == "start"], [a for w, a, _, _ in marks if w == "end"]
 
     def judge(self) -> list[Verdict]:
         return judge(self)
+
+    def observe(self) -> None:
+        """End the history: every job the store holds, its transitions and its runs. A Redis that
+        ``up`` started again after a kill is in ``up``'s process group, and its SIGTERM stopped it
+        too: it starts again from its AOF (nothing else of the run is alive to change it)."""
+        self.start_redis()
+        for job in observe_store(self.history, self.rt.store, key_of):
+            observe_runs(self.history, job.id, self.runs(job))
+        self.history.dump(self.root / "history.jsonl")
+
+
+def key_of(job: Job) -> str:
+    """A chaos job's key (its plan's, and its array task's): the argument its command writes marks under."""
+    return job.spec.command[5] + (f"_{job.array_task_id}" if job.array_task_id is not None else "")
+
 
 def local_config(cpus: int = 64) -> dict:
     """The embedded default's shape, one local node declaring many CPUs so short jobs overlap."""
@@ -375,7 +400,8 @@ def local_config(cpus: int = 64) -> dict:
 
 
 def run_chaos(run: ChaosRun) -> tuple[list[Verdict], str]:
-    """Drive ``run``, judge it, stop everything it started; the verdicts and the printed table."""
+    """Drive ``run``, judge it, stop everything it started; the verdicts and the printed table.
+    ``run.history`` then holds the run's whole history, for :func:`tests.chaos.checker.check`."""
     print(f"chaos seed {run.seed} (replay: CROSSDOCK_CHAOS_SEED={run.seed})", flush=True)
     try:
         try:
@@ -384,7 +410,8 @@ def run_chaos(run: ChaosRun) -> tuple[list[Verdict], str]:
         finally:
             run.stop()  # freezes the store: the events printed match the states judged
         text = report(run, verdicts, recover)
+        print(text, flush=True)
+        run.observe()  # the store as stop() froze it
     finally:
         run.stop_redis()
-    print(text, flush=True)
     return verdicts, text

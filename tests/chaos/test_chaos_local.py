@@ -1,5 +1,6 @@
 """Chaos on the embedded default (local backend): SIGKILLs of Celery workers, ``up``, its process
-group and Redis at seeded random moments; every job must end exactly once in its true state.
+group and Redis at seeded random moments; every job must end exactly once in its true state, and
+the run's history must pass the checker (:mod:`tests.chaos.checker`).
 
 ``CROSSDOCK_CHAOS_JOBS`` sizes the run (2,000 by default, as in CI; ``bench/bench_chaos.py`` runs
 10,000). It is bound by CPU, not by its waits: about 60 ms of CPU per job over the whole run (the
@@ -18,6 +19,7 @@ import random
 
 import pytest
 
+from tests.chaos.checker import check
 from tests.chaos.harness import ChaosRun, local_config, run_chaos, schedule, seed_from_env
 
 pytestmark = [pytest.mark.chaos, pytest.mark.redis, pytest.mark.celery, pytest.mark.timeout(900)]
@@ -38,5 +40,8 @@ def test_every_job_ends_exactly_once_in_its_true_state(tmp_path):
     run = ChaosRun(tmp_path, local_config(), seed, n, schedule(rng, window, KILLS, outages),
                    waves=5, wave_every=window / 6, recover_timeout=recover)
     verdicts, table = run_chaos(run)
+    verdict = check(run.history)
+    print(verdict.summary(), flush=True)
     problems = [v for v in verdicts if v.problem]
     assert not problems, table
+    assert verdict.ok, verdict.report()

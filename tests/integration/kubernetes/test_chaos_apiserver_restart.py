@@ -1,6 +1,6 @@
 """Chaos through a Kubernetes pool (kwok nodes, a backend queue): kube-apiserver SIGKILLed and
 started again among kills of workers, ``up`` and Redis; every job ends exactly once in its true
-state.
+state, and the run's history passes the checker.
 
 kwok's pods run nothing, so a job's runs are its pods (started, and ended Succeeded or Failed).
 They are counted by a ledger that watches the pods for the whole run and keeps every phase it
@@ -32,6 +32,7 @@ from kubernetes import client, watch
 
 from crossdock.backends.kubernetes import manifests as m
 from crossdock.dev import k8s
+from tests.chaos.checker import check
 from tests.chaos.harness import ChaosRun, Fault, Plan, run_chaos, schedule, seed_from_env
 
 pytestmark = [pytest.mark.chaos, pytest.mark.kubernetes, pytest.mark.redis, pytest.mark.celery,
@@ -159,6 +160,14 @@ class PodCountedRun(ChaosRun):
         runs = self.pods.get(job.id, [])
         return [a for a, _ in runs], [a for a, phase in runs if phase in ENDED]
 
+    def runs(self, job):
+        """Each pod of ``job`` that ran, as a start mark (and an end mark once ended): the pod's uid
+        is its pid, and no time (the ledger sees a pod when the API server tells, not when it started)."""
+        with self.ledger.lock:
+            pods = [(uid, a, phase) for uid, (j, a, phase) in self.ledger.pods.items() if j == job.id]
+        return [m for uid, a, phase in pods
+                for m in [("start", a, uid, None)] + [("end", a, uid, None)] * (phase in ENDED)]
+
 
 @pytest.fixture
 def shared_plane(k8s_kubeconfig, k8s_client):
@@ -201,4 +210,7 @@ def test_apiserver_restart_every_job_ends_once(shared_plane, k8s_kubeconfig, k8s
     finally:
         if not os.environ.get("CROSSDOCK_CHAOS_KEEP"):  # keep the state and up.log to read after a failure
             shutil.rmtree(root, ignore_errors=True)
+    verdict = check(run.history)
+    print(verdict.summary(), flush=True)
     assert not [v for v in verdicts if v.problem], table
+    assert verdict.ok, verdict.report()

@@ -1,6 +1,8 @@
 """Redis high availability: ``crossdock up`` (scheduler, Celery worker, local jobs' supervisors)
 on a Sentinel URL; the master is killed while jobs run; the replica is promoted and crossdock goes
-on: every job submitted before and after ends COMPLETED, each ran exactly once."""
+on: every job submitted before and after ends COMPLETED, each ran exactly once, and the history of
+submissions, transitions and runs passes the chaos checker (no acknowledged write lost in the
+failover)."""
 
 from __future__ import annotations
 
@@ -19,6 +21,9 @@ from crossdock.backends.redis_store.store import STORE_UNAVAILABLE
 from crossdock.queue.models import JobSpec
 from crossdock.queue.states import JobState, TERMINAL
 from crossdock.runtime import Runtime
+from tests.chaos.checker import check
+from tests.chaos.history import History, mark, observe_runs, observe_store, parse_marks
+from tests.chaos.history import submit as record_submit
 from tests.conftest import TEST_CONFIG
 from tests.integration.local.redis_ha import RedisHA
 from tests.waiting import eventually
@@ -39,20 +44,39 @@ def ha(tmp_path):
         cluster.stop()
 
 
-def submit(rt, runs, n, tag):
-    """``n`` jobs, each appending its id to ``runs`` once it runs; retried with one idempotency
-    token while the store fails over (a retry never stores the batch twice)."""
-    specs = [JobSpec(command=["sh", "-c", f'echo "$CROSSDOCK_JOB_ID" >> {runs}; sleep 1'], workdir=str(runs.parent),
+# Each run appends "JOB start ATTEMPT PID TIME" and "JOB end ATTEMPT PID" to the runs file.
+BODY = (f'{mark("start", "$CROSSDOCK_JOB_ID ")} >> "$1"; sleep 1; '
+        'echo "$CROSSDOCK_JOB_ID end $CROSSDOCK_ATTEMPT $$" >> "$1"')
+
+
+def submit(rt, history, runs, n, tag):
+    """``n`` jobs, each marking its run in ``runs``; retried with one idempotency token while the
+    store fails over (a retry never stores the batch twice), each try an op of ``history``."""
+    specs = [JobSpec(command=["sh", "-c", BODY, "run", str(runs)], workdir=str(runs.parent),
                      cpus_per_task=1, name=f"{tag}-{i}") for i in range(n)]
     token = uuid.uuid4().hex
 
     def attempt():
         try:
-            return service.submit(rt, specs, token=token)
+            return record_submit(history, [s.name for s in specs], lambda: service.submit(rt, specs, token=token),
+                                 key_of, STORE_UNAVAILABLE)
         except STORE_UNAVAILABLE:
             return None
 
     return [j.id for j in eventually(f"the {tag} jobs to be stored", attempt, 30)]
+
+
+def key_of(job):
+    return job.spec.name
+
+
+def runs_by_job(runs):
+    """Each job's marks, in the order written."""
+    lines: dict[int, list[str]] = {}
+    for line in runs.read_text().splitlines():
+        job, _, mark = line.partition(" ")
+        lines.setdefault(int(job), []).append(mark)
+    return {job: parse_marks("\n".join(marks)) for job, marks in lines.items()}
 
 
 def states(rt, ids):
@@ -79,18 +103,26 @@ def test_master_killed_mid_run_no_job_lost_or_run_twice(ha, tmp_path, monkeypatc
         rt = Runtime.from_env()
         first_master = ha.master_port()
         runs = tmp_path / "runs.log"
-        before = submit(rt, runs, BEFORE, "before")
+        history = History()
+        before = submit(rt, history, runs, BEFORE, "before")
         eventually("some jobs done and others running", lambda: (s := states(rt, before))[JobState.COMPLETED] >= 2
                    and s[JobState.RUNNING] >= 1, 60)
+        history.fault("kill the master")
         ha.kill_master()
         eventually("the sentinels to promote the replica", lambda: ha.master_port() != first_master, 30)
-        after = submit(rt, runs, AFTER, "after")
+        after = submit(rt, history, runs, AFTER, "after")
         ids = before + after
         eventually("every job to end", lambda: sum(n for s, n in states(rt, ids).items() if s in TERMINAL)
                    == len(ids), 120)
         assert states(rt, ids) == Counter({JobState.COMPLETED: len(ids)}), log.read_text()[-3000:]
-        ran = Counter(int(line) for line in runs.read_text().split())
+        marks = runs_by_job(runs)
+        ran = Counter({job: sum(1 for m in ms if m[0] == "start") for job, ms in marks.items()})
         assert ran == Counter({i: 1 for i in ids})  # none lost, none run twice
+        for job in observe_store(history, rt.store, key_of):
+            observe_runs(history, job.id, marks.get(job.id, []))
+        verdict = check(history)
+        print(verdict.summary())
+        assert verdict.ok, verdict.report()
         assert ha.client("replica").info("replication")["role"] == "master"
         assert up.poll() is None, log.read_text()[-3000:]
     finally:

@@ -1,6 +1,6 @@
 """Chaos through a Slurm pool with a backend queue: slurmctld stopped and started again (jobs
 survive in its saved state) among kills of workers, ``up`` and Redis; every job ends exactly once
-in its true state.
+in its true state, and the run's history passes the checker.
 
 It restarts the local cluster's controller: never run it where others share that cluster
 (``-m "chaos and slurm"`` selects it; CI runs it on a cluster of its own).
@@ -16,6 +16,7 @@ from pathlib import Path
 
 import pytest
 
+from tests.chaos.checker import check
 from tests.chaos.harness import ChaosRun, Fault, run_chaos, schedule, seed_from_env
 
 pytestmark = [pytest.mark.chaos, pytest.mark.slurm, pytest.mark.redis, pytest.mark.celery, pytest.mark.timeout(900)]
@@ -58,4 +59,7 @@ def test_slurm_controller_restart_every_job_ends_once(slurm_cluster):
     run = ChaosRun(root, slurm_config(), seed, n, faults, waves=4, wave_every=8, recover_timeout=300,
                    env=env, actions={"slurmctld": restart_slurmctld})
     verdicts, table = run_chaos(run)
+    verdict = check(run.history)
+    print(verdict.summary(), flush=True)
     assert not [v for v in verdicts if v.problem], table
+    assert verdict.ok, verdict.report()
