@@ -23,7 +23,8 @@ from crossdock.queue.states import JobState
 from tests.conftest import in_ci
 from tests.integration.local.rest import ApiServer, make_token
 from tests.integration.local.test_dashboard import browser, gpu_pools, shoot  # noqa: F401
-from tests.integration.local.test_up import Up, client_runtime, run_job, up_env, wait_until  # noqa: F401
+from tests.integration.local.test_up import Up, client_runtime, run_job, up_env  # noqa: F401
+from tests.waiting import eventually as wait_until
 
 pytestmark = [pytest.mark.daytwo]
 

@@ -18,7 +18,7 @@ import pytest
 from crossdock.client import Client
 from crossdock.queue.states import JobState
 from tests.integration.local.rest import ApiServer, make_token
-from tests.integration.local.test_live_config import wait_until
+from tests.waiting import eventually as wait_until
 
 pytestmark = [pytest.mark.daytwo, pytest.mark.redis, pytest.mark.celery]
 cloudpickle.register_pickle_by_value(sys.modules[__name__])  # the jobs cannot import this test module

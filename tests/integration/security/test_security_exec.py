@@ -30,7 +30,7 @@ from crossdock.queue.states import JobState
 from tests.conftest import TEST_CONFIG, Cluster
 from tests.integration.local.test_users import (  # noqa: F401 - fixtures
     issued_key, run_as_second, service_rt, shared_redis, users)
-from tests.integration.local.test_users_socket import wait_until
+from tests.waiting import eventually as wait_until
 
 pytestmark = [pytest.mark.security, pytest.mark.redis, pytest.mark.celery]
 

@@ -20,8 +20,8 @@ from crossdock.queue.states import JobState
 from tests.conftest import TEST_CONFIG
 from tests.integration.local.rest import ApiServer
 from tests.integration.local.test_users import SECOND
-from tests.integration.local.test_users_socket import (as_second, cli_as_second, root_client, service,  # noqa: F401
-                                                       wait_until)
+from tests.integration.local.test_users_socket import as_second, cli_as_second, root_client, service  # noqa: F401
+from tests.waiting import eventually as wait_until
 
 pytestmark = [pytest.mark.security, pytest.mark.redis, pytest.mark.celery]
 
