@@ -76,7 +76,7 @@ def test_return_value_and_remote_exception_reach_the_store(py_client, k8s_client
 
     bad = py_client.submit(refuse, 3)
     proc = run_container(created_job(k8s_client, k8s_namespace, m.LABEL_JOB_ID, bad.id))
-    assert proc.returncode == 1 and "Refused: refused 3" in proc.stderr
+    assert proc.returncode == 1 and "Refused: refused 3" in proc.stdout + proc.stderr  # one stream, kept by the runner
     with pytest.raises(Refused, match="refused 3") as exc:
         bad.result(timeout=120)
     assert any("remote traceback" in n and "refuse" in n for n in exc.value.__notes__)
