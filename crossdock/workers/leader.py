@@ -250,26 +250,21 @@ class Scheduler:
         return self.rt.store.expire_finished(cfg.min_job_age_seconds, cfg.history_days * 86400)
 
     # --- the loop --------------------------------------------------------------------------
-    def _wait_for_work(self, stop: threading.Event, interval: float, submitted_before: int, tick: float = 0.05,
-                       rest: float = 0.0) -> bool:
+    def _wait_for_work(self, stop: threading.Event, interval: float, tick: float = 0.05, rest: float = 0.0) -> bool:
         """Sleep until the next cycle is due, or until there is new work: new jobs arrived (the
-        job counter passed ``submitted_before``, read before this turn's autoscaler looked, so
-        jobs that came during the turn count too), or jobs ended while others wait (the active
-        index shrank, so their capacity is free): a submission or a freed slot is acted on within
-        ``tick`` s rather than up to ``interval`` s later; not before ``rest`` s (the last cycle's
-        length, so that the loop keeps to half a core however often jobs end). True when woken by
-        new jobs."""
+        pending index grew), or jobs ended while others wait (the active index shrank, so their
+        capacity is free): a submission or a freed slot is acted on within ``tick`` s rather than
+        up to ``interval`` s later; not before ``rest`` s (the last cycle's length, so that the
+        loop keeps to half a core however often jobs end). True when woken by new jobs."""
         store = self.rt.store
         start = time.monotonic()
         deadline = start + interval
-        _pending, seen_active, submitted = store.queue_counts()
-        if submitted > submitted_before:
-            return True
+        seen_pending, seen_active = store.queue_counts()
         while not stop.wait(min(tick, max(deadline - time.monotonic(), 0))):
             if time.monotonic() >= deadline:
                 return False
-            pending, active, submitted = store.queue_counts()
-            if submitted > submitted_before:
+            pending, active = store.queue_counts()
+            if pending > seen_pending:
                 return True
             if pending and active < seen_active and time.monotonic() - start >= rest:
                 return False
@@ -307,7 +302,6 @@ class Scheduler:
             return
         self.parts["config"].call(self.switch_config)
         cfg = self.rt.config.scheduler
-        submitted_before = self.rt.store.queue_counts()[2]  # what this turn's autoscaler can have seen
         autoscale = [("autoscale", self.rt.config.autoscaler.interval_seconds, self.autoscaler.pass_once)
                      ] if self.autoscaler.wanted() else []
         deschedule = [("deschedule", self.rt.config.descheduler.interval_seconds, self.descheduler.pass_once)
@@ -328,8 +322,7 @@ class Scheduler:
         # the interval (thousands pending) is followed by as long a wait, so that the loop takes
         # at most half a core from the workers and supervisors that run the jobs it admits.
         soonest = min(due[step] for step, _every, _fn in autoscale + deschedule + serve + follow) - time.monotonic()
-        if self._wait_for_work(stop, min(max(cfg.interval_seconds, took), max(soonest, 0.05)), submitted_before,
-                               rest=took):
+        if self._wait_for_work(stop, min(max(cfg.interval_seconds, took), max(soonest, 0.05)), rest=took):
             # new jobs: the autoscaler looks at once (at most every ARRIVAL_AUTOSCALE_SECONDS
             # while they keep arriving)
             due["autoscale"] = min(due["autoscale"], self._autoscaled_at + ARRIVAL_AUTOSCALE_SECONDS)

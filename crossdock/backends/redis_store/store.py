@@ -277,16 +277,13 @@ class JobStore:
     def pending_count(self) -> int:
         return int(self.r.zcard(self.k.pending))
 
-    def queue_counts(self) -> tuple[int, int, int]:
-        """(pending, active, submitted) in one round trip: the leader's idle loop watches them.
-        ``submitted`` is the job counter (every id ever given), which only grows: an arrival
-        shows in it even when a cycle admitted as many jobs as arrived."""
+    def queue_counts(self) -> tuple[int, int]:
+        """(pending, active) in one round trip: the leader's idle loop watches both."""
         with self.r.pipeline(transaction=False) as pipe:
             pipe.zcard(self.k.pending)
             pipe.zcard(self.k.active)
-            pipe.get(self.k.job_counter)
-            pending, active, submitted = pipe.execute()
-        return int(pending), int(active), int(submitted or 0)
+            pending, active = pipe.execute()
+        return int(pending), int(active)
 
     def active_ids(self) -> list[int]:
         return [int(i) for i in self.r.zrange(self.k.active, 0, -1)]
