@@ -29,6 +29,7 @@ from crossdock.queue.serving import ServiceState
 from crossdock.queue.states import TERMINAL, JobState
 from crossdock.runtime import Runtime
 from tests.conftest import TEST_CONFIG
+from tests.waiting import eventually as wait_until
 
 pytestmark = [pytest.mark.daytwo, pytest.mark.redis, pytest.mark.celery]
 
@@ -36,14 +37,6 @@ pytestmark = [pytest.mark.daytwo, pytest.mark.redis, pytest.mark.celery]
 def cli(env, *args, timeout=60):
     return subprocess.run([sys.executable, "-m", "crossdock.cli.main", *args], env={**os.environ, **env},
                           capture_output=True, text=True, timeout=timeout)
-
-
-def wait_until(what, condition, timeout=30.0):
-    deadline = time.monotonic() + timeout
-    while not (value := condition()):
-        assert time.monotonic() < deadline, f"timed out after {timeout}s waiting for {what}"
-        time.sleep(0.1)
-    return value
 
 
 def submit(env, *args) -> int:
