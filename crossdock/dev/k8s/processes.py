@@ -64,8 +64,13 @@ def stop_pid(pid: int, exe: str, start: str | None = None, timeout: float = 15.0
         return
 
     def gone() -> bool:
+        # Not pid_alive: while a large process unmaps its memory on the way out, /proc/<pid>/exe no
+        # longer reads but the process (its working directory, its files) is still there.
         reap(pid)
-        return not pid_alive(pid, exe, start)
+        if not Path("/proc").is_dir():
+            return not pid_alive(pid, exe, start)
+        fields = proc_stat(pid)
+        return fields is None or fields[0] == "Z" or fields[19] != start
 
     terminate(pid, gone, timeout=timeout, sig=sig, kill_wait=5.0)
 

@@ -226,13 +226,17 @@ def _pools(pools: list[str], inputs: Inputs, state: AutoscaleState, nxt: Autosca
     lap("fits_now")
     candidates: dict[str, tuple] = {}
     limits: dict[str, tuple[int, str]] = {}
+    takes_work = {n.name for n in inputs.snapshot.nodes if n.schedulable}
     for p in pools:
         group, pool = inputs.groups[p], config.pools[p]
         starting = len(group.starting) - len(scaledown.timed_out(group, state.requested, config, now))
+        # Starting at the last pass, ready to the provisioner now, still coming up in the snapshot
+        # (read a moment before the group): capacity that is there, not a reason to add a node.
+        coming = sum(1 for n in group.ready if n in state.requested and n not in takes_work)
         limits[p] = _limit(pool.max_nodes, group.spare, len(group.ready) + starting)
         template = capacity.pool_template(p, pool, inputs.snapshot)
         if template is not None:
-            candidates[p] = (capacity.template_node(p, pool, template), starting, limits[p][0])
+            candidates[p] = (capacity.template_node(p, pool, template), starting + coming, limits[p][0])
     growth = capacity.grow(candidates, left, config, when) if left else capacity.Growth()
     lap("estimate")
     jobs = {j.id: j for j in inputs.jobs}

@@ -82,9 +82,9 @@ def start(tmp_path: Path, redis_url: str, monkeypatch, k8s_kubeconfig: Path, k8s
         c.close()
 
 
-def deploy(rt, name: str, **kw: Any) -> None:
+def deploy(rt, name: str, fallback_after_seconds: float = FALLBACK_SECONDS, **kw: Any) -> None:
     rt.store.services.put(ServiceSpec(name=name, image="registry.local/chat:1", port=8080, ready_path="/healthz",
-                                      queue="inference", user="root", fallback_after_seconds=FALLBACK_SECONDS,
+                                      queue="inference", user="root", fallback_after_seconds=fallback_after_seconds,
                                       drain_timeout_seconds=20, **kw))
 
 
@@ -175,9 +175,11 @@ def test_training_is_preempted_for_a_replica_never_the_reverse(start, k8s_client
         (train,) = service.submit(rt, [JobSpec(command=["train"], cpus_per_task=8, queue="training")])
         cluster.wait(train.id, {JobState.RUNNING})
         name = f"chat-{nodes['tag'][0]}"
-        deploy(rt, name, cpus=4, min_replicas=1, max_replicas=1)
+        # The CPU fallback only after the wait below: a preemption slower than FALLBACK_SECONDS
+        # (a loaded machine) would rightly serve from CPU first, which is the other test's story.
+        deploy(rt, name, fallback_after_seconds=600, cpus=4, min_replicas=1, max_replicas=1)
         (up,) = until("the replica serving", lambda: serving(rt, name), rt, name, 90)
-        assert node_of(up) == nodes["l4"][0]  # it made room on L4 instead of waiting for CPU
+        assert node_of(up) == nodes["l4"][0]  # it made room on L4 instead of falling back to CPU
         assert rt.store.get(train.id).state is JobState.PENDING  # requeued
         history = rt.store.events(train.id)
         assert any(e.get("to") == JobState.PREEMPTED.value for e in history), history

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import random
+from dataclasses import replace
 from datetime import datetime, timezone
 
 import pytest
@@ -87,6 +88,19 @@ def test_starting_nodes_are_counted_not_asked_for_again():
     assert decisions["cpu"].add == 0 and decisions["cpu"].current == 3
     assert result.reasons[0] == "waiting for capacity: 3 node(s) of pool cpu are starting"
     assert result.state.requested == {"s1": T0, "s2": T0, "s3": T0}
+
+
+def test_a_node_ready_to_its_provisioner_before_the_snapshot_sees_it_is_not_asked_for_again():
+    # the snapshot was read while s1 and s2 were powering up, the group a moment later: both ready
+    coming = [replace(node(n), schedulable=False) for n in ("s1", "s2")]
+    groups = {"cpu": NodeGroup("cpu", ready=("s1", "s2"), spare=1), "gpu": NodeGroup("gpu")}
+    asked = AutoscaleState(requested={"s1": T0 - 5, "s2": T0 - 5})
+    pending = [job(i, cpus=8) for i in range(2)]
+    decisions, _ = one(CFG, coming, [], pending, groups=groups, state=asked)
+    assert decisions["cpu"].add == 0
+    # a node that is ready and was never asked for by this loop (cordoned by hand) is no coming capacity
+    decisions, _ = one(CFG, coming, [], pending, groups=groups)
+    assert decisions["cpu"].add == 1 and decisions["cpu"].limited_by == "Spare"
 
 
 def test_a_node_not_ready_in_time_is_given_up_and_replaced():
