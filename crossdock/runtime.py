@@ -9,16 +9,14 @@ import time
 from dataclasses import dataclass, field
 from functools import cached_property
 
-import yaml
-
 from crossdock import observe
 from crossdock.backends.redis_store import embedded
 from crossdock.backends.redis_store.connect import is_sentinel, parse_sentinel
 from crossdock.backends.redis_store.sealing import SpecSeals
 from crossdock.backends.redis_store.store import STORE_UNAVAILABLE, JobStore
 from crossdock.backends.registry import BackendContext, Backends, catalog
-from crossdock.configfile import load_config
-from crossdock.queue.config import ClusterConfig, parse_config
+from crossdock.configfile import load_config, load_text
+from crossdock.queue.config import ClusterConfig
 from crossdock.queue.errors import ConfigError
 from crossdock.settings import Settings, current_user
 
@@ -98,8 +96,8 @@ class Runtime:
         if record is None:
             return False
         try:
-            cfg = parse_config(yaml.safe_load(record["text"]), record.get("source") or "<live config>", catalog())
-        except (ConfigError, yaml.YAMLError) as exc:  # written by a newer crossdock, say
+            cfg = load_text(record["text"], record.get("source") or "<live config>", catalog())
+        except ConfigError as exc:  # written by a newer crossdock, say
             log.error("the live config version %s cannot be read here (%s); keeping the one in use",
                       record["version"], exc)
             return False

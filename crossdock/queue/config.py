@@ -12,7 +12,7 @@ from typing import Annotated, Any, Literal, Mapping
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
 
-from crossdock.queue.errors import ConfigError
+from crossdock.queue.errors import ConfigError, shown
 from crossdock.queue.ports import Capabilities
 from crossdock.queue.serving import ServiceSpec
 
@@ -385,6 +385,8 @@ def _message(err: dict[str, Any]) -> str:
         return f"must be one of {ctx.get('expected')}"
     if kind == "value_error":
         return str(ctx.get("error", err["msg"]))
+    if kind.endswith(("_type", "_parsing")):  # the wrong kind of value: say which one it was
+        return f"{err['msg']} (got {shown(err.get('input'))})"
     return err["msg"]
 
 

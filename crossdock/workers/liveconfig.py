@@ -29,11 +29,9 @@ from datetime import datetime, timezone
 from pathlib import Path
 from typing import Any
 
-import yaml
-
 from crossdock.backends.registry import catalog
-from crossdock.configfile import load_config, load_text
-from crossdock.queue.config import ClusterConfig, lint, parse_config
+from crossdock.configfile import load_config, load_text, located
+from crossdock.queue.config import ClusterConfig, lint
 from crossdock.queue.config_diff import Change, diff_configs, reverted
 from crossdock.queue.errors import ConfigError
 from crossdock.runtime import Runtime
@@ -52,26 +50,26 @@ def validate(path: str | Path) -> Checked:
     """The config of ``path`` as ``up`` would load it, checked by a dry scheduling cycle over its
     declared and local nodes; :class:`ConfigError` with every problem otherwise."""
     before = _text(path)
-    cfg = load_config(path, catalog())  # its errors name the file, the line and the column
+    cfg = load_config(path, catalog())  # its errors name the file and each problem's line
     text = _text(path)
     if text is None or text != before:  # an editor still writing it: the next reload sees the end
         raise ConfigError([f"{path}: changed while it was read; apply it again"])
-    return _checked(cfg, text)
+    return _checked(cfg, text, str(path))
 
 
 def validate_text(text: str, source: str) -> Checked:
     """As :func:`validate`, for a config's text that a client read itself (``source``: its path)."""
-    return _checked(load_text(text, source, catalog()), text)
+    return _checked(load_text(text, source, catalog()), text, source)
 
 
-def _checked(cfg: ClusterConfig, text: str) -> Checked:
+def _checked(cfg: ClusterConfig, text: str, source: str) -> Checked:
     from crossdock.backends.local import gpus
     from crossdock.backends.local.backend import local_nodes
     from crossdock.queue.probe import dry_cycle
 
     errors = dry_cycle(cfg, local_nodes(cfg, gpus.discover()), datetime.now(timezone.utc))
     if errors:
-        raise ConfigError(errors)
+        raise ConfigError(located(errors, text, source))
     return Checked(cfg, text, lint(cfg))
 
 
@@ -118,9 +116,9 @@ def behind(rt: Runtime, path: str | Path, checked: Checked) -> str | None:
     if base is None:  # the file never was the config here: it is new, not behind
         return None
     try:
-        applied = parse_config(yaml.safe_load(desired["text"]), desired.get("source") or "<live config>", catalog())
-        before = parse_config(yaml.safe_load(base["text"]), source, catalog())
-    except (ConfigError, yaml.YAMLError):  # a text this crossdock cannot read: nothing to compare
+        applied = load_text(desired["text"], desired.get("source") or "<live config>", catalog())
+        before = load_text(base["text"], source, catalog())
+    except ConfigError:  # a text this crossdock cannot read: nothing to compare
         return None
     undone = reverted(before, applied, checked.config)
     if not undone:
@@ -159,11 +157,10 @@ class Switch:
             return False
         self.seen = record["version"]
         try:
-            cfg = parse_config(yaml.safe_load(record["text"]), record.get("source") or "<live config>", catalog())
-        except (ConfigError, yaml.YAMLError) as exc:
-            errors = exc.errors if isinstance(exc, ConfigError) else [f"not valid YAML: {exc}"]
-            log.error("live config version %s refused: %s", record["version"], "; ".join(errors))
-            live.refused(record.get("source", ""), errors, self.holder, record["version"])
+            cfg = load_text(record["text"], record.get("source") or "<live config>", catalog())
+        except ConfigError as exc:
+            log.error("live config version %s refused: %s", record["version"], "; ".join(exc.errors))
+            live.refused(record.get("source", ""), exc.errors, self.holder, record["version"])
             return False
         changes = diff_configs(self.rt.config, cfg)
         self.rt.use_config(cfg, record["version"])
