@@ -7,9 +7,9 @@ line and column of the break, for a config that fails validation (``queues.train
 must be ≥ 0``) the line of the key the error's path leads to (:func:`located`), every problem at once.
 
 The values come from PyYAML (YAML 1.1: ``yes`` is true), as every process that reads a stored
-config reads them, so a file means the same in ``config check`` and in force; ruamel.yaml's
-round-trip loader, which keeps where each key and item sits, is read only for those lines, and only
-once a config is refused.
+config reads them, so a file means the same in ``config check`` and in force; ruamel.yaml composes
+the same text into its node tree, which keeps where each key and item sits, only for those lines
+and only once a config is refused.
 """
 
 from __future__ import annotations
@@ -20,6 +20,7 @@ from typing import Any, Mapping
 
 import yaml
 from ruamel.yaml import YAML
+from ruamel.yaml.nodes import MappingNode, Node, ScalarNode, SequenceNode
 
 from crossdock.queue.config import ClusterConfig, parse_config
 from crossdock.queue.errors import ConfigError
@@ -63,56 +64,48 @@ def located(errors: list[str], text: str, source: str) -> list[str]:
     """``path: message`` lines of the config ``text`` as ``source:LINE: path: message``, LINE the
     1-based line of the deepest key or item of ``path`` the text has (a missing field: the mapping
     it is missing from; no such key at all: ``source: path: message``). A line naming ``source``
-    already is kept; the others stay in order."""
+    already is kept. In the file's order, as a compiler lists them: those without a line first."""
     tree = _positions(text)
-    out = []
+    out: list[tuple[int, str]] = []
     for error in errors:
         if error.startswith(f"{source}:"):
-            out.append(error)
+            out.append((0, error))
             continue
         line = _line_of(tree, error) if tree is not None else None
-        out.append(f"{source}:{line}: {error}" if line else f"{source}: {error}")
-    return out
+        out.append((line or 0, f"{source}:{line}: {error}" if line else f"{source}: {error}"))
+    return [error for _, error in sorted(out, key=lambda entry: entry[0])]
 
 
-def _positions(text: str) -> Any:
-    """The text as ruamel.yaml's round-trip tree (mappings and sequences that know the line of each
-    key and item), or None where it reads the text differently from PyYAML and cannot load it."""
-    reader = YAML(typ="rt", pure=True)
-    reader.allow_duplicate_keys = True  # PyYAML keeps the last; positions follow the same key
+def _positions(text: str) -> Node | None:
+    """The text's YAML node tree (ruamel.yaml composes it: every key and item with its place), or
+    None where ruamel.yaml cannot read what PyYAML did."""
     try:
-        return reader.load(text)
+        return YAML(typ="rt", pure=True).compose(text)
     except Exception:  # positions are a help: never let them hide the errors they place
         return None
 
 
-_INDEX = re.compile(r"\[(\d+)\]|\.?(\d+)(?=[.:\[]|$)")
+_INDEX = re.compile(r"\[(\d+)\]|(\d+)(?=[.:\[]|$)")
 
 
-def _line_of(tree: Any, error: str) -> int | None:
+def _line_of(node: Node, error: str) -> int | None:
     """Walk ``error``'s leading path (``pools.gpu.nodes[0].cpus``, ``queues.q.pools.1``; a key may
-    hold dots, ``nvidia.com/gpu``) down ``tree``, and on into a message that starts with a key of
+    hold dots, ``nvidia.com/gpu``) down the tree, and on into a message that starts with a key of
     where it stopped (``scheduler: interval_seconds: must be ≤ …``, a model's own check)."""
-    node, rest, line = tree, error, None
+    rest, line = error, None
     while True:
-        if isinstance(node, dict):
-            key = _longest_key(node, rest)
-            if key is None:
+        if isinstance(node, MappingNode):
+            found = _entry(node, rest)
+            if found is None:
                 return line
-            try:
-                line = node.lc.key(key)[0] + 1
-            except (AttributeError, KeyError, TypeError):  # a key merged in (<<: *anchor) has no position of its own
-                return line
-            node, rest = node[key], rest[len(str(key)):]
-        elif isinstance(node, list) and (m := _INDEX.match(rest)):
+            key, node = found
+            line, rest = key.start_mark.line + 1, rest[len(key.value):]
+        elif isinstance(node, SequenceNode) and (m := _INDEX.match(rest)):
             i = int(m.group(1) or m.group(2))
-            if i >= len(node):
+            if i >= len(node.value):
                 return line
-            try:
-                line = node.lc.item(i)[0] + 1
-            except (AttributeError, KeyError, TypeError):
-                return line
-            node, rest = node[i], rest[m.end():]
+            node = node.value[i]
+            line, rest = node.start_mark.line + 1, rest[m.end():]
         else:
             return line
         if rest.startswith("."):
@@ -123,12 +116,21 @@ def _line_of(tree: Any, error: str) -> int | None:
             return line
 
 
-def _longest_key(node: dict, rest: str) -> Any:
-    """The longest key of ``node`` that ``rest`` starts with, followed by the end of a path segment."""
-    best = None
-    for key in node:
-        name = str(key)
-        if rest.startswith(name) and (len(rest) == len(name) or rest[len(name)] in ".:["):
-            if best is None or len(name) > len(str(best)):
-                best = key
-    return best
+def _entry(node: MappingNode, rest: str) -> tuple[ScalarNode, Node] | None:
+    """The (key, value) of ``node`` whose key is the longest that ``rest`` starts with, up to the end
+    of a path segment. Of two equal keys the last (PyYAML keeps it); a key merged in (``<<: *base``)
+    where the mapping does not set it, at its anchor's place."""
+    def fits(key: Node) -> int:
+        name = key.value if isinstance(key, ScalarNode) else None
+        ok = name is not None and rest.startswith(name) and (len(rest) == len(name) or rest[len(name)] in ".:[")
+        return len(name) if ok else -1
+
+    own = [(k, v) for k, v in node.value if not (isinstance(k, ScalarNode) and k.tag.endswith(":merge"))]
+    merged = [pair for k, v in node.value if isinstance(k, ScalarNode) and k.tag.endswith(":merge")
+              for m in (v.value if isinstance(v, SequenceNode) else [v]) if isinstance(m, MappingNode)
+              for pair in m.value]
+    for pairs in (own, merged):
+        best = max(reversed(pairs), key=lambda pair: fits(pair[0]), default=None)
+        if best is not None and fits(best[0]) >= 0:
+            return best
+    return None
