@@ -18,7 +18,6 @@ import inspect
 import math
 import os
 import shlex
-import time
 import uuid
 import warnings
 from typing import TYPE_CHECKING, Any, Callable, Iterable, Sequence
@@ -30,6 +29,7 @@ from crossdock.backends.redis_store import embedded
 from crossdock.handles import InputHandle, JobFailed, JobHandle, RemoteError, as_completed, wait  # noqa: F401 - the API's names
 from crossdock.pycall import Batch, encode_args, encode_call, encode_fn
 from pydantic import ValidationError
+from tenacity import Retrying, retry_if_exception_type, stop_before_delay, wait_exponential
 
 from crossdock.queue.environ import exportable
 from crossdock.queue.errors import CrossdockError, InvalidArgument, InvalidOption, StoreUnavailable, shown
@@ -227,15 +227,10 @@ class Client:
         does not answer (up to :data:`SUBMIT_RETRY_SECONDS`) store it once; then the last
         :class:`StoreUnavailable` (or ``ServiceUnavailable``) is raised."""
         specs, token = list(specs), token or new_token()
-        deadline, delay = time.monotonic() + SUBMIT_RETRY_SECONDS, 0.1
-        while True:
-            try:
-                return [JobHandle(self, j, watched) for j in self.gateway.submit(specs, token=token)]
-            except (StoreUnavailable, ServiceUnavailable):
-                if time.monotonic() + delay > deadline:
-                    raise
-            time.sleep(delay)
-            delay = min(2 * delay, 2.0)
+        retrying = Retrying(retry=retry_if_exception_type((StoreUnavailable, ServiceUnavailable)),
+                            wait=wait_exponential(multiplier=0.1, max=2.0),  # 0.1, 0.2, 0.4 … 2 s
+                            stop=stop_before_delay(SUBMIT_RETRY_SECONDS), reraise=True)
+        return retrying(lambda: [JobHandle(self, j, watched) for j in self.gateway.submit(specs, token=token)])
 
     def job(self, ref: int | str) -> JobHandle:
         """The handle of a job submitted before, from any process (``client.job(12)``,

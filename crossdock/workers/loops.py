@@ -35,7 +35,11 @@ RUNNING, BACKING_OFF, STOPPED, DEAD = "running", "backing-off", "stopped", "dead
 @dataclass
 class Backoff:
     """``min(cap, base * 2**(n-1))`` seconds after the n-th failure in a row, times a random factor
-    in [0.5, 1] so that processes that failed together do not retry together."""
+    in [0.5, 1] so that processes that failed together do not retry together.
+
+    Hand-written rather than tenacity: a :class:`Part` does not block on one call until it works;
+    it skips its step until ``retry_at`` while the rest of the turn goes on (:meth:`Part.call`),
+    and keeps its failures for ``crossdock health``."""
 
     base: float = 0.2
     cap: float = 5.0

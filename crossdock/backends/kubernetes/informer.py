@@ -185,6 +185,9 @@ class Informer:
 
     # --- the loop --------------------------------------------------------------------------
     def run(self) -> None:
+        # A watch loop rather than a retried call (so not tenacity): each kind of end has its own next
+        # step (410 Gone and Expired list again at once, a connection error backs off, a watch that
+        # ran resets the backoff), and the pause is the stop event's wait, so a stop ends it at once.
         backoff = 0.2
         while not self._stop.is_set():
             try:

@@ -128,7 +128,12 @@ def _kill(pid: int, sig: int) -> None:
 
 class StoreLink:
     """Whether the store answered the last call, and when to try it again while it does not
-    (bounded exponential backoff: the job keeps being watched in between)."""
+    (bounded exponential backoff: the job keeps being watched in between).
+
+    Hand-written rather than tenacity: the backoff belongs to the link, not to one call. One outage
+    spans many different records (RUNNING, heartbeats, output, the end), some tried once per poll
+    and dropped (:meth:`Supervisor._mark_running`), and the job is watched between tries; a retrier
+    per call would start again at its first delay for every record."""
 
     def __init__(self) -> None:
         self.down_since: float | None = None

@@ -352,6 +352,9 @@ class SlurmBackend(PowerSave, StartEstimates):
     def _submit_once(self, tag: str, request: SubmitRequest, lookup: bool = True) -> str:
         """Submit unless a job with ``tag`` exists. ``lookup=False`` skips that look on the first
         try only (the caller knows nothing was submitted under the tag); a retry always looks."""
+        # Hand-written rather than tenacity: the deadline is on the backend's own clock (``clock=``,
+        # which the tests drive with ``sleep=``; tenacity's stop_after_delay reads time.monotonic),
+        # and a retry differs from the first try (it looks for the tag again).
         deadline = self._clock() + self.submit_retry_s
         while True:
             try:
