@@ -18,9 +18,10 @@ from typing import Callable
 from crossdock.backends.registry import Backends
 from crossdock.observe import metrics
 from crossdock.queue.models import Job
+from crossdock.queue import reconcile as rules
 from crossdock.queue.ports import BackendError, StopsLost, SweepsOrphans, WatchedOutsideStore
 from crossdock.queue.reconcile import (DISPATCHER_SILENT_SECONDS, LOST_AFTER_SECONDS, RESEND_AFTER_SECONDS, Limits,
-                                       MarkLost, Resend, Seen, Settle, SettleLeftEnd, Update, Watcher, reconcile)
+                                       MarkLost, Resend, Seen, Settle, SettleLeftEnd, Update, Watcher)
 from crossdock.queue.states import JobState, Reason
 from crossdock.workers.app import SendTask
 from crossdock.workers.replica_follow import record_replicas
@@ -74,6 +75,8 @@ class Follower:
 
     # --- read --------------------------------------------------------------------------------
     def _heartbeats(self, kind: str, jobs: list[Job], now: float) -> Seen:
+        """The heartbeats, the claims of jobs not running yet, and what the backend tells of the
+        watchers of claimed jobs that stopped beating."""
         store = self.store
         alive = store.alive([j.id for j in jobs])
         claims = {j.id: store.dispatch_claimed(j.id, j.attempts) for j in jobs if j.state is not JobState.RUNNING}
@@ -93,6 +96,8 @@ class Follower:
             return Watcher.UNKNOWN
 
     def _statuses(self, kind: str, jobs: list[Job]) -> Seen | None:
+        """The backend's report (None: it is away this pass), the stop requests standing on the
+        attempts it reports ended, and the claims of the jobs it does not report."""
         store = self.store
         try:
             with metrics.backend_call(kind, "status"):
@@ -113,7 +118,7 @@ class Follower:
 
     # --- act ---------------------------------------------------------------------------------
     def _follow(self, seen: Seen) -> None:
-        plan = reconcile(seen, limits())
+        plan = rules.reconcile(seen, limits())
         self._silent = plan.silent_since
         changes: list[Settle | Update] = []
         for action in plan.actions:
