@@ -60,6 +60,8 @@ AttemptKey = tuple[int, int]
 
 @dataclass(frozen=True)
 class Limits:
+    """The rules' windows, in seconds (each compared strictly: a job placed exactly 15 s ago is not resent)."""
+
     resend_after: float = RESEND_AFTER_SECONDS
     lost_after: float = LOST_AFTER_SECONDS
     dispatcher_silent: float = DISPATCHER_SILENT_SECONDS
@@ -199,6 +201,7 @@ class Plan:
 
 
 def reconcile(seen: Seen, limits: Limits = Limits()) -> Plan:
+    """The actions for one backend's jobs, in the jobs' order (the rules are this module's docstring)."""
     silent = dict(seen.silent_since)
     actions: list[Action] = []
     for job in seen.jobs:
@@ -216,6 +219,7 @@ def reconcile(seen: Seen, limits: Limits = Limits()) -> Plan:
 
 
 def _placed_for(job: Job, now: float) -> float:
+    """Seconds since the job was placed (0 without a placement time)."""
     return now - job.scheduled_time.timestamp() if job.scheduled_time else 0.0
 
 
