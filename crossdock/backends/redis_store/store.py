@@ -34,7 +34,8 @@ from crossdock.backends.redis_store.sealing import ENV, SpecSeals
 from crossdock.backends.redis_store.services import ServiceStore
 from crossdock.backends.redis_store.timing import RoundTrip, timed_client
 from crossdock.queue.errors import InvalidArgument, NoSuchJob, StoreUnavailable
-from crossdock.queue.models import ATTEMPTS_KEPT, Job
+from crossdock.queue.models import ATTEMPTS_KEPT, REQUEUED, Job
+from crossdock.queue.reconcile import Preempted, Requeue, Settle, Update
 from crossdock.queue.snapshot import JobFacts, Node
 from crossdock.queue.states import TRANSITIONS, JobState, Reason
 
@@ -92,6 +93,19 @@ class CancelOutcome:
     """True when the job was pending and is CANCELLED already; False when a backend must act."""
     state: JobState
     backend: str | None
+
+
+@dataclass(frozen=True)
+class Recorded:
+    """What one change of :meth:`JobStore.record_statuses` did."""
+
+    job_id: int
+    state: JobState | None
+    """The state the change moves the job to; None for an :class:`Update` (fields only)."""
+    moved: bool
+    """The job was where the change expects it (its state, its attempt): it moved, or a field was set."""
+    was: str = ""
+    """The state it was in (a transition's)."""
 
 
 @dataclass(frozen=True)
@@ -507,6 +521,57 @@ class JobStore:
             client.execute()
             client.reset()
         return queued + 1
+
+    def record_statuses(self, changes: Sequence[Settle | Update], actor: str) -> list[Recorded]:
+        """Record what a backend's status pass reported (the follower's plan, ``crossdock.queue.
+        reconcile``) in one MULTI, each state change with its next step: a pass cut short by a
+        store outage lands whole or not at all, so no end lands without its requeue. Every step is
+        guarded by the job's state and attempt (a replay moves nothing). One result per change."""
+        if not changes:
+            return []
+        spans: list[tuple[int, int, int | None]] = []  # each change's commands, and its transition's
+        with self.r.pipeline(transaction=True) as pipe:
+            for change in changes:
+                start = len(pipe)
+                moved_at = self._queue_status(change, actor, pipe)
+                spans.append((start, len(pipe), moved_at))
+            results = pipe.execute()
+        out = []
+        for change, (start, end, moved_at) in zip(changes, spans):
+            if moved_at is None:
+                out.append(Recorded(change.job.id, None, any(results[start:end])))
+            else:
+                moved, was = results[moved_at]
+                out.append(Recorded(change.job.id, change.state, bool(moved), was or ""))
+        return out
+
+    def _queue_status(self, change: Settle | Update, actor: str, pipe: Any) -> int | None:
+        """Queue one change on ``pipe``; the position of its transition's result (None: an update)."""
+        job = change.job
+        if change.ref:  # the dispatch's record of it was lost (a store outage)
+            self.update_if(job.id, _PLACED, {"backend_ref": change.ref}, pipe=pipe)
+        if isinstance(change, Update):
+            if change.reason:
+                self.update_if(job.id, (JobState.SCHEDULED,), {"reason": change.reason}, pipe=pipe)
+            return None
+        fields: dict[str, Any] = {"exit_code": change.exit_code, "nodes": list(change.nodes)}
+        if change.signal is not None:
+            fields["signal"] = change.signal
+        if change.started is not None:
+            fields["start_time"] = change.started
+        if change.ended is not None:
+            fields["end_time"] = change.ended
+        moved_at = len(pipe)
+        self.transition(job.id, change.state, fields=fields, reason=change.reason, actor=actor, attempt=job.attempts,
+                        ends_attempt=change.again, ended_as=(REQUEUED, "Requeued") if change.again else None,
+                        pipe=pipe)
+        if isinstance(change.then, Preempted):
+            self.settle_preempted(job.id, change.then.requeue, actor=actor, reason=change.reason,
+                                  attempt=job.attempts, cancelled=change.then.cancelled, pipe=pipe)
+        elif isinstance(change.then, Requeue):
+            self.requeue(job.id, actor=actor, reason=change.then.reason, attempt=job.attempts,
+                         unless="cancel_requested", only_from=(JobState.NODE_FAIL,), pipe=pipe)
+        return moved_at
 
     def stop_requests(self, ids: Sequence[int]) -> dict[int, StopRequest]:
         """The cancel or preempt requests standing on these jobs (jobs with none are absent)."""

@@ -118,3 +118,34 @@ def test_a_claimed_dispatch_is_lost_only_once_its_task_stopped_refreshing(runtim
     got = store.get(job.id)
     assert (got.state, got.attempts) == (JobState.PENDING, 1)
     assert [e["to"] for e in store.events(job.id)][-2:] == ["NODE_FAIL", "PENDING"]
+
+
+def test_a_status_pass_is_recorded_in_one_typed_call_and_a_replay_moves_nothing(runtime):
+    """``JobStore.record_statuses``: one result per change (the transition's, or the update's),
+    each next step landing with its end; the same changes again (a replayed pass) move nothing."""
+    from datetime import datetime, timezone
+
+    from crossdock.queue.reconcile import Requeue, Settle, Update
+
+    store = runtime.store
+    lost_node, running = placed(store), placed(store)
+    store.transition(running.id, JobState.RUNNING)
+    no_ref = placed(store)
+    store.update_if(no_ref.id, (JobState.SCHEDULED,), {"backend_ref": None})
+    no_ref = store.get(no_ref.id)
+    at = datetime(2026, 1, 2, tzinfo=timezone.utc)
+    changes = [Settle(lost_node, JobState.NODE_FAIL, "ResumeFailed", None, ("cpu1",), ended=at, then=Requeue("ResumeFailed")),
+               Settle(store.get(running.id), JobState.COMPLETED, "", 0, ("cpu2",), ended=at),
+               Update(no_ref, ref="78", reason="Priority")]
+    done = store.record_statuses(changes, actor="slurm")
+    assert [(d.job_id, d.state, d.moved, d.was) for d in done] == [
+        (lost_node.id, JobState.NODE_FAIL, True, "SCHEDULED"), (running.id, JobState.COMPLETED, True, "RUNNING"),
+        (no_ref.id, None, True, "")]
+    assert store.get(lost_node.id).state is JobState.PENDING
+    finished = store.get(running.id)
+    assert (finished.state, finished.exit_code, finished.nodes, finished.end_time) == (JobState.COMPLETED, 0, ["cpu2"], at)
+    assert (store.get(no_ref.id).backend_ref, store.get(no_ref.id).reason) == ("78", "Priority")
+    again = store.record_statuses(changes[:2], actor="slurm")
+    assert [(d.moved, d.was) for d in again] == [(False, "PENDING"), (False, "COMPLETED")]
+    assert [e["to"] for e in store.events(lost_node.id)][-2:] == ["NODE_FAIL", "PENDING"]
+    assert store.record_statuses([], actor="slurm") == []
