@@ -191,18 +191,18 @@ def batch(rt, client, workdir: Path, scale: int) -> bool:
         ids += sbatch(client, [], PREPROCESS, "tokenize.sh")
         gpu = ["--gpus=1"] if has_gpu else []
         prep = sbatch(client, ["-J", "prepare-data", "-p", "preprocessing", "-c", "2", "--wrap",
-                                "echo preparing; sleep 2"])
+                               "echo preparing; sleep 2"])
         train = sbatch(client, ["-J", "train-resnet", "-q", "training", "-p", "training", "-c", "2", "-t",
-                                 "10", *gpu, f"--dependency=afterok:{prep[0]}", "--wrap",
-                                 "echo training on GPUs [$CUDA_VISIBLE_DEVICES]; sleep 3"])
+                                "10", *gpu, f"--dependency=afterok:{prep[0]}", "--wrap",
+                                "echo training on GPUs [$CUDA_VISIBLE_DEVICES]; sleep 3"])
         evaluate = sbatch(client, ["-J", "evaluate", "-p", "preprocessing", "-d", f"afterok:{train[0]}",
-                                    "--wrap", "echo evaluating; sleep 1"])
+                                   "--wrap", "echo evaluating; sleep 1"])
         serve = [sbatch(client, ["-J", f"serve-{i}", "-p", "inference", "-c", "1", "-t", "2", "--wrap",
-                                  "echo serving; sleep 2"])[0] for i in range(2)]
+                                 "echo serving; sleep 2"])[0] for i in range(2)]
         broken = sbatch(client, ["-J", "flaky-export", "-p", "preprocessing", "--wrap",
-                                  "echo export failed >&2; exit 3"])
+                                 "echo export failed >&2; exit 3"])
         after_broken = sbatch(client, ["-J", "publish", "-p", "preprocessing", "-d",
-                                        f"afterok:{broken[0]}", "--wrap", "echo never runs"])
+                                       f"afterok:{broken[0]}", "--wrap", "echo never runs"])
         fn = client.submit(word_count, "to be or not to be", queue="preprocessing", cpus=1, name="word-count")
         ids += prep + train + evaluate + serve + broken + after_broken + [fn.id]
     with Live(console=console, refresh_per_second=4, transient=not sys.stdout.isatty()) as live:
@@ -227,10 +227,10 @@ def preemption(rt, client) -> bool:
     cpus = max(n.cpu_milli for n in queue_nodes(rt, "training")) // 1000
     step(3, "preemption", f"a preemptible training job holds all {cpus} CPUs; an inference job needs them")
     train, = sbatch(client, ["-J", "train-long", "-p", "training", "-q", "training", "-c", str(cpus), "--wrap",
-                              "echo epoch $SLURM_RESTART_COUNT; sleep 4"])
+                             "echo epoch $SLURM_RESTART_COUNT; sleep 4"])
     wait_for(lambda: rt.store.get(train).state is JobState.RUNNING)
     urgent, = sbatch(client, ["-J", "serve-urgent", "-p", "inference", "-c", str(cpus), "--wrap",
-                               "echo answering; sleep 1"])
+                              "echo answering; sleep 1"])
     wait_for(lambda: all(j.state.terminal for j in rt.store.get_many([train, urgent])))
     t, u = rt.store.get_many([train, urgent])
     preempted = sum(1 for e in rt.store.events(train) if e.get("to") == JobState.PREEMPTED.value)

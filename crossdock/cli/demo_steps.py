@@ -25,7 +25,7 @@ class SlurmProbe:
     env_file: Path | None
     """The env file of the local Slurm cluster, when it answers; None: it does not."""
     why: str
-    """What the probe found, in words."""
+    """The cluster it found, or why none answers, in words."""
 
 
 def local_slurm() -> SlurmProbe:
@@ -44,7 +44,7 @@ def local_slurm() -> SlurmProbe:
         return SlurmProbe(None, f"the local Slurm cluster does not answer ({exc})")
     if HPC_PARTITION not in {p.name for p in partitions}:
         return SlurmProbe(None, f"the Slurm cluster of {path} has no {HPC_PARTITION} partition")
-    return SlurmProbe(path, f"the local Slurm cluster of {path} answers")
+    return SlurmProbe(path, f"the local Slurm cluster ({path.parent})")
 
 
 # --- step 2: one queue over this machine and Slurm ------------------------------------------------
@@ -53,16 +53,19 @@ HYBRID_JOBS = 3
 
 def two_backends(rt, client, slurm: SlurmProbe) -> bool:
     title = "one queue, two backends"
-    if "hybrid" not in rt.config.queues:
-        step(2, title, f"skipped: {slurm.why}; `crossdock dev slurm up` starts one for this step")
+    if slurm.env_file is None:
+        step(2, title, f"skipped: {slurm.why}; `crossdock dev slurm up` adds it")
+        return True
+    step(2, title, f"the hybrid queue spans this machine and the {HPC_PARTITION} partition of {slurm.why}")
+    if skipped(rt, "hybrid"):
         return True
     pools = rt.config.queues["hybrid"].pools
     # each job as large as the smallest pool's largest node: one fills this machine (2 cores), and
     # binpack sends the next ones to the fuller Slurm node, wherever they fit
     nodes = queue_nodes(rt, "hybrid")
     cpus = min(max((n.cpu_milli for n in nodes if n.pool == pool), default=1000) for pool in pools) // 1000
-    step(2, title, f"{HYBRID_JOBS} jobs of {cpus} CPUs on the hybrid queue, binpacked over pools"
-                   f" {' and '.join(f'{p} ({rt.config.pools[p].backend})' for p in pools)}")
+    console.print(f"{HYBRID_JOBS} jobs of {cpus} CPUs, binpacked over its pools"
+                  f" {' and '.join(f'{p} ({rt.config.pools[p].backend})' for p in pools)}", highlight=False)
     ids = [sbatch(client, ["-J", f"hybrid-{i}", "-p", "hybrid", "-c", str(cpus), "--wrap",
                            "echo on $SLURMD_NODENAME; sleep 2"])[0] for i in range(HYBRID_JOBS)]
     wait_for(lambda: all(j.state.terminal for j in rt.store.get_many(ids)), 2 * STEP_SECONDS)

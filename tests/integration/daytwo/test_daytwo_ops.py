@@ -152,7 +152,7 @@ def test_the_demo_tells_each_step_of_the_story_and_leaves_nothing_running(tmp_pa
     out = run_demo(tmp_path)
     assert_lines(out, "step 1: one queue", "states: CANCELLED 1, COMPLETED 12, FAILED 1",
                  "step 2: one queue, two backends — skipped: no local Slurm cluster",
-                 "`crossdock dev slurm up` starts one for this step",
+                 "`crossdock dev slurm up` adds it",
                  "step 3: preemption", "was preempted 1 time(s)", "ended COMPLETED on attempt 2",
                  "step 4: elastic queue", "etl: 8/8 jobs completed", "went back to 0",
                  "step 6: GPU placement",
@@ -166,8 +166,8 @@ def test_the_demo_tells_each_step_of_the_story_and_leaves_nothing_running(tmp_pa
 @pytest.mark.slurm
 def test_the_demo_spreads_one_queue_over_this_machine_and_the_local_slurm_cluster(tmp_path, slurm_cluster):
     out = run_demo(tmp_path, CROSSDOCK_SLURM_ENV=slurm_cluster["CROSSDOCK_SLURM_ENV"])
-    assert_lines(out, "step 2: one queue, two backends — 3 jobs of",
-                 "binpacked over pools local (local) and hpc (slurm)",
+    assert_lines(out, "step 2: one queue, two backends — the hybrid queue spans this machine and the cpu partition"
+                 " of the local Slurm cluster", "binpacked over its pools local (local) and hpc (slurm)",
                  "hybrid: 3/3 jobs completed, on 2 of its 2 pools", "demo finished as expected")
     assert re.search(r"^  local \(local\): jobs [\d, ]+ on localhost$", out, re.MULTILINE), out[-4000:]
     assert re.search(r"^  hpc \(slurm\): jobs [\d, ]+ on cpu[12](, cpu[12])?$", out, re.MULTILINE), out[-4000:]
