@@ -104,7 +104,7 @@ def run_demo(tmp_path: Path, **extra_env: str) -> str:
     env.update(CROSSDOCK_STATE_DIR=str(state), **extra_env)
     try:
         r = subprocess.run([sys.executable, "-m", "crossdock", "demo"], env=env, cwd=tmp_path, capture_output=True,
-                           text=True, timeout=420)
+                           text=True, timeout=280)  # under the suite's 300 s per test
         left = gone(state)
     finally:
         for pid in processes_of(state):  # only if the demo failed half-way
