@@ -6,6 +6,7 @@ import re
 from datetime import datetime, timezone
 from typing import Any, Iterable
 
+from rich.console import Group
 from rich.table import Table
 
 from crossdock.cli.slurmfmt import duration, run_seconds
@@ -107,3 +108,26 @@ def info_table(rows: list[dict[str, Any]]) -> Table:
         t.add_row(r["pool"], r["backend"], r["node"], r["state"], f"{r['cpus_free']:g}/{r['cpus']}",
                   f"{r['memory_free_mib']}/{r['memory_mib']}", gpus)
     return t
+
+
+def fragmentation_table(pools: list[dict[str, Any]]) -> Group:
+    """The dashboard's GPU view (``crossdock.api.views.pool_view``) as text: each node's GPUs with
+    the job on each (``·`` free), then per pool and model the GPUs used and free, the largest free
+    block on one node and how many jobs of 1, 2, 4 and 8 GPUs the free ones take."""
+    width = max((len(str(g["job"])) for p in pools for n in p["nodes"] for g in n["gpus"] if g["job"] is not None),
+                default=1)
+    nodes = Table(box=None, header_style="bold", padding=(0, 2, 0, 0))
+    for col in ("POOL", "NODE", "GPUS (job on each)"):
+        nodes.add_column(col)
+    models = Table(box=None, header_style="bold", padding=(0, 2, 0, 0))
+    for col in ("POOL", "MODEL", "USED", "FREE", "LARGEST FREE BLOCK", "FITS 1", "FITS 2", "FITS 4", "FITS 8"):
+        models.add_column(col, justify="left" if col in ("POOL", "MODEL") else "right")
+    for p in pools:
+        for n in p["nodes"]:
+            if n["gpus"]:
+                nodes.add_row(p["pool"], n["name"], " ".join(("·" if g["job"] is None else str(g["job"])).rjust(width)
+                                                             for g in n["gpus"]))
+        for model, m in p["gpu_models"].items():
+            models.add_row(p["pool"], model, f"{m['used']}/{m['total']}", str(m["free"]), str(m["largest_free_block"]),
+                           *(str(m["fits"][k]) for k in ("1", "2", "4", "8")))
+    return Group(nodes, models)

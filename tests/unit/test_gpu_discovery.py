@@ -32,3 +32,15 @@ def test_discovered_gpus_replace_declared_ones():
     assert [g.id for g in declared.gpus] == ["box:0", "box:1", "box:2", "box:3"]
     found, = local_nodes(cfg, [DiscoveredGpu(0, "NVIDIA H200", 143771, "GPU-1")])
     assert [(g.id, g.model, g.memory_mib) for g in found.gpus] == [("box:0", "H200", 143771)]
+
+
+def test_discovered_gpus_go_to_this_machine_once_and_other_local_pools_keep_their_declared_ones():
+    node = lambda name, gpus: {"name": name, "cpus": 8, "memory_mib": 1024, "gpus": gpus, "gpu_model": "A100"}  # noqa: E731
+    cfg = parse_config({"priority_classes": {"c": {"value": 1}},
+                        "pools": {"local": {"backend": "local", "nodes": [node("box", 0)]},
+                                  "gpu": {"backend": "local", "nodes": [node("gpu-a", 2), node("gpu-b", 2)]}},
+                        "queues": {"q": {"priority_class": "c", "pools": ["local", "gpu"]}}})
+    box, a, b = local_nodes(cfg, [DiscoveredGpu(0, "NVIDIA H200", 143771, "GPU-1")])
+    assert [(g.id, g.model) for g in box.gpus] == [("box:0", "H200")]
+    assert [(g.id, g.model) for g in a.gpus + b.gpus] == [("gpu-a:0", "A100"), ("gpu-a:1", "A100"),
+                                                          ("gpu-b:0", "A100"), ("gpu-b:1", "A100")]

@@ -26,16 +26,18 @@ from crossdock.queue.states import JobState
 
 
 def local_nodes(cfg: ClusterConfig, discovered: list[gpu_discovery.DiscoveredGpu] | None) -> tuple[Node, ...]:
-    """Nodes of every local pool. Discovered GPUs replace the declared ones on the first node;
-    ``cpus: auto`` / ``memory_mib: auto`` are this machine's (:mod:`.resources`), a number is kept
-    as declared (so a config that declares its node schedules the same on every machine)."""
-    nodes = []
+    """Nodes of every local pool. Discovered GPUs replace the declared ones on the first node of
+    the first local pool, this machine (the nodes declared after it, in that pool or another, keep
+    their declared GPUs: they are not the same devices again); ``cpus: auto`` / ``memory_mib:
+    auto`` are this machine's (:mod:`.resources`), a number is kept as declared (so a config that
+    declares its node schedules the same on every machine)."""
+    nodes: list[Node] = []
     for pool_name, pool in cfg.pools.items():
         if pool.backend != "local":
             continue
         decls = pool.nodes or []
-        for i, d in enumerate(decls):
-            if discovered is not None and i == 0:
+        for d in decls:
+            if discovered is not None and not nodes:  # the first node: this machine
                 devices = tuple(GpuDevice(f"{d.name}:{g.index}", g.index, gpu_discovery.short_model(g.name),
                                           g.memory_mib) for g in discovered)
             else:
@@ -47,7 +49,7 @@ def local_nodes(cfg: ClusterConfig, discovered: list[gpu_discovery.DiscoveredGpu
                               MappingProxyType(dict(d.labels)), gpu_sharing=pool.gpu.sharing))
         if not decls:
             devices = tuple(GpuDevice(f"localhost:{g.index}", g.index, gpu_discovery.short_model(g.name), g.memory_mib)
-                            for g in discovered or [])
+                            for g in (discovered or [] if not nodes else []))
             nodes.append(Node("localhost", pool_name, "local", resources.cpu_milli(), resources.memory_mib(), devices))
     return tuple(nodes)
 

@@ -6,6 +6,7 @@ from __future__ import annotations
 import base64
 import json
 import os
+import re
 import signal
 import subprocess
 import sys
@@ -95,29 +96,81 @@ def test_up_lists_its_router_for_prometheus_and_after_sigterm_leaves_no_process_
         assert noise not in out, f"{noise!r} in up's output:\n{out[-3000:]}"
 
 
-@pytest.mark.redis
-@pytest.mark.celery
-def test_the_demo_tells_each_step_of_the_story_and_leaves_nothing_running(tmp_path):
+def run_demo(tmp_path: Path, **extra_env: str) -> str:
+    """``crossdock demo`` as a new user runs it (its own state directory, no crossdock variable but
+    ``extra_env``): its output, once it exited 0 and left no process of its state directory running."""
     state = tmp_path / "state"
     env = {k: v for k, v in os.environ.items() if not k.startswith("CROSSDOCK_")}
-    env["CROSSDOCK_STATE_DIR"] = str(state)
+    env.update(CROSSDOCK_STATE_DIR=str(state), **extra_env)
     try:
         r = subprocess.run([sys.executable, "-m", "crossdock", "demo"], env=env, cwd=tmp_path, capture_output=True,
-                           text=True, timeout=300)
+                           text=True, timeout=280)  # under the suite's 300 s per test
         left = gone(state)
     finally:
         for pid in processes_of(state):  # only if the demo failed half-way
             os.kill(pid, signal.SIGKILL)
     out = r.stdout + r.stderr
     assert r.returncode == 0, out[-4000:]
-    for line in ("step 1: one queue", "states: CANCELLED 1, COMPLETED 12, FAILED 1",
-                 "step 2: preemption", "was preempted 1 time(s)", "ended COMPLETED on attempt 2",
-                 "step 3: elastic queue", "etl: 8/8 jobs completed", "went back to 0",
-                 "demo finished as expected", "embedded Redis stopped"):
-        assert line in out, f"{line!r} not in the demo's output:\n{out[-4000:]}"
     assert left == {} and embedded.pid(state) is None
     for noise in ("killing it", "SecurityWarning", "Traceback"):
         assert noise not in out, f"{noise!r} in the demo's output:\n{out[-4000:]}"
+    return out
+
+
+def assert_lines(out: str, *lines: str) -> None:
+    for line in lines:
+        assert line in out, f"{line!r} not in the demo's output:\n{out[-4000:]}"
+
+
+def assert_service_followed_traffic(out: str) -> None:
+    """Step 5: one replica at the low load, then ceil(10 / 4) = 3 (one more at most) once it stepped up."""
+    assert_lines(out, "step 5: a service follows traffic", "at 2 requests/s: 1 replica ready, 1 wanted",
+                 "chat deleted: its replicas drained and stopped")
+    stepped = re.search(r"chat: 1 → (\d+) replicas ready as its load stepped from 2 to 10 requests/s;"
+                        r" (\d+)/(\d+) requests answered", out)
+    assert stepped, out[-4000:]
+    assert 3 <= int(stepped[1]) <= 4 and stepped[2] == stepped[3] != "0", stepped[0]
+    assert re.search(r"chat: \d → [34] replicas: [\d.]+ qps / 4 per replica", out), out[-4000:]
+
+
+def assert_gpus_on_the_fragmentation_view(out: str) -> None:
+    """Step 6: the small jobs' ids on one node's GPUs, the other node free, then the 4-GPU job there."""
+    rows = dict(re.findall(r"^gpu +(gpu-[ab]) +(.+?) *$", out, re.MULTILINE))
+    assert set(rows) == {"gpu-a", "gpu-b"}, out[-4000:]
+    (busy, ids), = [(node, gpus.split()) for node, gpus in rows.items() if "·" not in gpus]
+    free, = set(rows) - {busy}
+    assert len(ids) == 4 and all(i.isdigit() for i in ids) and len(set(ids)) == 3, rows  # 1 + 1 + 2 GPUs
+    assert rows[free].split() == ["·"] * 4, rows
+    assert re.search(r"^gpu +A100 +4/8 +4 +4 +4 +2 +1 +0 *$", out, re.MULTILINE), out[-4000:]  # one 4-GPU block
+    assert_lines(out, f"GPUs) placed on {free}: {' '.join(f'{free}:{k}' for k in range(4))}, the node binpack kept whole",
+                 "gpu: 4/4 jobs completed")
+
+
+@pytest.mark.redis
+@pytest.mark.celery
+def test_the_demo_tells_each_step_of_the_story_and_leaves_nothing_running(tmp_path):
+    out = run_demo(tmp_path)
+    assert_lines(out, "step 1: one queue", "states: CANCELLED 1, COMPLETED 12, FAILED 1",
+                 "step 2: one queue, two backends — skipped: no local Slurm cluster",
+                 "`crossdock dev slurm up` adds it",
+                 "step 3: preemption", "was preempted 1 time(s)", "ended COMPLETED on attempt 2",
+                 "step 4: elastic queue", "etl: 8/8 jobs completed", "went back to 0",
+                 "step 6: GPU placement",
+                 "demo finished as expected", "embedded Redis stopped")
+    assert_service_followed_traffic(out)
+    assert_gpus_on_the_fragmentation_view(out)
+
+
+@pytest.mark.redis
+@pytest.mark.celery
+@pytest.mark.slurm
+def test_the_demo_spreads_one_queue_over_this_machine_and_the_local_slurm_cluster(tmp_path, slurm_cluster):
+    out = run_demo(tmp_path, CROSSDOCK_SLURM_ENV=slurm_cluster["CROSSDOCK_SLURM_ENV"])
+    assert_lines(out, "step 2: one queue, two backends — the hybrid queue spans this machine and the cpu partition"
+                 " of the local Slurm cluster", "binpacked over its pools local (local) and hpc (slurm)",
+                 "hybrid: 3/3 jobs completed, on 2 of its 2 pools", "demo finished as expected")
+    assert re.search(r"^  local \(local\): jobs [\d, ]+ on localhost$", out, re.MULTILINE), out[-4000:]
+    assert re.search(r"^  hpc \(slurm\): jobs [\d, ]+ on cpu[12](, cpu[12])?$", out, re.MULTILINE), out[-4000:]
 
 
 # --- the Helm chart: one signing key for every pod ------------------------------------------------
