@@ -35,7 +35,7 @@ from pathlib import Path
 from typing import Any, Protocol, Sequence
 
 from crossdock.backends.local import spawner
-from crossdock.backends.redis_store import embedded
+from crossdock.backends.redis_store import embedded, upgrade
 from crossdock.queue.errors import CrossdockError
 from crossdock.runtime import Runtime
 from crossdock.workers.app import celery_sender, make_app, queue_for
@@ -294,6 +294,7 @@ class Service:
 
             self.fleet = LocalFleet(rt, app, logfile, on_change=self._record_pids)
             self.scheduler = Scheduler(rt, celery_sender(app), fleets={"local": self.fleet}, busy=celery_busy(app))
+        upgrade.ensure_format(rt.store)  # before anything runs a job: the specs an earlier release stored, sealed
         for part in self.parts:  # first: one that cannot start (its socket is another's) leaves nothing running
             part.start()
         if workers:

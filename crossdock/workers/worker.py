@@ -24,6 +24,7 @@ _multiproc = exporter.prepare_multiprocess(_settings.state_dir)
 from celery.exceptions import SecurityWarning  # noqa: E402
 from celery.signals import worker_init, worker_process_shutdown, worker_shutdown  # noqa: E402
 
+from crossdock.backends.redis_store import upgrade  # noqa: E402
 from crossdock.runtime import Runtime  # noqa: E402
 from crossdock.workers.app import make_app  # noqa: E402
 from crossdock.workers.supervision import watch_parent  # noqa: E402
@@ -40,6 +41,13 @@ WORKER_PORT_OFFSET = 1
 @worker_init.connect
 def _die_with_parent(**_) -> None:
     watch_parent()
+
+
+@worker_init.connect
+def _store_format(**_) -> None:
+    """A worker of its own (the Helm chart's) may start before the service: what the tasks it takes
+    run is sealed first, were the store written by an earlier release (:mod:`.upgrade`)."""
+    upgrade.ensure_format(Runtime.from_env(start_redis=False).store)
 
 
 @worker_init.connect

@@ -22,6 +22,9 @@ STATUS_FIELDS = ("state", "reason", "attempts", "queue", "priority_class", "prio
                  "explanation", "alloc_cpu_milli", "alloc_mem_mib", "exit_code", "signal", "submit_time",
                  "eligible_time", "scheduled_time", "start_time", "end_time", "max_rss_kib", "past_attempts")
 """Every field of a job hash besides ``spec``: exactly the status fields of :class:`Job`."""
+STORE_FORMAT = 2
+"""The store's format (``Keys.store_format``): 2, specs sealed; a store without the key is 1,
+crossdock 0.1's, its specs unsealed (:mod:`.upgrade` brings it to 2)."""
 SPEC_CACHE_SIZE, SPEC_CACHE_CHARS = 10_000, 16_384
 """Parsed specs kept (:func:`spec_from_json`): more than the pending jobs of a busy queue, each
 at most that long (a spec with a large script is parsed each time), so at most ~160 MiB."""

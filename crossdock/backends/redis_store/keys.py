@@ -16,6 +16,16 @@ class Keys:
         return f"{self.prefix}:counter:job"
 
     @property
+    def store_format(self) -> str:
+        """STRING: the store's format (:mod:`.upgrade`); absent in a store written before specs were sealed."""
+        return f"{self.prefix}:format"
+
+    @property
+    def format_lock(self) -> str:
+        """STRING (with a TTL): the token of the process bringing the store to the current format."""
+        return f"{self.prefix}:format:lock"
+
+    @property
     def all_jobs(self) -> str:
         """ZSET of every job id (score = id)."""
         return f"{self.prefix}:jobs"

@@ -23,7 +23,7 @@ from redis.retry import Retry
 from crossdock.backends.redis_store import connect, scripts
 from crossdock.backends.redis_store.access import AccessRecords
 from crossdock.backends.redis_store.autoscale import AutoscaleRecords
-from crossdock.backends.redis_store.codec import (ATTEMPT_FIELDS, encode, encode_fields, facts_from_record,
+from crossdock.backends.redis_store.codec import (ATTEMPT_FIELDS, STORE_FORMAT, encode, encode_fields, facts_from_record,
                                                   hash_to_job, history_record, job_to_hash, nodes_from_json,
                                                   nodes_to_json)
 from crossdock.backends.redis_store.descheduler import DeschedulerRecords
@@ -174,6 +174,7 @@ class JobStore:
         actor = actor or self.actor
         owners = sorted({j.spec.user for j in jobs})
         idem = self.k.idempotency(",".join(owners), token) if token else None
+        fresh = None  # the store's first jobs: it is this release's from the start (its format key)
         with answering():
             while True:
                 with self.r.pipeline() as pipe:
@@ -190,7 +191,10 @@ class JobStore:
                             admit(self._live_counts(pipe, owners))
                         last = self.r.incrby(self.k.job_counter, len(jobs))
                         stored = _assign_ids(jobs, last - len(jobs) + 1)
+                        fresh = last == len(jobs) if fresh is None else fresh
                         pipe.multi()
+                        if fresh:
+                            pipe.set(self.k.store_format, STORE_FORMAT, nx=True)
                         if idem:
                             pipe.set(idem, json.dumps([j.id for j in stored]), ex=7 * 86400)
                         self._write_new(pipe, stored, actor)

@@ -39,11 +39,11 @@ def answering(rt) -> bool:
 class Up:
     """One ``crossdock up`` process on the state directory ``state``."""
 
-    def __init__(self, state: Path, env: dict[str, str], log: Path):
+    def __init__(self, state: Path, env: dict[str, str], log: Path, cwd: Path | None = None):
         self.state, self.env, self.log = state, env, log
         with open(log, "ab") as out:
             self.proc = subprocess.Popen([sys.executable, "-m", "crossdock", "up"], env=env, stdout=out,
-                                         stderr=subprocess.STDOUT)
+                                         stderr=subprocess.STDOUT, cwd=cwd)
         eventually("up to start its worker", lambda: self.worker_pid() or self.proc.poll() is not None, 60)
         assert self.proc.poll() is None, log.read_text()[-3000:]
 
