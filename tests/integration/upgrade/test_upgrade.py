@@ -61,6 +61,9 @@ def old_release(tmp_path_factory) -> Path:
     assert out.returncode == 0, (f"crossdock 0.1.0 ({RELEASE[:7]}, tag v0.1.0) is not in {REPO}'s history:"
                                  f" {out.stderr.decode().strip()}; the upgrade test needs a full clone"
                                  " (git fetch --unshallow)")
+    tag = subprocess.run(["git", "-C", str(REPO), "rev-parse", "--verify", "-q", "v0.1.0^{commit}"],
+                         capture_output=True, text=True, timeout=60)
+    assert tag.returncode != 0 or tag.stdout.strip() == RELEASE, f"tag v0.1.0 is {tag.stdout.strip()}, not {RELEASE}"
     tree = tmp_path_factory.mktemp("crossdock-0.1.0")
     with tarfile.open(fileobj=io.BytesIO(out.stdout)) as tar:
         tar.extractall(tree, filter="data")
