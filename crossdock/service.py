@@ -9,7 +9,6 @@ from dataclasses import dataclass
 from datetime import datetime, timezone
 from typing import TYPE_CHECKING, Any, Iterable, Sequence
 
-from redis.exceptions import RedisError
 
 from crossdock import signing
 from crossdock.backends.local import gpus
@@ -73,7 +72,7 @@ def load_inventory(rt: Runtime, store_optional: bool = False) -> list[Node]:
     ``store_optional``: a store that does not answer counts as "not yet run" (``--dry-run``)."""
     try:
         nodes = rt.store.inventory()
-    except (RedisError, StoreUnavailable):
+    except StoreUnavailable:
         if not store_optional:
             raise
         nodes = None
@@ -112,7 +111,7 @@ def test_only(rt: Runtime, job: Job, nodes: Sequence[Node]) -> "Trial":
     try:
         pending = rt.store.get_many(rt.store.pending_ids())
         active = rt.store.get_many(rt.store.active_ids())
-    except RedisError:
+    except StoreUnavailable:
         pending, active = [], []
     return trial(job, pending, active, nodes, rt.config, datetime.now(timezone.utc))
 

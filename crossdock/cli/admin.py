@@ -15,7 +15,7 @@ import typer
 from crossdock.cli.common import console, fail, gateway, one_line, print_json, runtime
 from crossdock.cli.liveconfig import config_apply, config_show
 from crossdock.cli.render import info_table, node_rows
-from crossdock.queue.errors import CrossdockError
+from crossdock.queue.errors import CrossdockError, StoreUnavailable
 
 config_app = typer.Typer(help="Admin configuration files.", no_args_is_help=True)
 config_app.command("apply")(config_apply)
@@ -181,7 +181,7 @@ def _leave_redis(rt, embedded_redis: bool) -> str:
     end to it, and a job left SCHEDULED or RUNNING is followed again by the next ``up``. Every
     command starts it again on demand."""
     from crossdock.backends.redis_store import embedded
-    from crossdock.backends.redis_store.store import STORE_UNAVAILABLE, probe
+    from crossdock.backends.redis_store.store import probe
 
     if not embedded_redis:
         return f"Redis {embedded.shown(rt.redis_url)} is not crossdock's to stop"
@@ -189,7 +189,7 @@ def _leave_redis(rt, embedded_redis: bool) -> str:
         if probe(rt.redis_url) is not None:  # a quick no: the store's own retries take seconds
             return "the embedded Redis is not answering"
         placed = len(rt.store.active_ids())
-    except STORE_UNAVAILABLE:
+    except StoreUnavailable:
         return "the embedded Redis is not answering"
     if placed:
         return (f"embedded Redis kept running (pid {embedded.pid(rt.settings.state_dir)}) on purpose: {placed} placed"

@@ -27,7 +27,6 @@ from pathlib import Path
 from typing import Any
 
 from pydantic import ValidationError
-from redis.exceptions import RedisError
 
 from crossdock import service
 from crossdock.backends.redis_store.embedded import shown
@@ -35,7 +34,7 @@ from crossdock.gateway import wire
 from crossdock.gateway.bounded import Connections, TooLarge, next_request
 from crossdock.gateway.direct import LISTINGS, Direct
 from crossdock.queue.bounds import request_too_large
-from crossdock.queue.errors import CrossdockError, InvalidArgument, PermissionDenied
+from crossdock.queue.errors import CrossdockError, InvalidArgument, PermissionDenied, StoreUnavailable
 from crossdock.queue.models import JobSpec, validation_message
 from crossdock.runtime import Runtime
 from crossdock.settings import user_name
@@ -155,13 +154,14 @@ class GatewayServer(socketserver.ThreadingMixIn, socketserver.UnixStreamServer):
             elif not isinstance(exc, CrossdockError):
                 exc = InvalidArgument(f"not a request this service answers ({type(exc).__name__}: {exc})")
             return {"error": wire.error_of(exc)}
+        except StoreUnavailable as exc:
+            cause = exc.__cause__ or exc
+            return {"error": {"type": "ServiceUnavailable", "message": f"the service cannot reach its store"
+                              f" ({type(cause).__name__}: {shown(str(cause))}); try again shortly"}}
         except CrossdockError as exc:
             if isinstance(exc, PermissionDenied):
                 log.info("refused %s for %s (uid %s): %s", line[:80], user_name(uid), uid, exc)
             return {"error": wire.error_of(exc)}
-        except RedisError as exc:
-            return {"error": {"type": "ServiceUnavailable", "message": f"the service cannot reach its store"
-                              f" ({type(exc).__name__}: {shown(str(exc))}); try again shortly"}}
         except Exception as exc:  # the service stays up; the caller gets one line, the log the rest
             log.exception("request from uid %s failed", uid)
             return {"error": {"type": "CrossdockError", "message": f"the service failed: {type(exc).__name__}: {exc}"}}
@@ -173,8 +173,9 @@ class GatewayServer(socketserver.ThreadingMixIn, socketserver.UnixStreamServer):
             converse(self, uid, wire.json.loads(line)["args"], rfile, wfile)
         except (KeyError, TypeError, ValueError) as exc:
             _done(wfile, 2, f"not a submission this service answers ({type(exc).__name__}: {exc})")
-        except (RedisError, OSError) as exc:  # the store, or the client gone mid-conversation
-            _done(wfile, 1, f"the service cannot answer ({type(exc).__name__}: {shown(str(exc))}); try again shortly")
+        except (StoreUnavailable, OSError) as exc:  # the store, or the client gone mid-conversation
+            cause = exc.__cause__ or exc
+            _done(wfile, 1, f"the service cannot answer ({type(cause).__name__}: {shown(str(cause))}); try again shortly")
         except Exception as exc:  # the service stays up; the caller gets one line, the log the rest
             log.exception("submission from uid %s failed", uid)
             _done(wfile, 1, f"the service failed: {type(exc).__name__}: {exc}")

@@ -17,8 +17,6 @@ from datetime import datetime, timezone
 from typing import Any, Callable, Iterable, Iterator, Mapping, Sequence
 
 import redis
-from redis.backoff import NoBackoff
-from redis.retry import Retry
 
 from crossdock.backends.redis_store import connect, scripts
 from crossdock.backends.redis_store.access import AccessRecords
@@ -33,6 +31,7 @@ from crossdock.backends.redis_store.liveconfig import ConfigRecords
 from crossdock.backends.redis_store.sealing import ENV, SpecSeals
 from crossdock.backends.redis_store.services import ServiceStore
 from crossdock.backends.redis_store.timing import RoundTrip, timed_client
+from crossdock.backends.redis_store.unavailable import answering
 from crossdock.queue.errors import InvalidArgument, NoSuchJob, StoreUnavailable
 from crossdock.queue.models import ATTEMPTS_KEPT, REQUEUED, Job
 from crossdock.queue.reconcile import Preempted, Requeue, Settle, Update
@@ -47,35 +46,18 @@ DISPATCHER_TTL_SECONDS = 15.0
 """A running dispatch task refreshes its liveness every third of this (``dispatching``)."""
 _PLACED = (JobState.SCHEDULED, JobState.RUNNING)
 
-STORE_UNAVAILABLE: tuple[type[Exception], ...] = (redis.ConnectionError, redis.TimeoutError, redis.BusyLoadingError,
-                                                  redis.exceptions.ReadOnlyError, StoreUnavailable)
-"""Errors of a store that is away (down, restarting, loading its AOF, a replica): retry later.
-The store's own :class:`StoreUnavailable` (what ``submit`` and ``inventory`` raise) is one."""
-
-
 def probe(url: str, timeout: float = 1.0) -> str | None:
     """None when the Redis at ``url`` answers within ``timeout`` s, else why not (one try, no retries:
     redis-py's default retries take ~5 s to say that a socket is missing)."""
-    client = connect.client(url, socket_timeout=timeout, socket_connect_timeout=timeout, retry=Retry(NoBackoff(), 0))
+    client = connect.client(url, socket_timeout=timeout, socket_connect_timeout=timeout, retries=0)
     try:
         client.ping()
         return None
-    except (*STORE_UNAVAILABLE, OSError) as exc:  # MasterNotFoundError is a ConnectionError
-        return f"{type(exc).__name__}: {exc}"
+    except (StoreUnavailable, OSError) as exc:  # MasterNotFoundError is a ConnectionError
+        cause = exc.__cause__ or exc
+        return f"{type(cause).__name__}: {cause}"
     finally:
         client.close()
-
-
-@contextmanager
-def answering() -> Iterator[None]:
-    """Turn an away store's redis-py error into :class:`StoreUnavailable`, the faces' own."""
-    try:
-        yield
-    except STORE_UNAVAILABLE as exc:
-        if isinstance(exc, StoreUnavailable):
-            raise
-        raise StoreUnavailable(f"the store does not answer ({type(exc).__name__}: {str(exc)[:200]}); try again"
-                               " shortly (a submission retried with the same idempotency token is stored once)") from None
 
 
 def utcnow() -> datetime:
@@ -120,7 +102,8 @@ class StopRequest:
 class JobStore:
     def __init__(self, client: redis.Redis, prefix: str = "cd", actor: str = "crossdock",
                  seals: SpecSeals | None = None):
-        self.r = client
+        self.r = answering(client)
+        """Raises ``StoreUnavailable`` for a Redis that is away (:mod:`.unavailable`)."""
         self.k = Keys(prefix)
         self.actor = actor
         """Who this process acts as in events when a call names nobody."""
@@ -145,12 +128,18 @@ class JobStore:
 
     @classmethod
     def from_url(cls, url: str, prefix: str = "cd", actor: str = "crossdock",
-                 on_round_trip: RoundTrip | None = None, seals: SpecSeals | None = None) -> "JobStore":
+                 on_round_trip: RoundTrip | None = None, seals: SpecSeals | None = None,
+                 timeout: float | None = None, retries: int | None = None) -> "JobStore":
         """``url``: a Redis server, or a master through Sentinel (:mod:`.connect`);
-        ``on_round_trip``: called after every Redis round trip (command, seconds, succeeded)."""
+        ``on_round_trip``: called after every Redis round trip (command, seconds, succeeded);
+        ``timeout``: seconds to connect and for each reply (None: wait as long as the OS does);
+        ``retries``: immediate retries of a failed command (:func:`.connect.client`)."""
+        options: dict[str, Any] = {"decode_responses": True, "retries": retries}
+        if timeout is not None:
+            options.update(socket_timeout=timeout, socket_connect_timeout=timeout)
         if on_round_trip is None:
-            return cls(connect.client(url, decode_responses=True), prefix, actor, seals)
-        return cls(timed_client(url, on_round_trip, decode_responses=True), prefix, actor, seals)
+            return cls(connect.client(url, **options), prefix, actor, seals)
+        return cls(timed_client(url, on_round_trip, **options), prefix, actor, seals)
 
     @contextmanager
     def pipeline(self, transaction: bool = False) -> Iterator[Any]:
@@ -174,30 +163,37 @@ class JobStore:
         actor = actor or self.actor
         owners = sorted({j.spec.user for j in jobs})
         idem = self.k.idempotency(",".join(owners), token) if token else None
-        with answering():
-            while True:
-                with self.r.pipeline() as pipe:
-                    try:
-                        watched = [idem] if idem else []
-                        if admit is not None:
-                            watched += [self.k.user_jobs(o) for o in owners]
-                        if watched:
-                            pipe.watch(*watched)
-                        first = pipe.get(idem) if idem else None
-                        if first is not None:
-                            return self._replayed(json.loads(first), token or "")
-                        if admit is not None:
-                            admit(self._live_counts(pipe, owners))
-                        last = self.r.incrby(self.k.job_counter, len(jobs))
-                        stored = _assign_ids(jobs, last - len(jobs) + 1)
-                        pipe.multi()
-                        if idem:
-                            pipe.set(idem, json.dumps([j.id for j in stored]), ex=7 * 86400)
-                        self._write_new(pipe, stored, actor)
-                        pipe.execute()
-                        return stored
-                    except redis.WatchError:
-                        continue
+        try:
+            return self._submit(jobs, owners, idem, token, actor, admit)
+        except StoreUnavailable as exc:
+            raise StoreUnavailable(f"{exc} (a submission retried with the same idempotency token is stored once)"
+                                   ) from exc.__cause__
+
+    def _submit(self, jobs: Sequence[Job], owners: Sequence[str], idem: str | None, token: str | None, actor: str,
+                admit: Callable[[dict[str, int]], None] | None) -> list[Job]:
+        while True:
+            with self.r.pipeline() as pipe:
+                try:
+                    watched = [idem] if idem else []
+                    if admit is not None:
+                        watched += [self.k.user_jobs(o) for o in owners]
+                    if watched:
+                        pipe.watch(*watched)
+                    first = pipe.get(idem) if idem else None
+                    if first is not None:
+                        return self._replayed(json.loads(first), token or "")
+                    if admit is not None:
+                        admit(self._live_counts(pipe, owners))
+                    last = self.r.incrby(self.k.job_counter, len(jobs))
+                    stored = _assign_ids(jobs, last - len(jobs) + 1)
+                    pipe.multi()
+                    if idem:
+                        pipe.set(idem, json.dumps([j.id for j in stored]), ex=7 * 86400)
+                    self._write_new(pipe, stored, actor)
+                    pipe.execute()
+                    return stored
+                except redis.WatchError:
+                    continue
 
     def _replayed(self, ids: list[int], token: str) -> list[Job]:
         """The jobs a token first stored; refused once they left the hot keys (archived)."""
@@ -819,8 +815,7 @@ class JobStore:
 
     def inventory(self) -> list[Node] | None:
         """Nodes as the scheduler last saw them; None before it ever ran."""
-        with answering():
-            raw = self.r.get(self.k.inventory)
+        raw = self.r.get(self.k.inventory)
         return None if raw is None else nodes_from_json(raw)
 
     # --- retention -------------------------------------------------------------------------
@@ -882,7 +877,7 @@ class JobStore:
         self._release(keys=[self.k.scheduler_lease], args=[holder])
 
     def ping(self) -> None:
-        """Whether the store answers: a RedisError when it does not."""
+        """Whether the store answers: ``StoreUnavailable`` when it does not."""
         self.r.ping()
 
     def lease_holder(self) -> str | None:
