@@ -259,7 +259,7 @@ def events(rt: Runtime, job_ids: Sequence[int] = (), since: float | None = None,
     ``{"events": [...], "last": ID|None}``: oldest first, each event with its stream ``id``; ``last``
     is the cursor to read on from (``after=last``; with ``block_ms``, waiting for the next one),
     past events a filter left out. ``since`` (epoch seconds) starts from a time; neither: the last
-    ``count`` (see ``JobStore.read_events``)."""
+    ``count`` (see ``JobEvents.read_events``)."""
     count = max(1, min(count, EVENTS_LIMIT))
     single = job_ids[0] if len(job_ids) == 1 else None
     rows = rt.store.read_events(single, since=since, after=after, count=count, block_ms=block_ms)

@@ -9,15 +9,15 @@ from pathlib import Path
 
 from crossdock import signing
 from crossdock.backends.local.workspace import Outcome
-from crossdock.backends.redis_store.store import JobStore
 from crossdock.queue.errors import NoSuchJob, StoreUnavailable
+from crossdock.queue.ports import BackendStore
 from crossdock.queue.states import JobState, stopped_outcome
 
 def _time(epoch: float | None) -> datetime | None:
     return None if epoch is None else datetime.fromtimestamp(epoch, timezone.utc)
 
 
-def record(store: JobStore, job_id: int, attempt: int, outcome: Outcome, result: bytes | None, requeue: bool,
+def record(store: BackendStore, job_id: int, attempt: int, outcome: Outcome, result: bytes | None, requeue: bool,
            state_dir: Path, actor: str = "local") -> bool:
     """Record ``outcome`` for ``attempt`` unless the job moved on. True when the attempt's end is
     in the store now (recorded here or before); False when the attempt is no longer the job's.

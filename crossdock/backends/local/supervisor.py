@@ -39,8 +39,9 @@ from crossdock.backends.joboutput import OutputPump, output_limit
 from crossdock.backends.pypayload import checkpoint_context, verified_payload
 from crossdock.backends.redis_store.embedded import private_dir
 from crossdock.backends.redis_store.sealing import BAD_SEAL, SpecSeals
-from crossdock.backends.redis_store.store import JobStore, StopRequest
+from crossdock.backends.redis_store.store import JobStore
 from crossdock.queue.errors import CrossdockError, StoreUnavailable
+from crossdock.queue.jobstore import JobResults, StopRequest
 from crossdock.queue.models import Job
 from crossdock.queue.states import JobState, Reason
 
@@ -83,7 +84,7 @@ def _private(path: Path, mode: str, owner: Owner | None = None, perm: int = 0o60
 
 
 def build_argv(job: Job, workspace: Path, state_dir: Path, owner: Owner | None = None,
-               store: JobStore | None = None) -> tuple[list[str], list]:
+               store: JobResults | None = None) -> tuple[list[str], list]:
     """The job's argv and the workspace files it gets as descriptors (``/dev/fd/N``, ``fd:N``)."""
     spec = job.spec
     if spec.python is not None:

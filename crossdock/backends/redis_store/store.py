@@ -1,5 +1,8 @@
 """JobStore: submit, read, transition and follow jobs in Redis; nothing else touches Redis.
 
+It implements every role of :mod:`crossdock.queue.jobstore` (``JobReads``, ``JobTransitions``,
+``DispatchClaims``…), which is what workers and backends are typed against.
+
 Every mutating step is atomic (a Lua script or MULTI/EXEC) and can join a caller's pipeline
 (``pipe=``, from :meth:`JobStore.pipeline`) so that one scheduling decision costs one round
 trip. The key layout lives in :mod:`keys`, the record formats in :mod:`codec`.
@@ -33,6 +36,7 @@ from crossdock.backends.redis_store.services import ServiceStore
 from crossdock.backends.redis_store.timing import RoundTrip, timed_client
 from crossdock.backends.redis_store.unavailable import answering
 from crossdock.queue.errors import InvalidArgument, NoSuchJob, StoreUnavailable
+from crossdock.queue.jobstore import StopRequest
 from crossdock.queue.models import ATTEMPTS_KEPT, REQUEUED, Job
 from crossdock.queue.reconcile import Preempted, Requeue, Settle, Update
 from crossdock.queue.snapshot import JobFacts, Node
@@ -88,15 +92,6 @@ class Recorded:
     """The job was where the change expects it (its state, its attempt): it moved, or a field was set."""
     was: str = ""
     """The state it was in (a transition's)."""
-
-
-@dataclass(frozen=True)
-class StopRequest:
-    """Why a placed job is to stop: a user's cancel, or a preemption with its grace period."""
-
-    cancel: bool
-    preempt: bool
-    grace_seconds: float | None = None
 
 
 class JobStore:
