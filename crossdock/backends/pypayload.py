@@ -2,10 +2,10 @@
 
 A ``submit`` carries its call in the spec (``PythonCall.payload``, sealed beside it); a ``map``
 task finds its function and its own arguments among the array's parts
-(:meth:`~crossdock.queue.jobstore.JobResults.call_parts`), each sealed under its owner's key with a context naming the part,
+(:meth:`JobResults.call_parts`), each sealed under its owner's key with a context naming the part,
 so that no part is unpickled unless its owner's client wrote it. A job stopped while its
 callable's ``checkpoint()`` hook was armed resumes from the call the hook returned, which its
-runner stored sealed under the owner's key (:meth:`~crossdock.queue.jobstore.JobResults.set_checkpoint`).
+runner stored sealed under the owner's key (:meth:`JobResults.set_checkpoint`).
 """
 
 from __future__ import annotations

@@ -175,7 +175,8 @@ class GatewayServer(socketserver.ThreadingMixIn, socketserver.UnixStreamServer):
             _done(wfile, 2, f"not a submission this service answers ({type(exc).__name__}: {exc})")
         except (StoreUnavailable, OSError) as exc:  # the store, or the client gone mid-conversation
             cause = exc.__cause__ or exc
-            _done(wfile, 1, f"the service cannot answer ({type(cause).__name__}: {shown(str(cause))}); try again shortly")
+            _done(wfile, 1, f"the service cannot answer ({type(cause).__name__}: {shown(str(cause))});"
+                  " try again shortly")
         except Exception as exc:  # the service stays up; the caller gets one line, the log the rest
             log.exception("submission from uid %s failed", uid)
             _done(wfile, 1, f"the service failed: {type(exc).__name__}: {exc}")

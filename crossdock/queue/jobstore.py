@@ -19,6 +19,30 @@ from crossdock.queue.models import Job
 from crossdock.queue.states import JobState
 
 
+DISPATCHER_TTL_SECONDS = 15.0
+"""How long a dispatch task's liveness lasts (``DispatchClaims.dispatching``); a running task
+refreshes it every third of this."""
+
+REQUEUE_CLEARED = ("nodes", "gpu_ids", "backend_ref", "pool", "backend", "exit_code", "signal", "start_time",
+                   "end_time", "scheduled_time", "cancel_requested", "preempt_requested", "preempt_grace",
+                   "preempt_deadline", "dispatched", "pid")
+"""The job fields a requeue clears: placement, outcome and stop requests of the attempt it ends."""
+
+
+def assign_ids(jobs: Sequence[Job], first: int) -> list[Job]:
+    """Give consecutive ids from ``first``; array tasks carry a placeholder ``array_job_id`` (any
+    value shared by the tasks of one array) that becomes the id of that array's first task."""
+    out: list[Job] = []
+    array_ids: dict[int | None, int] = {}
+    for offset, job in enumerate(jobs):
+        jid = first + offset
+        update: dict[str, Any] = {"id": jid}
+        if job.array_task_id is not None:
+            update["array_job_id"] = array_ids.setdefault(job.array_job_id, jid)
+        out.append(job.model_copy(update=update))
+    return out
+
+
 @dataclass(frozen=True)
 class StopRequest:
     """Why a placed job is to stop: a user's cancel, or a preemption with its grace period."""
@@ -41,7 +65,7 @@ class JobReads(Protocol):
     def pending_ids(self) -> list[int]: ...
 
     def active_ids(self) -> list[int]:
-        """Jobs SCHEDULED, RUNNING or PREEMPTED (being stopped)."""
+        """Jobs SCHEDULED or RUNNING."""
 
 
 @runtime_checkable

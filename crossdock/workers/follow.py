@@ -38,7 +38,8 @@ def limits() -> Limits:
 
 
 class Follower:
-    def __init__(self, store: FollowerStore, backends: Backends, send: SendTask, holder: str, kinds: Callable[[], set[str]]):
+    def __init__(self, store: FollowerStore, backends: Backends, send: SendTask, holder: str,
+                 kinds: Callable[[], set[str]]):
         self.store, self.backends, self.send, self.holder = store, backends, send, holder
         self.kinds = kinds
         """The backend kinds the config's pools name (orphans are swept there even with nothing active)."""

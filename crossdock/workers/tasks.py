@@ -20,9 +20,9 @@ from celery import shared_task
 
 from crossdock import signing
 from crossdock.backends.redis_store.sealing import BAD_SEAL
-from crossdock.backends.redis_store.store import DISPATCHER_TTL_SECONDS
 from crossdock.observe import metrics
 from crossdock.queue.errors import BadSignature
+from crossdock.queue.jobstore import DISPATCHER_TTL_SECONDS
 from crossdock.queue.ports import BackendUnavailable, JobTransitions, SubmitFailed, SupportsArrays
 from crossdock.queue.states import JobState
 from crossdock.runtime import Runtime

@@ -100,8 +100,9 @@ class FakeBackend(FakeFleets, FakeNodes):
     kind = "fake"
     capabilities = CAPABILITIES
 
-    def __init__(self, config: ClusterConfig | None = None, store: BackendStore | None = None, *, start_on_submit: bool = True,
-                 clock: Callable[[], float] = time.monotonic, node_start_seconds: float = 0.0):
+    def __init__(self, config: ClusterConfig | None = None, store: BackendStore | None = None, *,
+                 start_on_submit: bool = True, clock: Callable[[], float] = time.monotonic,
+                 node_start_seconds: float = 0.0):
         FakeFleets.__init__(self)
         FakeNodes.__init__(self, config, clock, self.kind, node_start_seconds)
         self.config, self.store = config, store

@@ -10,8 +10,8 @@ for one (``requirepass`` in sentinel.conf). The port defaults to 26379. redis-py
 :class:`~redis.sentinel.Sentinel` asks the sentinels for the master on every new connection, so a
 client reconnects to the promoted replica after a failover: the commands under way meanwhile fail
 with ConnectionError or ReadOnlyError, which the client raises as ``StoreUnavailable``
-(:mod:`.unavailable`), a store that is away, and every caller retries. Celery's broker gets the same sentinels in kombu's spelling
-(:func:`kombu_broker`).
+(:mod:`.unavailable`): a store that is away, which every caller retries. Celery's broker gets
+the same sentinels in kombu's spelling (:func:`kombu_broker`).
 """
 
 from __future__ import annotations

@@ -36,7 +36,7 @@ from crossdock.backends.redis_store.services import ServiceStore
 from crossdock.backends.redis_store.timing import RoundTrip, timed_client
 from crossdock.backends.redis_store.unavailable import answering
 from crossdock.queue.errors import InvalidArgument, NoSuchJob, StoreUnavailable
-from crossdock.queue.jobstore import StopRequest
+from crossdock.queue.jobstore import DISPATCHER_TTL_SECONDS, REQUEUE_CLEARED, StopRequest, assign_ids
 from crossdock.queue.models import ATTEMPTS_KEPT, REQUEUED, Job
 from crossdock.queue.reconcile import Preempted, Requeue, Settle, Update
 from crossdock.queue.snapshot import JobFacts, Node
@@ -46,8 +46,6 @@ log = logging.getLogger(__name__)
 
 STREAM_MAXLEN = 10_000
 CLAIM_TTL_SECONDS = 7 * 86400
-DISPATCHER_TTL_SECONDS = 15.0
-"""A running dispatch task refreshes its liveness every third of this (``dispatching``)."""
 _PLACED = (JobState.SCHEDULED, JobState.RUNNING)
 
 def probe(url: str, timeout: float = 1.0) -> str | None:
@@ -180,7 +178,7 @@ class JobStore:
                     if admit is not None:
                         admit(self._live_counts(pipe, owners))
                     last = self.r.incrby(self.k.job_counter, len(jobs))
-                    stored = _assign_ids(jobs, last - len(jobs) + 1)
+                    stored = assign_ids(jobs, last - len(jobs) + 1)
                     pipe.multi()
                     if idem:
                         pipe.set(idem, json.dumps([j.id for j in stored]), ex=7 * 86400)
@@ -640,10 +638,8 @@ class JobStore:
         requeue safe to queue behind the transition it follows (in one MULTI) and to replay: it
         moves nothing once the job has moved on."""
         eligible = datetime.fromtimestamp(utcnow().timestamp() + delay_seconds, timezone.utc) if delay_seconds else None
-        cleared = ("nodes", "gpu_ids", "backend_ref", "pool", "backend", "exit_code", "signal", "start_time",
-                   "end_time", "scheduled_time", "cancel_requested", "preempt_requested", "preempt_grace",
-                   "preempt_deadline", "dispatched", "pid")
-        return self.transition(job_id, JobState.PENDING, fields={**dict.fromkeys(cleared), "eligible_time": eligible},
+        fields = {**dict.fromkeys(REQUEUE_CLEARED), "eligible_time": eligible}
+        return self.transition(job_id, JobState.PENDING, fields=fields,
                                actor=actor, reason=reason, unless=unless, attempt=attempt, only_from=only_from,
                                ends_attempt=True, pipe=pipe)
 
@@ -877,20 +873,6 @@ class JobStore:
 
     def lease_holder(self) -> str | None:
         return self.r.get(self.k.scheduler_lease)
-
-
-def _assign_ids(jobs: Sequence[Job], first: int) -> list[Job]:
-    """Give consecutive ids; array tasks carry a placeholder ``array_job_id`` (any value shared
-    by the tasks of one array) that becomes the id of that array's first task."""
-    out: list[Job] = []
-    array_ids: dict[int | None, int] = {}
-    for offset, job in enumerate(jobs):
-        jid = first + offset
-        update: dict[str, Any] = {"id": jid}
-        if job.array_task_id is not None:
-            update["array_job_id"] = array_ids.setdefault(job.array_job_id, jid)
-        out.append(job.model_copy(update=update))
-    return out
 
 
 def _ended(ends_attempt: bool, ended_as: tuple[str, str] | None) -> str:

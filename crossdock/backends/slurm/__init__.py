@@ -79,7 +79,8 @@ class SlurmSettings(BaseModel):
             raise settings_error(exc, cls.ENV) from None
 
 
-def from_config(config: ClusterConfig | None, store: StopRequests | None = None, environ: Mapping[str, str] | None = None,
+def from_config(config: ClusterConfig | None, store: StopRequests | None = None,
+                environ: Mapping[str, str] | None = None,
                 **overrides: Any) -> SlurmBackend:
     env = slurm_env(None if environ is None else dict(environ))
     settings = SlurmSettings.from_env(env)
