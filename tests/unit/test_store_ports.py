@@ -9,21 +9,24 @@ import typing
 
 import pytest
 
+from crossdock.backends.memory_store import MemoryStore
 from crossdock.backends.redis_store.store import JobStore
 from crossdock.queue import jobstore
 
 ROLES = [jobstore.JobReads, jobstore.SealedReads, jobstore.JobTransitions, jobstore.DispatchClaims,
          jobstore.StopRequests, jobstore.Heartbeats, jobstore.SchedulerLease, jobstore.JobResults,
          jobstore.JobOutput, jobstore.JobEvents, jobstore.BackendStore, jobstore.FollowerStore]
-STORES = {"redis": JobStore}
+STORES = {"redis": (JobStore, ROLES),
+          "memory": (MemoryStore, [r for r in ROLES if r is not jobstore.SealedReads])}  # it keeps no seals
+CASES = [pytest.param(store, role, id=f"{name}-{role.__name__}") for name, (store, roles) in STORES.items()
+         for role in roles]
 
 
 def members(role: type) -> list[str]:
     return sorted(m for m in typing._get_protocol_attrs(role) if m != "services")  # noqa: SLF001
 
 
-@pytest.mark.parametrize("store", STORES.values(), ids=STORES.keys())
-@pytest.mark.parametrize("role", ROLES, ids=[r.__name__ for r in ROLES])
+@pytest.mark.parametrize("store, role", CASES)
 def test_the_store_has_each_method_of_the_role_with_its_parameters(store, role):
     for name in members(role):
         wanted = inspect.signature(getattr(role, name)).parameters
