@@ -38,7 +38,8 @@ class Batch:
     """Calls queued by ``pipe=``; :meth:`execute` runs them at once and returns their results."""
 
     def __init__(self, store: "MemoryStore"):
-        self._store, self._calls = store, []  # type: ignore[var-annotated]
+        self._store = store
+        self._calls: list[Callable[[], Any]] = []
 
     def queue(self, call: Callable[[], Any]) -> "Batch":
         self._calls.append(call)
