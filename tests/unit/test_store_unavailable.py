@@ -4,6 +4,10 @@ is needed: a Unix socket nobody listens on refuses every connection at once."""
 
 from __future__ import annotations
 
+import os
+import subprocess
+import sys
+
 import pytest
 import redis
 
@@ -58,3 +62,11 @@ def test_a_submission_says_a_retry_with_its_token_is_stored_once(away):
 
 def test_probe_names_redis_own_error(away):
     assert probe(away).startswith("ConnectionError: ")
+
+
+@pytest.mark.parametrize("argv", [["queue"], ["cancel", "1"]], ids=["queue", "cancel"])
+def test_the_cli_says_so_in_one_line_without_a_traceback(away, tmp_path, argv):
+    env = dict(os.environ, CROSSDOCK_REDIS_URL=away, CROSSDOCK_STATE_DIR=str(tmp_path / "state"), CROSSDOCK_PREFIX="t")
+    r = subprocess.run([sys.executable, "-m", "crossdock", *argv], env=env, capture_output=True, text=True, timeout=120)
+    assert r.returncode in (1, 2) and "Traceback" not in r.stderr
+    assert r.stderr.splitlines()[-1].startswith("crossdock: error: the store does not answer (ConnectionError: ")
