@@ -13,6 +13,7 @@ from crossdock.queue.errors import NoSuchJob, StoreUnavailable
 from crossdock.queue.ports import BackendStore
 from crossdock.queue.states import JobState, stopped_outcome
 
+
 def _time(epoch: float | None) -> datetime | None:
     return None if epoch is None else datetime.fromtimestamp(epoch, timezone.utc)
 
