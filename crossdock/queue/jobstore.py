@@ -211,6 +211,16 @@ class JobEvents(Protocol):
 
 
 @runtime_checkable
+class RecordsStatuses(Protocol):
+    """A backend's status pass, recorded whole or not at all."""
+
+    def record_statuses(self, changes: Sequence[Any], actor: str) -> list[Any]:
+        """Record the follower's planned changes (``crossdock.queue.reconcile``'s ``Settle`` and
+        ``Update``, not imported here: reconcile sits above the ports) in one step, each guarded by
+        the job's state and attempt; one result per change, saying whether it moved."""
+
+
+@runtime_checkable
 class BackendStore(JobReads, JobTransitions, StopRequests, Heartbeats, JobResults, JobOutput, Protocol):
     """What a backend is handed (``BackendContext.store``): the roles its adapters play."""
 
@@ -220,7 +230,7 @@ class BackendStore(JobReads, JobTransitions, StopRequests, Heartbeats, JobResult
 
 
 @runtime_checkable
-class FollowerStore(JobReads, JobTransitions, DispatchClaims, StopRequests, Heartbeats, Protocol):
+class FollowerStore(JobReads, JobTransitions, DispatchClaims, StopRequests, Heartbeats, RecordsStatuses, Protocol):
     """What the follower reads and moves to reconcile placed jobs with their backends."""
 
     @property

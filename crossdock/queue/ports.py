@@ -18,8 +18,8 @@ from typing import Any, Collection, Iterable, Mapping, Protocol, Sequence, runti
 
 from crossdock.queue.errors import CrossdockError
 from crossdock.queue.jobstore import (BackendStore, DispatchClaims, FollowerStore, Heartbeats, JobEvents,  # noqa: F401
-                                      JobOutput, JobReads, JobResults, JobTransitions, SchedulerLease, SealedReads,
-                                      StopRequest, StopRequests)
+                                      JobOutput, JobReads, JobResults, JobTransitions, RecordsStatuses,
+                                      SchedulerLease, SealedReads, StopRequest, StopRequests)
 from crossdock.queue.models import Job
 from crossdock.queue.serving import ServiceMetrics, ServiceSpec
 from crossdock.queue.snapshot import Allocation, Node

@@ -5,8 +5,9 @@ The twin of the Redis store for tests of a worker or a backend, held to the same
 claims, stop requests, a lease, events with unique ordered ids. A pipeline queues calls and runs
 them together under the store's lock (all of them, in order: what a MULTI does). Expiring things
 (heartbeats, the lease, a dispatcher's liveness) expire on ``clock``, which a test may drive. It
-keeps no seals (no ``SealedReads``), no descheduler records (a preempted job requeues as
-Preempted), no services records and no history.
+keeps no seals (no ``SealedReads``), does not record the follower's typed passes (no
+``RecordsStatuses``), and keeps no descheduler records (a preempted job requeues as Preempted),
+no services records and no history.
 """
 
 from __future__ import annotations
