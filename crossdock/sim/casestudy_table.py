@@ -45,5 +45,6 @@ def plot_table(data: Mapping[str, Any], path: str | Path) -> Path:
     metrics = [("gpu_utilisation_pct", "GPU utilisation (%)"), ("inference_p99_ms", "inference P99 (ms)"),
                ("node_cpu_spread_pct", "node CPU spread (points)"),
                ("allreduce_efficiency_pct", "8-worker all-reduce (%)"), ("gpu_hours_lost", "GPU-hours lost")]
-    rows = [(name, {k: float(r.get(k) or 0.0) for k, _ in metrics}) for name, r in data["setups"].items()]
+    rows = [(name.replace("+", "\n+").replace("-", "-\n"), {k: float(r.get(k) or 0.0) for k, _ in metrics})
+            for name, r in data["setups"].items()]
     return plot_bars(rows, metrics, path, title=f"{data['scenario']}: same arrivals, seed {data['seed']}")
