@@ -69,9 +69,9 @@ def test_a_casestudy_file_with_a_bad_value_is_refused_with_its_path(tmp_path, ch
 
 @pytest.fixture(scope="module")
 def small(tmp_path_factory) -> dict:
-    """The case study at a quarter of its cluster and load, for 6 simulated hours."""
+    """The case study at a quarter of its cluster and load, for 4 simulated hours."""
     data = yaml.safe_load(SCENARIO.read_text())
-    data["hours"] = 6
+    data["hours"] = 4
     for pool in data["pools"].values():
         pool["nodes"] = max(2, pool["nodes"] // 4)
     data["training"]["backlog_jobs"] //= 4
