@@ -2,14 +2,14 @@
 mixed cluster before and after crossdock's policy table, every lever on its own, on the same
 arrivals, measured with the models of :mod:`crossdock.sim.contention`.
 
-The arrivals: a saturating training backlog (a queue at time 0 and arrivals above the training
-pool's capacity; GPU count and duration drawn together from the Alibaba openb trace's whole-GPU
-pods), inference replicas with bursts, preprocessing waves. Every setup places them with
+The arrivals: a saturating training backlog (a queue at time 0 and arrivals above the cluster's
+GPUs; GPU count and duration drawn together from the Alibaba openb trace's whole-GPU pods), an
+8-worker job every few hours, inference replicas with bursts, preprocessing waves. Every setup places them with
 :func:`crossdock.sim.scenario.run_setup` (crossdock's placement scores, preemption and
 descheduler come from ``crossdock.queue``); an observer reads the cluster every sample and
 measures what the story measured: CPU each job gets on its node, inference P99, the spread of
-node CPU, training blocked by fragmentation, the all-reduce efficiency an 8-worker job would get
-if it were placed now. Method and sources: docs/casestudy.md.
+node CPU, training blocked by fragmentation, the all-reduce efficiency of the 8-worker jobs where
+their workers ran. Method and sources: docs/casestudy.md.
 """
 
 from __future__ import annotations
@@ -108,7 +108,6 @@ class CaseStudy(_M):
         return Scenario(name=self.name, hours=self.hours, pools=self.pools,
                         workloads={TRAINING: stand_in, LARGE: stand_in, DISTRIBUTED: stand_in, **self.workloads},
                         setups={n: _plain(s) for n, s in self.setups.items()})
-
 
 
 def _plain(s: CaseSetup) -> Setup:
