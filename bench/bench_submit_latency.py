@@ -112,12 +112,15 @@ def main() -> None:
     if args.socket:
         from crossdock.cli.thin import user_socket
 
-        sock = Path(user_socket())
+        sock = Path(user_socket(str(tmp)))
         up = subprocess.Popen([*crossdock, "up", "--workers", "0"], stdout=subprocess.DEVNULL,
                               stderr=subprocess.DEVNULL, env=fast)
-        deadline = time.monotonic() + 60
+        deadline = time.monotonic() + 120
         while not sock.is_socket():
             if time.monotonic() > deadline or up.poll() is not None:
+                up.terminate()
+                up.wait(30)
+                embedded.stop(tmp)
                 raise SystemExit(f"--socket: crossdock up did not open its socket {sock}")
             time.sleep(0.2)
         rows["submit (fast path)"] = (rows["crossdock submit"][0], fast, False)
