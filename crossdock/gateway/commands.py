@@ -15,6 +15,7 @@ from __future__ import annotations
 import io
 import sys
 import threading
+from functools import lru_cache
 from typing import Any, BinaryIO
 
 from crossdock import service
@@ -25,21 +26,17 @@ COMMANDS = ("queue", "show", "cancel", "wait")
 """The commands a ``cli_argv`` conversation runs (``submit`` has its own: :mod:`crossdock.gateway.argv`)."""
 
 _here = threading.local()
-_built: list[Any] = []
-_building = threading.Lock()
 
 
+@lru_cache(maxsize=1)
 def _cli() -> Any:
     """The CLI's Click command, built from the Typer app once per process (Typer builds it anew on
     every call of the app, some 40 ms: more than the rest of a call)."""
-    with _building:
-        if not _built:
-            import typer.main
+    import typer.main
 
-            from crossdock.cli.app import app
+    from crossdock.cli.app import app
 
-            _built.append(typer.main.get_command(app))
-    return _built[0]
+    return typer.main.get_command(app)
 
 
 class Routed(io.TextIOBase):
@@ -62,6 +59,21 @@ class Routed(io.TextIOBase):
 
     def isatty(self) -> bool:
         return bool(getattr(_here, "tty", {}).get(self.name)) if self._buffer() is not None else self.real.isatty()
+
+    @property
+    def encoding(self) -> str:  # a routed stream's text travels as JSON, UTF-8
+        return "utf-8" if self._buffer() is not None else self.real.encoding
+
+    @property
+    def errors(self) -> str:
+        return "strict" if self._buffer() is not None else self.real.errors
+
+    @property
+    def buffer(self) -> Any:
+        """The real stream's bytes; none while routed (click would write past the conversation)."""
+        if self._buffer() is not None:
+            raise AttributeError("a command's output on the socket has no byte stream")
+        return self.real.buffer
 
     def fileno(self) -> int:
         if self._buffer() is not None:

@@ -142,6 +142,8 @@ def test_the_fast_path_prints_what_the_full_path_prints(served):
     assert held in cli.same("queue", "-o", "%i").stdout.split()
     assert cli.same("queue", "-t", "bogus").returncode == 2
     assert cli.same("queue", "-p", "nosuchqueue").returncode == 2
+    usage = cli.same("queue", "--no-such-option")  # Click's own usage error
+    assert usage.returncode == 2 and "--no-such-option" in usage.stderr and usage.stdout == "", usage
     # show: one job, JSON, an unknown one
     assert "JobName=held" in cli.same("show", "job", held).stdout
     assert json.loads(cli.same("show", "--json", held).stdout)["spec"]["name"] == "held"
