@@ -129,22 +129,20 @@ class GatewayServer(socketserver.ThreadingMixIn, socketserver.UnixStreamServer):
         os.chmod(path, 0o600 if private else 0o666)
 
     def process_request(self, request: Any, client_address: Any) -> None:  # type: ignore[override]
-        """Refuse a connection over a limit with its line, without a thread; else serve it in one."""
+        """Refuse a connection over a limit (on a private socket: of another uid) with its line, without a
+        thread; else serve it in one."""
         uid = peer_uid(request)
         limits = self.rt.config.limits
         if self.owner is not None and uid != self.owner:
-            log.info("refused a connection of %s (uid %s) on %s's private socket", user_name(uid), uid,
-                     user_name(self.owner))
-            refuse(request, f"{self.path} serves only {user_name(self.owner)}; run crossdock as that user",
-                   "PermissionDenied")
-            self.shutdown_request(request)
-            return
-        refusal = self.connections.admit(uid, limits)
+            refusal, kind = (f"{self.path} serves only {user_name(self.owner)}; run crossdock as that user",
+                             "PermissionDenied")
+        else:
+            refusal, kind = self.connections.admit(uid, limits), "LimitExceeded"
         if refusal is not None:
             if time.monotonic() - self._noted.get(uid, -NOTE_SECONDS) >= NOTE_SECONDS:  # a flood: one log line a minute
                 self._noted[uid] = time.monotonic()
                 log.info("refused a connection of %s (uid %s): %s", user_name(uid), uid, refusal)
-            refuse(request, refusal)
+            refuse(request, refusal, kind)
             self.shutdown_request(request)
             return
         request.settimeout(limits.idle_timeout_s)
