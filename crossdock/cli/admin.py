@@ -118,10 +118,14 @@ def up(workers: int = typer.Option(2, "--workers", "-w", help="Celery worker pro
             typer.echo(f"crossdock up: warning: config {watcher.behind}", err=True)
         signal.signal(signal.SIGHUP, lambda *_: watcher.request())
         parts.append(watcher)
-    if multi_user:
-        from crossdock.gateway.server import SocketPart
+    from crossdock.gateway.server import SocketPart
 
+    if multi_user:
         parts.append(SocketPart(serving_socket(), rt))
+    elif settings.socket is None:  # the owner's CLI, through its fast path (crossdock.cli.thin)
+        from crossdock.cli import thin
+
+        parts.append(SocketPart(Path(thin.user_socket()), rt, private=True))
     try:
         svc = Service(rt, workers, scheduler, embedded_redis=settings.redis_url is None, lock=lock, parts=parts)
     except CrossdockError as exc:  # the socket is another service's
