@@ -13,11 +13,11 @@ from crossdock import observe
 from crossdock.backends.redis_store import embedded
 from crossdock.backends.redis_store.connect import is_sentinel, parse_sentinel
 from crossdock.backends.redis_store.sealing import SpecSeals
-from crossdock.backends.redis_store.store import STORE_UNAVAILABLE, JobStore
+from crossdock.backends.redis_store.store import JobStore
 from crossdock.backends.registry import BackendContext, Backends, catalog
 from crossdock.configfile import load_config, load_text
 from crossdock.queue.config import ClusterConfig
-from crossdock.queue.errors import ConfigError
+from crossdock.queue.errors import ConfigError, StoreUnavailable
 from crossdock.settings import Settings, current_user
 
 log = logging.getLogger(__name__)
@@ -90,7 +90,7 @@ class Runtime:
             if not version or version == self.config_version:
                 return False
             record = self.store.live_config.in_force()
-        except STORE_UNAVAILABLE as exc:
+        except StoreUnavailable as exc:
             log.warning("the live config could not be read (%s); keeping the one in use", exc)
             return False
         if record is None:

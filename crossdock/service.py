@@ -9,8 +9,6 @@ from dataclasses import dataclass
 from datetime import datetime, timezone
 from typing import TYPE_CHECKING, Any, Iterable, Sequence
 
-from redis.exceptions import RedisError
-
 from crossdock import signing
 from crossdock.backends.local import gpus
 from crossdock.backends.local.backend import local_nodes
@@ -73,7 +71,7 @@ def load_inventory(rt: Runtime, store_optional: bool = False) -> list[Node]:
     ``store_optional``: a store that does not answer counts as "not yet run" (``--dry-run``)."""
     try:
         nodes = rt.store.inventory()
-    except (RedisError, StoreUnavailable):
+    except StoreUnavailable:
         if not store_optional:
             raise
         nodes = None
@@ -112,7 +110,7 @@ def test_only(rt: Runtime, job: Job, nodes: Sequence[Node]) -> "Trial":
     try:
         pending = rt.store.get_many(rt.store.pending_ids())
         active = rt.store.get_many(rt.store.active_ids())
-    except RedisError:
+    except StoreUnavailable:
         pending, active = [], []
     return trial(job, pending, active, nodes, rt.config, datetime.now(timezone.utc))
 
@@ -260,7 +258,7 @@ def events(rt: Runtime, job_ids: Sequence[int] = (), since: float | None = None,
     ``{"events": [...], "last": ID|None}``: oldest first, each event with its stream ``id``; ``last``
     is the cursor to read on from (``after=last``; with ``block_ms``, waiting for the next one),
     past events a filter left out. ``since`` (epoch seconds) starts from a time; neither: the last
-    ``count`` (see ``JobStore.read_events``)."""
+    ``count`` (see ``JobEvents.read_events``)."""
     count = max(1, min(count, EVENTS_LIMIT))
     single = job_ids[0] if len(job_ids) == 1 else None
     rows = rt.store.read_events(single, since=since, after=after, count=count, block_ms=block_ms)

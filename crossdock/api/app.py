@@ -15,13 +15,11 @@ from fastapi import FastAPI, Request
 from fastapi.exceptions import RequestValidationError
 from fastapi.responses import FileResponse, JSONResponse
 from fastapi.staticfiles import StaticFiles
-from redis.exceptions import RedisError
 
 from crossdock import __version__, service
 from crossdock.api import cluster, jobs
 from crossdock.api.auth import Unauthenticated
 from crossdock.api.bodylimit import BodyLimit
-from crossdock.backends.redis_store.embedded import shown
 from crossdock.gateway.direct import Direct
 from crossdock.queue.config_limits import Limits
 from crossdock.queue.errors import CrossdockError, IllegalTransition, NoSuchJob, PermissionDenied, StoreUnavailable
@@ -58,8 +56,9 @@ def create_app(rt: Runtime | None, send: Any = None) -> FastAPI:
     def healthz() -> JSONResponse:
         try:
             rt.store.ping()
-        except RedisError as exc:
-            return _error(503, "ServiceUnavailable", [f"the store does not answer ({type(exc).__name__})"])
+        except StoreUnavailable as exc:
+            cause = exc.__cause__ or exc
+            return _error(503, "ServiceUnavailable", [f"the store does not answer ({type(cause).__name__})"])
         return JSONResponse({"status": "ok"})
 
     @app.exception_handler(Unauthenticated)
@@ -87,11 +86,6 @@ def create_app(rt: Runtime | None, send: Any = None) -> FastAPI:
             return _error(404, "NoSuchJob", [f"{exc}; give a job id such as 12, an array task 12_3, or an array 12"])
         status = 409 if isinstance(exc, IllegalTransition) else 400
         return _error(status, type(exc).__name__, list(getattr(exc, "errors", None) or [str(exc)]))
-
-    @app.exception_handler(RedisError)
-    def store_away(request: Request, exc: RedisError) -> JSONResponse:
-        return _error(503, "ServiceUnavailable", [f"the API cannot reach its store ({type(exc).__name__}:"
-                                                  f" {shown(str(exc))}); try again shortly"])
 
     return app
 

@@ -2,7 +2,7 @@
 
 A Python job's runner writes its stdout and stderr (its own and its children's: the descriptors
 themselves) to one file; an :class:`OutputPump` copies what is appended there to the store's
-output of the job (:meth:`JobStore.append_output`), every attempt's in turn, and to the job's own
+output of the job (:meth:`JobOutput.append_output`), every attempt's in turn, and to the job's own
 output file when it has one (``options(stdout=...)``; a pod's log). The local supervisor pumps at
 each heartbeat; a remote runner (:mod:`crossdock.workers.pyjob`) from a thread
 (:func:`captured`). What is kept stops at ``CROSSDOCK_OUTPUT_MAX_BYTES`` characters (default 16 Mi),
@@ -19,7 +19,9 @@ import sys
 import tempfile
 import threading
 from pathlib import Path
-from typing import Any, Iterator
+from typing import Iterator
+
+from crossdock.queue.jobstore import JobOutput
 
 log = logging.getLogger(__name__)
 
@@ -39,7 +41,8 @@ class OutputPump:
     character cut between two reads waits for its end) and to descriptor ``forward``. A store
     that does not answer raises from :meth:`pump`; what it missed goes with the next pump."""
 
-    def __init__(self, store: Any, job_id: int, path: Path, forward: int | None = None, limit: int = DEFAULT_LIMIT):
+    def __init__(self, store: JobOutput, job_id: int, path: Path, forward: int | None = None,
+                 limit: int = DEFAULT_LIMIT):
         self.store, self.job_id, self.path, self.forward, self.limit = store, job_id, path, forward, limit
         self.pos = self.kept = 0
         self.unsent: list[str] = []
@@ -82,7 +85,7 @@ class OutputPump:
 
 
 @contextlib.contextmanager
-def captured(store: Any, job_id: int) -> Iterator[None]:
+def captured(store: JobOutput, job_id: int) -> Iterator[None]:
     """Within: this process's stdout and stderr (descriptors 1 and 2) go to a private file that a
     thread pumps to the store each second, and on to the original stdout; restored on exit after
     a last pump. Without a writable temporary directory, nothing is kept (and it says so)."""

@@ -2,20 +2,20 @@
 
 A ``submit`` carries its call in the spec (``PythonCall.payload``, sealed beside it); a ``map``
 task finds its function and its own arguments among the array's parts
-(:meth:`JobStore.call_parts`), each sealed under its owner's key with a context naming the part,
+(:meth:`JobResults.call_parts`), each sealed under its owner's key with a context naming the part,
 so that no part is unpickled unless its owner's client wrote it. A job stopped while its
 callable's ``checkpoint()`` hook was armed resumes from the call the hook returned, which its
-runner stored sealed under the owner's key (:meth:`JobStore.set_checkpoint`).
+runner stored sealed under the owner's key (:meth:`JobResults.set_checkpoint`).
 """
 
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Any
 
 from crossdock import signing
 from crossdock.pycall import join_parts
 from crossdock.queue.errors import BadSignature
+from crossdock.queue.jobstore import JobResults
 from crossdock.queue.models import Job
 
 
@@ -31,7 +31,7 @@ def checkpoint_context(job_id: int) -> str:
     return f"checkpoint:{job_id}"
 
 
-def verified_payload(store: Any, state_dir: Path, job: Job) -> str:
+def verified_payload(store: JobResults, state_dir: Path, job: Job) -> str:
     """The payload text for :func:`crossdock.pycall.decode_call` (the checkpointed call, when the
     job left one); :class:`BadSignature` when a part is missing, unsigned or forged."""
     spec = job.spec

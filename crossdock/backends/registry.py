@@ -11,10 +11,10 @@ import importlib
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 from types import ModuleType
-from typing import Any, Iterator, Mapping
+from typing import Iterator, Mapping
 
 from crossdock.queue.config import ClusterConfig
-from crossdock.queue.ports import Backend, BackendUnavailable, Capabilities
+from crossdock.queue.ports import Backend, BackendStore, BackendUnavailable, Capabilities
 
 BACKENDS: dict[str, str] = {
     "local": "crossdock.backends.local",
@@ -30,7 +30,7 @@ class BackendContext:
     """What a backend is built from: the admin config, the job store and the process's settings."""
 
     config: ClusterConfig
-    store: Any
+    store: BackendStore
     state_dir: Path
     environ: Mapping[str, str] = field(default_factory=dict)
     """The environment the backend reads its settings from."""

@@ -15,7 +15,7 @@ import typer
 from crossdock.cli.common import console, fail, gateway, one_line, print_json, runtime
 from crossdock.cli.liveconfig import config_apply, config_show
 from crossdock.cli.render import info_table, node_rows
-from crossdock.queue.errors import CrossdockError
+from crossdock.queue.errors import CrossdockError, StoreUnavailable
 
 config_app = typer.Typer(help="Admin configuration files.", no_args_is_help=True)
 config_app.command("apply")(config_apply)
@@ -118,10 +118,14 @@ def up(workers: int = typer.Option(2, "--workers", "-w", help="Celery worker pro
             typer.echo(f"crossdock up: warning: config {watcher.behind}", err=True)
         signal.signal(signal.SIGHUP, lambda *_: watcher.request())
         parts.append(watcher)
-    if multi_user:
-        from crossdock.gateway.server import SocketPart
+    from crossdock.gateway.server import SocketPart
 
+    if multi_user:
         parts.append(SocketPart(serving_socket(), rt))
+    elif settings.socket is None:  # the owner's CLI, through its fast path (crossdock.cli.thin)
+        from crossdock.cli import thin
+
+        parts.append(SocketPart(Path(thin.user_socket()), rt, private=True))
     try:
         svc = Service(rt, workers, scheduler, embedded_redis=settings.redis_url is None, lock=lock, parts=parts)
     except CrossdockError as exc:  # the socket is another service's
@@ -181,7 +185,7 @@ def _leave_redis(rt, embedded_redis: bool) -> str:
     end to it, and a job left SCHEDULED or RUNNING is followed again by the next ``up``. Every
     command starts it again on demand."""
     from crossdock.backends.redis_store import embedded
-    from crossdock.backends.redis_store.store import STORE_UNAVAILABLE, probe
+    from crossdock.backends.redis_store.store import probe
 
     if not embedded_redis:
         return f"Redis {embedded.shown(rt.redis_url)} is not crossdock's to stop"
@@ -189,7 +193,7 @@ def _leave_redis(rt, embedded_redis: bool) -> str:
         if probe(rt.redis_url) is not None:  # a quick no: the store's own retries take seconds
             return "the embedded Redis is not answering"
         placed = len(rt.store.active_ids())
-    except STORE_UNAVAILABLE:
+    except StoreUnavailable:
         return "the embedded Redis is not answering"
     if placed:
         return (f"embedded Redis kept running (pid {embedded.pid(rt.settings.state_dir)}) on purpose: {placed} placed"

@@ -13,7 +13,7 @@ from typing import Iterator, Optional
 import typer
 
 from crossdock.cli.common import console, fail, print_json, runtime
-from crossdock.queue.errors import CrossdockError
+from crossdock.queue.errors import CrossdockError, StoreUnavailable
 from crossdock.settings import current_user, is_admin
 
 DEFAULT_PORT = 8400
@@ -41,12 +41,10 @@ def api(host: str = typer.Option("127.0.0.1", "--host", help="address to listen 
 
 @contextmanager
 def _store_errors() -> Iterator[None]:
-    from redis.exceptions import RedisError
-
     try:
         yield
-    except RedisError as exc:
-        fail(f"tokens: the store does not answer ({type(exc).__name__}: {exc})", code=1)
+    except StoreUnavailable as exc:
+        fail(f"tokens: {exc}", code=1)
 
 
 def _admin_runtime():

@@ -15,6 +15,7 @@ from typer.main import get_group
 
 from crossdock.cli import admin, api, autoscale, deschedule, events, history, jobs, keys, metrics, services, views
 from crossdock.cli.common import one_line
+from crossdock.queue.errors import StoreUnavailable
 
 # Typer vendors its own click (typer._click) in recent versions; older ones use click itself.
 _CLICK = getattr(typer.core, "_click", click).exceptions
@@ -39,6 +40,9 @@ class _OneLineErrors(TyperGroup):
             sys.exit(exc.exit_code)
         except typer.Abort:
             click.echo("crossdock: aborted", err=True)
+            sys.exit(1)
+        except StoreUnavailable as exc:  # whatever the command was reading: one line, not a traceback
+            click.echo(f"crossdock: error: {one_line(str(exc))}", err=True)
             sys.exit(1)
         sys.exit(code if isinstance(code, int) else 0)
 

@@ -5,15 +5,21 @@ from __future__ import annotations
 import json
 import os
 import sys
+import threading
+from contextlib import contextmanager
 from datetime import date, datetime
 from enum import Enum
 from functools import lru_cache
-from typing import Any, NoReturn
+from typing import Any, Iterator, NoReturn
 
 from crossdock.queue.errors import ConfigError, CrossdockError
 from crossdock.runtime import Runtime
 
 EXIT_USAGE = 2
+
+
+_served = threading.local()
+"""The command a service runs for a socket's caller, in this thread (:func:`serving`)."""
 
 
 @lru_cache(maxsize=None)
@@ -24,12 +30,53 @@ def _console(stderr: bool):
     return Console(stderr=True) if stderr else Console(width=None if sys.stdout.isatty() else 160)
 
 
+def _served_console(stderr: bool):
+    """:func:`_console` as the caller's terminal would have made it: the service's own terminal
+    (if any) is not the caller's, so the width is the one the client sent."""
+    from rich.console import Console
+
+    consoles = _served.consoles
+    if stderr not in consoles:
+        tty = (sys.stderr if stderr else sys.stdout).isatty()  # the caller's (gateway.commands.Routed)
+        width = _served.width if tty and _served.width else (80 if stderr else 160)
+        consoles[stderr] = Console(stderr=stderr, width=width)
+    return consoles[stderr]
+
+
+class _Console:
+    """``console``/``err_console``: the rich console of this process, or of the caller a service
+    serves in this thread; made on first use."""
+
+    def __init__(self, stderr: bool) -> None:
+        self._stderr = stderr
+
+    def __getattr__(self, name: str) -> Any:
+        current = _served_console if getattr(_served, "gateway", None) is not None else _console
+        return getattr(current(self._stderr), name)
+
+
+_CONSOLES = {"console": _Console(False), "err_console": _Console(True)}
+
+
 def __getattr__(name: str):
     """``console`` and ``err_console`` (rich) are made on first use: ``crossdock submit``, which
     prints plain lines, never imports rich."""
-    if name in ("console", "err_console"):
-        return _console(name == "err_console")
+    if name in _CONSOLES:
+        return _CONSOLES[name]
     raise AttributeError(name)
+
+
+@contextmanager
+def serving(view: Any, width: int | None = None) -> Iterator[None]:
+    """Run a command in a service for a socket's caller (:mod:`crossdock.gateway.commands`):
+    :func:`gateway` is ``view`` (the caller's), the consoles are ``width`` wide when the caller's
+    stream is a terminal (else as a pipe gets them) and write to ``sys.stdout``/``sys.stderr``,
+    which the service routes to the conversation."""
+    _served.gateway, _served.width, _served.consoles = view, width, {}
+    try:
+        yield
+    finally:
+        del _served.gateway, _served.width, _served.consoles
 
 
 @lru_cache(maxsize=2)
@@ -59,11 +106,17 @@ def runtime(start_redis: bool = True) -> Runtime:
     return rt
 
 
-@lru_cache(maxsize=2)
 def gateway(start_redis: bool = True):
     """The service as this command reaches it: the multi-user service's socket when it runs one
     (nothing here then touches Redis or reads the config), else this process's own runtime
-    (``start_redis=False``: the embedded Redis is left alone, as ``runtime``)."""
+    (``start_redis=False``: the embedded Redis is left alone, as ``runtime``); in a service running
+    the command for a socket's caller, that caller's view (:func:`serving`)."""
+    view = getattr(_served, "gateway", None)
+    return _gateway(start_redis) if view is None else view
+
+
+@lru_cache(maxsize=2)
+def _gateway(start_redis: bool):
     from crossdock import gateway as gw
     from crossdock.settings import Settings
 

@@ -1,5 +1,7 @@
-"""The ``crossdock`` entry point. ``crossdock submit`` — the command scripts run in loops, as
-they run sbatch — goes straight to :mod:`crossdock.cli.submit`, without importing the Typer app
+"""The ``crossdock`` entry point. The commands scripts run in loops, as they run sbatch, squeue,
+scontrol and scancel — ``submit``, ``queue``, ``show``, ``cancel``, ``wait`` — go to a running
+service's socket when one answers (:mod:`crossdock.cli.thin`: the standard library only), and
+``submit`` otherwise straight to :mod:`crossdock.cli.submit`, without importing the Typer app
 (typer, click, rich and every other command); everything else goes to :mod:`crossdock.cli.app`."""
 
 from __future__ import annotations
@@ -8,10 +10,14 @@ import sys
 
 
 def main() -> None:
-    if sys.argv[1:2] == ["submit"]:
-        served = _served_submit(sys.argv[2:])
+    command = sys.argv[1] if len(sys.argv) > 1 else ""
+    if command in ("submit", "queue", "show", "cancel", "wait"):
+        from crossdock.cli import thin
+
+        served = thin.served(command, sys.argv[2:])
         if served is not None:
             sys.exit(served)
+    if command == "submit":
         from crossdock.cli import submit
 
         try:
@@ -23,23 +29,6 @@ def main() -> None:
     from crossdock.cli.app import app
 
     app()
-
-
-def _served_submit(argv: list[str]) -> int | None:
-    """A multi-user service's socket, when one runs, takes the whole submission (the client then
-    imports nothing but the standard library: ``crossdock.cli.submit_thin``); None: submit here."""
-    from crossdock.settings import socket_from_env
-
-    path = socket_from_env()
-    if path is None or argv[:1] == ["--batch"] or argv[:1] and argv[0].startswith("--batch="):
-        return None
-    from crossdock.cli import submit_thin
-
-    try:
-        return submit_thin.run(argv, str(path))
-    except KeyboardInterrupt:
-        sys.stderr.write("crossdock: aborted\n")
-        return 1
 
 
 def __getattr__(name: str):

@@ -177,12 +177,17 @@ def scenario(path: Path = typer.Argument(Path("configs/scenarios/mixed-gpu-clust
              plot: Optional[Path] = typer.Option(None, "--plot", help="write the comparison chart to this PNG")) -> None:
     """The reference what-if: each setup of a scenario file on the same arrivals. A file with
     ``kind: elastic`` is a day of trace arrivals on autoscaled pools: static peak provisioning,
-    crossdock's autoscaler and a KEDA-like poll."""
+    crossdock's autoscaler and a KEDA-like poll; ``kind: casestudy``: the case study's table
+    (docs/casestudy.md)."""
     from crossdock.sim.elastic_scenario import scenario_kind
     from crossdock.sim.scenario import ScenarioError, load_scenario, run_scenario
 
-    if scenario_kind(path) == "elastic":
+    kind = scenario_kind(path)
+    if kind == "elastic":
         _elastic(path, seed, pods, keda_factors, as_json, plot)
+        return
+    if kind == "casestudy":
+        _casestudy(path, seed, as_json, plot)
         return
     try:
         sc = load_scenario(path)
@@ -242,6 +247,24 @@ def _elastic(path: Path, seed: int, pods: Optional[Path], keda_factors: str, as_
     for r in rows:
         table.add_row(*(str(r[key]) for key, _ in ELASTIC_COLUMNS))
     console.print(table)
+
+
+def _casestudy(path: Path, seed: int, as_json: bool, plot: Optional[Path]) -> None:
+    from crossdock.sim.casestudy import load_casestudy, run_casestudy
+    from crossdock.sim.casestudy_table import plot_table, render_table
+    from crossdock.sim.scenario import ScenarioError
+
+    try:
+        cs = load_casestudy(path)
+    except ScenarioError as exc:
+        _fail(str(exc))
+    data = run_casestudy(cs, seed=seed)
+    if plot is not None:
+        plot_table(data, plot)
+    if as_json:
+        _print_json(data)
+        return
+    sys.stdout.write(render_table(data) + "\n")
 
 
 def _print_summary(title: str, summary: dict[str, Any]) -> None:

@@ -1,7 +1,7 @@
 """``crossdock submit`` as one conversation on the multi-user socket: the client sends its argv,
 directory, umask and environment, and the service runs the very submit path the CLI runs
 (``crossdock.cli.submit.submit``), already imported and connected, so a submission costs the
-client an interpreter start and one round trip (``crossdock.cli.submit_thin``).
+client an interpreter start and one round trip (``crossdock.cli.thin``).
 
 The client's files are read by the client, with its own rights: when the submit path needs the
 script (or standard input), the service asks for it (``{"need": "file", "path": …}``,

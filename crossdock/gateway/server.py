@@ -12,6 +12,11 @@ starves the service.
 The socket is 0666 in a directory made 0755: anyone may connect, since identity comes from the
 kernel and not from the request; a request's ``as`` (the API's ``user=``) is honoured only for
 root or a configured admin.
+
+A single-user ``crossdock up`` serves the same requests on its owner's socket
+(:func:`~crossdock.settings.user_socket`, ``private=True``): 0600 in a 0700 directory, and a peer
+the kernel names as anyone but the owner is refused before it is read — it is the CLI's fast path
+(:mod:`crossdock.cli.thin`), not a way in for other users.
 """
 
 from __future__ import annotations
@@ -27,7 +32,6 @@ from pathlib import Path
 from typing import Any
 
 from pydantic import ValidationError
-from redis.exceptions import RedisError
 
 from crossdock import service
 from crossdock.backends.redis_store.embedded import shown
@@ -35,7 +39,7 @@ from crossdock.gateway import wire
 from crossdock.gateway.bounded import Connections, TooLarge, next_request
 from crossdock.gateway.direct import LISTINGS, Direct
 from crossdock.queue.bounds import request_too_large
-from crossdock.queue.errors import CrossdockError, InvalidArgument, PermissionDenied
+from crossdock.queue.errors import CrossdockError, InvalidArgument, PermissionDenied, StoreUnavailable
 from crossdock.queue.models import JobSpec, validation_message
 from crossdock.runtime import Runtime
 from crossdock.settings import user_name
@@ -61,8 +65,8 @@ class Handler(socketserver.StreamRequestHandler):
                 with next_request(self.rfile, limits.max_request_bytes, slot, limits.idle_timeout_s) as line:
                     if not line:
                         return
-                    if line.startswith(b'{"op":"submit_argv"'):  # a conversation, not one answer (gateway.argv)
-                        self.server.converse(uid, line, self.rfile, self.wfile)
+                    if line.startswith((b'{"op":"submit_argv"', b'{"op":"cli_argv"')):  # a conversation,
+                        self.server.converse(uid, line, self.rfile, self.wfile)     # not one answer
                         continue
                     self.wfile.write(wire.dumps(self.server.answer(uid, line)))
         except TooLarge:
@@ -84,11 +88,11 @@ NOTE_SECONDS = 60.0
 """A uid whose connections are refused is logged once in this long."""
 
 
-def refuse(sock: socket.socket, message: str) -> None:
-    """Answer one error line naming the limit (the socket is closed after)."""
+def refuse(sock: socket.socket, message: str, kind: str = "LimitExceeded") -> None:
+    """Answer one error line naming the limit (or who may connect) (the socket is closed after)."""
     try:
         sock.settimeout(1.0)
-        sock.sendall(wire.dumps({"error": {"type": "LimitExceeded", "message": message}}))
+        sock.sendall(wire.dumps({"error": {"type": kind, "message": message}}))
     except OSError:
         pass  # the client left, or does not read
 
@@ -101,10 +105,14 @@ class GatewayServer(socketserver.ThreadingMixIn, socketserver.UnixStreamServer):
     daemon_threads = True
     block_on_close = False
 
-    def __init__(self, path: Path, rt: Runtime, send: Any = None):
+    def __init__(self, path: Path, rt: Runtime, send: Any = None, private: bool = False):
         self.rt, self.path = rt, path
+        self.owner = os.geteuid() if private else None
+        """Private: the one uid served (this process's); else any peer."""
         self.direct = Direct(rt, service.Caller("crossdock", True), send)  # holds the one Celery sender
-        path.parent.mkdir(mode=0o755, parents=True, exist_ok=True)
+        path.parent.mkdir(mode=0o700 if private else 0o755, parents=True, exist_ok=True)
+        if private:
+            _own_directory(path.parent)
         if path.exists() or path.is_symlink():
             probe = socket.socket(socket.AF_UNIX)
             try:
@@ -117,18 +125,23 @@ class GatewayServer(socketserver.ThreadingMixIn, socketserver.UnixStreamServer):
         self.connections = Connections()
         self._noted: dict[int, float] = {}
         super().__init__(str(path), Handler)
-        os.chmod(path, 0o666)
+        os.chmod(path, 0o600 if private else 0o666)
 
     def process_request(self, request: Any, client_address: Any) -> None:  # type: ignore[override]
-        """Refuse a connection over a limit with its line, without a thread; else serve it in one."""
+        """Refuse a connection over a limit (on a private socket: of another uid) with its line, without a
+        thread; else serve it in one."""
         uid = peer_uid(request)
         limits = self.rt.config.limits
-        refusal = self.connections.admit(uid, limits)
+        if self.owner is not None and uid != self.owner:
+            refusal, kind = (f"{self.path} serves only {user_name(self.owner)}; run crossdock as that user",
+                             "PermissionDenied")
+        else:
+            refusal, kind = self.connections.admit(uid, limits), "LimitExceeded"
         if refusal is not None:
             if time.monotonic() - self._noted.get(uid, -NOTE_SECONDS) >= NOTE_SECONDS:  # a flood: one log line a minute
                 self._noted[uid] = time.monotonic()
                 log.info("refused a connection of %s (uid %s): %s", user_name(uid), uid, refusal)
-            refuse(request, refusal)
+            refuse(request, refusal, kind)
             self.shutdown_request(request)
             return
         request.settimeout(limits.idle_timeout_s)
@@ -155,26 +168,33 @@ class GatewayServer(socketserver.ThreadingMixIn, socketserver.UnixStreamServer):
             elif not isinstance(exc, CrossdockError):
                 exc = InvalidArgument(f"not a request this service answers ({type(exc).__name__}: {exc})")
             return {"error": wire.error_of(exc)}
+        except StoreUnavailable as exc:
+            cause = exc.__cause__ or exc
+            return {"error": {"type": "ServiceUnavailable", "message": f"the service cannot reach its store"
+                              f" ({type(cause).__name__}: {shown(str(cause))}); try again shortly"}}
         except CrossdockError as exc:
             if isinstance(exc, PermissionDenied):
                 log.info("refused %s for %s (uid %s): %s", line[:80], user_name(uid), uid, exc)
             return {"error": wire.error_of(exc)}
-        except RedisError as exc:
-            return {"error": {"type": "ServiceUnavailable", "message": f"the service cannot reach its store"
-                              f" ({type(exc).__name__}: {shown(str(exc))}); try again shortly"}}
         except Exception as exc:  # the service stays up; the caller gets one line, the log the rest
             log.exception("request from uid %s failed", uid)
             return {"error": {"type": "CrossdockError", "message": f"the service failed: {type(exc).__name__}: {exc}"}}
 
     def converse(self, uid: int, line: bytes, rfile: Any, wfile: Any) -> None:
-        from crossdock.gateway.argv import converse
+        from crossdock.gateway import argv, commands
 
         try:
-            converse(self, uid, wire.json.loads(line)["args"], rfile, wfile)
+            request = wire.json.loads(line)
+            if request["op"] == "cli_argv":
+                commands.converse(self, uid, request["args"], wfile)
+            else:
+                argv.converse(self, uid, request["args"], rfile, wfile)
         except (KeyError, TypeError, ValueError) as exc:
             _done(wfile, 2, f"not a submission this service answers ({type(exc).__name__}: {exc})")
-        except (RedisError, OSError) as exc:  # the store, or the client gone mid-conversation
-            _done(wfile, 1, f"the service cannot answer ({type(exc).__name__}: {shown(str(exc))}); try again shortly")
+        except (StoreUnavailable, OSError) as exc:  # the store, or the client gone mid-conversation
+            cause = exc.__cause__ or exc
+            _done(wfile, 1, f"the service cannot answer ({type(cause).__name__}: {shown(str(cause))});"
+                  " try again shortly")
         except Exception as exc:  # the service stays up; the caller gets one line, the log the rest
             log.exception("submission from uid %s failed", uid)
             _done(wfile, 1, f"the service failed: {type(exc).__name__}: {exc}")
@@ -199,6 +219,16 @@ class GatewayServer(socketserver.ThreadingMixIn, socketserver.UnixStreamServer):
         return spec.model_copy(update={"python": signed})
 
 
+def _own_directory(path: Path) -> None:
+    """A private socket's directory: this process's own and 0700, else refused (another user could
+    otherwise swap the socket for theirs)."""
+    info = path.lstat()
+    if path.is_symlink() or info.st_uid != os.geteuid():
+        raise CrossdockError(f"{path}: not a directory of this user's (uid {info.st_uid}); remove it, or set"
+                             " CROSSDOCK_STATE_DIR to one of yours")
+    os.chmod(path, 0o700)
+
+
 def _done(wfile: Any, code: int, message: str) -> None:
     try:
         wfile.write(wire.dumps({"done": {"stdout": "", "stderr": f"crossdock: error: {message}\n", "code": code}}))
@@ -211,14 +241,14 @@ class SocketPart:
 
     name = "socket"
 
-    def __init__(self, path: Path, rt: Runtime):
-        self.path, self.rt = path, rt
+    def __init__(self, path: Path, rt: Runtime, private: bool = False):
+        self.path, self.rt, self.private = path, rt, private
         self.server: GatewayServer | None = None
         self.thread: threading.Thread | None = None
 
     def start(self) -> None:
         if self.server is None:
-            self.server = GatewayServer(self.path, self.rt)
+            self.server = GatewayServer(self.path, self.rt, private=self.private)
         self.thread = threading.Thread(target=self.server.serve_forever, args=(0.2,), daemon=True, name="socket")
         self.thread.start()
 

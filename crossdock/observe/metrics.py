@@ -105,7 +105,8 @@ REDIS_ROUND_TRIP = Histogram("crossdock_redis_round_trip_seconds",
                              ["command"], buckets=REDIS_BUCKETS)
 REDIS_ERRORS = Counter("crossdock_redis_errors_total", "Redis round trips that failed", ["command"])
 
-UNAVAILABLE_ERRORS = ("BackendUnavailable", "OSError", "ConnectionError", "TimeoutError", "ImportError")
+UNAVAILABLE_ERRORS = ("BackendUnavailable", "StoreUnavailable", "OSError", "ConnectionError", "TimeoutError",
+                      "ImportError")
 """Error classes that mean the backend is away rather than that it refused one request."""
 
 

@@ -5,6 +5,9 @@ that shared code reads instead of asking a backend its name. Optional behaviour 
 method is a small Protocol beside it (``SupportsArrays``, ``SweepsOrphans`` …), checked with
 ``isinstance``. The registry that maps a backend kind to its factory lives in
 ``crossdock.backends.registry``; nothing here imports a backend.
+
+The store's ports, one small Protocol per role its callers play, are in
+:mod:`crossdock.queue.jobstore` and named here too.
 """
 
 from __future__ import annotations
@@ -14,6 +17,9 @@ from enum import StrEnum
 from typing import Any, Collection, Iterable, Mapping, Protocol, Sequence, runtime_checkable
 
 from crossdock.queue.errors import CrossdockError
+from crossdock.queue.jobstore import (BackendStore, DispatchClaims, FollowerStore, Heartbeats, JobEvents,  # noqa: F401
+                                      JobOutput, JobReads, JobResults, JobTransitions, RecordsStatuses,
+                                      SchedulerLease, SealedReads, StopRequest, StopRequests)
 from crossdock.queue.models import Job
 from crossdock.queue.serving import ServiceMetrics, ServiceSpec
 from crossdock.queue.snapshot import Allocation, Node

@@ -44,8 +44,11 @@ def sim_config(classes: Mapping[str, Mapping[str, Any]], pools: list[str], desch
 
 
 class SimDescheduler:
-    def __init__(self, config: ClusterConfig, pool_of_node: list[str], interval_s: float):
+    def __init__(self, config: ClusterConfig, pool_of_node: list[str], interval_s: float, evict_only: bool = False):
         self.config, self.interval = config, interval_s
+        self.evict_only = evict_only
+        """Carry a move out as the upstream descheduler does: evict the job and let it queue again
+        (no destination kept, no node held for a blocked job)."""
         self.pool_of_node = pool_of_node
         self.next_at = 0.0
         self.records: dict[int, Job] = {}
@@ -112,6 +115,16 @@ class SimDescheduler:
             ran = max(0.0, now - v.attempt_start)
             kept = (ran // v.checkpoint_s) * v.checkpoint_s if v.checkpoint_s > 0 else 0.0
             sim._stop(v)
+            before = self.history.get(m.job_id)
+            self.history[m.job_id] = MoveRecord((before.count if before else 0) + 1, at.timestamp(), m.from_nodes)
+            if self.evict_only:
+                v.done_s += kept
+                self.lost_gpu_hours += v.req.gpu_total / MILLI * (ran - kept) / 3600
+                v.migrated += 1
+                sim.migrations += 1
+                moved += 1
+                sim.pending.append(v)
+                continue
             if not len(sim.state.feasible(v.req, np.array([dest]))):
                 sim.pending.append(v)  # the reservation did not hold (cannot happen: the plan reserved it)
                 continue
@@ -122,9 +135,7 @@ class SimDescheduler:
             v.migrated += 1
             sim.migrations += 1
             moved += 1
-            before = self.history.get(m.job_id)
-            self.history[m.job_id] = MoveRecord((before.count if before else 0) + 1, at.timestamp(), m.from_nodes)
-        for job_id in result.unblocked:
+        for job_id in () if self.evict_only else result.unblocked:
             job = by_id.get(job_id)
             target = next((m.from_nodes[0] for m in result.migrations if m.for_job == job_id), None)
             if job is None or job not in sim.pending or target is None:

@@ -128,7 +128,8 @@ class DynamicResult:
 
 class _Sim:
     def __init__(self, nodes: NodeTable, jobs: Sequence[SimJob], typical: TypicalPods | None, seed: int,
-                 preemption: bool, defrag: bool, scan_limit: int, sample_every_s: float, descheduler: Any = None):
+                 preemption: bool, defrag: bool, scan_limit: int, sample_every_s: float, descheduler: Any = None,
+                 observer: Any = None):
         self.state = ClusterState(nodes, typical)
         self.rng = np.random.default_rng(seed)
         self.state.tie_rank = self.rng.permutation(len(nodes))
@@ -148,6 +149,8 @@ class _Sim:
         self.policies = {name: get_policy(name) for name in {j.policy for j in self.jobs}}
         self.descheduler = descheduler
         """A :class:`crossdock.sim.deschedule.SimDescheduler` run every ``interval`` simulated seconds."""
+        self.observer = observer
+        """Called as ``observer(sim, now)`` at every sample (it reads the state, never changes it)."""
 
     def push(self, t: float, kind: int, job: SimJob) -> None:
         self.seq += 1
@@ -323,6 +326,8 @@ class _Sim:
         scattered = float(st.gpu_left[used].sum()) / MILLI
         self.samples.append((now / 3600, st.allocated_milli() / st.total_gpu_milli * 100 if st.total_gpu_milli else 0.0,
                              frag_gpus, len(self.pending), scattered))
+        if self.observer is not None:
+            self.observer(self, now)
 
     def run(self, horizon_s: float | None) -> DynamicResult:
         by_id = {j.id: j for j in self.jobs}
@@ -372,16 +377,19 @@ class _Sim:
 
 def simulate(nodes: NodeTable, jobs: Sequence[SimJob], typical: TypicalPods | None = None, seed: int = 42,
              preemption: bool = False, defrag: bool = False, horizon_s: float | None = None,
-             scan_limit: int = 256, sample_every_s: float = 60.0, descheduler: Any = None) -> DynamicResult:
+             scan_limit: int = 256, sample_every_s: float = 60.0, descheduler: Any = None,
+             observer: Any = None) -> DynamicResult:
     """Run ``jobs`` (arrival/duration in seconds) on ``nodes``; see the module docstring.
     ``typical`` defaults to the typical pods of the GPU jobs given; ``descheduler``: the live
-    descheduling policy, run periodically (:mod:`crossdock.sim.deschedule`)."""
+    descheduling policy, run periodically (:mod:`crossdock.sim.deschedule`); ``observer(sim, now)``:
+    called at every sample."""
     if typical is None:
         gpu = [j.req for j in jobs if j.req.num > 0]
         if gpu:
             typical = gpu_frag.typical_pods(np.array([r.cpu for r in gpu]), np.array([r.milli for r in gpu]),
                                             np.array([r.num for r in gpu]), np.array([r.spec for r in gpu]))
-    return _Sim(nodes, jobs, typical, seed, preemption, defrag, scan_limit, sample_every_s, descheduler).run(horizon_s)
+    return _Sim(nodes, jobs, typical, seed, preemption, defrag, scan_limit, sample_every_s, descheduler,
+                observer).run(horizon_s)
 
 
 def replay_trace(nodes: NodeTable, pods: PodTable, policy: str = "crossdock", seed: int = 42,

@@ -67,12 +67,14 @@ class ElasticScenario(_M):
 
 
 def scenario_kind(path: str | Path) -> str:
-    """``elastic`` or ``placement`` (the what-if files of :mod:`crossdock.sim.scenario`)."""
+    """``elastic``, ``casestudy`` (:mod:`crossdock.sim.casestudy`) or ``placement`` (the what-if
+    files of :mod:`crossdock.sim.scenario`)."""
     try:
         data = yaml.safe_load(Path(path).read_text())
     except (OSError, yaml.YAMLError):
         return "placement"  # load_scenario reports it
-    return "elastic" if isinstance(data, dict) and data.get("kind") == "elastic" else "placement"
+    kind = data.get("kind") if isinstance(data, dict) else None
+    return kind if kind in ("elastic", "casestudy") else "placement"
 
 
 def load_elastic(path: str | Path) -> tuple[ElasticScenario, ClusterConfig]:

@@ -63,7 +63,7 @@ def plot_bars(rows: Sequence[tuple[str, Mapping[str, float]]], metrics: Sequence
     fig, axes = plt.subplots(1, len(metrics), figsize=(3.2 * len(metrics), 3.8))
     axes = np.atleast_1d(axes)
     labels = [r[0] for r in rows]
-    colors = ["#8c8c8c", "#1f77b4", "#2ca02c", "#d62728"][: len(rows)]
+    colors = ["#8c8c8c", "#1f77b4", "#2ca02c", "#d62728", "#9467bd", "#ff7f0e", "#17becf"][: len(rows)]
     for ax, (key, label) in zip(axes, metrics):
         values = [r[1].get(key, 0.0) for r in rows]
         bars = ax.bar(range(len(rows)), values, color=colors)

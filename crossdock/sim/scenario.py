@@ -224,7 +224,10 @@ def _typical(jobs: list[dict[str, Any]]) -> gpu_frag.TypicalPods | None:
                                  np.array([j["num"] for j in gpu]), np.full(len(gpu), PodTable.ANY))
 
 
-def run_setup(sc: Scenario, setup_name: str, jobs: list[dict[str, Any]], seed: int) -> DynamicResult:
+def run_setup(sc: Scenario, setup_name: str, jobs: list[dict[str, Any]], seed: int, observer: Any = None,
+              sample_every_s: float = 300.0) -> DynamicResult:
+    """One setup on ``jobs``; ``observer(sim, now)`` is called at every sample. A ``descheduler``
+    block with ``evict_only: true`` evicts as the upstream descheduler does (no destination kept)."""
     setup = sc.setups[setup_name]
     nodes, pools = build_nodes(sc)
     sim_jobs = []
@@ -241,16 +244,17 @@ def run_setup(sc: Scenario, setup_name: str, jobs: list[dict[str, Any]], seed: i
 
         block = dict(setup.descheduler)
         interval = float(block.pop("interval_seconds", 300))
+        evict_only = bool(block.pop("evict_only", False))
         classes = {c: {"priority": cs.priority, "preemptible": cs.preemptible, "pools": cs.pools,
                        "placement": cs.placement} for c, cs in setup.classes.items()}
         pool_of = [""] * len(nodes)
         for p, idx in pools.items():
             for i in idx.tolist():
                 pool_of[i] = p
-        desched = SimDescheduler(sim_config(classes, list(sc.pools), block), pool_of, interval)
+        desched = SimDescheduler(sim_config(classes, list(sc.pools), block), pool_of, interval, evict_only)
     result = simulate(nodes, sim_jobs, _typical(jobs), seed=seed, preemption=setup.preemption,
-                      defrag=setup.defragmentation, horizon_s=sc.hours * 3600, sample_every_s=300.0,
-                      descheduler=desched)
+                      defrag=setup.defragmentation, horizon_s=sc.hours * 3600, sample_every_s=sample_every_s,
+                      descheduler=desched, observer=observer)
     result.extra["setup"] = setup_name
     result.extra["label"] = setup.label
     return result

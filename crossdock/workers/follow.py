@@ -19,7 +19,7 @@ from crossdock.backends.registry import Backends
 from crossdock.observe import metrics
 from crossdock.queue.models import Job
 from crossdock.queue import reconcile as rules
-from crossdock.queue.ports import BackendError, StopsLost, SweepsOrphans, WatchedOutsideStore
+from crossdock.queue.ports import BackendError, FollowerStore, StopsLost, SweepsOrphans, WatchedOutsideStore
 from crossdock.queue.reconcile import (DISPATCHER_SILENT_SECONDS, LOST_AFTER_SECONDS, RESEND_AFTER_SECONDS, Limits,
                                        MarkLost, Resend, Seen, Settle, SettleLeftEnd, Update, Watcher)
 from crossdock.queue.states import JobState, Reason
@@ -38,7 +38,8 @@ def limits() -> Limits:
 
 
 class Follower:
-    def __init__(self, store, backends: Backends, send: SendTask, holder: str, kinds: Callable[[], set[str]]):
+    def __init__(self, store: FollowerStore, backends: Backends, send: SendTask, holder: str,
+                 kinds: Callable[[], set[str]]):
         self.store, self.backends, self.send, self.holder = store, backends, send, holder
         self.kinds = kinds
         """The backend kinds the config's pools name (orphans are swept there even with nothing active)."""

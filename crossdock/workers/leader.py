@@ -18,13 +18,14 @@ import uuid
 from dataclasses import dataclass, replace
 from typing import Callable, Mapping, Sequence
 
-from crossdock.backends.redis_store.store import STORE_UNAVAILABLE, utcnow
+from crossdock.backends.redis_store.store import utcnow
 from crossdock.gcpause import collection_paused
 from crossdock.observe import metrics
 from crossdock.queue.assembly import Records, accrue_usage, build_snapshot, dependency_targets
 from crossdock.queue.bursting import backlog_start, bursting_queues, estimates_view, to_estimate
 from crossdock.queue.cycle import CycleResult, facts_of, order, run_cycle
 from crossdock.queue.dispatch import dispatch_groups
+from crossdock.queue.errors import StoreUnavailable
 from crossdock.queue.models import Job
 from crossdock.queue.ports import EstimatesStart, Inventory, ScalesFleet
 from crossdock.queue.snapshot import Node, Snapshot
@@ -282,7 +283,7 @@ class Scheduler:
             if self.leader:
                 try:
                     self.rt.store.release_lease(self.holder)
-                except STORE_UNAVAILABLE as exc:  # the lease expires by itself
+                except StoreUnavailable as exc:  # the lease expires by itself
                     log.warning("%s could not release the lease: %s", self.holder, exc)
             self.leader = False
 

@@ -21,12 +21,12 @@ import time
 from dataclasses import dataclass, field
 from typing import Any, Callable
 
-from crossdock.backends.redis_store.store import STORE_UNAVAILABLE
+from crossdock.queue.errors import StoreUnavailable
 from crossdock.queue.ports import BackendError
 
 log = logging.getLogger(__name__)
 
-EXPECTED = (*STORE_UNAVAILABLE, BackendError, OSError)
+EXPECTED = (StoreUnavailable, BackendError, OSError)
 """Errors of the world rather than of the code: logged in one line, without a traceback."""
 
 RUNNING, BACKING_OFF, STOPPED, DEAD = "running", "backing-off", "stopped", "dead"

@@ -20,10 +20,10 @@ from celery import shared_task
 
 from crossdock import signing
 from crossdock.backends.redis_store.sealing import BAD_SEAL
-from crossdock.backends.redis_store.store import DISPATCHER_TTL_SECONDS
 from crossdock.observe import metrics
 from crossdock.queue.errors import BadSignature
-from crossdock.queue.ports import BackendUnavailable, SubmitFailed, SupportsArrays
+from crossdock.queue.jobstore import DISPATCHER_TTL_SECONDS
+from crossdock.queue.ports import BackendUnavailable, JobTransitions, SubmitFailed, SupportsArrays
 from crossdock.queue.states import JobState
 from crossdock.runtime import Runtime
 
@@ -92,7 +92,7 @@ def _submitted(kind: str, jobs: list, refs: dict) -> None:
     metrics.record_dispatch(kind, "submitted", [j for j in jobs if j.id in refs])
 
 
-def _fail(store, ids: list[int], attempt: int, reason: str) -> None:
+def _fail(store: JobTransitions, ids: list[int], attempt: int, reason: str) -> None:
     for i in ids:
         store.transition(i, JobState.FAILED, attempt=attempt, reason=reason, actor="dispatch")
 

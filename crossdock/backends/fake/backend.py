@@ -38,7 +38,7 @@ import threading
 import time
 from dataclasses import dataclass
 from types import MappingProxyType
-from typing import Any, Callable, Sequence
+from typing import Callable, Sequence
 
 from crossdock.backends.fake import CAPABILITIES
 from crossdock.backends.fake.elastic import FakeFleets, FakeNodes
@@ -46,7 +46,7 @@ from crossdock.queue.config import ClusterConfig
 from crossdock.queue.models import Job
 from crossdock.queue.deschedule.budgets import DisruptionBudget
 from crossdock.queue.deschedule.view import subject_of
-from crossdock.queue.ports import BackendStatus, Eviction, Inventory
+from crossdock.queue.ports import BackendStatus, BackendStore, Eviction, Inventory
 from crossdock.queue.snapshot import GpuDevice, Node
 from crossdock.queue.states import JobState, Reason
 
@@ -100,8 +100,9 @@ class FakeBackend(FakeFleets, FakeNodes):
     kind = "fake"
     capabilities = CAPABILITIES
 
-    def __init__(self, config: ClusterConfig | None = None, store: Any = None, *, start_on_submit: bool = True,
-                 clock: Callable[[], float] = time.monotonic, node_start_seconds: float = 0.0):
+    def __init__(self, config: ClusterConfig | None = None, store: BackendStore | None = None, *,
+                 start_on_submit: bool = True, clock: Callable[[], float] = time.monotonic,
+                 node_start_seconds: float = 0.0):
         FakeFleets.__init__(self)
         FakeNodes.__init__(self, config, clock, self.kind, node_start_seconds)
         self.config, self.store = config, store

@@ -23,7 +23,7 @@ from crossdock.backends.kubernetes.backend import KubernetesBackend, api_error
 from crossdock.backends.kubernetes.informer import Informer
 from crossdock.backends.kubernetes.states import K8S_STATES, translate_job, translate_pod
 from crossdock.queue.config import ClusterConfig
-from crossdock.queue.ports import Orphan, settings_error
+from crossdock.queue.ports import Orphan, StopRequests, settings_error
 
 __all__ = ["K8S_STATES", "Informer", "KubernetesBackend", "Orphan", "api_client", "api_error", "from_config",
            "translate_job", "translate_pod"]
@@ -81,7 +81,7 @@ class KubernetesSettings(BaseModel):
             raise settings_error(exc, cls.ENV) from None
 
 
-def from_config(config: ClusterConfig, store: Any = None, environ: Mapping[str, str] | None = None,
+def from_config(config: ClusterConfig, store: StopRequests | None = None, environ: Mapping[str, str] | None = None,
                 **overrides: Any) -> KubernetesBackend:
     """The backend for ``config``'s k8s pools, with PriorityClasses synced from its classes."""
     settings = KubernetesSettings.from_env(os.environ if environ is None else environ)

@@ -35,7 +35,7 @@ from kubernetes import client
 from kubernetes.client.rest import ApiException
 
 from crossdock.queue.ports import (BackendError, BackendStatus, BackendUnavailable, Capabilities, Eviction, Inventory,
-                                   NodeGroup, Orphan, SubmitFailed)
+                                   NodeGroup, Orphan, StopRequests, SubmitFailed)
 from crossdock.backends.kubernetes import eviction, gangs, once
 from crossdock.backends.kubernetes import manifests as m
 from crossdock.backends.kubernetes import nodes, provisioning
@@ -110,7 +110,8 @@ class KubernetesBackend(ServiceReplicas):
                                 signals=True)
 
     def __init__(self, config: ClusterConfig, api_client: client.ApiClient, *, namespace: str = "default",
-                 store: Any = None, image: str = "python:3.11-slim", ttl_seconds_after_finished: int | None = 3600,
+                 store: StopRequests | None = None, image: str = "python:3.11-slim",
+                 ttl_seconds_after_finished: int | None = 3600,
                  deadline_slack_seconds: int = 300, watch: bool = True, sync_timeout: float = 30.0,
                  karpenter_node_class: str | None = None, drain_seconds: float = 5.0) -> None:
         self.config = config

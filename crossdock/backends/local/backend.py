@@ -12,12 +12,11 @@ from types import MappingProxyType
 from typing import Sequence
 
 from crossdock.backends.local import CAPABILITIES
-from crossdock.queue.ports import BackendStatus, Eviction, Inventory
+from crossdock.queue.ports import BackendStatus, BackendStore, Eviction, Inventory
 from crossdock.backends.local import gpus as gpu_discovery
 from crossdock.backends.redis_store.embedded import private_dir
 from crossdock.backends.local import resources, spawner, workspace
 from crossdock.backends.local.record import record
-from crossdock.backends.redis_store.store import JobStore
 from crossdock.queue.config import ClusterConfig
 from crossdock.queue.models import Job
 from crossdock.queue.serving import ServiceSpec
@@ -58,7 +57,7 @@ class LocalBackend:
     kind = "local"
     capabilities = CAPABILITIES
 
-    def __init__(self, store: JobStore, cfg: ClusterConfig, state_dir: Path, env: dict[str, str]):
+    def __init__(self, store: BackendStore, cfg: ClusterConfig, state_dir: Path, env: dict[str, str]):
         self.store, self.cfg, self.state_dir, self.env = store, cfg, state_dir, env
         self._gpus: list[gpu_discovery.DiscoveredGpu] | None | bool = False
 

@@ -7,30 +7,25 @@ from __future__ import annotations
 from datetime import datetime, timezone
 from pathlib import Path
 
-import redis
-
 from crossdock import signing
 from crossdock.backends.local.workspace import Outcome
-from crossdock.backends.redis_store.store import JobStore
-from crossdock.queue.errors import NoSuchJob
+from crossdock.queue.errors import NoSuchJob, StoreUnavailable
+from crossdock.queue.ports import BackendStore
 from crossdock.queue.states import JobState, stopped_outcome
-
-STORE_DOWN = (redis.ConnectionError, redis.TimeoutError)
-"""What a store call raises while Redis is unreachable or restarting."""
 
 
 def _time(epoch: float | None) -> datetime | None:
     return None if epoch is None else datetime.fromtimestamp(epoch, timezone.utc)
 
 
-def record(store: JobStore, job_id: int, attempt: int, outcome: Outcome, result: bytes | None, requeue: bool,
+def record(store: BackendStore, job_id: int, attempt: int, outcome: Outcome, result: bytes | None, requeue: bool,
            state_dir: Path, actor: str = "local") -> bool:
     """Record ``outcome`` for ``attempt`` unless the job moved on. True when the attempt's end is
     in the store now (recorded here or before); False when the attempt is no longer the job's.
     The stop requests standing now decide how a stopped attempt ended, as on every backend
     (:func:`~crossdock.queue.states.stopped_outcome`: a cancel during a preemption's grace wins);
     a Python job's ``result`` is sealed under its owner's key (the runner runs as the service).
-    Raises one of :data:`STORE_DOWN` when the store does not answer (try again later)."""
+    Raises :class:`StoreUnavailable` when the store does not answer (try again later)."""
     try:
         job = store.get(job_id)
     except NoSuchJob:

@@ -28,23 +28,20 @@ import time
 from datetime import datetime, timezone
 from pathlib import Path
 
-from redis.backoff import NoBackoff
-from redis.retry import Retry
-
 from crossdock import signing
 from crossdock.backends.local import replica as service_replica, workspace
 from crossdock.backends.local.memlimit import MemoryLimit
 from crossdock.backends.local.environment import job_environment, output_paths
 from crossdock.jobtools.srun import steps_file
 from crossdock.backends.local.owner import Owner, acting_as, owner_of, submit_umask
-from crossdock.backends.local.record import STORE_DOWN, record
+from crossdock.backends.local.record import record
 from crossdock.backends.joboutput import OutputPump, output_limit
 from crossdock.backends.pypayload import checkpoint_context, verified_payload
-from crossdock.backends.redis_store import connect
 from crossdock.backends.redis_store.embedded import private_dir
 from crossdock.backends.redis_store.sealing import BAD_SEAL, SpecSeals
-from crossdock.backends.redis_store.store import JobStore, StopRequest
-from crossdock.queue.errors import CrossdockError
+from crossdock.backends.redis_store.store import JobStore
+from crossdock.queue.errors import CrossdockError, StoreUnavailable
+from crossdock.queue.jobstore import JobResults, StopRequest
 from crossdock.queue.models import Job
 from crossdock.queue.states import JobState, Reason
 
@@ -87,7 +84,7 @@ def _private(path: Path, mode: str, owner: Owner | None = None, perm: int = 0o60
 
 
 def build_argv(job: Job, workspace: Path, state_dir: Path, owner: Owner | None = None,
-               store: JobStore | None = None) -> tuple[list[str], list]:
+               store: JobResults | None = None) -> tuple[list[str], list]:
     """The job's argv and the workspace files it gets as descriptors (``/dev/fd/N``, ``fd:N``)."""
     spec = job.spec
     if spec.python is not None:
@@ -229,7 +226,7 @@ class Supervisor:
         while True:
             try:
                 value = call()
-            except STORE_DOWN as exc:
+            except StoreUnavailable as exc:
                 now = time.monotonic()
                 if now >= deadline:
                     log.error("store unreachable for %.0fs; giving up", self.give_up_seconds)
@@ -248,7 +245,7 @@ class Supervisor:
                                           fields={"start_time": _now(), "pid": proc.pid, "reason": Reason.NONE,
                                                   "backend_ref": ref}, actor="local")
             now = self.store.get(job.id) if not moved else None
-        except STORE_DOWN as exc:
+        except StoreUnavailable as exc:
             self.link.failed(time.monotonic(), exc)
             return
         self.link.answered()
@@ -323,7 +320,7 @@ class Supervisor:
                 if current.attempts != attempt or not current.state.active:
                     self.stale = True
                     _killpg(proc.pid, signal.SIGKILL)
-        except STORE_DOWN as exc:
+        except StoreUnavailable as exc:
             self.link.failed(now, exc)
             return None
         self.link.answered()
@@ -461,11 +458,9 @@ def _libc() -> ctypes.CDLL:
 
 def store_from_env() -> JobStore:
     # no retries inside redis-py: the supervisor retries on its own schedule and keeps watching between
-    client = connect.client(os.environ["CROSSDOCK_REDIS_URL"], decode_responses=True,
-                            socket_timeout=STORE_TIMEOUT_SECONDS, socket_connect_timeout=STORE_TIMEOUT_SECONDS,
-                            retry=Retry(NoBackoff(), 0))
-    return JobStore(client, os.environ["CROSSDOCK_PREFIX"], actor="local",
-                    seals=SpecSeals.for_state_dir(Path(os.environ["CROSSDOCK_STATE_DIR"])))
+    return JobStore.from_url(os.environ["CROSSDOCK_REDIS_URL"], os.environ["CROSSDOCK_PREFIX"], actor="local",
+                             seals=SpecSeals.for_state_dir(Path(os.environ["CROSSDOCK_STATE_DIR"])),
+                             timeout=STORE_TIMEOUT_SECONDS, retries=0)
 
 
 if __name__ == "__main__":

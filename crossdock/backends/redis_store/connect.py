@@ -9,9 +9,9 @@ The password is the master's (and its replicas'); ``sentinel_password`` is for s
 for one (``requirepass`` in sentinel.conf). The port defaults to 26379. redis-py's
 :class:`~redis.sentinel.Sentinel` asks the sentinels for the master on every new connection, so a
 client reconnects to the promoted replica after a failover: the commands under way meanwhile fail
-with ConnectionError or ReadOnlyError, which every caller already treats as a store that is away
-(``STORE_UNAVAILABLE``) and retries. Celery's broker gets the same sentinels in kombu's spelling
-(:func:`kombu_broker`).
+with ConnectionError or ReadOnlyError, which the client raises as ``StoreUnavailable``
+(:mod:`.unavailable`): a store that is away, which every caller retries. Celery's broker gets
+the same sentinels in kombu's spelling (:func:`kombu_broker`).
 """
 
 from __future__ import annotations
@@ -23,8 +23,11 @@ from typing import Any
 from urllib.parse import parse_qs, unquote, urlsplit
 
 import redis
+from redis.backoff import NoBackoff
+from redis.retry import Retry
 from redis.sentinel import Sentinel
 
+from crossdock.backends.redis_store.unavailable import StoreClient
 from crossdock.queue.errors import CrossdockError
 
 SENTINEL_SCHEMES = ("redis+sentinel", "rediss+sentinel")
@@ -104,9 +107,15 @@ def _identity() -> dict[str, Any]:
     return {"driver_info": DriverInfo(lib_version=redis_version())}
 
 
-def client(url: str, redis_class: type[redis.Redis] = redis.Redis, **kwargs: Any) -> redis.Redis:
-    """A client for ``url`` (of ``redis_class``); ``kwargs`` as :meth:`redis.Redis.from_url` takes
-    them (timeouts, retry, decode_responses), applied to the master's connections under Sentinel."""
+def client(url: str, redis_class: type[StoreClient] = StoreClient, *, retries: int | None = None,
+           **kwargs: Any) -> StoreClient:
+    """A client for ``url`` (of ``redis_class``, whose errors of an away store are
+    ``StoreUnavailable``); ``kwargs`` as :meth:`redis.Redis.from_url` takes them (timeouts,
+    decode_responses), applied to the master's connections under Sentinel. ``retries``: how many
+    times a failed command is tried again at once (0: one try, for a caller that retries on its
+    own schedule); None keeps redis-py's default (a few, with backoff)."""
+    if retries is not None:
+        kwargs["retry"] = Retry(NoBackoff(), retries)
     if "driver_info" not in kwargs and "lib_version" not in kwargs:
         kwargs.update(_identity())
     if not is_sentinel(url):

@@ -1,5 +1,8 @@
 """JobStore: submit, read, transition and follow jobs in Redis; nothing else touches Redis.
 
+It implements every role of :mod:`crossdock.queue.jobstore` (``JobReads``, ``JobTransitions``,
+``DispatchClaims``…), which is what workers and backends are typed against.
+
 Every mutating step is atomic (a Lua script or MULTI/EXEC) and can join a caller's pipeline
 (``pipe=``, from :meth:`JobStore.pipeline`) so that one scheduling decision costs one round
 trip. The key layout lives in :mod:`keys`, the record formats in :mod:`codec`.
@@ -17,15 +20,13 @@ from datetime import datetime, timezone
 from typing import Any, Callable, Iterable, Iterator, Mapping, Sequence
 
 import redis
-from redis.backoff import NoBackoff
-from redis.retry import Retry
 
 from crossdock.backends.redis_store import connect, scripts
 from crossdock.backends.redis_store.access import AccessRecords
 from crossdock.backends.redis_store.autoscale import AutoscaleRecords
-from crossdock.backends.redis_store.codec import (ATTEMPT_FIELDS, STORE_FORMAT, encode, encode_fields, facts_from_record,
-                                                  hash_to_job, history_record, job_to_hash, nodes_from_json,
-                                                  nodes_to_json)
+from crossdock.backends.redis_store.codec import (ATTEMPT_FIELDS, STORE_FORMAT, encode, encode_fields,
+                                                  facts_from_record, hash_to_job, history_record, job_to_hash,
+                                                  nodes_from_json, nodes_to_json)
 from crossdock.backends.redis_store.descheduler import DeschedulerRecords
 from crossdock.backends.redis_store.job_events import FIRST, event_json, in_order, queue_job_event
 from crossdock.backends.redis_store.keys import Keys
@@ -33,7 +34,9 @@ from crossdock.backends.redis_store.liveconfig import ConfigRecords
 from crossdock.backends.redis_store.sealing import ENV, SpecSeals
 from crossdock.backends.redis_store.services import ServiceStore
 from crossdock.backends.redis_store.timing import RoundTrip, timed_client
+from crossdock.backends.redis_store.unavailable import answering
 from crossdock.queue.errors import InvalidArgument, NoSuchJob, StoreUnavailable
+from crossdock.queue.jobstore import DISPATCHER_TTL_SECONDS, REQUEUE_CLEARED, StopRequest, assign_ids
 from crossdock.queue.models import ATTEMPTS_KEPT, REQUEUED, Job
 from crossdock.queue.reconcile import Preempted, Requeue, Settle, Update
 from crossdock.queue.snapshot import JobFacts, Node
@@ -43,39 +46,20 @@ log = logging.getLogger(__name__)
 
 STREAM_MAXLEN = 10_000
 CLAIM_TTL_SECONDS = 7 * 86400
-DISPATCHER_TTL_SECONDS = 15.0
-"""A running dispatch task refreshes its liveness every third of this (``dispatching``)."""
 _PLACED = (JobState.SCHEDULED, JobState.RUNNING)
-
-STORE_UNAVAILABLE: tuple[type[Exception], ...] = (redis.ConnectionError, redis.TimeoutError, redis.BusyLoadingError,
-                                                  redis.exceptions.ReadOnlyError, StoreUnavailable)
-"""Errors of a store that is away (down, restarting, loading its AOF, a replica): retry later.
-The store's own :class:`StoreUnavailable` (what ``submit`` and ``inventory`` raise) is one."""
-
 
 def probe(url: str, timeout: float = 1.0) -> str | None:
     """None when the Redis at ``url`` answers within ``timeout`` s, else why not (one try, no retries:
     redis-py's default retries take ~5 s to say that a socket is missing)."""
-    client = connect.client(url, socket_timeout=timeout, socket_connect_timeout=timeout, retry=Retry(NoBackoff(), 0))
+    client = connect.client(url, socket_timeout=timeout, socket_connect_timeout=timeout, retries=0)
     try:
         client.ping()
         return None
-    except (*STORE_UNAVAILABLE, OSError) as exc:  # MasterNotFoundError is a ConnectionError
-        return f"{type(exc).__name__}: {exc}"
+    except (StoreUnavailable, OSError) as exc:  # MasterNotFoundError is a ConnectionError
+        cause = exc.__cause__ or exc
+        return f"{type(cause).__name__}: {cause}"
     finally:
         client.close()
-
-
-@contextmanager
-def answering() -> Iterator[None]:
-    """Turn an away store's redis-py error into :class:`StoreUnavailable`, the faces' own."""
-    try:
-        yield
-    except STORE_UNAVAILABLE as exc:
-        if isinstance(exc, StoreUnavailable):
-            raise
-        raise StoreUnavailable(f"the store does not answer ({type(exc).__name__}: {str(exc)[:200]}); try again"
-                               " shortly (a submission retried with the same idempotency token is stored once)") from None
 
 
 def utcnow() -> datetime:
@@ -108,19 +92,11 @@ class Recorded:
     """The state it was in (a transition's)."""
 
 
-@dataclass(frozen=True)
-class StopRequest:
-    """Why a placed job is to stop: a user's cancel, or a preemption with its grace period."""
-
-    cancel: bool
-    preempt: bool
-    grace_seconds: float | None = None
-
-
 class JobStore:
     def __init__(self, client: redis.Redis, prefix: str = "cd", actor: str = "crossdock",
                  seals: SpecSeals | None = None):
-        self.r = client
+        self.r = answering(client)
+        """Raises ``StoreUnavailable`` for a Redis that is away (:mod:`.unavailable`)."""
         self.k = Keys(prefix)
         self.actor = actor
         """Who this process acts as in events when a call names nobody."""
@@ -145,12 +121,18 @@ class JobStore:
 
     @classmethod
     def from_url(cls, url: str, prefix: str = "cd", actor: str = "crossdock",
-                 on_round_trip: RoundTrip | None = None, seals: SpecSeals | None = None) -> "JobStore":
+                 on_round_trip: RoundTrip | None = None, seals: SpecSeals | None = None,
+                 timeout: float | None = None, retries: int | None = None) -> "JobStore":
         """``url``: a Redis server, or a master through Sentinel (:mod:`.connect`);
-        ``on_round_trip``: called after every Redis round trip (command, seconds, succeeded)."""
+        ``on_round_trip``: called after every Redis round trip (command, seconds, succeeded);
+        ``timeout``: seconds to connect and for each reply (None: wait as long as the OS does);
+        ``retries``: immediate retries of a failed command (:func:`.connect.client`)."""
+        options: dict[str, Any] = {"decode_responses": True, "retries": retries}
+        if timeout is not None:
+            options.update(socket_timeout=timeout, socket_connect_timeout=timeout)
         if on_round_trip is None:
-            return cls(connect.client(url, decode_responses=True), prefix, actor, seals)
-        return cls(timed_client(url, on_round_trip, decode_responses=True), prefix, actor, seals)
+            return cls(connect.client(url, **options), prefix, actor, seals)
+        return cls(timed_client(url, on_round_trip, **options), prefix, actor, seals)
 
     @contextmanager
     def pipeline(self, transaction: bool = False) -> Iterator[Any]:
@@ -174,34 +156,41 @@ class JobStore:
         actor = actor or self.actor
         owners = sorted({j.spec.user for j in jobs})
         idem = self.k.idempotency(",".join(owners), token) if token else None
+        try:
+            return self._submit(jobs, owners, idem, token, actor, admit)
+        except StoreUnavailable as exc:
+            raise StoreUnavailable(f"{exc} (a submission retried with the same idempotency token is stored once)"
+                                   ) from exc.__cause__
+
+    def _submit(self, jobs: Sequence[Job], owners: Sequence[str], idem: str | None, token: str | None, actor: str,
+                admit: Callable[[dict[str, int]], None] | None) -> list[Job]:
         fresh = None  # the store's first jobs: it is this release's from the start (its format key)
-        with answering():
-            while True:
-                with self.r.pipeline() as pipe:
-                    try:
-                        watched = [idem] if idem else []
-                        if admit is not None:
-                            watched += [self.k.user_jobs(o) for o in owners]
-                        if watched:
-                            pipe.watch(*watched)
-                        first = pipe.get(idem) if idem else None
-                        if first is not None:
-                            return self._replayed(json.loads(first), token or "")
-                        if admit is not None:
-                            admit(self._live_counts(pipe, owners))
-                        last = self.r.incrby(self.k.job_counter, len(jobs))
-                        stored = _assign_ids(jobs, last - len(jobs) + 1)
-                        fresh = last == len(jobs) if fresh is None else fresh
-                        pipe.multi()
-                        if fresh:
-                            pipe.set(self.k.store_format, STORE_FORMAT, nx=True)
-                        if idem:
-                            pipe.set(idem, json.dumps([j.id for j in stored]), ex=7 * 86400)
-                        self._write_new(pipe, stored, actor)
-                        pipe.execute()
-                        return stored
-                    except redis.WatchError:
-                        continue
+        while True:
+            with self.r.pipeline() as pipe:
+                try:
+                    watched = [idem] if idem else []
+                    if admit is not None:
+                        watched += [self.k.user_jobs(o) for o in owners]
+                    if watched:
+                        pipe.watch(*watched)
+                    first = pipe.get(idem) if idem else None
+                    if first is not None:
+                        return self._replayed(json.loads(first), token or "")
+                    if admit is not None:
+                        admit(self._live_counts(pipe, owners))
+                    last = self.r.incrby(self.k.job_counter, len(jobs))
+                    stored = assign_ids(jobs, last - len(jobs) + 1)
+                    fresh = last == len(jobs) if fresh is None else fresh
+                    pipe.multi()
+                    if fresh:
+                        pipe.set(self.k.store_format, STORE_FORMAT, nx=True)
+                    if idem:
+                        pipe.set(idem, json.dumps([j.id for j in stored]), ex=7 * 86400)
+                    self._write_new(pipe, stored, actor)
+                    pipe.execute()
+                    return stored
+                except redis.WatchError:
+                    continue
 
     def _replayed(self, ids: list[int], token: str) -> list[Job]:
         """The jobs a token first stored; refused once they left the hot keys (archived)."""
@@ -653,10 +642,8 @@ class JobStore:
         requeue safe to queue behind the transition it follows (in one MULTI) and to replay: it
         moves nothing once the job has moved on."""
         eligible = datetime.fromtimestamp(utcnow().timestamp() + delay_seconds, timezone.utc) if delay_seconds else None
-        cleared = ("nodes", "gpu_ids", "backend_ref", "pool", "backend", "exit_code", "signal", "start_time",
-                   "end_time", "scheduled_time", "cancel_requested", "preempt_requested", "preempt_grace",
-                   "preempt_deadline", "dispatched", "pid")
-        return self.transition(job_id, JobState.PENDING, fields={**dict.fromkeys(cleared), "eligible_time": eligible},
+        fields = {**dict.fromkeys(REQUEUE_CLEARED), "eligible_time": eligible}
+        return self.transition(job_id, JobState.PENDING, fields=fields,
                                actor=actor, reason=reason, unless=unless, attempt=attempt, only_from=only_from,
                                ends_attempt=True, pipe=pipe)
 
@@ -823,8 +810,7 @@ class JobStore:
 
     def inventory(self) -> list[Node] | None:
         """Nodes as the scheduler last saw them; None before it ever ran."""
-        with answering():
-            raw = self.r.get(self.k.inventory)
+        raw = self.r.get(self.k.inventory)
         return None if raw is None else nodes_from_json(raw)
 
     # --- retention -------------------------------------------------------------------------
@@ -886,25 +872,11 @@ class JobStore:
         self._release(keys=[self.k.scheduler_lease], args=[holder])
 
     def ping(self) -> None:
-        """Whether the store answers: a RedisError when it does not."""
+        """Whether the store answers: ``StoreUnavailable`` when it does not."""
         self.r.ping()
 
     def lease_holder(self) -> str | None:
         return self.r.get(self.k.scheduler_lease)
-
-
-def _assign_ids(jobs: Sequence[Job], first: int) -> list[Job]:
-    """Give consecutive ids; array tasks carry a placeholder ``array_job_id`` (any value shared
-    by the tasks of one array) that becomes the id of that array's first task."""
-    out: list[Job] = []
-    array_ids: dict[int | None, int] = {}
-    for offset, job in enumerate(jobs):
-        jid = first + offset
-        update: dict[str, Any] = {"id": jid}
-        if job.array_task_id is not None:
-            update["array_job_id"] = array_ids.setdefault(job.array_job_id, jid)
-        out.append(job.model_copy(update=update))
-    return out
 
 
 def _ended(ends_attempt: bool, ended_as: tuple[str, str] | None) -> str:

@@ -1,17 +1,16 @@
 """A Redis client that reports every round trip to a hook (``crossdock.observe`` hands it one in
 the processes that serve metrics): the command and how long it took, a pipeline or transaction
 counted once (``PIPELINE``, ``MULTI``), as it costs one round trip. No hook, no client of this
-kind: ``JobStore.from_url`` builds a plain ``redis.Redis`` then."""
+kind: ``JobStore.from_url`` builds a plain :class:`~.unavailable.StoreClient` then. A failure it
+reports is the one the caller gets: ``StoreUnavailable`` for a store that is away."""
 
 from __future__ import annotations
 
 import time
 from typing import Any, Callable
 
-import redis
-from redis.client import Pipeline
-
 from crossdock.backends.redis_store import connect
+from crossdock.backends.redis_store.unavailable import StoreClient, StorePipeline
 
 RoundTrip = Callable[[str, float, bool], None]
 
@@ -23,7 +22,7 @@ def _report(observer: RoundTrip, command: str, started: float, ok: bool) -> None
         pass
 
 
-class TimedPipeline(Pipeline):
+class TimedPipeline(StorePipeline):
     observer: RoundTrip
 
     def execute(self, raise_on_error: bool = True) -> list[Any]:
@@ -39,7 +38,7 @@ class TimedPipeline(Pipeline):
             _report(self.observer, name, started, ok)
 
 
-class TimedRedis(redis.Redis):
+class TimedRedis(StoreClient):
     observer: RoundTrip
 
     def execute_command(self, *args: Any, **options: Any) -> Any:

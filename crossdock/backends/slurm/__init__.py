@@ -37,7 +37,7 @@ from crossdock.backends.slurm.envfile import local_env_file, read_env_file
 from crossdock.backends.slurm.rest import RestDriver
 from crossdock.backends.slurm.states import SLURM_STATES, decode_wait_status, translate
 from crossdock.queue.config import ClusterConfig
-from crossdock.queue.ports import settings_error
+from crossdock.queue.ports import StopRequests, settings_error
 
 __all__ = [
     "SLURM_STATES", "CliDriver", "ClusterView", "JobStatus", "RestDriver", "SlurmBackend", "SlurmDriver",
@@ -79,7 +79,8 @@ class SlurmSettings(BaseModel):
             raise settings_error(exc, cls.ENV) from None
 
 
-def from_config(config: ClusterConfig | None, store: Any = None, environ: Mapping[str, str] | None = None,
+def from_config(config: ClusterConfig | None, store: StopRequests | None = None,
+                environ: Mapping[str, str] | None = None,
                 **overrides: Any) -> SlurmBackend:
     env = slurm_env(None if environ is None else dict(environ))
     settings = SlurmSettings.from_env(env)

@@ -33,7 +33,7 @@ from dataclasses import dataclass, field, replace
 from types import MappingProxyType
 from typing import Any, Literal
 
-from crossdock.queue.ports import BackendStatus, Capabilities, Eviction, Inventory
+from crossdock.queue.ports import BackendStatus, Capabilities, Eviction, Inventory, StopRequests
 from crossdock.backends.slurm.cli import CliDriver
 from crossdock.backends.slurm.estimate import StartEstimates
 from crossdock.backends.slurm.power import (
@@ -121,7 +121,7 @@ class SlurmBackend(PowerSave, StartEstimates):
         driver: SlurmDriver,
         *,
         config: ClusterConfig | None = None,
-        store: Any = None,
+        store: StopRequests | None = None,
         preempt_policy: Literal["requeue", "cancel"] = "cancel",
         submit_retry_s: float = 90.0,
         retry_interval_s: float = 1.0,

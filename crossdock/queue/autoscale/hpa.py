@@ -117,14 +117,21 @@ def recommend(current_replicas: int, metric: float, target: float, *, target_typ
     return _int32(math.ceil(float(usage) / float(goal)))
 
 
-def default_behavior(behavior: dict | None) -> dict:
-    """``behavior`` with every unset field filled as the API server fills it (``defaults.go``
-    ``copyHPAScalingRules`` over ``defaultHPAScaleUpRules``/``defaultHPAScaleDownRules``): a set
-    field wins whole (a ``policies`` list replaces the default list). The scale-down window the API
-    leaves unset becomes the controller's 300 s, and an unset tolerance the controller's 0.1.
-    None or ``{}`` gives the full defaults — what ``behavior: {}`` means; pass ``behavior=None`` to
-    :func:`normalize` itself for the legacy path."""
+def default_behavior(behavior: dict | None, *, downscale_stabilization: float = DOWNSCALE_STABILIZATION_SECONDS,
+                     tolerance: float = DEFAULT_TOLERANCE) -> dict:
+    """``behavior`` with every unset (absent or None) field filled as upstream fills it: first the
+    API server (``defaults.go`` ``copyHPAScalingRules`` over ``defaultHPAScaleUpRules``/
+    ``defaultHPAScaleDownRules``: a missing direction gets the whole default, a set field wins whole,
+    a ``policies`` list replaces the default list), then the controller, for the two fields the API
+    server leaves nil: the scale-down window becomes ``downscale_stabilization``
+    (``maybeInitScaleDownStabilizationWindow``, the flag's 300 s) and a tolerance ``tolerance``
+    (``tolerancesForHpa``, the flag's 0.1). None or ``{}`` gives the full defaults — what
+    ``behavior: {}`` means; pass ``behavior=None`` to :func:`normalize` itself for the legacy path.
+    Filling a filled behavior changes nothing."""
     out = copy.deepcopy(_DEFAULT_RULES)
+    out["scaleDown"]["stabilizationWindowSeconds"] = downscale_stabilization
+    for rules in out.values():
+        rules["tolerance"] = tolerance
     for direction, rules in (behavior or {}).items():
         if direction not in out:
             raise ValueError(f"behavior.{direction}: unknown direction; use scaleUp or scaleDown")
@@ -135,6 +142,16 @@ def default_behavior(behavior: dict | None) -> dict:
             if value is not None:
                 out[direction][key] = copy.deepcopy(value)
     return out
+
+
+def _filled(behavior: dict, downscale_stabilization: float) -> dict:
+    """``behavior`` itself when every field is set (the usual, already defaulted case), else
+    :func:`default_behavior` of it: the HPA as the API server stores it has no scale-down window."""
+    for direction, defaults in _DEFAULT_RULES.items():
+        rules = behavior.get(direction)
+        if not rules or any(rules.get(key) is None for key in defaults):
+            return default_behavior(behavior, downscale_stabilization=downscale_stabilization)
+    return behavior
 
 
 def behavior_dict(behavior: "Behavior | None") -> dict | None:
@@ -216,9 +233,9 @@ def _convert_with_behavior_rate(current: int, desired: int, min_replicas: int, m
     return desired, "DesiredWithinRange"
 
 
-def _stabilize_legacy(desired: int, recommendations: Iterable[tuple[float, int]]) -> int:
+def _stabilize_legacy(desired: int, recommendations: Iterable[tuple[float, int]], window: float) -> int:
     """``stabilizeRecommendation``: the highest recommendation of the downscale window."""
-    return max([desired] + [r for age, r in recommendations if not age > DOWNSCALE_STABILIZATION_SECONDS])
+    return max([desired] + [r for age, r in recommendations if not age > window])
 
 
 def _convert_with_rules(current: int, desired: int, min_replicas: int, max_replicas: int) -> tuple[int, str]:
@@ -238,7 +255,8 @@ def _convert_with_rules(current: int, desired: int, min_replicas: int, max_repli
 def normalize_explained(current_replicas: int, recommended: int, *, min_replicas: int, max_replicas: int,
                         behavior: dict | None, recommendations: list[tuple[float, int]],
                         scale_up_events: list[tuple[float, int]],
-                        scale_down_events: list[tuple[float, int]]) -> tuple[int, str]:
+                        scale_down_events: list[tuple[float, int]],
+                        downscale_stabilization: float = DOWNSCALE_STABILIZATION_SECONDS) -> tuple[int, str]:
     """:func:`normalize`'s replicas and the condition reason of the step that changed
     ``recommended``: "" when none did, else ``ScaleUpStabilized``/``ScaleDownStabilized`` (the
     stabilization window), ``ScaleUpLimit``/``ScaleDownLimit`` (the rate: a policy, or the legacy
@@ -248,6 +266,9 @@ def normalize_explained(current_replicas: int, recommended: int, *, min_replicas
     ``reconcileAutoscaler`` runs first: a target at zero with ``min_replicas > 0`` is not scaled
     (``ScalingDisabled``, replicas stay 0); one above max goes to max, one below min to min,
     without stabilization or policies.
+
+    ``downscale_stabilization`` is the controller's ``--horizontal-pod-autoscaler-downscale-stabilization``:
+    the legacy window, and the scale-down window of a ``behavior`` that sets none.
     """
     if not 0 <= min_replicas <= max_replicas:
         raise ValueError(f"min_replicas, max_replicas: {min_replicas}, {max_replicas} need 0 ≤ min ≤ max")
@@ -258,9 +279,11 @@ def normalize_explained(current_replicas: int, recommended: int, *, min_replicas
     if current_replicas < min_replicas:
         return min_replicas, "TooFewReplicas"
     if behavior is None:
-        stabilized, stab_reason = _stabilize_legacy(recommended, recommendations), "ScaleDownStabilized"
+        stabilized = _stabilize_legacy(recommended, recommendations, downscale_stabilization)
+        stab_reason = "ScaleDownStabilized"
         desired, limit_reason = _convert_with_rules(current_replicas, stabilized, min_replicas, max_replicas)
     else:
+        behavior = _filled(behavior, downscale_stabilization)
         stabilized, stab_reason = _stabilize_with_behavior(current_replicas, recommended, behavior, recommendations)
         desired, limit_reason = _convert_with_behavior_rate(current_replicas, stabilized, min_replicas, max_replicas,
                                                             behavior, scale_up_events, scale_down_events)
@@ -271,20 +294,25 @@ def normalize_explained(current_replicas: int, recommended: int, *, min_replicas
 
 def normalize(current_replicas: int, recommended: int, *, min_replicas: int, max_replicas: int,
               behavior: dict | None, recommendations: list[tuple[float, int]],
-              scale_up_events: list[tuple[float, int]], scale_down_events: list[tuple[float, int]]) -> int:
+              scale_up_events: list[tuple[float, int]], scale_down_events: list[tuple[float, int]],
+              downscale_stabilization: float = DOWNSCALE_STABILIZATION_SECONDS) -> int:
     """The replicas the HPA sets for ``recommended``: stabilization over earlier recommendations,
     then the ``behavior`` policies with ``selectPolicy`` (or, with ``behavior`` None, the legacy
-    300 s downscale window and scale-up cap max(2 × current, 4)), then min/max. ``behavior`` uses
-    the autoscaling/v2 field names, defaulted (:func:`default_behavior`). See
+    downscale window and scale-up cap max(2 × current, 4)), then min/max. ``behavior`` uses the
+    autoscaling/v2 field names; unset fields are filled as upstream fills them
+    (:func:`default_behavior`), so the HPA's behavior as the API server stores it can be passed. See
     :func:`normalize_explained` for which step limited it."""
     return normalize_explained(current_replicas, recommended, min_replicas=min_replicas, max_replicas=max_replicas,
                                behavior=behavior, recommendations=recommendations,
-                               scale_up_events=scale_up_events, scale_down_events=scale_down_events)[0]
+                               scale_up_events=scale_up_events, scale_down_events=scale_down_events,
+                               downscale_stabilization=downscale_stabilization)[0]
 
 
-def tolerances(behavior: dict | None) -> tuple[float, float]:
-    """(scale-up, scale-down) tolerance of a defaulted ``behavior`` (``tolerancesForHpa``); the
-    controller's 0.1 both ways without one."""
-    if behavior is None:
-        return DEFAULT_TOLERANCE, DEFAULT_TOLERANCE
-    return behavior["scaleUp"]["tolerance"], behavior["scaleDown"]["tolerance"]
+def tolerances(behavior: dict | None, tolerance: float = DEFAULT_TOLERANCE) -> tuple[float, float]:
+    """(scale-up, scale-down) tolerance of ``behavior`` (``tolerancesForHpa``): a direction's own
+    when it sets one, else the controller's ``tolerance`` (``--horizontal-pod-autoscaler-tolerance``)."""
+    def own(direction: str) -> float:
+        value = ((behavior or {}).get(direction) or {}).get("tolerance")
+        return tolerance if value is None else value
+
+    return own("scaleUp"), own("scaleDown")

@@ -2,9 +2,10 @@
 
 crossdock's external metrics adapter serves a scripted queue backlog on loopback, registered as
 the APIService ``v1beta1.external.metrics.k8s.io`` behind an ExternalName Service (localhost).
-Two autoscaling/v2 HPAs with an External metric (AverageValue = the per-replica target), one on
-the legacy path (no ``behavior``) and one with ``behavior`` and per-direction tolerances, scale
-two Deployments whose pods kwok makes Ready. The dev plane's controller syncs every second.
+autoscaling/v2 HPAs with an External metric, one on the legacy path (no ``behavior``), one with
+every ``behavior`` field set, and two leaving fields unset (``behavior: {}``; and one without
+scale-up rules, scale-down window, select policy or scale-down tolerance), scale Deployments whose
+pods kwok makes Ready. Their behavior reaches ``normalize`` as the API server stored it. The dev plane's controller syncs every second.
 
 Every metric request is one controller sync. The adapter's value source answers it with the next
 value of the script (so the trace does not depend on timing) and notes what the controller read
@@ -40,7 +41,7 @@ from crossdock.backends.kubernetes.external_metrics import (APISERVICE_NAME, BAC
                                                             service_manifest, store_backlog_source)
 from crossdock.dev.k8s import LABEL_POOL, components
 from crossdock.dev.k8s.state import read_state
-from crossdock.queue.autoscale.hpa import default_behavior, normalize, recommend, tolerances
+from crossdock.queue.autoscale.hpa import normalize, recommend, tolerances
 from crossdock.queue.models import Job, JobSpec
 from crossdock.queue.states import JobState
 from k8s_helpers import wait_for
@@ -83,6 +84,15 @@ VALUE_SCRIPT = (    # a Value target: ratio = backlog / 40, times the Ready pods
     + [40] * 2 + [320]  # 8 × 1 wanted; the default policies' limit counts the scale-downs of the last 15 s
     + [40] * 3 + [44, 36] * 3 + [40]   # ±10 %: exactly at the tolerance's edges
 )
+UNSET_SCRIPT = (    # scaleUp: only a tolerance; scaleDown: only a policy of 1 pod per 2 s
+    [10] * 3
+    + [100] * 4         # up by the default policies: max(current + 4, 2 × current) per 15 s
+    + [10] * 10         # down after the flag's window (scaleDown sets none), 1 pod per 2 s
+    + [20, 60] * 3      # sawtooth: up by the default policies, down held by the flag's window
+    + [10]
+)
+UNSET_BEHAVIOR = {"scaleUp": {"tolerance": "0.06"},
+                  "scaleDown": {"policies": [{"type": "Pods", "value": 1, "periodSeconds": 2}]}}
 BEHAVIOR = {
     "scaleUp": {"stabilizationWindowSeconds": 2, "selectPolicy": "Max", "tolerance": "0.05",
                 "policies": [{"type": "Pods", "value": 2, "periodSeconds": 3},
@@ -168,19 +178,17 @@ def hpa(name: str, *, min_replicas: int, max_replicas: int, behavior: dict | Non
             "spec": spec}
 
 
-def stored_behavior(autoscaling: client.AutoscalingV2Api, namespace: str, name: str,
-                    default_window: float) -> dict[str, Any] | None:
+def stored_behavior(autoscaling: client.AutoscalingV2Api, namespace: str, name: str) -> dict[str, Any] | None:
     """The HPA's behavior as the API server defaulted and stored it, in autoscaling/v2 field names
-    (tolerances as numbers); the controller fills an unset scale-down window from its flag."""
+    (tolerances as numbers), unset fields left out: ``normalize`` fills them as the controller does."""
     stored = autoscaling.read_namespaced_horizontal_pod_autoscaler(name, namespace)
     behavior = client.ApiClient().sanitize_for_serialization(stored.spec.behavior)
     if not behavior:
         return None
-    behavior["scaleDown"].setdefault("stabilizationWindowSeconds", default_window)
     for rules in behavior.values():
         if rules.get("tolerance") is not None:
             rules["tolerance"] = float(parse_quantity(rules["tolerance"]))
-    return default_behavior(behavior)
+    return behavior
 
 
 @dataclasses.dataclass
@@ -205,14 +213,10 @@ class Replay:
         def aged(items: list[tuple[float, int]]) -> list[tuple[float, int]]:
             return [(sync.at - at + shift, n) for at, n in items]
 
-        recommendations = aged(self.recommendations)
-        if self.behavior is None:
-            # The legacy window is the controller's --horizontal-pod-autoscaler-downscale-stabilization;
-            # normalize() knows upstream's default, so the history passed is what that window holds.
-            recommendations = [(age, n) for age, n in recommendations if age <= self.legacy_window]
         return normalize(sync.spec, raw, min_replicas=self.min_replicas, max_replicas=self.max_replicas,
-                         behavior=self.behavior, recommendations=recommendations,
-                         scale_up_events=aged(self.up_events), scale_down_events=aged(self.down_events))
+                         behavior=self.behavior, recommendations=aged(self.recommendations),
+                         scale_up_events=aged(self.up_events), scale_down_events=aged(self.down_events),
+                         downscale_stabilization=self.legacy_window)
 
     def raw(self, sync: Sync, **tolerances: float | None) -> int:
         """``recommend`` with what the controller passes: the status replicas for AverageValue
@@ -305,6 +309,13 @@ def serve_metrics(k8s_client, k8s_kubeconfig, k8s_namespace, tmp_path):
             server.close()
 
 
+class Lagging(dict):
+    """Syncs served of each script so far (what a timeout shows); false until every script is."""
+
+    def __bool__(self) -> bool:
+        return False
+
+
 @dataclasses.dataclass(frozen=True)
 class Compared:
     sync: Sync
@@ -349,7 +360,8 @@ def test_crossdock_predicts_the_hpa_controllers_replicas_at_every_sync(serve_met
                                     components.HPA_DOWNSCALE_STABILIZATION_SECONDS)
     cases = {"legacy": (LEGACY_SCRIPT, 0, 12, None, "AverageValue", PER_REPLICA),
              "behavior": (BEHAVIOR_SCRIPT, 1, 20, BEHAVIOR, "AverageValue", PER_REPLICA),
-             "value": (VALUE_SCRIPT, 1, 16, {}, "Value", VALUE_TARGET)}
+             "value": (VALUE_SCRIPT, 1, 16, {}, "Value", VALUE_TARGET),
+             "unset": (UNSET_SCRIPT, 1, 12, UNSET_BEHAVIOR, "AverageValue", PER_REPLICA)}
     for name in cases:
         apps.create_namespaced_deployment(k8s_namespace, deployment(name))
     wait_for("one ready replica per Deployment", lambda: all(
@@ -362,14 +374,22 @@ def test_crossdock_predicts_the_hpa_controllers_replicas_at_every_sync(serve_met
     for name, (_script, lo, hi, behavior, target_type, target) in cases.items():
         autoscaling.create_namespaced_horizontal_pod_autoscaler(k8s_namespace, hpa(
             name, min_replicas=lo, max_replicas=hi, behavior=behavior, target_type=target_type, target=target))
-        replays[name] = Replay(lo, hi, stored_behavior(autoscaling, k8s_namespace, name, legacy_window),
-                               legacy_window, target_type, target)
+        replays[name] = Replay(lo, hi, stored_behavior(autoscaling, k8s_namespace, name), legacy_window,
+                               target_type, target)
     assert replays["legacy"].behavior is None and replays["behavior"].behavior is not None
-    assert replays["value"].behavior["scaleDown"]["stabilizationWindowSeconds"] == legacy_window
+    # What the API server leaves unset, normalize() fills: scaleDown's window, the tolerances.
+    for name in ("value", "unset"):
+        stored = replays[name].behavior
+        assert "stabilizationWindowSeconds" not in stored["scaleDown"], stored
+        assert "tolerance" not in stored["scaleDown"], stored
+    assert replays["unset"].behavior["scaleUp"]["tolerance"] == 0.06
 
     longest = max(len(script) for script, *_ in cases.values())
-    wait_for("every script served, plus one sync to see its last decision",
-             lambda: all(len(runs[n].syncs) > len(cases[n][0]) for n in cases),
+    def served() -> bool | Lagging:
+        counts = Lagging({n: f"{len(runs[n].syncs)}/{len(cases[n][0]) + 1}" for n in cases})
+        return all(len(runs[n].syncs) > len(cases[n][0]) for n in cases) or counts
+
+    wait_for("every script served, plus one sync to see its last decision", served,
              timeout=longest * (sync_period * 6 + 1) + 60, interval=0.5)
     autoscaling.delete_collection_namespaced_horizontal_pod_autoscaler(k8s_namespace)
 
@@ -402,6 +422,9 @@ def test_crossdock_predicts_the_hpa_controllers_replicas_at_every_sync(serve_met
         "the per-direction tolerances never mattered"
     assert any(c.raw > math.ceil(c.sync.value / VALUE_TARGET) for c in valued), "Ready pods never counted"
     assert any(c.sync.spec < c.controller < c.raw for c in valued), "the default policies never limited"
+    unset = results["unset"]
+    assert any(c.raw < c.sync.spec == c.controller for c in unset), "the flag's window never held a scale-down"
+    assert any(c.raw < c.controller < c.sync.spec for c in unset), "the scale-down policy never limited"
 
 
 @pytest.mark.redis

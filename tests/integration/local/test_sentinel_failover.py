@@ -17,7 +17,7 @@ import pytest
 import yaml
 
 from crossdock import service
-from crossdock.backends.redis_store.store import STORE_UNAVAILABLE
+from crossdock.queue.errors import StoreUnavailable
 from crossdock.queue.models import JobSpec
 from crossdock.queue.states import JobState, TERMINAL
 from crossdock.runtime import Runtime
@@ -59,8 +59,8 @@ def submit(rt, history, runs, n, tag):
     def attempt():
         try:
             return record_submit(history, [s.name for s in specs], lambda: service.submit(rt, specs, token=token),
-                                 key_of, STORE_UNAVAILABLE)
-        except STORE_UNAVAILABLE:
+                                 key_of, StoreUnavailable)
+        except StoreUnavailable:
             return None
 
     return [j.id for j in eventually(f"the {tag} jobs to be stored", attempt, 30)]
@@ -82,7 +82,7 @@ def runs_by_job(runs):
 def states(rt, ids):
     try:
         return Counter(j.state for j in rt.store.get_many(ids))
-    except STORE_UNAVAILABLE:
+    except StoreUnavailable:
         return Counter()
 
 

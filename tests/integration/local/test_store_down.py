@@ -15,13 +15,13 @@ import uuid
 from pathlib import Path
 
 import pytest
-import redis
 import yaml
 
 from crossdock import service
 from crossdock.backends.local import workspace
 from crossdock.backends.redis_store import embedded
 from crossdock.pycall import decode_outcome, encode_call
+from crossdock.queue.errors import StoreUnavailable
 from crossdock.queue.models import JobSpec, PythonCall
 from crossdock.queue.states import TERMINAL, JobState, Reason
 from crossdock.runtime import Runtime
@@ -65,7 +65,7 @@ def until(check, timeout: float, what: str, every: float = 0.1):
     while time.monotonic() < deadline:
         try:
             value = check()
-        except (redis.ConnectionError, redis.TimeoutError):
+        except StoreUnavailable:
             value = None
         if value:
             return value
@@ -256,7 +256,7 @@ def test_fifty_jobs_through_two_outages_end_exactly_once(own_redis, tmp_path, mo
         while not stop.is_set():
             try:
                 run(self, stop, reconcile_every)
-            except redis.RedisError:
+            except StoreUnavailable:
                 stop.wait(0.5)
 
     monkeypatch.setattr(Scheduler, "run", surviving)

@@ -50,8 +50,8 @@ def test_the_service_never_reads_a_file_for_its_caller(service):  # noqa: F811
 
 def test_the_client_loads_neither_pydantic_nor_redis(service):  # noqa: F811
     code = ("import sys\nsys.argv = ['crossdock', 'submit', '--parsable', '-H', '--wrap', 'true']\n"
-            "from crossdock.cli.main import _served_submit\n"
-            "code = _served_submit(sys.argv[2:])\n"
+            "from crossdock.cli.thin import served\n"
+            "code = served('submit', sys.argv[2:])\n"
             "heavy = sorted(m for m in sys.modules if m.split('.')[0] in ('pydantic', 'redis', 'yaml', 'celery')"
             " or m.startswith('crossdock.queue'))\n"
             "print(code, heavy, file=sys.stderr)\n")

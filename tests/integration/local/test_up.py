@@ -13,11 +13,11 @@ import time
 from pathlib import Path
 
 import pytest
-import redis
 import yaml
 
 from crossdock import service
 from crossdock.backends.redis_store import embedded
+from crossdock.queue.errors import StoreUnavailable
 from crossdock.queue.models import JobSpec
 from crossdock.queue.states import JobState
 from crossdock.runtime import Runtime
@@ -31,7 +31,7 @@ def answering(rt) -> bool:
     """Whether the store answers (a restarted Redis refuses reads while it loads its AOF)."""
     try:
         rt.store.all_ids()
-    except redis.RedisError:
+    except StoreUnavailable:
         return False
     return True
 

@@ -5,9 +5,11 @@ Upstream timestamps become ages: ``time.Now().Add(-2 * time.Minute)`` is age 120
 ``DesiredWithinRange`` is "" here (nothing limited the recommendation).
 """
 
+import copy
+
 import pytest
 
-from crossdock.queue.autoscale.hpa import default_behavior, normalize, normalize_explained, recommend
+from crossdock.queue.autoscale.hpa import default_behavior, normalize, normalize_explained, recommend, tolerances
 
 
 def uniform(raw: list[int], period: int) -> list[tuple[float, int]]:
@@ -310,3 +312,79 @@ def test_default_behavior_refuses_unknown_fields():
         default_behavior({"scaleUp": {"window": 3}})
     with pytest.raises(ValueError, match="behavior.up"):
         default_behavior({"up": {}})
+
+
+# The behavior as the API server stores it (defaults.go fills all but scaleDown's window and the
+# tolerances), or as written, with fields missing: normalize() fills each one as upstream does.
+STORED_UP = {"stabilizationWindowSeconds": 0, "selectPolicy": "Max",
+             "policies": [{"type": "Pods", "value": 4, "periodSeconds": 15},
+                          {"type": "Percent", "value": 100, "periodSeconds": 15}]}
+STORED_DOWN = {"selectPolicy": "Max", "policies": [{"type": "Percent", "value": 100, "periodSeconds": 15}]}
+PODS_1_AND_3 = [{"type": "Pods", "value": 1, "periodSeconds": 15}, {"type": "Pods", "value": 3, "periodSeconds": 15}]
+# (name, behavior, current, desired, recommendations, expected (replicas, reason))
+MISSING_FIELDS = [
+    ("stored: scaleDown window unset is the flag's 300 s", {"scaleUp": STORED_UP, "scaleDown": STORED_DOWN},
+     10, 5, [(299.0, 10)], (10, "ScaleDownStabilized")),
+    ("stored: the 300 s window ends strictly", {"scaleUp": STORED_UP, "scaleDown": STORED_DOWN},
+     10, 5, [(300.0, 10)], (5, "")),
+    ("scaleDown window None", {"scaleDown": {"stabilizationWindowSeconds": None}},
+     10, 5, [(299.0, 10)], (10, "ScaleDownStabilized")),
+    ("scaleDown absent", {"scaleUp": STORED_UP}, 10, 5, [(299.0, 10)], (10, "ScaleDownStabilized")),
+    ("scaleDown None", {"scaleUp": STORED_UP, "scaleDown": None}, 10, 5, [(299.0, 10)], (10, "ScaleDownStabilized")),
+    ("scaleUp window unset is 0", {"scaleUp": {"selectPolicy": "Max"}, "scaleDown": STORED_DOWN},
+     2, 6, [(0.0, 2)], (6, "")),
+    ("scaleUp absent: default policies, max(current + 4, 2 × current)", {"scaleDown": STORED_DOWN},
+     10, 100, [], (20, "ScaleUpLimit")),
+    ("scaleUp policies unset", {"scaleUp": {"stabilizationWindowSeconds": 0}}, 3, 100, [], (7, "ScaleUpLimit")),
+    ("scaleUp policies None", {"scaleUp": {"policies": None}}, 3, 100, [], (7, "ScaleUpLimit")),
+    ("scaleUp selectPolicy unset is Max", {"scaleUp": {"policies": PODS_1_AND_3}}, 2, 10, [], (5, "ScaleUpLimit")),
+    ("scaleDown selectPolicy unset is Max (the larger drop)",
+     {"scaleDown": {"stabilizationWindowSeconds": 0, "policies": PODS_1_AND_3}}, 10, 1, [], (7, "ScaleDownLimit")),
+    ("scaleDown policies unset: 100 % per 15 s", {"scaleDown": {"stabilizationWindowSeconds": 0}},
+     10, 1, [], (1, "")),
+    ("empty behavior", {}, 10, 5, [(299.0, 10)], (10, "ScaleDownStabilized")),
+]
+
+
+@pytest.mark.parametrize("behavior,current,desired,recs,expected", [c[1:] for c in MISSING_FIELDS],
+                         ids=[c[0] for c in MISSING_FIELDS])
+def test_normalize_fills_unset_behavior_fields_as_upstream(behavior, current, desired, recs, expected):
+    given = copy.deepcopy(behavior)
+    assert explained(current, desired, 1, 1000, behavior, recs) == expected
+    assert behavior == given  # filled in a copy
+    assert explained(current, desired, 1, 1000, default_behavior(behavior), recs) == expected
+
+
+def test_an_unset_scale_down_window_is_the_controllers_flag():
+    stored = {"scaleUp": STORED_UP, "scaleDown": STORED_DOWN}
+    short = normalize_explained(10, 5, min_replicas=1, max_replicas=20, behavior=stored,
+                                recommendations=[(6.0, 10)], scale_up_events=[], scale_down_events=[],
+                                downscale_stabilization=5)
+    assert short == (5, "")
+    held = normalize_explained(10, 5, min_replicas=1, max_replicas=20, behavior=stored,
+                               recommendations=[(4.0, 10)], scale_up_events=[], scale_down_events=[],
+                               downscale_stabilization=5)
+    assert held == (10, "ScaleDownStabilized")
+    # a window the HPA sets wins over the flag
+    own = {"scaleUp": STORED_UP, "scaleDown": {**STORED_DOWN, "stabilizationWindowSeconds": 0}}
+    assert normalize(10, 5, min_replicas=1, max_replicas=20, behavior=own, recommendations=[(4.0, 10)],
+                     scale_up_events=[], scale_down_events=[], downscale_stabilization=5) == 5
+
+
+def test_the_legacy_window_is_the_controllers_flag():
+    assert explained(10, 5, 1, 20, None, [(6.0, 10)]) == (10, "ScaleDownStabilized")
+    assert normalize(10, 5, min_replicas=1, max_replicas=20, behavior=None, recommendations=[(6.0, 10)],
+                     scale_up_events=[], scale_down_events=[], downscale_stabilization=5) == 5
+
+
+@pytest.mark.parametrize("behavior,flag,expected", [
+    (None, 0.1, (0.1, 0.1)),
+    ({"scaleUp": STORED_UP, "scaleDown": STORED_DOWN}, 0.1, (0.1, 0.1)),
+    ({"scaleUp": {"tolerance": 0.05}}, 0.1, (0.05, 0.1)),
+    ({"scaleDown": {"tolerance": 0.2}, "scaleUp": None}, 0.1, (0.1, 0.2)),
+    ({"scaleDown": {"tolerance": None}}, 0.3, (0.3, 0.3)),
+    ({"scaleUp": {"tolerance": 0.0}}, 0.3, (0.0, 0.3)),
+], ids=["legacy", "stored-unset", "up-only", "down-only-up-none", "none-is-the-flag", "zero-is-set"])
+def test_an_unset_tolerance_is_the_controllers_flag(behavior, flag, expected):
+    assert tolerances(behavior, flag) == expected
+    assert tolerances(default_behavior(behavior, tolerance=flag)) == expected
