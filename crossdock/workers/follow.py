@@ -39,8 +39,10 @@ def limits() -> Limits:
 
 class Follower:
     def __init__(self, store: FollowerStore, backends: Backends, send: SendTask, holder: str,
-                 kinds: Callable[[], set[str]]):
+                 kinds: Callable[[], set[str]], clock: Callable[[], float] = time.time):
         self.store, self.backends, self.send, self.holder = store, backends, send, holder
+        self.clock = clock
+        """Epoch seconds: placement ages and silences are measured on it (a simulation drives it)."""
         self.kinds = kinds
         """The backend kinds the config's pools name (orphans are swept there even with nothing active)."""
         self._next_orphan_sweep = 0.0
@@ -50,7 +52,7 @@ class Follower:
     def reconcile(self) -> None:
         """Resend lost dispatches, mark jobs whose watcher vanished, follow every backend."""
         active = self.store.get_many(self.store.active_ids())
-        now = time.time()
+        now = self.clock()
         by_backend: dict[str, list[Job]] = {}
         for job in active:
             by_backend.setdefault(job.backend or "local", []).append(job)
@@ -107,7 +109,7 @@ class Follower:
             log.warning("status of %s unavailable: %s", kind, exc)
             return None
         record_replicas(store, jobs, statuses)  # readiness and drain of service replicas
-        now = time.time()
+        now = self.clock()
         # The stop requests standing when these attempts ended decide how they ended (one round trip).
         ended = [i for i, st in statuses.items() if st.state.terminal or st.state is JobState.PREEMPTED]
         stops = store.stop_requests(ended) if ended else {}
@@ -179,7 +181,7 @@ class Follower:
 
     def _sweep_orphans(self, by_backend: dict[str, list[Job]]) -> None:
         """Remove backend objects left by a crash or a requeue that belong to no active attempt."""
-        now = time.monotonic()
+        now = self.clock()
         if now < self._next_orphan_sweep:
             return
         self._next_orphan_sweep = now + ORPHAN_SWEEP_SECONDS
