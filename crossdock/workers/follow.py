@@ -171,12 +171,16 @@ class Follower:
                 target.kill_orphan(job)
         except UNAVAILABLE as exc:
             log.warning("job %s: could not stop what is left of it: %s", job.id, exc)
+        # A user's cancel wins, as for an attempt its backend reports ended (``stopped_outcome``):
+        # the job ends CANCELLED and is not requeued (a cancel landing after this read stops the requeue).
+        cancelled = job.cancel_requested
         with self.store.pipeline(transaction=True) as pipe:  # lost and requeued land together, or neither
-            self.store.transition(job.id, JobState.NODE_FAIL, attempt=job.attempts, reason=Reason.NODE_LOST,
+            self.store.transition(job.id, JobState.CANCELLED if cancelled else JobState.NODE_FAIL,
+                                  attempt=job.attempts, reason=Reason.CANCELLED_BY_USER if cancelled else Reason.NODE_LOST,
                                   fields={"end_time": lost.at}, actor=self.holder, pipe=pipe)
-            if lost.requeue:
+            if lost.requeue and not cancelled:
                 self.store.requeue(job.id, actor=self.holder, reason=Reason.NODE_LOST, attempt=job.attempts,
-                                   only_from=(JobState.NODE_FAIL,), pipe=pipe)
+                                   unless="cancel_requested", only_from=(JobState.NODE_FAIL,), pipe=pipe)
             pipe.execute()
 
     def _sweep_orphans(self, by_backend: dict[str, list[Job]]) -> None:

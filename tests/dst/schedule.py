@@ -42,10 +42,12 @@ CONFIG = {
     "default_queue": "low",
     "scheduler": {"lease_seconds": 10},
 }
-RUN_SECONDS = (0, 5, 30, 120, 600)
+RUN_SECONDS = (0, 5, 30, 90)
 STOP_WITHIN = 120.0
 """Once the faults are over, a standing cancel or preemption has stopped its job within this long."""
 DRAIN_SECONDS = 3000.0
+STEPS = 80
+"""Steps of one schedule while faults strike."""
 
 
 class Retry(Exception):
@@ -100,7 +102,7 @@ class _Runtime:
 
 
 class Sim:
-    def __init__(self, seed: int, steps: int = 150):
+    def __init__(self, seed: int, steps: int = STEPS):
         self.seed, self.steps = seed, steps
         self.rng = random.Random(seed)
         self.clock = SimClock()
@@ -205,7 +207,7 @@ class Sim:
                 self.backend.crash_at, self.backend.crashed = "", False
 
     def submit(self) -> None:
-        n = self.rng.randint(1, 3)
+        n = self.rng.randint(1, 2)
         keys = [f"k{len(self.acked) + self.out.jobs + i}" for i in range(n)]
         self.out.jobs += n
         jobs = [self._job(k) for k in keys]
@@ -273,7 +275,7 @@ class Sim:
             self.step_leader(self.rng.choice(("a", "b")))
         elif r < 0.50 and ready:
             self.deliver(self.rng.choice(ready))
-        elif r < 0.60:
+        elif r < 0.58:
             self.submit()
         elif r < 0.65:
             self.cancel()
@@ -386,5 +388,5 @@ def _worker_runtime(rt: _Runtime) -> Iterator[None]:
         worker_tasks.runtime = saved  # type: ignore[assignment]
 
 
-def run(seed: int, steps: int = 150) -> Outcome:
+def run(seed: int, steps: int = STEPS) -> Outcome:
     return Sim(seed, steps).run()
