@@ -76,6 +76,7 @@ class SimStore(MemoryStore):
         """(job id, writer, lease holder then, time) of each leader's transition without the lease."""
         self._inventory_kept: list | None = None
         self._usage: tuple[dict[str, float], float | None] = ({}, None)
+        self._nominated: dict[int, str] = {}
         self.deschedule = self.live_config = self.services = _Empty()
 
     @contextmanager
@@ -123,11 +124,15 @@ class SimStore(MemoryStore):
     def history_facts(self, _ids: Any) -> dict:
         return {}
 
-    def nominations(self, _among: Any) -> dict[int, str]:
-        return {}
+    def nominations(self, among: Any) -> dict[int, str]:
+        """Preemptor job id → the node being freed for it (the next cycles keep it for that job)."""
+        wanted = set(among)
+        return {k: v for k, v in self._nominated.items() if k in wanted}
 
-    def update_nominations(self, *_args: Any, **_kw: Any) -> None:
-        return None
+    def update_nominations(self, done: Any, nominated: dict[int, str], pipe: Any = None) -> None:
+        for job_id in done:
+            self._nominated.pop(job_id, None)
+        self._nominated.update(nominated)
 
     def save_expected_starts(self, *_args: Any, **_kw: Any) -> None:
         return None
