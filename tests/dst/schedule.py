@@ -125,6 +125,10 @@ class Sim:
         """Acknowledged cancels: job id -> when."""
         self.running: dict[str, tuple[int, int]] = {}
         self.crash_next = ""
+        self.forgotten: dict[tuple[int, int], Any] = {}
+        """Backend objects a "forget" fault erased, by (job id, attempt)."""
+        self.nodes_back: dict[str, float] = {}
+        """Failed nodes -> when they come back."""
 
     # --- the actors ---------------------------------------------------------------------------
     def _runtime(self) -> _Runtime:
@@ -254,7 +258,8 @@ class Sim:
 
     # --- faults -------------------------------------------------------------------------------
     def fault(self) -> None:
-        kind = self.rng.choice(("store", "backend", "crash leader", "pause", "crash worker", "crash worker"))
+        kind = self.rng.choice(("store", "backend", "crash leader", "pause", "crash worker", "crash worker",
+                                "node", "forget"))
         self.out.faults[kind] = self.out.faults.get(kind, 0) + 1
         self.history.add("nemesis", INFO, "fault", kind, at=self.clock())
         if kind == "store":
@@ -267,11 +272,28 @@ class Sim:
             self.leaders[slot], self.turns[slot] = None, None  # its memory is gone; its lease expires
         elif kind == "pause":
             self.clock.advance(self.rng.uniform(5, 25))  # a GC pause or a slow cycle, mid-turn for some
+        elif kind == "node":  # every job on it ends NODE_FAIL; back a while later
+            node = self.rng.choice(sorted(n.name for n in self._nodes))
+            self.backend.fail_node(node)
+            self.nodes_back[node] = self.clock() + self.rng.uniform(10, 120)
+        elif kind == "forget":  # the backend loses one job's record
+            known = sorted({i for i, _a in self.backend.jobs})
+            if known:
+                lost = self.backend.get(self.rng.choice(known))
+                self.forgotten[(lost.job_id, lost.attempt)] = lost  # what it did stays known to the checks
+                self.backend.forget(lost.job_id)
         else:
             self.crash_next = self.rng.choice(("before submit", "after task"))
 
+    def _nodes_return(self, every: bool = False) -> None:
+        for node, at in sorted(self.nodes_back.items()):
+            if every or at <= self.clock():
+                self.backend.restore_node(node)
+                del self.nodes_back[node]
+
     # --- the schedule -------------------------------------------------------------------------
     def step(self) -> None:
+        self._nodes_return()
         r = self.rng.random()
         ready = self.bus.ready()
         if r < 0.30:
@@ -304,12 +326,26 @@ class Sim:
                 self._overlaps.add((job, tuple(refs)))
                 self.violate("runs twice at once", f"job {job}: {sorted(refs)} at t={self.clock() - self._t0:.1f}")
         self.running = now
+        self._capacity()
+
+    def _capacity(self) -> None:
+        """No node holds more CPUs than it has: what the placed jobs were given on it, summed."""
+        held: dict[str, int] = {}
+        for job in self.store.get_many(self.store.active_ids()):
+            for node in job.nodes:
+                held[node] = held.get(node, 0) + job.alloc_cpu_milli // max(len(job.nodes), 1)
+        for node in self._nodes:
+            if held.get(node.name, 0) > node.cpu_milli and node.name not in self._overbooked:
+                self._overbooked.add(node.name)
+                self.violate("over-committed", f"node {node.name}: {held[node.name]} of {node.cpu_milli} mCPU "
+                                               f"placed at t={self.clock() - self._t0:.1f}")
 
     def violate(self, rule: str, detail: str) -> None:
         self.out.violations.append(Violation(rule, detail))
 
     def run(self) -> Outcome:
         self._overlaps: set = set()
+        self._overbooked: set[str] = set()
         self._t0 = self.clock()
         for _ in range(self.steps):
             self.step()
@@ -321,6 +357,7 @@ class Sim:
     def quiesce(self) -> None:
         """No more faults or users: the leaders, the workers and the clock go on until every job ended."""
         self.faulty, self.flaky.outage, self.backend.error_rate, self.crash_next = False, None, 0.0, ""
+        self._nodes_return(every=True)
         calm = self.clock()
         stops: dict[tuple[int, int], float] = {}
         while self.clock() - calm < DRAIN_SECONDS:
@@ -376,7 +413,7 @@ class Sim:
     def _true_states(self, jobs: list[Job]) -> None:
         """Each job's final state is what its backend did to its last attempt; nothing is left running."""
         for job in jobs:
-            obj = self.backend.jobs.get((job.id, job.attempts))
+            obj = self.backend.jobs.get((job.id, job.attempts)) or self.forgotten.get((job.id, job.attempts))
             if job.state in (JobState.COMPLETED, JobState.FAILED) and (obj is None or obj.state is not job.state):
                 self.violate("untrue end", f"job {job.id} ended {job.state.value}; its backend's attempt "
                                            f"{job.attempts} is {obj.state.value if obj else 'absent'}")
