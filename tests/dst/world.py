@@ -14,7 +14,7 @@ from typing import Any, Callable, Iterator, Sequence
 
 from crossdock.backends.fake import CAPABILITIES
 from crossdock.backends.fake.backend import FakeBackend
-from crossdock.backends.memory_store.store import Batch, MemoryStore
+from crossdock.backends.memory_store.store import MemoryStore
 from crossdock.backends.redis_store.store import JobStore
 from crossdock.queue.errors import StoreUnavailable
 from crossdock.queue.models import Job
@@ -38,13 +38,6 @@ class SimClock:
 
     def advance(self, seconds: float) -> None:
         self.now += seconds
-
-
-class _Batch(Batch):
-    """A MemoryStore pipeline that counts what it queued (``record_statuses`` reads positions)."""
-
-    def __len__(self) -> int:
-        return len(self._calls)
 
 
 class _Empty:
@@ -78,14 +71,6 @@ class SimStore(MemoryStore):
         self._usage: tuple[dict[str, float], float | None] = ({}, None)
         self._nominated: dict[int, str] = {}
         self.deschedule = self.live_config = self.services = _Empty()
-
-    @contextmanager
-    def pipeline(self, transaction: bool = False) -> Iterator[_Batch]:
-        batch = _Batch(self)
-        try:
-            yield batch
-        finally:
-            batch.reset()
 
     def transition(self, job_id: int, new: JobState, **kw: Any) -> Any:
         actor = kw.get("actor", "")

@@ -44,6 +44,10 @@ class Batch:
         self._calls.append(call)
         return self
 
+    def __len__(self) -> int:
+        """Calls queued (as a redis-py pipeline's length: a caller reads its results by position)."""
+        return len(self._calls)
+
     def execute(self) -> list[Any]:
         with self._store._lock:
             calls, self._calls = self._calls, []
