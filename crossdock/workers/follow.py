@@ -185,7 +185,7 @@ class Follower:
 
     def _sweep_orphans(self, by_backend: dict[str, list[Job]]) -> None:
         """Remove backend objects left by a crash or a requeue that belong to no active attempt."""
-        now = self.clock()
+        now = time.monotonic()
         if now < self._next_orphan_sweep:
             return
         self._next_orphan_sweep = now + ORPHAN_SWEEP_SECONDS

@@ -92,7 +92,7 @@ class Scheduler:
         nodes, foreign, refreshed = [], [], False
         for kind in sorted({p.backend for p in self.rt.config.pools.values()}):
             cached = self._inventory.get(kind)
-            if cached is None or self.clock() - cached[0] > INVENTORY_REFRESH_SECONDS:
+            if cached is None or not 0 <= self.clock() - cached[0] <= INVENTORY_REFRESH_SECONDS:  # or set back
                 try:
                     with metrics.backend_call(kind, "inventory"):
                         cached = (self.clock(), self.rt.backends(kind).inventory())

@@ -3,7 +3,12 @@ of seeds hold every invariant, and a seed replays to the same history."""
 
 from __future__ import annotations
 
+import hashlib
 import logging
+import os
+import subprocess
+import sys
+from pathlib import Path
 
 import pytest
 
@@ -41,6 +46,23 @@ def test_a_seed_replays_to_the_same_history():
     first, again = run(7), run(7)
     assert [str(op) for op in first.history.ops] == [str(op) for op in again.history.ops]
     assert first.faults == again.faults and len(first.history.ops) > 50
+
+
+def _digest(ops) -> str:
+    return hashlib.sha256("\n".join(str(op) for op in ops).encode()).hexdigest()
+
+
+DIGEST = ("import hashlib, logging; logging.disable(logging.WARNING); from tests.dst.schedule import run; "
+          "print(hashlib.sha256(chr(10).join(str(op) for op in run(7).history.ops).encode()).hexdigest())")
+
+
+def test_a_seed_replays_the_same_in_another_process():
+    """Nothing depends on the process: not its string hashing (sets of names), not its clock."""
+    root = Path(__file__).resolve().parents[2]
+    env = {**os.environ, "PYTHONHASHSEED": "12345", "PYTHONPATH": str(root)}
+    there = subprocess.run([sys.executable, "-c", DIGEST], cwd=root, env=env, capture_output=True, text=True,
+                           check=True, timeout=120).stdout.strip()
+    assert there == _digest(run(7).history.ops)
 
 
 def test_a_lost_job_with_a_cancel_standing_ends_cancelled_and_is_not_requeued():
