@@ -39,8 +39,10 @@ def limits() -> Limits:
 
 class Follower:
     def __init__(self, store: FollowerStore, backends: Backends, send: SendTask, holder: str,
-                 kinds: Callable[[], set[str]]):
+                 kinds: Callable[[], set[str]], clock: Callable[[], float] = time.time):
         self.store, self.backends, self.send, self.holder = store, backends, send, holder
+        self.clock = clock
+        """Epoch seconds: placement ages and silences are measured on it (a simulation drives it)."""
         self.kinds = kinds
         """The backend kinds the config's pools name (orphans are swept there even with nothing active)."""
         self._next_orphan_sweep = 0.0
@@ -50,7 +52,7 @@ class Follower:
     def reconcile(self) -> None:
         """Resend lost dispatches, mark jobs whose watcher vanished, follow every backend."""
         active = self.store.get_many(self.store.active_ids())
-        now = time.time()
+        now = self.clock()
         by_backend: dict[str, list[Job]] = {}
         for job in active:
             by_backend.setdefault(job.backend or "local", []).append(job)
@@ -107,7 +109,7 @@ class Follower:
             log.warning("status of %s unavailable: %s", kind, exc)
             return None
         record_replicas(store, jobs, statuses)  # readiness and drain of service replicas
-        now = time.time()
+        now = self.clock()
         # The stop requests standing when these attempts ended decide how they ended (one round trip).
         ended = [i for i, st in statuses.items() if st.state.terminal or st.state is JobState.PREEMPTED]
         stops = store.stop_requests(ended) if ended else {}
@@ -169,12 +171,16 @@ class Follower:
                 target.kill_orphan(job)
         except UNAVAILABLE as exc:
             log.warning("job %s: could not stop what is left of it: %s", job.id, exc)
+        # A user's cancel wins, as for an attempt its backend reports ended (``stopped_outcome``):
+        # the job ends CANCELLED and is not requeued (a cancel landing after this read stops the requeue).
+        cancelled = job.cancel_requested
         with self.store.pipeline(transaction=True) as pipe:  # lost and requeued land together, or neither
-            self.store.transition(job.id, JobState.NODE_FAIL, attempt=job.attempts, reason=Reason.NODE_LOST,
+            self.store.transition(job.id, JobState.CANCELLED if cancelled else JobState.NODE_FAIL,
+                                  attempt=job.attempts, reason=Reason.CANCELLED_BY_USER if cancelled else Reason.NODE_LOST,
                                   fields={"end_time": lost.at}, actor=self.holder, pipe=pipe)
-            if lost.requeue:
+            if lost.requeue and not cancelled:
                 self.store.requeue(job.id, actor=self.holder, reason=Reason.NODE_LOST, attempt=job.attempts,
-                                   only_from=(JobState.NODE_FAIL,), pipe=pipe)
+                                   unless="cancel_requested", only_from=(JobState.NODE_FAIL,), pipe=pipe)
             pipe.execute()
 
     def _sweep_orphans(self, by_backend: dict[str, list[Job]]) -> None:

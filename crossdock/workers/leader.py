@@ -16,9 +16,9 @@ import threading
 import time
 import uuid
 from dataclasses import dataclass, replace
+from datetime import datetime, timezone
 from typing import Callable, Mapping, Sequence
 
-from crossdock.backends.redis_store.store import utcnow
 from crossdock.gcpause import collection_paused
 from crossdock.observe import metrics
 from crossdock.queue.assembly import Records, accrue_usage, build_snapshot, dependency_targets
@@ -56,12 +56,16 @@ class CycleStats:
 
 class Scheduler:
     def __init__(self, rt: Runtime, send: SendTask, holder: str | None = None,
-                 fleets: Mapping[str, ScalesFleet] | None = None, busy: Busy | None = None):
+                 fleets: Mapping[str, ScalesFleet] | None = None, busy: Busy | None = None,
+                 clock: Callable[[], float] = time.time):
         self.rt, self.send = rt, send
+        self.clock = clock
+        """Epoch seconds for what a cycle stamps and measures (placement times, usage accrual, the
+        inventory's age); the loop's own waits keep the machine's clock. A simulation drives it."""
         self.holder = holder or f"scheduler-{uuid.uuid4().hex[:8]}"
         self.follower = Follower(rt.store, rt.backends, send, self.holder,
-                                 lambda: {p.backend for p in rt.config.pools.values()})
-        self.autoscaler = Autoscaler(rt, self.holder, self.snapshot, send, fleets, busy,
+                                 lambda: {p.backend for p in rt.config.pools.values()}, clock=clock)
+        self.autoscaler = Autoscaler(rt, self.holder, self.snapshot, send, fleets, busy, clock=clock,
                                      nodes_changed=lambda kind: self._inventory.pop(kind, None))
         """Run as a step of the leader's turn (``fleets``: actuators by backend kind that the
         backends do not provide, the local fleet of ``crossdock up``)."""
@@ -88,13 +92,13 @@ class Scheduler:
         nodes, foreign, refreshed = [], [], False
         for kind in sorted({p.backend for p in self.rt.config.pools.values()}):
             cached = self._inventory.get(kind)
-            if cached is None or time.monotonic() - cached[0] > INVENTORY_REFRESH_SECONDS:
+            if cached is None or not 0 <= self.clock() - cached[0] <= INVENTORY_REFRESH_SECONDS:  # or set back
                 try:
                     with metrics.backend_call(kind, "inventory"):
-                        cached = (time.monotonic(), self.rt.backends(kind).inventory())
+                        cached = (self.clock(), self.rt.backends(kind).inventory())
                 except UNAVAILABLE as exc:
                     log.warning("inventory of %s unavailable: %s", kind, exc)
-                    cached = (time.monotonic(), cached[1] if cached else Inventory(()))
+                    cached = (self.clock(), cached[1] if cached else Inventory(()))
                 self._inventory[kind] = cached
                 refreshed = True
             nodes.extend(cached[1].nodes)
@@ -128,7 +132,7 @@ class Scheduler:
         """Charge the running jobs' fair-share usage since the last accrual, and save it."""
         store = self.rt.store
         usage, last = store.usage()
-        now = time.time()
+        now = self.clock()
         usage = accrue_usage(usage, last, now, nodes, active, self.rt.config)
         store.save_usage(usage, now)
         return usage
@@ -157,6 +161,9 @@ class Scheduler:
                     by_pool[pool] = None
         return replace(snap, start_estimates=estimates_view(starts))
 
+    def now(self) -> datetime:
+        return datetime.fromtimestamp(self.clock(), timezone.utc)
+
     def _known_nodes(self) -> list[Node]:
         """The nodes of the last inventory, without asking any backend."""
         nodes = [n for _at, inv in self._inventory.values() for n in inv.nodes]
@@ -177,7 +184,7 @@ class Scheduler:
         t_read = time.perf_counter()
         snap = self.start_estimates(self.snapshot(pending, active), pending)
         t_snap = time.perf_counter()
-        now = utcnow()
+        now = self.now()
         with collection_paused():
             result = run_cycle(snap, pending, self.rt.config, now)
         t_decided = time.perf_counter()
@@ -204,7 +211,7 @@ class Scheduler:
 
     def commit(self, result: CycleResult, jobs: dict[int, Job], running_per_array: dict[int, int] | None = None) -> None:
         store = self.rt.store
-        now = utcnow()
+        now = self.now()
         with store.pipeline(transaction=True) as pipe:
             for p in result.admitted:
                 store.transition(p.job_id, JobState.SCHEDULED, pipe=pipe, actor=self.holder, bump_attempt=True,

@@ -4,7 +4,9 @@ The twin of the Redis store for tests of a worker or a backend, held to the same
 ``tests/contract/test_store_contract.py``: the same transition table and guards, exclusive dispatch
 claims, stop requests, a lease, events with unique ordered ids. A pipeline queues calls and runs
 them together under the store's lock (all of them, in order: what a MULTI does). Expiring things
-(heartbeats, the lease, a dispatcher's liveness) expire on ``clock``, which a test may drive. It
+(heartbeats, the lease, a dispatcher's liveness) expire on ``clock``, which a test may drive;
+the times it writes (events, placement and end times, preemption deadlines) come from ``wall``
+(epoch seconds), which a simulation drives too. It
 keeps no seals (no ``SealedReads``), does not record the follower's typed passes (no
 ``RecordsStatuses``), and keeps no descheduler records (a preempted job requeues as Preempted),
 no services records and no history.
@@ -26,10 +28,6 @@ from crossdock.queue.states import TRANSITIONS, JobState, Reason
 _PLACED = (JobState.SCHEDULED, JobState.RUNNING)
 
 
-def _now() -> datetime:
-    return datetime.now(timezone.utc)
-
-
 def _order(event_id: str) -> tuple[int, int]:
     ms, _, seq = event_id.partition("-")
     return int(ms or 0), int(seq or 0)
@@ -46,6 +44,10 @@ class Batch:
         self._calls.append(call)
         return self
 
+    def __len__(self) -> int:
+        """Calls queued (as a redis-py pipeline's length: a caller reads its results by position)."""
+        return len(self._calls)
+
     def execute(self) -> list[Any]:
         with self._store._lock:
             calls, self._calls = self._calls, []
@@ -56,8 +58,9 @@ class Batch:
 
 
 class MemoryStore:
-    def __init__(self, actor: str = "crossdock", clock: Callable[[], float] = time.monotonic):
-        self.actor, self.clock = actor, clock
+    def __init__(self, actor: str = "crossdock", clock: Callable[[], float] = time.monotonic,
+                 wall: Callable[[], float] = time.time):
+        self.actor, self.clock, self.wall = actor, clock, wall
         self._lock = threading.RLock()
         self._changed = threading.Condition(self._lock)
         self._jobs: dict[int, Job] = {}
@@ -91,6 +94,9 @@ class MemoryStore:
         with self._lock:
             return call()
 
+    def _now(self) -> datetime:
+        return datetime.fromtimestamp(self.wall(), timezone.utc)
+
     def _live(self, key: tuple[str, Any]) -> bool:
         return self._expiry.get(key, float("-inf")) > self.clock()
 
@@ -112,7 +118,7 @@ class MemoryStore:
                 self._jobs[job.id] = job
                 self._pending.add(job.id)
                 self._note(job.id, {"event": "submitted", "actor": actor or self.actor, "to": job.state.value,
-                                    "time": time.time()})
+                                    "time": self.wall()})
             if token:
                 self._tokens[key] = [j.id for j in stored]
             return stored
@@ -156,14 +162,14 @@ class MemoryStore:
             if reason:
                 update["reason"] = reason
             if ends_attempt and job.attempts:
-                update["past_attempts"] = [*job.past_attempts, _ended(job, reason, ended_as)][-ATTEMPTS_KEPT:]
+                update["past_attempts"] = [*job.past_attempts, _ended(job, reason, ended_as, self._now())][-ATTEMPTS_KEPT:]
             if bump_attempt:
                 update["attempts"] = job.attempts + 1
             self._jobs[job_id] = job.model_copy(update={**update, "state": new})
             (self._pending.add if new is JobState.PENDING else self._pending.discard)(job_id)
             (self._active.add if new in _PLACED else self._active.discard)(job_id)
             self._note(job_id, {"from": old.value, "to": new.value, "actor": actor or self.actor, "reason": reason,
-                                "time": time.time()})
+                                "time": self.wall()})
             return [1, old.value]
 
         if pipe is not None:
@@ -186,7 +192,7 @@ class MemoryStore:
     def requeue(self, job_id: int, actor: str = "", reason: str = "Requeued", delay_seconds: float = 0, *,
                 unless: str = "", attempt: int | None = None, only_from: Iterable[JobState] | None = None,
                 pipe: Any = None) -> Any:
-        eligible = datetime.fromtimestamp(time.time() + delay_seconds, timezone.utc) if delay_seconds else None
+        eligible = datetime.fromtimestamp(self.wall() + delay_seconds, timezone.utc) if delay_seconds else None
         return self.transition(job_id, JobState.PENDING, fields={**dict.fromkeys(REQUEUE_CLEARED),
                                                                  "eligible_time": eligible},
                                actor=actor, reason=reason, unless=unless, attempt=attempt, only_from=only_from,
@@ -205,7 +211,7 @@ class MemoryStore:
                              only_from=(JobState.PREEMPTED,), pipe=batch)
                 queued += 1
             self.transition(job_id, JobState.CANCELLED, actor=actor,
-                            reason=Reason.CANCELLED_BY_USER if cancelled else reason, fields={"end_time": _now()},
+                            reason=Reason.CANCELLED_BY_USER if cancelled else reason, fields={"end_time": self._now()},
                             attempt=attempt, only_from=(JobState.PREEMPTED,), pipe=batch)
             if pipe is None:
                 own.execute()
@@ -222,7 +228,7 @@ class MemoryStore:
                 self._claims.setdefault((i, attempt), worker)
             mine = [i for i, new in zip(ids, got) if new or (reown and self._claims[(i, attempt)] == worker)]
             for i in mine:
-                self.update_if(i, (JobState.SCHEDULED,), {"dispatched": _now()})
+                self.update_if(i, (JobState.SCHEDULED,), {"dispatched": self._now()})
             return mine, all(got)
 
     def release_claims(self, ids: Sequence[int], attempt: int) -> None:
@@ -253,11 +259,11 @@ class MemoryStore:
                 self.update_if(job_id, _PLACED, {"backend_ref": ref})
 
     def retry_dispatch(self, job_id: int) -> bool:
-        return bool(self.update_if(job_id, (JobState.SCHEDULED,), {"scheduled_time": _now()}))
+        return bool(self.update_if(job_id, (JobState.SCHEDULED,), {"scheduled_time": self._now()}))
 
     # --- stop requests, heartbeats, the lease -----------------------------------------------
     def request_preempt(self, job_id: int, grace_seconds: float, pipe: Any = None) -> Any:
-        deadline = datetime.fromtimestamp(time.time() + grace_seconds, timezone.utc)
+        deadline = datetime.fromtimestamp(self.wall() + grace_seconds, timezone.utc)
         return self.update_if(job_id, _PLACED, {"preempt_requested": True, "preempt_grace": grace_seconds,
                                                 "preempt_deadline": deadline}, pipe=pipe)
 
@@ -328,7 +334,7 @@ class MemoryStore:
 
     def record_note(self, job_id: int, event: str, actor: str, **fields: str | int | float) -> None:
         with self._lock:
-            self._note(job_id, {"event": event, "actor": actor, **fields, "time": time.time()})
+            self._note(job_id, {"event": event, "actor": actor, **fields, "time": self.wall()})
 
     def read_events(self, job_id: int | None = None, *, since: float | None = None, after: str | None = None,
                     count: int = 1000, block_ms: int | None = None) -> list[dict[str, str]]:
@@ -349,7 +355,7 @@ class MemoryStore:
 
     def _note(self, job_id: int, event: Mapping[str, Any]) -> None:
         """Append ``event`` to the job's events and the global stream, with the next id."""
-        ms = int(time.time() * 1000)
+        ms = int(self.wall() * 1000)
         last_ms, last_seq = self._last_event
         self._last_event = (last_ms, last_seq + 1) if ms <= last_ms else (ms, 0)
         event_id = f"{self._last_event[0]}-{self._last_event[1]}"
@@ -365,9 +371,9 @@ def _cleared(fields: Mapping[str, Any]) -> dict[str, Any]:
             for name, value in fields.items()}
 
 
-def _ended(job: Job, reason: str, ended_as: tuple[str, str] | None) -> Attempt:
+def _ended(job: Job, reason: str, ended_as: tuple[str, str] | None, now: datetime) -> Attempt:
     """The attempt a requeue ends, as it was (``JobStore``'s TRANSITION script keeps the same)."""
     state, why = ended_as or (job.state.value, reason)
     kept = {name: getattr(job, name) for name in Attempt.model_fields if name not in ("attempt", "state", "reason")}
     return Attempt(**{**kept, "attempt": job.attempts, "state": state, "reason": why,
-                      "end_time": job.end_time or _now()})
+                      "end_time": job.end_time or now})
