@@ -11,9 +11,12 @@ from __future__ import annotations
 
 import io
 import json
+import os
+import signal
 import subprocess
 import sys
 import tarfile
+from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
@@ -54,7 +57,7 @@ print(json.dumps({"waits": wait.id, "held": held.id, "after": after.id, "python"
 
 
 @pytest.fixture(scope="module")
-def old_release(tmp_path_factory) -> Path:
+def old_release(tmp_path_factory) -> Iterator[Path]:
     """The previous release's ``crossdock`` package, unpacked."""
     out = subprocess.run(["git", "-C", str(REPO), "archive", "--format=tar", RELEASE, "crossdock"],
                          capture_output=True, timeout=120)
@@ -67,11 +70,27 @@ def old_release(tmp_path_factory) -> Path:
     tree = tmp_path_factory.mktemp("crossdock-0.1.0")
     with tarfile.open(fileobj=io.BytesIO(out.stdout)) as tar:
         tar.extractall(tree, filter="data")
-    return tree
+    yield tree
+    stop_strays(tree)
 
 
 def old_env(env: dict[str, str], tree: Path) -> dict[str, str]:
     return {**env, "PYTHONPATH": str(tree)}
+
+
+def stop_strays(tree: Path) -> None:
+    """Stop what 0.1.0's ``up`` left running from its tree (its service router outlives a SIGTERM
+    and starts the embedded Redis again each minute)."""
+    for proc in Path("/proc").iterdir():
+        try:
+            here = os.readlink(proc / "cwd").removesuffix(" (deleted)")
+        except (OSError, ValueError):
+            continue
+        if proc.name.isdigit() and Path(here) == tree:
+            try:
+                os.kill(int(proc.name), signal.SIGKILL)
+            except ProcessLookupError:
+                pass
 
 
 def cli(env: dict[str, str], *args: str, cwd: Path | None = None) -> str:
@@ -129,6 +148,7 @@ def test_jobs_of_the_previous_release_run_once_after_the_upgrade(old_release, up
         assert SEALED_ON_UPGRADE in events, events
     finally:
         new.stop()
+        stop_strays(old_release)
 
 
 def test_an_unsealed_spec_written_after_the_upgrade_is_refused(old_release, up_env, tmp_path, monkeypatch):
