@@ -57,6 +57,11 @@ class StoreUnavailable(CrossdockError):
     with the same idempotency token stores a submission once."""
 
 
+class LeaseLost(CrossdockError):
+    """A leader's write refused because another holds the scheduler's lease now (this one paused
+    past it): the write's transaction checked the lease, so nothing of it landed."""
+
+
 class IllegalTransition(CrossdockError):
     def __init__(self, job_id: int | None, old: object, new: object):
         self.job_id, self.old, self.new = job_id, old, new

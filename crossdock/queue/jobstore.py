@@ -84,8 +84,10 @@ class JobTransitions(Protocol):
     """State changes, each refused unless ``queue.states.TRANSITIONS`` allows it from the job's
     state now (and from ``only_from``, and for ``attempt``): a replayed step moves nothing."""
 
-    def pipeline(self, transaction: bool = False) -> AbstractContextManager[Any]:
-        """A batch of store calls sent in one round trip (``transaction``: all or nothing)."""
+    def pipeline(self, transaction: bool = False, lease: str | None = None) -> AbstractContextManager[Any]:
+        """A batch of store calls sent in one round trip (``transaction``: all or nothing). With
+        ``lease``, a transaction lands only while that holder holds the scheduler's lease, checked
+        in the transaction itself (a fencing check): :class:`LeaseLost` otherwise, nothing done."""
 
     def transition(self, job_id: int, new: JobState, *, fields: dict[str, Any] | None = None, actor: str = "",
                    reason: str = "", attempt: int | None = None, unless: str = "", bump_attempt: bool = False,
@@ -214,10 +216,11 @@ class JobEvents(Protocol):
 class RecordsStatuses(Protocol):
     """A backend's status pass, recorded whole or not at all."""
 
-    def record_statuses(self, changes: Sequence[Any], actor: str) -> list[Any]:
+    def record_statuses(self, changes: Sequence[Any], actor: str, lease: str | None = None) -> list[Any]:
         """Record the follower's planned changes (``crossdock.queue.reconcile``'s ``Settle`` and
         ``Update``, not imported here: reconcile sits above the ports) in one step, each guarded by
-        the job's state and attempt; one result per change, saying whether it moved."""
+        the job's state and attempt; one result per change, saying whether it moved. ``lease``: as
+        :meth:`JobTransitions.pipeline`'s."""
 
 
 @runtime_checkable

@@ -17,6 +17,7 @@ from typing import Callable
 
 from crossdock.backends.registry import Backends
 from crossdock.observe import metrics
+from crossdock.queue.errors import LeaseLost
 from crossdock.queue.models import Job
 from crossdock.queue import reconcile as rules
 from crossdock.queue.ports import BackendError, FollowerStore, StopsLost, SweepsOrphans, WatchedOutsideStore
@@ -39,9 +40,12 @@ def limits() -> Limits:
 
 class Follower:
     def __init__(self, store: FollowerStore, backends: Backends, send: SendTask, holder: str,
-                 kinds: Callable[[], set[str]], clock: Callable[[], float] = time.time):
+                 kinds: Callable[[], set[str]], clock: Callable[[], float] = time.time,
+                 lease: Callable[[], str | None] = lambda: None):
         self.store, self.backends, self.send, self.holder = store, backends, send, holder
         self.clock = clock
+        self.lease = lease
+        """The leader's lease that the pass's writes are fenced by (None: not fenced)."""
         """Epoch seconds: placement ages and silences are measured on it (a simulation drives it)."""
         self.kinds = kinds
         """The backend kinds the config's pools name (orphans are swept there even with nothing active)."""
@@ -58,16 +62,20 @@ class Follower:
             by_backend.setdefault(job.backend or "local", []).append(job)
         placed = {(j.id, j.attempts) for j in active}
         self._silent = {k: t for k, t in self._silent.items() if k in placed}
-        for kind, jobs in by_backend.items():
-            try:
-                heartbeat = self.backends.capabilities(kind).heartbeat
-            except UNAVAILABLE as exc:
-                log.warning("backend %s unavailable: %s", kind, exc)
-                continue
-            if heartbeat:
-                self._follow(self._heartbeats(kind, jobs, now))
-            else:
-                self._by_status(kind, jobs)
+        try:
+            for kind, jobs in by_backend.items():
+                try:
+                    heartbeat = self.backends.capabilities(kind).heartbeat
+                except UNAVAILABLE as exc:
+                    log.warning("backend %s unavailable: %s", kind, exc)
+                    continue
+                if heartbeat:
+                    self._follow(self._heartbeats(kind, jobs, now))
+                else:
+                    self._by_status(kind, jobs)
+        except LeaseLost as exc:  # paused past the lease: the next leader follows these jobs
+            log.warning("%s: follow pass given up: %s", self.holder, exc)
+            return
         self._sweep_orphans(by_backend)
 
     def _by_status(self, kind: str, jobs: list[Job]) -> None:
@@ -136,7 +144,7 @@ class Follower:
                     changes.append(action)
         # One MULTI for every change of the pass (a 1,000-task array finishes together): a pass cut
         # short by a store outage lands whole or not at all, and the next pass reads the backend again.
-        for done in self.store.record_statuses(changes, actor=seen.kind):
+        for done in self.store.record_statuses(changes, actor=seen.kind, lease=self.lease()):
             if done.moved and done.state is not None:
                 log.info("job %s: %s -> %s", done.job_id, done.was, done.state.value)
 
@@ -174,7 +182,8 @@ class Follower:
         # A user's cancel wins, as for an attempt its backend reports ended (``stopped_outcome``):
         # the job ends CANCELLED and is not requeued (a cancel landing after this read stops the requeue).
         cancelled = job.cancel_requested
-        with self.store.pipeline(transaction=True) as pipe:  # lost and requeued land together, or neither
+        # lost and requeued land together, or neither; only while this leader holds the lease
+        with self.store.pipeline(transaction=True, lease=self.lease()) as pipe:
             self.store.transition(job.id, JobState.CANCELLED if cancelled else JobState.NODE_FAIL,
                                   attempt=job.attempts, reason=Reason.CANCELLED_BY_USER if cancelled else Reason.NODE_LOST,
                                   fields={"end_time": lost.at}, actor=self.holder, pipe=pipe)

@@ -25,7 +25,7 @@ from crossdock.queue.assembly import Records, accrue_usage, build_snapshot, depe
 from crossdock.queue.bursting import backlog_start, bursting_queues, estimates_view, to_estimate
 from crossdock.queue.cycle import CycleResult, facts_of, order, run_cycle
 from crossdock.queue.dispatch import dispatch_groups
-from crossdock.queue.errors import StoreUnavailable
+from crossdock.queue.errors import LeaseLost, StoreUnavailable
 from crossdock.queue.models import Job
 from crossdock.queue.ports import EstimatesStart, Inventory, ScalesFleet
 from crossdock.queue.snapshot import Node, Snapshot
@@ -64,7 +64,8 @@ class Scheduler:
         inventory's age); the loop's own waits keep the machine's clock. A simulation drives it."""
         self.holder = holder or f"scheduler-{uuid.uuid4().hex[:8]}"
         self.follower = Follower(rt.store, rt.backends, send, self.holder,
-                                 lambda: {p.backend for p in rt.config.pools.values()}, clock=clock)
+                                 lambda: {p.backend for p in rt.config.pools.values()}, clock=clock,
+                                 lease=self.lease)
         self.autoscaler = Autoscaler(rt, self.holder, self.snapshot, send, fleets, busy, clock=clock,
                                      nodes_changed=lambda kind: self._inventory.pop(kind, None))
         """Run as a step of the leader's turn (``fleets``: actuators by backend kind that the
@@ -209,10 +210,15 @@ class Scheduler:
         if ended:
             metrics.record_ended([j for j in self.rt.store.get_many(sorted(ended)) if j.state.terminal])
 
-    def commit(self, result: CycleResult, jobs: dict[int, Job], running_per_array: dict[int, int] | None = None) -> None:
+    def lease(self) -> str | None:
+        """The lease this scheduler's writes are fenced by: its holder while it leads (a cycle run
+        outside the loop, by a test or a tool, holds none and is not fenced)."""
+        return self.holder if self.leader else None
+
+    def _commit_moves(self, result: CycleResult, now: datetime) -> list:
+        """The cycle's placements and cancels in one transaction, fenced by this leader's lease."""
         store = self.rt.store
-        now = self.now()
-        with store.pipeline(transaction=True) as pipe:
+        with store.pipeline(transaction=True, lease=self.lease()) as pipe:
             for p in result.admitted:
                 store.transition(p.job_id, JobState.SCHEDULED, pipe=pipe, actor=self.holder, bump_attempt=True,
                                  fields={"nodes": list(p.nodes), "gpu_ids": list(p.gpu_ids), "pool": p.pool,
@@ -221,7 +227,16 @@ class Scheduler:
             for job_id, reason in result.cancelled.items():
                 store.transition(job_id, JobState.CANCELLED, pipe=pipe, actor=self.holder, reason=reason,
                                  fields={"end_time": now})
-            outcomes = pipe.execute()
+            return pipe.execute()
+
+    def commit(self, result: CycleResult, jobs: dict[int, Job], running_per_array: dict[int, int] | None = None) -> None:
+        store = self.rt.store
+        now = self.now()
+        try:
+            outcomes = self._commit_moves(result, now)
+        except LeaseLost as exc:  # paused past the lease: the next leader decides again
+            log.warning("%s: this cycle's decisions dropped: %s", self.holder, exc)
+            return
         moved = [p for p, (ok, _old) in zip(result.admitted, outcomes) if ok]
         for group in dispatch_groups(moved, jobs, running_per_array or {}, self.rt.backends.capabilities):
             if group.batch:

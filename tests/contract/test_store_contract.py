@@ -11,7 +11,7 @@ from concurrent.futures import ThreadPoolExecutor
 
 import pytest
 
-from crossdock.queue.errors import NoSuchJob
+from crossdock.queue.errors import LeaseLost, NoSuchJob
 from crossdock.queue.jobstore import StopRequest
 from crossdock.queue.models import Job, JobSpec
 from crossdock.queue.states import TRANSITIONS, JobState, Reason
@@ -228,6 +228,40 @@ def test_the_lease_has_one_holder_until_released(store):
     store.release_lease(a)
     assert store.lease_holder() is None
     assert store.acquire_lease(b, 30) and store.lease_holder() == b
+
+
+def test_a_transaction_fenced_by_a_lease_lands_only_while_its_holder_holds_it(store):
+    a, b = f"a-{uuid.uuid4().hex[:6]}", f"b-{uuid.uuid4().hex[:6]}"
+    job = submitted(store)[0]
+    with pytest.raises(LeaseLost):  # nobody holds it
+        with store.pipeline(transaction=True, lease=a) as pipe:
+            store.transition(job.id, JobState.SCHEDULED, pipe=pipe, actor=a)
+            pipe.execute()
+    assert store.acquire_lease(a, 30)
+    with store.pipeline(transaction=True, lease=a) as pipe:
+        store.transition(job.id, JobState.SCHEDULED, pipe=pipe, actor=a)
+        (moved, _was), = pipe.execute()
+    assert moved and store.get(job.id).state is JobState.SCHEDULED
+    store.release_lease(a)
+    assert store.acquire_lease(b, 30)  # a paused past its lease; b leads now
+    with pytest.raises(LeaseLost):
+        with store.pipeline(transaction=True, lease=a) as pipe:
+            store.transition(job.id, JobState.CANCELLED, pipe=pipe, actor=a)
+            pipe.execute()
+    assert store.get(job.id).state is JobState.SCHEDULED  # nothing of a's late write landed
+
+
+def test_a_lease_taken_over_between_a_fenced_transactions_start_and_its_end_refuses_it(store):
+    a, b = f"a-{uuid.uuid4().hex[:6]}", f"b-{uuid.uuid4().hex[:6]}"
+    job = submitted(store)[0]
+    assert store.acquire_lease(a, 30)
+    with pytest.raises(LeaseLost):
+        with store.pipeline(transaction=True, lease=a) as pipe:
+            store.transition(job.id, JobState.SCHEDULED, pipe=pipe, actor=a)
+            store.release_lease(a)  # expired, as far as the store knows, while a still queued
+            assert store.acquire_lease(b, 30)
+            pipe.execute()
+    assert store.get(job.id).state is JobState.PENDING
 
 
 def test_results_checkpoints_parts_and_output_are_kept_as_given(store):

@@ -20,11 +20,10 @@ from crossdock.workers.follow import Follower
 from tests.dst.schedule import CONFIG, POOL, run
 from tests.dst.world import SimBackend, SimClock, SimStore
 
-OPEN = {"two leaders"}
-"""A known, open finding: a leader paused past its lease (a GC pause, a long cycle) still commits
-its cycle while the next one holds the lease; the commit has no fencing token. The store's state
-guards keep it from moving a job twice (the checker's rules below hold), so it is reported by
-``bench/dst.py`` and left out here until the commit checks the lease in its own transaction."""
+OPEN: set[str] = set()
+"""Rules a known, open finding breaks (reported by ``bench/dst.py``, left out here). Empty: the
+one found, a leader paused past its lease committing its cycle while the next one held it, is
+fenced now (the commit and the follower's writes check the lease in their own transaction)."""
 
 
 @pytest.fixture(autouse=True)

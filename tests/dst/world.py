@@ -143,21 +143,21 @@ class SimStore(MemoryStore):
                            {"cancel_requested": True})
         return job.state
 
-    def record_statuses(self, changes: Sequence[Any], actor: str) -> list[Any]:
+    def record_statuses(self, changes: Sequence[Any], actor: str, lease: str | None = None) -> list[Any]:
         """The Redis store's pass (``JobStore.record_statuses``), its steps queued on this store's
         pipeline: the same guarded transitions and next steps, all at once."""
-        return JobStore.record_statuses(_Piped(self), changes, actor)
+        return JobStore.record_statuses(_Piped(self), changes, actor, lease)
 
 
 class _Piped:
-    """``self`` for ``JobStore.record_statuses`` over a SimStore: its ``r.pipeline`` is the store's."""
+    """``self`` for ``JobStore.record_statuses`` over a SimStore: its ``pipeline`` is the store's."""
 
     def __init__(self, store: SimStore):
         self._store = store
         self.r = self
 
-    def pipeline(self, transaction: bool = False) -> Any:
-        return self._store.pipeline(transaction)
+    def pipeline(self, transaction: bool = False, lease: str | None = None) -> Any:
+        return self._store.pipeline(transaction, lease)
 
     def _queue_status(self, change: Any, actor: str, pipe: Any) -> int | None:
         return JobStore._queue_status(self._store, change, actor, pipe)  # type: ignore[arg-type]
@@ -193,9 +193,9 @@ class Flaky:
         raise StoreUnavailable(f"simulated outage ({what})")
 
     @contextmanager
-    def pipeline(self, transaction: bool = False) -> Iterator[Any]:
+    def pipeline(self, transaction: bool = False, lease: str | None = None) -> Iterator[Any]:
         self._gate("pipeline")
-        with self._store.pipeline(transaction) as batch:
+        with self._store.pipeline(transaction, lease) as batch:
             execute = batch.execute
 
             def gated() -> list[Any]:

@@ -20,7 +20,7 @@ from contextlib import contextmanager
 from datetime import datetime, timezone
 from typing import Any, Callable, Iterable, Iterator, Mapping, Sequence
 
-from crossdock.queue.errors import NoSuchJob
+from crossdock.queue.errors import LeaseLost, NoSuchJob
 from crossdock.queue.jobstore import DISPATCHER_TTL_SECONDS, REQUEUE_CLEARED, StopRequest, assign_ids
 from crossdock.queue.models import ATTEMPTS_KEPT, Attempt, Job
 from crossdock.queue.states import TRANSITIONS, JobState, Reason
@@ -36,8 +36,8 @@ def _order(event_id: str) -> tuple[int, int]:
 class Batch:
     """Calls queued by ``pipe=``; :meth:`execute` runs them at once and returns their results."""
 
-    def __init__(self, store: "MemoryStore"):
-        self._store = store
+    def __init__(self, store: "MemoryStore", lease: str | None = None):
+        self._store, self._lease = store, lease
         self._calls: list[Callable[[], Any]] = []
 
     def queue(self, call: Callable[[], Any]) -> "Batch":
@@ -51,6 +51,8 @@ class Batch:
     def execute(self) -> list[Any]:
         with self._store._lock:
             calls, self._calls = self._calls, []
+            if self._lease is not None:
+                self._store._fence(self._lease)
             return [call() for call in calls]
 
     def reset(self) -> None:
@@ -81,8 +83,10 @@ class MemoryStore:
         self._output: dict[int, list[str]] = {}
 
     @contextmanager
-    def pipeline(self, transaction: bool = False) -> Iterator[Batch]:
-        batch = Batch(self)
+    def pipeline(self, transaction: bool = False, lease: str | None = None) -> Iterator[Batch]:
+        if lease is not None:
+            self._fence(lease)
+        batch = Batch(self, lease)
         try:
             yield batch
         finally:
@@ -295,6 +299,11 @@ class MemoryStore:
         with self._lock:
             if self._lease == holder:
                 self._lease = None
+
+    def _fence(self, lease: str) -> None:
+        holder = self.lease_holder()
+        if holder != lease:
+            raise LeaseLost(f"{lease} does not hold the scheduler's lease ({holder or 'nobody'} does)")
 
     def lease_holder(self) -> str | None:
         with self._lock:

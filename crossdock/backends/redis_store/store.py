@@ -35,7 +35,7 @@ from crossdock.backends.redis_store.sealing import ENV, SpecSeals
 from crossdock.backends.redis_store.services import ServiceStore
 from crossdock.backends.redis_store.timing import RoundTrip, timed_client
 from crossdock.backends.redis_store.unavailable import answering
-from crossdock.queue.errors import InvalidArgument, NoSuchJob, StoreUnavailable
+from crossdock.queue.errors import InvalidArgument, LeaseLost, NoSuchJob, StoreUnavailable
 from crossdock.queue.jobstore import DISPATCHER_TTL_SECONDS, REQUEUE_CLEARED, StopRequest, assign_ids
 from crossdock.queue.models import ATTEMPTS_KEPT, REQUEUED, Job
 from crossdock.queue.reconcile import Preempted, Requeue, Settle, Update
@@ -135,10 +135,23 @@ class JobStore:
         return cls(timed_client(url, on_round_trip, **options), prefix, actor, seals)
 
     @contextmanager
-    def pipeline(self, transaction: bool = False) -> Iterator[Any]:
-        """A pipeline for several store calls in one round trip (``transaction``: MULTI/EXEC)."""
-        with self.r.pipeline(transaction=transaction) as pipe:
-            yield pipe
+    def pipeline(self, transaction: bool = False, lease: str | None = None) -> Iterator[Any]:
+        """A pipeline for several store calls in one round trip (``transaction``: MULTI/EXEC).
+        ``lease``: the lease key is WATCHed and read before MULTI, so the EXEC lands only if that
+        holder held the lease throughout (a paused leader's late commit raises :class:`LeaseLost`)."""
+        with self.r.pipeline(transaction=transaction or lease is not None) as pipe:
+            if lease is None:
+                yield pipe
+                return
+            pipe.watch(self.k.scheduler_lease)
+            holder = pipe.get(self.k.scheduler_lease)
+            if holder != lease:
+                raise LeaseLost(f"{lease} does not hold the scheduler's lease ({holder or 'nobody'} does)")
+            pipe.multi()
+            try:
+                yield pipe
+            except redis.WatchError:
+                raise LeaseLost(f"the scheduler's lease changed hands during {lease}'s transaction") from None
 
     # --- submit ----------------------------------------------------------------------------
     def submit(self, jobs: Sequence[Job], token: str | None = None, actor: str | None = None,
@@ -515,7 +528,8 @@ class JobStore:
             client.reset()
         return queued + 1
 
-    def record_statuses(self, changes: Sequence[Settle | Update], actor: str) -> list[Recorded]:
+    def record_statuses(self, changes: Sequence[Settle | Update], actor: str,
+                        lease: str | None = None) -> list[Recorded]:
         """Record what a backend's status pass reported (the follower's plan, ``crossdock.queue.
         reconcile``) in one MULTI, each state change with its next step: a pass cut short by a
         store outage lands whole or not at all, so no end lands without its requeue. Every step is
@@ -523,7 +537,7 @@ class JobStore:
         if not changes:
             return []
         spans: list[tuple[int, int, int | None]] = []  # each change's commands, and its transition's
-        with self.r.pipeline(transaction=True) as pipe:
+        with self.pipeline(transaction=True, lease=lease) as pipe:
             for change in changes:
                 start = len(pipe)
                 moved_at = self._queue_status(change, actor, pipe)
