@@ -50,9 +50,19 @@ class _Console:
     def __init__(self, stderr: bool) -> None:
         self._stderr = stderr
 
-    def __getattr__(self, name: str) -> Any:
+    def _current(self) -> Any:
         current = _served_console if getattr(_served, "gateway", None) is not None else _console
-        return getattr(current(self._stderr), name)
+        return current(self._stderr)
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self._current(), name)
+
+    # Looked up on the type, not through __getattr__: rich's Live enters its console.
+    def __enter__(self) -> Any:
+        return self._current().__enter__()
+
+    def __exit__(self, *exc: Any) -> Any:
+        return self._current().__exit__(*exc)
 
 
 _CONSOLES = {"console": _Console(False), "err_console": _Console(True)}

@@ -176,8 +176,12 @@ class Watcher:
 
     name = "config-watcher"
 
-    def __init__(self, rt: Runtime, path: Path, poll: float = 1.0, actor: str = "crossdock up"):
+    def __init__(self, rt: Runtime, path: Path, poll: float = 1.0, actor: str = "crossdock up",
+                 settle: float = 0.25):
         self.rt, self.path, self.poll, self.actor = rt, Path(path), poll, actor
+        self.settle = settle
+        """Seconds a changed text must stay the same before it is read as the new config (a file
+        being written, truncated first, reads empty or cut for a moment)."""
         self.wake = threading.Event()
         self.stopping = threading.Event()
         self.thread: threading.Thread | None = None
@@ -200,6 +204,9 @@ class Watcher:
             log.error("config reload: %s; the running config stays", self.last_result)
             return False
         if text == self.last_text:
+            return False
+        self.stopping.wait(self.settle)
+        if _text(self.path) != text:  # still being written: the next poll reads it whole
             return False
         self.last_text = text
         source = str(self.path.absolute())
