@@ -270,7 +270,12 @@ def test_the_dashboard_shows_services_the_pool_of_each_job_and_cuts_long_reasons
         page.wait_for_selector(f"#job-{job} td.reason[title]", timeout=30_000)
         why = page.locator(f"#job-{job} td.reason")
         assert why.get_attribute("title") == LONG_WHY  # whole on hover
-        assert why.locator(".cut").evaluate("c => c.scrollWidth > c.clientWidth")  # cut to its cell
+        # cut to its cell, read on the page as it stands (the table is redrawn every 300 ms: an element
+        # taken out between finding it and measuring it measures 0 wide)
+        page.wait_for_function(f"""() => {{
+            const c = document.querySelector('#job-{job} td.reason .cut');
+            return c !== null && c.isConnected && c.clientWidth > 0 && c.scrollWidth > c.clientWidth;
+        }}""", timeout=30_000)
         nodes = page.locator(f"#job-{job} td:nth-child(8)")
         assert nodes.inner_text().startswith("gpu-")
         box = nodes.bounding_box()  # the nodes column stays on screen at 1400 px
