@@ -278,8 +278,13 @@ def test_the_dashboard_shows_services_the_pool_of_each_job_and_cuts_long_reasons
         }}""", timeout=30_000)
         nodes = page.locator(f"#job-{job} td:nth-child(8)")
         assert nodes.inner_text().startswith("gpu-")
-        box = nodes.bounding_box()  # the nodes column stays on screen at 1400 px
-        assert box is not None and box["x"] + box["width"] <= 1400, box
+        # the nodes column stays on screen at 1400 px (measured on the live page, as above)
+        page.wait_for_function(f"""() => {{
+            const n = document.querySelector('#job-{job} td:nth-child(8)');
+            if (n === null || !n.isConnected) return false;
+            const box = n.getBoundingClientRect();
+            return box.width > 0 && box.right <= 1400;
+        }}""", timeout=30_000)
         shoot(page, tmp_path, "dashboard-services.png")
     finally:
         ids = runtime.store.all_ids()
