@@ -83,8 +83,9 @@ def test_replicas_behind_a_service_drain_out_of_its_endpoints(backend, k8s_clien
     assert backend.drain_replica(first) == 0  # again: the first drain's clock stands
     keep = {up[second.id].extra["host"]}
     wait_for("the drained replica out of the endpoints", lambda: endpoint_ips(k8s_client, k8s_namespace, svc_name) == keep)
-    st = backend.status([first])[first.id]
-    assert st.state is JobState.RUNNING and st.extra["draining"] == "true" and st.extra["ready"] == "false"
+    st = wait_for("the drained replica's status to say so",
+                  lambda: (s := backend.status([first])[first.id]).extra.get("draining") == "true" and s)
+    assert st.state is JobState.RUNNING and st.extra["ready"] == "false"
     wait_for("drained after the drain delay", lambda: backend.status([first])[first.id].extra.get("drained") == "true",
              timeout=10)
     assert "draining" not in backend.status([second])[second.id].extra
