@@ -20,7 +20,7 @@ Power saving: partition elastic, nodes elastic[1-3] (4 CPUs, 8 GB, ``State=CLOUD
 powered down. slurmctld's ResumeProgram (``etc/resume.sh``) starts a node's slurmd with ``-b``;
 its SuspendProgram (``etc/suspend.sh``) stops it by its pidfile after ``SuspendTime`` (15 s) idle.
 Nodes named in ``etc/resume-fail`` are left off by the ResumeProgram (a failed resume: DOWN after
-``ResumeTimeout``, 15 s). Every other node and partition is excluded from power saving.
+``ResumeTimeout``, 30 s). Every other node and partition is excluded from power saving.
 
 Modules: ``layout`` (nodes, partitions, every path and port), ``config`` (slurm.conf and
 gres.conf text, the state directory), ``packages`` (apt), ``daemons`` (start, watch, stop),

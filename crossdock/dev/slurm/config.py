@@ -20,7 +20,7 @@ CRED_EXPIRE_S = 10
 SUSPEND_TIME_S = 15
 """Idle seconds before Slurm powers an elastic node down by itself."""
 SUSPEND_TIMEOUT_S = 5
-RESUME_TIMEOUT_S = 15
+RESUME_TIMEOUT_S = 30
 """A node whose slurmd has not registered this long after its resume is set DOWN (its jobs requeued)."""
 
 

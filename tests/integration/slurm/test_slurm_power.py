@@ -25,7 +25,7 @@ from crossdock.dev.slurm.config import RESUME_TIMEOUT_S, SUSPEND_TIME_S, SUSPEND
 from crossdock.dev.slurm.layout import ELASTIC_NODES, Layout
 from crossdock.queue.config import parse_config
 from crossdock.queue.models import Job, JobSpec
-from crossdock.queue.states import JobState
+from crossdock.queue.states import TERMINAL, JobState
 
 pytestmark = [pytest.mark.slurm, pytest.mark.autoscale, pytest.mark.redis, pytest.mark.celery]
 
@@ -41,14 +41,38 @@ def config(provisioner: str | None) -> dict:
             "scheduler": {"interval_seconds": 0.3, "lease_seconds": 2}}
 
 
-def wait_until(what: str, condition, timeout: float, interval: float = 0.2):
+REACT_S = 15
+"""Generous bound on crossdock's part before Slurm acts: a scheduling pass or two and the
+autoscaler's, each a fraction of a second on a quiet machine."""
+
+
+def wait_until(what: str, condition, timeout: float, interval: float = 0.2, story=None):
+    """``condition()`` once true; on timeout, the failure says what Slurm did meanwhile (``story()``)."""
     deadline = time.monotonic() + timeout
     while True:
         value = condition()
         if value:
             return value
-        assert time.monotonic() < deadline, f"timed out after {timeout:.0f}s waiting for {what}"
+        if time.monotonic() >= deadline:
+            raise AssertionError(f"timed out after {timeout:.0f}s waiting for {what}" + (f"\n{story()}" if story else ""))
         time.sleep(interval)
+
+
+def power_story(slurm_dir: str, since: int = 0) -> str:
+    """The power log from byte ``since`` on and the end of each elastic slurmd's log: what a failed
+    power test needs to tell a slow resume from one that never started."""
+    layout = Layout.of(slurm_dir)
+    parts = [f"power log:\n{layout.power_log.read_text()[since:] if layout.power_log.exists() else '(none)'}"]
+    for name in ELASTIC:
+        log = layout.logs / f"slurmd-{name}.log"
+        tail = log.read_text().splitlines()[-8:] if log.exists() else ["(none)"]
+        parts.append(f"slurmd-{name}.log:\n" + "\n".join(tail))
+    return "\n".join(parts)
+
+
+def log_size(slurm_dir: str) -> int:
+    log = Layout.of(slurm_dir).power_log
+    return len(log.read_text()) if log.exists() else 0
 
 
 def powers(backend: SlurmBackend) -> dict[str, str]:
@@ -69,7 +93,8 @@ def reset_elastic(slurm_cluster: dict[str, str]) -> None:
         subprocess.run(["scontrol", "update", f"nodename={','.join(up)}", "state=power_down_force"], env=env,
                        check=False, capture_output=True)
     wait_until("every elastic node powered down",
-               lambda: set(powers(backend).values()) == {"powered_down"}, SUSPEND_TIMEOUT_S + RESUME_TIMEOUT_S + 30)
+               lambda: set(powers(backend).values()) == {"powered_down"}, SUSPEND_TIMEOUT_S + RESUME_TIMEOUT_S + 30,
+               story=lambda: power_story(slurm_cluster["CROSSDOCK_SLURM_DIR"]))
 
 
 @pytest.fixture
@@ -88,6 +113,7 @@ def crossdock(request, slurm_cluster, tmp_path, redis_url, monkeypatch):
         monkeypatch.setenv(k, v)
     c = Cluster(Runtime.from_env(), tmp_path)
     c.backend = SlurmBackend.from_env(slurm_cluster, config=parse_config(config(request.param)))
+    c.slurm_dir = slurm_cluster["CROSSDOCK_SLURM_DIR"]
     yield c
     c.close()
     reset_elastic(slurm_cluster)
@@ -102,6 +128,7 @@ def job_spec(out: Path, cpus: int = 4, seconds: float = 1) -> JobSpec:
 def test_crossdock_powers_up_nodes_for_its_backlog_runs_it_and_they_power_down_when_idle(crossdock, jobs_dir):
     rt, backend = crossdock.rt, crossdock.backend
     outs = [jobs_dir / f"power-{uuid.uuid4().hex[:8]}-{i}.out" for i in range(2)]
+    since = log_size(crossdock.slurm_dir)
     jobs = service.submit(rt, [job_spec(o) for o in outs])  # one whole node each
     asked = time.monotonic()
     # crossdock's autoscaler powers up a node per job; until one is on, the jobs wait for them
@@ -119,9 +146,12 @@ def test_crossdock_powers_up_nodes_for_its_backlog_runs_it_and_they_power_down_w
                          if j.state is not JobState.PENDING)
         return all(seen[n][-1] == "on" for n in names)
 
-    wait_until("the powered-up nodes to be ready", ready, RESUME_TIMEOUT_S, interval=0.05)
+    # Slurm sets a node that has not registered RESUME_TIMEOUT_S after its resume DOWN (never "on"),
+    # so waiting past that bound only lets a slow machine pass, never a failed resume.
+    story = lambda: f"power states seen: {seen}\n{power_story(crossdock.slurm_dir, since)}"  # noqa: E731
+    wait_until("the powered-up nodes to be ready", ready, REACT_S + RESUME_TIMEOUT_S, interval=0.05, story=story)
     resumed = time.monotonic() - asked
-    assert all(seen[n] == ["powered_down", "powering_up", "on"] for n in names), seen
+    assert all(seen[n] == ["powered_down", "powering_up", "on"] for n in names), story()
     assert not early, f"placed before any node was on: {early}"
     assert backend.add_nodes("elastic", 2) == [ELASTIC[2]] and backend.remove_nodes("elastic", [ELASTIC[2]])
     done = crossdock.wait_all([j.id for j in jobs], timeout=60)
@@ -150,6 +180,8 @@ def test_a_resume_that_fails_requeues_and_the_job_runs_exactly_once_on_another_n
     power_log = Layout.of(slurm_cluster["CROSSDOCK_SLURM_DIR"]).power_log
     fail_file.write_text("\n".join(ELASTIC[:2]) + "\n")
     log_before = power_log.read_text() if power_log.exists() else ""
+    story = lambda: (f"events: {[e['to'] for e in rt.store.events(job.id)]}\npowers: {powers(backend)}\n"  # noqa: E731
+                     + power_story(slurm_cluster["CROSSDOCK_SLURM_DIR"], len(log_before)))
     # elastic3 taken by a job crossdock did not submit, so crossdock's lands on elastic1 or elastic2.
     foreign = subprocess.run(["sbatch", "--parsable", "-p", "elastic", "-w", ELASTIC[2], "-c", "4", "-o", "/dev/null",
                               "--wrap", "sleep 120"], env=env, capture_output=True, text=True, check=True).stdout.strip()
@@ -158,9 +190,14 @@ def test_a_resume_that_fails_requeues_and_the_job_runs_exactly_once_on_another_n
         out = jobs_dir / f"resume-{uuid.uuid4().hex[:8]}.out"
         job, = service.submit(rt, [job_spec(out)])
         first = wait_until("the failing resume", lambda: next(
-            (n for n in ELASTIC[:2] if f"resume {n}: left off" in power_log.read_text()[len(log_before):]), None), 30)
+            (n for n in ELASTIC[:2] if f"resume {n}: left off" in power_log.read_text()[len(log_before):]), None),
+            REACT_S + 15, story=story)
         fail_file.write_text(first + "\n")  # the other node resumes from now on
-        done, = crossdock.wait_all([job.id], timeout=RESUME_TIMEOUT_S + 90)
+        # the failed resume's ResumeTimeout, the requeue, the other node's resume (itself bounded by
+        # ResumeTimeout) and the job's second
+        wait_until("the job to end on the other node", lambda: rt.store.get(job.id).state in TERMINAL,
+                   2 * RESUME_TIMEOUT_S + 2 * REACT_S + 30, story=story)
+        done = rt.store.get(job.id)
         events = [e["to"] for e in rt.store.events(job.id)]
     finally:
         subprocess.run(["scancel", foreign], env=env, check=False)
