@@ -10,7 +10,7 @@ from dataclasses import dataclass, field
 from functools import cached_property
 
 from crossdock import observe
-from crossdock.backends.redis_store import embedded
+from crossdock.backends.redis_store import durability, embedded
 from crossdock.backends.redis_store.connect import is_sentinel, parse_sentinel
 from crossdock.backends.redis_store.sealing import SpecSeals
 from crossdock.backends.redis_store.store import JobStore
@@ -50,8 +50,10 @@ class Runtime:
             url = embedded.with_password(url)
         if url is None:
             url = embedded.ensure_running(settings.state_dir) if start_redis else embedded.url_for(settings.state_dir)
-        elif is_sentinel(url):
-            parse_sentinel(url)  # BadRedisURL, one line naming what to fix, before anything connects
+        else:  # BadRedisURL / BadDurability, one line naming what to fix, before anything connects
+            durability.split(url)
+            if is_sentinel(url):
+                parse_sentinel(url)
         # an embedded Redis that is not running is not asked (``submit --dry-run`` starts none)
         live = start_redis or settings.redis_url is not None or embedded.pid(settings.state_dir) is not None
         return cls(settings, url, live=live)

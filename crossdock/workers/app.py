@@ -14,6 +14,7 @@ from typing import Callable
 
 from celery import Celery
 
+from crossdock.backends.redis_store import durability
 from crossdock.backends.redis_store.connect import is_sentinel, kombu_broker
 
 QUEUE_PREFIX = "crossdock"
@@ -26,7 +27,10 @@ def queue_for(backend: str) -> str:
 
 
 def celery_url(redis_url: str) -> str:
-    """Celery (kombu) spells a unix-socket Redis ``redis+socket://`` and Sentinel ``sentinel://h:p;…``."""
+    """Celery (kombu) spells a unix-socket Redis ``redis+socket://`` and Sentinel ``sentinel://h:p;…``.
+    The store's durable writes are the store's: Celery's messages, which the follower resends when
+    lost, get the URL without them."""
+    redis_url = durability.split(redis_url)[0]
     if redis_url.startswith("unix://"):
         return "redis+socket://" + redis_url.removeprefix("unix://")
     if is_sentinel(redis_url):

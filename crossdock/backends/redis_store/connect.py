@@ -6,7 +6,8 @@ A Sentinel URL names the sentinels, the monitored master's name and the database
     redis+sentinel://[[user]:password@]host[:port][,host[:port]...]/<master name>[/<db>][?sentinel_password=…]
 
 The password is the master's (and its replicas'); ``sentinel_password`` is for sentinels that ask
-for one (``requirepass`` in sentinel.conf). The port defaults to 26379. redis-py's
+for one (``requirepass`` in sentinel.conf); ``wait_replicas`` and ``wait_timeout_ms`` (any URL)
+make acknowledged writes durable (:mod:`.durability`). The port defaults to 26379. redis-py's
 :class:`~redis.sentinel.Sentinel` asks the sentinels for the master on every new connection, so a
 client reconnects to the promoted replica after a failover: the commands under way meanwhile fail
 with ConnectionError or ReadOnlyError, which the client raises as ``StoreUnavailable``
@@ -27,6 +28,7 @@ from redis.backoff import NoBackoff
 from redis.retry import Retry
 from redis.sentinel import Sentinel
 
+from crossdock.backends.redis_store import durability
 from crossdock.backends.redis_store.unavailable import StoreClient
 from crossdock.queue.errors import CrossdockError
 
@@ -113,7 +115,15 @@ def client(url: str, redis_class: type[StoreClient] = StoreClient, *, retries: i
     ``StoreUnavailable``); ``kwargs`` as :meth:`redis.Redis.from_url` takes them (timeouts,
     decode_responses), applied to the master's connections under Sentinel. ``retries``: how many
     times a failed command is tried again at once (0: one try, for a caller that retries on its
-    own schedule); None keeps redis-py's default (a few, with backoff)."""
+    own schedule); None keeps redis-py's default (a few, with backoff). ``wait_replicas`` and
+    ``wait_timeout_ms`` in the URL's query make its writes durable (:mod:`.durability`)."""
+    url, wanted = durability.split(url)
+    out = _client(url, redis_class, retries, **kwargs)
+    out.durability = wanted
+    return out
+
+
+def _client(url: str, redis_class: type[StoreClient], retries: int | None, **kwargs: Any) -> StoreClient:
     if retries is not None:
         kwargs["retry"] = Retry(NoBackoff(), retries)
     if "driver_info" not in kwargs and "lib_version" not in kwargs:

@@ -46,6 +46,7 @@ log = logging.getLogger(__name__)
 
 STREAM_MAXLEN = 10_000
 CLAIM_TTL_SECONDS = 7 * 86400
+IDEMPOTENCY_TTL_S = 7 * 86400
 _PLACED = (JobState.SCHEDULED, JobState.RUNNING)
 
 def probe(url: str, timeout: float = 1.0) -> str | None:
@@ -172,8 +173,8 @@ class JobStore:
         try:
             return self._submit(jobs, owners, idem, token, actor, admit)
         except StoreUnavailable as exc:
-            raise StoreUnavailable(f"{exc} (a submission retried with the same idempotency token is stored once)"
-                                   ) from exc.__cause__
+            raise type(exc)(f"{exc} (a submission retried with the same idempotency token is stored once)"
+                            ) from exc.__cause__
 
     def _submit(self, jobs: Sequence[Job], owners: Sequence[str], idem: str | None, token: str | None, actor: str,
                 admit: Callable[[dict[str, int]], None] | None) -> list[Job]:
@@ -188,6 +189,9 @@ class JobStore:
                         pipe.watch(*watched)
                     first = pipe.get(idem) if idem else None
                     if first is not None:
+                        # a write (the token's lease renewed): under durable writes its WAIT also
+                        # covers the first submission, which may not have reached a replica yet
+                        self.r.expire(idem, IDEMPOTENCY_TTL_S)
                         return self._replayed(json.loads(first), token or "")
                     if admit is not None:
                         admit(self._live_counts(pipe, owners))
@@ -198,7 +202,7 @@ class JobStore:
                     if fresh:
                         pipe.set(self.k.store_format, STORE_FORMAT, nx=True)
                     if idem:
-                        pipe.set(idem, json.dumps([j.id for j in stored]), ex=7 * 86400)
+                        pipe.set(idem, json.dumps([j.id for j in stored]), ex=IDEMPOTENCY_TTL_S)
                     self._write_new(pipe, stored, actor)
                     pipe.execute()
                     return stored

@@ -52,7 +52,7 @@ class TimedRedis(StoreClient):
 
     def pipeline(self, transaction: bool = True, shard_hint: Any = None) -> TimedPipeline:
         pipe = TimedPipeline(self.connection_pool, self.response_callbacks, transaction, shard_hint)
-        pipe.observer = self.observer
+        pipe.observer, pipe.durability = self.observer, self.durability
         return pipe
 
 

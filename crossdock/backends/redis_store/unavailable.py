@@ -6,6 +6,9 @@ because Redis is down, restarting, loading its AOF, failing over or too slow rai
 ``StoreUnavailable`` once redis-py's own retries are spent. Callers above the store catch that one
 type; none imports redis. What Redis refuses for a request itself (a wrong type, a bad argument, a
 lost ``WATCH``) is not an outage and passes through unchanged.
+
+A client with a ``durability`` (:mod:`.durability`, asked for in the URL) also waits, after each
+command or pipeline that writes, until enough replicas have the write.
 """
 
 from __future__ import annotations
@@ -15,6 +18,7 @@ from typing import Any
 import redis
 from redis.client import Pipeline
 
+from crossdock.backends.redis_store.durability import Durability, writes
 from crossdock.queue.errors import StoreUnavailable
 
 AWAY: tuple[type[Exception], ...] = (redis.ConnectionError, redis.TimeoutError, redis.BusyLoadingError,
@@ -31,6 +35,20 @@ def translated(exc: Exception) -> StoreUnavailable:
 class StorePipeline(Pipeline):
     """A pipeline whose round trips (``execute``, and the commands of a watching transaction,
     sent at once) raise ``StoreUnavailable`` for an away store."""
+
+    durability: Durability | None = None
+
+    def _execute_transaction(self, connection: Any, commands: Any, raise_on_error: bool) -> Any:
+        out = super()._execute_transaction(connection, commands, raise_on_error)
+        if self.durability and writes(args for args, _ in commands):
+            self.durability.confirm(self, connection)
+        return out
+
+    def _execute_pipeline(self, connection: Any, commands: Any, raise_on_error: bool) -> Any:
+        out = super()._execute_pipeline(connection, commands, raise_on_error)
+        if self.durability and writes(args for args, _ in commands):
+            self.durability.confirm(self, connection)
+        return out
 
     def execute_command(self, *args: Any, **kwargs: Any) -> Any:
         try:
@@ -49,6 +67,7 @@ class StoreClient(redis.Redis):
     """A client whose commands raise ``StoreUnavailable`` for an away store; its pipelines too."""
 
     pipeline_class: type[StorePipeline] = StorePipeline
+    durability: Durability | None = None
 
     def execute_command(self, *args: Any, **options: Any) -> Any:
         try:
@@ -56,8 +75,16 @@ class StoreClient(redis.Redis):
         except AWAY as exc:
             raise translated(exc) from exc
 
+    def _send_command_parse_response(self, conn: Any, command_name: Any, *args: Any, **options: Any) -> Any:
+        out = super()._send_command_parse_response(conn, command_name, *args, **options)
+        if self.durability and writes([args]):
+            self.durability.confirm(self, conn)
+        return out
+
     def pipeline(self, transaction: bool = True, shard_hint: Any = None) -> StorePipeline:
-        return self.pipeline_class(self.connection_pool, self.response_callbacks, transaction, shard_hint)
+        pipe = self.pipeline_class(self.connection_pool, self.response_callbacks, transaction, shard_hint)
+        pipe.durability = self.durability
+        return pipe
 
 
 def answering(client: redis.Redis) -> StoreClient:

@@ -28,10 +28,12 @@ class RedisHA:
     def __init__(self, root: Path):
         self.root = root
         self.procs: dict[str, subprocess.Popen] = {}
+        self.argv: dict[str, list[str]] = {}
         self.ports = {"master": free_port(), "replica": free_port()}
         self.sentinel_ports = [free_port() for _ in range(3)]
 
     def _start(self, name: str, argv: list[str]) -> None:
+        self.argv[name] = argv
         log = open(self.root / f"{name}.log", "ab")
         self.procs[name] = subprocess.Popen(argv, stdout=log, stderr=subprocess.STDOUT, cwd=self.root)
         log.close()
@@ -95,6 +97,20 @@ class RedisHA:
         eventually("the replica to catch up", lambda: replica.info("replication")["slave_repl_offset"] >= offset, 5)
         self.procs["master"].send_signal(signal.SIGKILL)
         self.procs["master"].wait()
+
+    def restart(self, name: str) -> None:
+        """Start ``name`` again as it was first started, once it is gone (a master that died comes
+        back as a replica: the sentinels reconfigure it so)."""
+        self.procs[name].wait()
+        self._start(name, self.argv[name])
+
+    def replicas_of_master(self) -> int:
+        s = redis.Redis(port=self.sentinel_ports[0], decode_responses=True)
+        try:
+            return sum(1 for r in s.sentinel_slaves(MASTER_NAME) if "s_down" not in r.get("flags", "")
+                       and r.get("master-link-status") == "ok")
+        except redis.RedisError:
+            return 0
 
     def stop(self) -> None:
         for proc in self.procs.values():
