@@ -18,6 +18,7 @@ from crossdock.queue.durations import duration
 from crossdock.queue.errors import InvalidArgument, InvalidJob, PermissionDenied, StoreUnavailable, shown
 from crossdock.queue.models import Job, JobSpec
 from crossdock.queue.snapshot import Node
+from crossdock.queue.states import JobState, Reason
 from crossdock.runtime import Runtime
 from crossdock.settings import is_admin, user_name
 
@@ -113,6 +114,23 @@ def test_only(rt: Runtime, job: Job, nodes: Sequence[Node]) -> "Trial":
     except StoreUnavailable:
         pending, active = [], []
     return trial(job, pending, active, nodes, rt.config, datetime.now(timezone.utc))
+
+
+def why(rt: Runtime, job_id: int, who: Caller) -> dict[str, Any]:
+    """``crossdock why``: why the pending job ``job_id`` pends, when it would start as it is, and the
+    one-edit changes that start it sooner (:mod:`crossdock.queue.whatif`), for its owner or an admin
+    (the options show its request). A job that is not pending says its state."""
+    from crossdock.queue.whatif import why as explain
+
+    job = rt.store.get(job_id)
+    authorize(rt, who, [job], "why")
+    if job.state is not JobState.PENDING:
+        reason = "" if job.reason == Reason.NONE else job.reason
+        return {"job": job.id, "state": job.state.value, "reason": reason, "start": None, "options": []}
+    pending = rt.store.get_many(rt.store.pending_ids())
+    active = rt.store.get_many(rt.store.active_ids())
+    report = explain(job, pending, active, load_inventory(rt), rt.config, datetime.now(timezone.utc)).as_dict()
+    return {**report, "state": job.state.value}
 
 
 TOKEN_MAX_CHARS = 256

@@ -157,6 +157,14 @@ def requeue(ref: str, gw: Direct = Depends(view)) -> list[dict[str, Any]]:
     return _outcomes(gw.requeue(_refs(ref)), "requeued")
 
 
+@router.get("/jobs/{job_id}/why", summary="Why a pending job pends, and the changes that would start it sooner")
+def job_why(job_id: int, gw: Direct = Depends(view)) -> dict[str, Any]:
+    """``crossdock why``: the scheduler's reason, the start it predicts as the job is, and each
+    one-edit change (fewer GPUs, another model, pool or queue, a shorter time limit) with the start
+    it predicts for it, soonest first. Its owner's or an admin's."""
+    return gw.why(job_id)
+
+
 @router.get("/jobs/{job_id}/events", summary="One job's events: who did what, when, why")
 def job_events(job_id: int, gw: Direct = Depends(view),
                count: int = Query(1000, ge=1, le=10_000)) -> list[dict[str, str]]:

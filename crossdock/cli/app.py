@@ -13,7 +13,7 @@ import typer.core
 from typer.core import TyperGroup
 from typer.main import get_group
 
-from crossdock.cli import admin, api, autoscale, deschedule, events, history, jobs, keys, metrics, services, views
+from crossdock.cli import admin, api, autoscale, deschedule, events, history, jobs, keys, metrics, services, views, why
 from crossdock.cli.common import one_line
 from crossdock.queue.errors import StoreUnavailable
 
@@ -71,6 +71,7 @@ app.command(context_settings=jobs.RAW, add_help_option=False)(jobs.submit)
 app.command("queue")(views.queue)
 app.command()(views.show)
 app.command()(views.priority)
+app.command()(why.why)
 app.command()(history.history)
 app.command()(jobs.cancel)
 app.command()(jobs.hold)

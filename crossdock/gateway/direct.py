@@ -139,6 +139,10 @@ class Direct:
             out[i] = [i, at.timestamp(), ",".join(nodes) or (out.get(i) or [None, None, ""])[2]]
         return list(out.values())
 
+    def why(self, job_id: int) -> dict[str, Any]:
+        """Why the caller's pending job pends and what would start it sooner (``crossdock why``)."""
+        return service.why(self.rt, job_id, self.who)
+
     def usage(self) -> dict[str, float]:
         """Decayed fair-share usage per queue and per queue/user."""
         return privacy.visible_usage(self.rt.store.usage()[0], self.who.name, self.who.admin, self.private)

@@ -149,6 +149,9 @@ class Remote:
     def planned(self, ids: Sequence[int]) -> list[list[Any]]:
         return [p for part in _pieces(ids) for p in self.call("planned", ids=part)]
 
+    def why(self, job_id: int) -> dict[str, Any]:
+        return self.call("why", job_id=job_id)
+
     def usage(self) -> dict[str, float]:
         return self.call("usage")
 

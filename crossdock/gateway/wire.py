@@ -143,6 +143,7 @@ OPS: dict[str, Op] = {
     "ids_after": Op({"after": int, "count": int}, _same, _same),
     "history": Op({"since": lambda t: None if t is None else float(t)}, _same, _same),
     "planned": Op({"ids": _ids}, _same, _same),
+    "why": Op({"job_id": int}, _same, _same),
     "usage": Op({}, _same, _same),
     "inventory": Op({}, lambda ns: json.loads(nodes_to_json(ns)), lambda raw: nodes_from_json(json.dumps(raw))),
     "backend_logs": Op({"job_id": int}, _same, _same),

@@ -296,3 +296,26 @@ def test_local_users_are_known_by_the_unix_sockets_peer_credentials(runtime, tmp
         sock.unlink(missing_ok=True)
         sock.parent.rmdir()
         home.rmdir()
+
+
+def test_why_a_job_pends_says_what_would_start_it_sooner_to_its_owner_only(api, runtime, tmp_path):
+    """Both of the machine's GPUs go to alice's first training job; her second waits for it, but
+    would start now in the inference or preprocessing queue (their priority comes first). Bob may
+    not ask."""
+    alice, bob = make_token(runtime.store, "alice"), make_token(runtime.store, "bob")
+    body = {"command": ["true"], "chdir": str(tmp_path), "partition": "training", "gpus": {"count": 2}, "time_limit_seconds": 600}
+    first = api.client.post("/v1/jobs", json=body, headers=alice).json()["job_id"]
+    second = api.client.post("/v1/jobs", json=body, headers=alice).json()["job_id"]
+    r = api.client.get(f"/v1/jobs/{second}/why", headers=alice)
+    assert r.status_code == 200, r.text
+    report = r.json()
+    assert (report["job"], report["state"]) == (second, "PENDING") and report["start"] is not None
+    moves = [o for o in report["options"] if o["field"] == "queue"]
+    assert [(o["value"], o["change"]) for o in moves] == [("inference", "-p inference (not training)"),
+                                                          ("preprocessing", "-p preprocessing (not training)")]
+    assert all(o["start"] < report["start"] for o in moves)
+    assert api.client.get(f"/v1/jobs/{first}/why", headers=alice).json()["reason"] == "fits now"
+    refused = api.client.get(f"/v1/jobs/{second}/why", headers=bob)
+    assert refused.status_code == 403 and refused.json()["problems"] == [
+        f"why job {second}: it belongs to 'alice' and you are 'bob'; only its owner or an admin may"]
+    assert api.client.get("/v1/jobs/999999/why", headers=alice).status_code == 404

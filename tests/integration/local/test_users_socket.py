@@ -134,6 +134,10 @@ def test_every_cross_user_mutation_is_refused_through_the_socket(service):
     assert job.spec.env  # root sees its own
     r = as_second(service, ["-c", "from crossdock import Client\nprint(Client().gateway.job(%d).spec.env)" % held.id])
     assert r.stdout.strip() == "{}", r
+    # why it pends: its owner's to ask (its options show its request), through the socket too
+    r = cli_as_second(service, "why", str(held.id))
+    assert r.returncode == 2 and r.stderr.count("\n") == 1 and f"why job {held.id}" in r.stderr, r
+    assert client.gateway.why(held.id)["reason"].startswith("JobHeldUser")
 
 
 def test_identity_comes_from_the_kernel_not_from_the_request(service):
