@@ -128,14 +128,23 @@ export PATH
 # slurmctld closes every descriptor: without a stdin the daemon's first file (its log) would be
 # descriptor 0, which it then points at /dev/null when it daemonizes, and its jobs fail to launch.
 exec </dev/null
+started=""
 for node in $(scontrol show hostnames "$1"); do
     if [ -f {fail} ] && grep -qx "$node" {fail}; then
         echo "$(date +%s.%N) resume $node: left off (named in {fail})" >>{log}
         continue
     fi
+    started="$started $node"
     echo "$(date +%s.%N) resume $node" >>{log}
     # A CLOUD node's address is reset to its name when it powers down.
     scontrol update nodename="$node" nodeaddr=127.0.0.1 nodehostname=localhost >>{log} 2>&1
+done
+# slurmctld ignores a POWERING_UP node's registration whose boot time (whole seconds, from the
+# uptime slurmd reports) is older than the resume request; a slurmd started within the same
+# second sometimes reports one second too many and is ignored until ResumeTimeout sets the node
+# DOWN. A machine takes longer than 2 s to boot: so does this one.
+sleep 2
+for node in $started; do
     slurmd -b -N "$node" >>{log} 2>&1
 done
 """

@@ -184,7 +184,7 @@ def test_a_resume_that_fails_requeues_and_the_job_runs_exactly_once_on_another_n
                      + power_story(slurm_cluster["CROSSDOCK_SLURM_DIR"], len(log_before)))
     # elastic3 taken by a job crossdock did not submit, so crossdock's lands on elastic1 or elastic2.
     foreign = subprocess.run(["sbatch", "--parsable", "-p", "elastic", "-w", ELASTIC[2], "-c", "4", "-o", "/dev/null",
-                              "--wrap", "sleep 120"], env=env, capture_output=True, text=True, check=True).stdout.strip()
+                              "--wrap", "sleep 600"], env=env, capture_output=True, text=True, check=True).stdout.strip()
     try:
         wait_until("the foreign job to hold elastic3", lambda: powers(backend)[ELASTIC[2]] != "powered_down", 10)
         out = jobs_dir / f"resume-{uuid.uuid4().hex[:8]}.out"
