@@ -59,12 +59,43 @@ function drawJobs(jobs, now) {
     const since = Date.parse(j.start_time || j.submit_time || "") / 1000;
     const until = j.end_time ? Date.parse(j.end_time) / 1000 : now;  // a finished job: how long it ran
     const gpus = j.gpu_ids.length ? j.gpu_ids.join(" ") : "–";
-    return el("tr", { id: `job-${j.display_id}`, dataset: { jobId: j.display_id, state: j.state } },
+    const row = el("tr", { id: `job-${j.display_id}`, dataset: { jobId: j.display_id, state: j.state },
+                           title: j.state === "PENDING" ? "why it pends, and what would start it sooner" : null },
       td(j.display_id), td(j.spec.name || (j.spec.command || ["job"])[0]), td(j.spec.user), td(j.queue),
       td(j.pool ? `${j.backend ?? "–"}/${j.pool}` : "–", "pool"),
       el("td", {}, el("span", { class: `state ${j.state}` }, j.state)), reason(j.reason === "None" ? "" : j.reason),
       td(j.nodes.join(",") || "–"), td(gpus), td(isNaN(since) ? "–" : duration(until - since), "n"));
+    if (j.state === "PENDING") row.addEventListener("click", () => showWhy(j.id, j.display_id));
+    return row;
   }), 10, "no jobs");
+}
+
+function headers() {
+  const token = sessionStorage.getItem(TOKEN_KEY);
+  return token ? { Authorization: `Bearer ${token}` } : {};
+}
+
+// GET /v1/jobs/{id}/why: the scheduler's reason, the start it predicts, and each one-edit change
+// that starts the job sooner (crossdock why).
+async function showWhy(id, shown) {
+  const section = document.getElementById("why-section");
+  section.hidden = false;
+  document.getElementById("why-job").textContent = shown;
+  const r = await fetch(`/v1/jobs/${id}/why`, { headers: headers() });
+  const w = await r.json();
+  if (!r.ok) {
+    document.getElementById("why-reason").textContent = w.problems?.[0] ?? `${r.status}`;
+    fill(document.querySelector("#why tbody"), [], 4, "");
+    return;
+  }
+  const at = s => s ? new Date(s).toLocaleString() : "not known";
+  document.getElementById("why-reason").textContent = w.state === "PENDING" ? w.reason || "no reason recorded yet"
+    : `${w.state}, not pending`;
+  document.getElementById("why-start").textContent = `expected start as it is: ${at(w.start)}`;
+  fill(document.querySelector("#why tbody"), w.options.map(o => el("tr", { dataset: { field: o.field } },
+    td(o.change), td(Date.parse(o.start) <= Date.now() ? "now" : at(o.start)),
+    td(o.pool ? `${o.pool}${o.nodes.length ? " (" + o.nodes.join(",") + ")" : ""}` : "–"), td(o.apply))),
+    4, "no single change to its request starts it sooner");
 }
 
 // A long reason (an explanation of why nothing fits) is cut to its cell, whole on hover.
@@ -139,9 +170,8 @@ function setStatus(text, bad) {
 }
 
 async function poll() {
-  const token = sessionStorage.getItem(TOKEN_KEY);
   try {
-    const r = await fetch("/v1/overview", { headers: token ? { Authorization: `Bearer ${token}` } : {} });
+    const r = await fetch("/v1/overview", { headers: headers() });
     if (r.status === 401) {
       document.getElementById("login").hidden = false;
       setStatus((await r.json()).problems[0], true);

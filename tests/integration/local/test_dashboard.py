@@ -100,11 +100,16 @@ def test_the_dashboard_shows_a_submitted_job_and_its_end(gpu_pools, runtime, clu
         row.wait_for(timeout=30_000)  # the page shows the submitted job
         assert "embed-batch" in row.inner_text()
         submit("serve-llm", {**long, "queue": "inference", "gpus": {"count": 6}})
-        submit("nightly-eval", {"command": ["true"], "hold": True})
+        held = submit("nightly-eval", {"command": ["true"], "hold": True})
         page.wait_for_selector(f'#job-{job}[data-state="RUNNING"]', timeout=30_000)
         page.wait_for_selector('#disruptions td:text-is("preemption")', timeout=30_000)
         page.wait_for_selector('[data-pool="a100"] [data-model="A100"]', timeout=10_000)
         shoot(page, tmp_path, "dashboard-running.png")
+        page.click(f"#job-{held}")  # a pending job: why it pends (GET /v1/jobs/{id}/why)
+        page.wait_for_selector("#why-section:not([hidden])", timeout=10_000)
+        page.wait_for_function("document.getElementById('why-reason').textContent.startsWith('JobHeldUser')",
+                               timeout=10_000)
+        assert page.inner_text("#why-job") == str(held)
         cluster.wait(job, timeout=60)
         assert runtime.store.get(job).state is JobState.COMPLETED
         # the page updates when the job finishes
