@@ -29,7 +29,7 @@ def why(job: str = typer.Argument(..., help="job id or array task (12_3)"),
     try:
         ids = gw.resolve(job)
         if len(ids) != 1:
-            fail(f"why: {job!r} is an array of {len(ids)} tasks; name one, e.g. {job}_{ids[0] if ids else 0}")
+            fail(f"why: {job!r} is an array of {len(ids)} tasks; name one, e.g. {gw.job(ids[0]).display_id}")
         report = gw.why(ids[0])
     except CrossdockError as exc:  # no such job, another user's: one line
         fail(str(exc) if str(exc).startswith("why job") else f"why: {exc}")

@@ -1,6 +1,8 @@
 """Chaos through a Slurm pool with a backend queue: slurmctld stopped and started again (jobs
-survive in its saved state) among kills of workers, ``up`` and Redis; every job ends exactly once
-in its true state, and the run's history passes the checker.
+survive in its saved state), a node's slurmd SIGKILLed and started again (its jobs' slurmstepd
+go on without it) and munged SIGKILLed for a few seconds (every Slurm command and RPC fails to
+authenticate meanwhile), among kills of workers, ``up`` and Redis; every job ends exactly once in
+its true state, and the run's history passes the checker.
 
 It restarts the local cluster's controller: never run it where others share that cluster
 (``-m "chaos and slurm"`` selects it; CI runs it on a cluster of its own).
@@ -10,12 +12,14 @@ from __future__ import annotations
 
 import os
 import random
+import signal
 import tempfile
 import time
 from pathlib import Path
 
 import pytest
 
+from crossdock.dev.proc import live_pid
 from tests.chaos.checker import check
 from tests.chaos.harness import ChaosRun, Fault, run_chaos, schedule, seed_from_env
 
@@ -46,18 +50,50 @@ def restart_slurmctld(run: ChaosRun, fault: Fault) -> str:
     return f"slurmctld stopped for {CONTROLLER_OUTAGE_SECONDS:.0f}s, started again"
 
 
+DAEMON_OUTAGE_SECONDS = 3.0
+
+
+def kill_slurmd(run: ChaosRun, fault: Fault) -> str:
+    """SIGKILL one cpu node's slurmd (a crash), then start it again, as systemd would."""
+    from crossdock.dev import slurm as dev
+
+    layout = dev.Layout.of(run.env["CROSSDOCK_SLURM_DIR"])
+    node = random.Random(fault.at).choice([n for n in dev.NODES if n.name.startswith("cpu")])
+    pid = live_pid(layout.pidfile(f"slurmd-{node.name}"), "slurmd")
+    if pid:
+        os.kill(pid, signal.SIGKILL)
+    time.sleep(DAEMON_OUTAGE_SECONDS)
+    dev.start_slurmd(layout, node)
+    return f"slurmd of {node.name} (pid {pid}) SIGKILLed, started again after {DAEMON_OUTAGE_SECONDS:.0f}s"
+
+
+def kill_munged(run: ChaosRun, fault: Fault) -> str:
+    """SIGKILL munged: no credential is made or checked until it is back."""
+    from crossdock.dev import slurm as dev
+
+    layout = dev.Layout.of(run.env["CROSSDOCK_SLURM_DIR"])
+    pid = live_pid(layout.pidfile("munged"), "munged")
+    if pid:
+        os.kill(pid, signal.SIGKILL)
+    time.sleep(DAEMON_OUTAGE_SECONDS)
+    layout.munge_socket.unlink(missing_ok=True)  # a killed munged leaves its socket behind
+    dev.start_munged(layout)
+    return f"munged (pid {pid}) SIGKILLed, started again after {DAEMON_OUTAGE_SECONDS:.0f}s"
+
+
 def test_slurm_controller_restart_every_job_ends_once(slurm_cluster):
     from crossdock.dev import slurm as dev
 
     n = int(os.environ.get("CROSSDOCK_CHAOS_SLURM_JOBS", "200"))
     seed = seed_from_env()
-    faults = schedule(random.Random(seed), 40, {"worker": 2, "scheduler": 1, "slurmctld": 2}, [2.0])
+    faults = schedule(random.Random(seed), 40, {"worker": 2, "scheduler": 1, "slurmctld": 2, "slurmd": 2, "munged": 1},
+                      [2.0])
     # Under /tmp, not pytest's 0700 tmp_path: Slurm runs the jobs as its job user.
     root = Path(tempfile.mkdtemp(prefix="crossdock-chaos-slurm-", dir="/tmp"))
     env = {"CROSSDOCK_SLURM_DIR": slurm_cluster["CROSSDOCK_SLURM_DIR"],
            "CROSSDOCK_SLURM_ENV": str(dev.Layout.of(slurm_cluster["CROSSDOCK_SLURM_DIR"]).env_file)}
     run = ChaosRun(root, slurm_config(), seed, n, faults, waves=4, wave_every=8, recover_timeout=300,
-                   env=env, actions={"slurmctld": restart_slurmctld})
+                   env=env, actions={"slurmctld": restart_slurmctld, "slurmd": kill_slurmd, "munged": kill_munged})
     verdicts, table = run_chaos(run)
     verdict = check(run.history)
     print(verdict.summary(), flush=True)
