@@ -68,9 +68,11 @@ def why(job: Job, pending: Sequence[Job], active: Sequence[Job], nodes: Sequence
     others = [j for j in pending if j.id != job.id]
     as_is = trial(job, others, active, nodes, config, now)
     recorded = f"{job.reason}: {job.explanation}" if job.explanation else job.reason  # the leader's last cycle
-    reason = "fits now" if as_is.start == now else as_is.reason or recorded
+    if as_is.start == now:  # nothing starts it sooner
+        return Why(job.id, "fits now", now)
+    reason = as_is.reason or recorded
     options = []
-    for change, name, value, spec, apply in _changes(job, config, nodes, as_is, others, active, now):
+    for change, name, value, spec, apply in _changes(job, config, nodes, others, active, now):
         tried = _try(job, spec, others, active, nodes, config, now)
         if tried is not None and tried.start is not None and (as_is.start is None or tried.start < as_is.start):
             options.append(Option(change, name, value, tried.start, tried.pool, tried.nodes, apply))
@@ -91,8 +93,8 @@ def _try(job: Job, spec: JobSpec, others: Sequence[Job], active: Sequence[Job], 
     return trial(changed.model_copy(update=kept), others, active, nodes, config, now)
 
 
-def _changes(job: Job, config: ClusterConfig, nodes: Sequence[Node], as_is: Trial, others: Sequence[Job],
-             active: Sequence[Job], now: datetime):
+def _changes(job: Job, config: ClusterConfig, nodes: Sequence[Node], others: Sequence[Job], active: Sequence[Job],
+             now: datetime):
     """(change, field, value, changed spec, how to apply) for every one-edit change worth trying."""
     spec = job.spec
     resubmit = f"resubmit job {job.id} with it"
@@ -113,13 +115,10 @@ def _changes(job: Job, config: ClusterConfig, nodes: Sequence[Node], as_is: Tria
         if queue != job.queue:
             yield (f"-p {queue} (not {job.queue})", "queue", queue,
                    spec.model_copy(update={"queue": queue, "partition": None, "pool": None}), resubmit)
-    if as_is.start != now:
-        limit = _longest_limit_starting_now(job, others, active, nodes, config, now)
-        if limit is not None:
-            was = duration(spec.time_limit_seconds)
-            yield (f"--time={duration(limit)} (not {was})", "time_limit_seconds", limit,
-                   spec.model_copy(update={"time_limit_seconds": limit}),
-                   f"crossdock update {job.id} TimeLimit={duration(limit)}")
+    limit = _longest_limit_starting_now(job, others, active, nodes, config, now)
+    if limit is not None:
+        yield (f"--time={duration(limit)} (not {duration(spec.time_limit_seconds)})", "time_limit_seconds", limit,
+               spec.model_copy(update={"time_limit_seconds": limit}), f"crossdock update {job.id} TimeLimit={duration(limit)}")
 
 
 def _gpu_request(spec: JobSpec) -> tuple[int, list[str], Callable[..., JobSpec]] | None:
