@@ -23,6 +23,7 @@ import subprocess
 import sys
 import threading
 import time
+import uuid
 from collections import Counter
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -172,8 +173,13 @@ class ChaosRun:
         self.rng = random.Random(self.seed)
         self.plans = workload(self.rng, self.n, self.arrays)
         self.tag = f"CROSSDOCK_STATE_DIR={self.state}".encode()
+        # Each run its own installation: the store's key prefix is also the tag of its Slurm jobs,
+        # and a run that reused the last one's would take that run's jobs, still in slurmctld's
+        # memory (MinJobAge), for its own jobs of the same ids.
+        self.prefix = f"chaos{uuid.uuid4().hex[:8]}"
         self.up_env = {**os.environ, "PYTHONPATH": str(REPO), "CROSSDOCK_STATE_DIR": str(self.state),
-                       "CROSSDOCK_CONFIG": str(self.root / "crossdock.yaml"), "CROSSDOCK_PREFIX": "chaos", **self.env}
+                       "CROSSDOCK_CONFIG": str(self.root / "crossdock.yaml"), "CROSSDOCK_PREFIX": self.prefix,
+                       **self.env}
         self.up_env.pop("CROSSDOCK_REDIS_URL", None)  # the embedded default
         self.rt: Runtime | None = None
         """The harness's own store client, made once Redis first runs (its URL carries the password made then)."""
@@ -197,7 +203,7 @@ class ChaosRun:
     def start_redis(self) -> None:
         url = embedded.ensure_running(self.state, timeout=60)
         if self.rt is None:
-            self.rt = Runtime(Settings(self.state, None, self.root / "crossdock.yaml", "chaos"), url)
+            self.rt = Runtime(Settings(self.state, None, self.root / "crossdock.yaml", self.prefix), url)
 
     def restore_redis(self, killed_at: float) -> None:
         self.start_redis()

@@ -98,11 +98,18 @@ class RedisHA:
         self.procs["master"].send_signal(signal.SIGKILL)
         self.procs["master"].wait()
 
-    def restart(self, name: str) -> None:
-        """Start ``name`` again as it was first started, once it is gone (a master that died comes
-        back as a replica: the sentinels reconfigure it so)."""
+    def restart(self, name: str, extra: list[str] | None = None) -> None:
+        """Start ``name`` again as it was first started (plus ``extra`` arguments), once it is gone."""
         self.procs[name].wait()
-        self._start(name, self.argv[name])
+        self._start(name, [*self.argv[name], *(extra or [])])
+
+    def sentinels_agree(self, port: int) -> bool:
+        """Every sentinel names the server on ``port`` as the master."""
+        try:
+            return all(int(redis.Redis(port=p, decode_responses=True).sentinel_get_master_addr_by_name(MASTER_NAME)[1])
+                       == port for p in self.sentinel_ports)
+        except redis.RedisError:
+            return False
 
     def replicas_of_master(self) -> int:
         s = redis.Redis(port=self.sentinel_ports[0], decode_responses=True)

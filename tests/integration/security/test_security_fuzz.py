@@ -115,6 +115,11 @@ def test_any_socket_line_is_answered_with_one_well_formed_line(service):  # noqa
             return  # a conversation, not one answer
         sock.sendall(line + b"\n")
         answer = json.loads(lines.readline())
+        if line.startswith(b'{"op":"cli_argv"'):  # a command's conversation: it ends in one "done" line
+            assert set(answer) == {"done"} and set(answer["done"]) == {"stdout", "stderr", "code"}, answer
+            assert "Traceback" not in answer["done"]["stderr"] and "the service failed" not in answer["done"]["stderr"]
+            kinds["done"] += 1
+            return
         assert set(answer) in ({"ok"}, {"error"}), answer
         if "error" in answer:
             error = answer["error"]
