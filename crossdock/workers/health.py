@@ -12,8 +12,10 @@ import threading
 import time
 from typing import Any
 
+from crossdock.backends.redis_store import durability
 from crossdock.backends.redis_store.embedded import shown
 from crossdock.backends.redis_store.store import probe
+from crossdock.queue.errors import StoreUnavailable
 from crossdock.queue.states import JobState
 from crossdock.runtime import Runtime
 from crossdock.workers.app import make_app, queue_for
@@ -139,6 +141,12 @@ def collect() -> dict[str, Any]:
                   "detail": f"{kind} {shown(rt.redis_url)}: {'reachable' if why is None else why}{restarts}"})
     if why is None:
         parts.append(_dispatch_part(rt))
+        wanted = durability.split(rt.redis_url)[1]
+        if wanted is not None:
+            try:
+                parts.append(durability.health(rt.store.r, wanted))
+            except StoreUnavailable as exc:
+                parts.append({"name": "durable writes", "ok": False, "detail": str(exc)})
     try:
         kinds = sorted({p.backend for p in rt.config.pools.values()})
     except Exception as exc:  # a broken config is a health problem, not a traceback

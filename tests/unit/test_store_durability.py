@@ -76,3 +76,14 @@ def test_writes_wait_for_replicas_and_reads_do_not(redis_url):
     plain.submit([job], token="t2")
     with pytest.raises(NotReplicated):  # a replay acknowledges only once its first write is replicated
         durable.submit([job], token="t2")
+
+
+def test_health_says_when_no_write_can_be_acknowledged(redis_url):
+    from crossdock.backends.redis_store.durability import health
+
+    store = JobStore.from_url(redis_url, "h")
+    assert health(store.r, Durability(1, 100)) == {
+        "name": "durable writes", "ok": False,
+        "detail": "wait_replicas=1: 0 replica(s) online; no write is acknowledged until enough are (the store looks"
+                  " away meanwhile)"}
+    assert health(store.r, Durability(0, 100))["ok"]

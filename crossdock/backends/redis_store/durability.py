@@ -72,6 +72,22 @@ class Durability:
                 f" CROSSDOCK_REDIS_URL) acknowledged it within {self.timeout_ms} ms; its outcome is unknown: try again")
 
 
+def replicas_online(client: Any) -> int:
+    """Replicas the master behind ``client`` streams to now (``INFO replication``, state online)."""
+    info = client.info("replication")
+    return sum(1 for k, v in info.items() if k.startswith("slave") and isinstance(v, dict) and v.get("state") == "online")
+
+
+def health(client: Any, wanted: Durability) -> dict[str, Any]:
+    """``crossdock health``'s line for durable writes: whether enough replicas are online for any
+    write to be acknowledged."""
+    online = replicas_online(client)
+    ok = online >= wanted.replicas
+    detail = (f"wait_replicas={wanted.replicas}: {online} replica(s) online"
+              + ("" if ok else "; no write is acknowledged until enough are (the store looks away meanwhile)"))
+    return {"name": "durable writes", "ok": ok, "detail": detail}
+
+
 def writes(commands: Iterable[tuple[Any, ...]]) -> bool:
     """Whether any of ``commands`` (argument tuples, the command's name first) may change data."""
     return any(str(args[0]).split(" ", 1)[0].upper() not in READS for args in commands if args)
