@@ -39,13 +39,13 @@ class StorePipeline(Pipeline):
     durability: Durability | None = None
 
     def _execute_transaction(self, connection: Any, commands: Any, raise_on_error: bool) -> Any:
-        out = super()._execute_transaction(connection, commands, raise_on_error)
-        if self.durability and writes(args for args, _ in commands):
-            self.durability.confirm(self, connection)
-        return out
+        return self._confirmed(connection, commands, super()._execute_transaction(connection, commands, raise_on_error))
 
     def _execute_pipeline(self, connection: Any, commands: Any, raise_on_error: bool) -> Any:
-        out = super()._execute_pipeline(connection, commands, raise_on_error)
+        return self._confirmed(connection, commands, super()._execute_pipeline(connection, commands, raise_on_error))
+
+    def _confirmed(self, connection: Any, commands: Any, out: Any) -> Any:
+        """``out`` once the replicas have the writes among ``commands`` (same connection, after EXEC)."""
         if self.durability and writes(args for args, _ in commands):
             self.durability.confirm(self, connection)
         return out
