@@ -122,6 +122,7 @@ class RedisHA:
     def stop(self) -> None:
         for proc in self.procs.values():
             if proc.poll() is None:
+                proc.send_signal(signal.SIGCONT)  # one a test stopped takes its SIGTERM
                 proc.terminate()
         for proc in self.procs.values():
             try:
@@ -129,3 +130,15 @@ class RedisHA:
             except subprocess.TimeoutExpired:
                 proc.kill()
                 proc.wait()
+
+
+@pytest.fixture
+def ha(tmp_path):
+    """A master, a replica and three sentinels, running; stopped at the end."""
+    root = tmp_path / "redis-ha"
+    root.mkdir()
+    cluster = RedisHA(root)
+    try:
+        yield cluster.start()
+    finally:
+        cluster.stop()

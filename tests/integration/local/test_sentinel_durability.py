@@ -34,7 +34,7 @@ from tests.chaos.checker import check
 from tests.chaos.history import History, observe_store
 from tests.chaos.history import submit as record_submit
 from tests.conftest import TEST_CONFIG
-from tests.integration.local.redis_ha import RedisHA
+from tests.integration.local.redis_ha import ha  # noqa: F401 (a fixture)
 from tests.waiting import eventually
 
 pytestmark = [pytest.mark.operate, pytest.mark.redis]
@@ -45,18 +45,6 @@ WAIT_TIMEOUT_MS = 300
 FILLER_BYTES = 48 * 2**20
 """More than loopback's socket buffers hold (a few MiB), less than the master's 64 MiB soft limit
 for a replica's output buffer."""
-
-
-@pytest.fixture
-def ha(tmp_path):
-    root = tmp_path / "redis-ha"
-    root.mkdir()
-    cluster = RedisHA(root)
-    try:
-        yield cluster.start()
-    finally:
-        cluster.procs["replica"].send_signal(signal.SIGCONT)
-        cluster.stop()
 
 
 def key_of(job):

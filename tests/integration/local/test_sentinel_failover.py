@@ -25,23 +25,12 @@ from tests.chaos.checker import check
 from tests.chaos.history import History, mark, observe_runs, observe_store, parse_marks
 from tests.chaos.history import submit as record_submit
 from tests.conftest import TEST_CONFIG
-from tests.integration.local.redis_ha import RedisHA
+from tests.integration.local.redis_ha import ha  # noqa: F401 (a fixture)
 from tests.waiting import eventually
 
 pytestmark = [pytest.mark.operate, pytest.mark.redis, pytest.mark.celery]
 
 BEFORE, AFTER = 16, 8
-
-
-@pytest.fixture
-def ha(tmp_path):
-    root = tmp_path / "redis-ha"
-    root.mkdir()
-    cluster = RedisHA(root)
-    try:
-        yield cluster.start()
-    finally:
-        cluster.stop()
 
 
 # Each run appends "JOB start ATTEMPT PID TIME" and "JOB end ATTEMPT PID" to the runs file.
