@@ -272,7 +272,11 @@ class DropAfterExec:
                 down, _ = self.listener.accept()
             except OSError:
                 return
-            up = socket.create_connection(("127.0.0.1", self.upstream))
+            try:
+                up = socket.create_connection(("127.0.0.1", self.upstream))
+            except OSError:  # Redis gone (its test ending): the client sees its connection closed
+                down.close()
+                continue
             cutting = threading.Event()
             threading.Thread(target=self._pump, args=(down, up, cutting, True), daemon=True).start()
             threading.Thread(target=self._pump, args=(up, down, cutting, False), daemon=True).start()
