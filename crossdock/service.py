@@ -120,13 +120,13 @@ def why(rt: Runtime, job_id: int, who: Caller) -> dict[str, Any]:
     """``crossdock why``: why the pending job ``job_id`` pends, when it would start as it is, and the
     one-edit changes that start it sooner (:mod:`crossdock.queue.whatif`), for its owner or an admin
     (the options show its request). A job that is not pending says its state."""
-    from crossdock.queue.whatif import why as explain
+    from crossdock.queue.whatif import Why, why as explain
 
     job = rt.store.get(job_id)
     authorize(rt, who, [job], "why")
     if job.state is not JobState.PENDING:
         reason = "" if job.reason == Reason.NONE else job.reason
-        return {"job": job.id, "state": job.state.value, "reason": reason, "start": None, "options": []}
+        return {**Why(job.id, reason, None).as_dict(), "state": job.state.value}
     pending = rt.store.get_many(rt.store.pending_ids())
     active = rt.store.get_many(rt.store.active_ids())
     report = explain(job, pending, active, load_inventory(rt), rt.config, datetime.now(timezone.utc)).as_dict()

@@ -35,7 +35,6 @@ class _Node:
     gpus: int
     shared: bool
     free: int = 0
-    jobs: int = 0
     ready_at: float = 0.0
     moved_at: float | None = None
     draining_to: str | None = None
@@ -103,7 +102,6 @@ def simulate(workload: Mapping[str, Sequence[DayJob]], fixed: Mapping[str, int],
             _, index, gpus = heapq.heappop(running)
             node = nodes[index]
             node.free += gpus
-            node.jobs -= 1
         waiting = {side: _place(side, pending, nodes, running, waits[side], t) for side in sides}
         for side in sides:
             since[side] = (since[side] if since[side] is not None else t) if waiting[side] else None
@@ -121,7 +119,7 @@ def simulate(workload: Mapping[str, Sequence[DayJob]], fixed: Mapping[str, int],
                 by_name[move.node].draining_to = move.target
             for move in plan.moves:
                 node = by_name[move.node]
-                assert node.jobs == 0 and node.free == node.gpus, f"{node.name} moved while busy"
+                assert node.free == node.gpus, f"{node.name} moved while busy"
                 node.side, node.ready_at, node.moved_at, node.draining_to = move.target, t + move_s, t, None
                 moves.append((t, move))
         if not running and all(nxt[s] == len(arrivals[s]) and not pending[s] for s in sides):
@@ -146,7 +144,6 @@ def _place(side: str, pending: dict[str, list[DayJob]], nodes: list[_Node], runn
         index = min((i for i in usable if nodes[i].free >= need), key=lambda i: (nodes[i].free, nodes[i].name))
         node = nodes[index]
         node.free -= need
-        node.jobs += 1
         assert node.free >= 0, f"{node.name} over-committed"
         heapq.heappush(running, (t + job.duration, index, need))
         waits.append(t - job.arrival)

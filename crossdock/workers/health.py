@@ -12,7 +12,6 @@ import threading
 import time
 from typing import Any
 
-from crossdock.backends.redis_store import durability
 from crossdock.backends.redis_store.embedded import shown
 from crossdock.backends.redis_store.store import probe
 from crossdock.queue.errors import StoreUnavailable
@@ -141,12 +140,12 @@ def collect() -> dict[str, Any]:
                   "detail": f"{kind} {shown(rt.redis_url)}: {'reachable' if why is None else why}{restarts}"})
     if why is None:
         parts.append(_dispatch_part(rt))
-        wanted = durability.split(rt.redis_url)[1]
-        if wanted is not None:
-            try:
-                parts.append(durability.health(rt.store.r, wanted))
-            except StoreUnavailable as exc:
-                parts.append({"name": "durable writes", "ok": False, "detail": str(exc)})
+        try:
+            durable = rt.store.durable_writes()
+        except StoreUnavailable as exc:  # asked for (no I/O otherwise), and the store went away
+            durable = {"name": "durable writes", "ok": False, "detail": str(exc)}
+        if durable is not None:
+            parts.append(durable)
     try:
         kinds = sorted({p.backend for p in rt.config.pools.values()})
     except Exception as exc:  # a broken config is a health problem, not a traceback

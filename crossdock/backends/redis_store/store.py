@@ -34,6 +34,7 @@ from crossdock.backends.redis_store.liveconfig import ConfigRecords
 from crossdock.backends.redis_store.sealing import ENV, SpecSeals
 from crossdock.backends.redis_store.services import ServiceStore
 from crossdock.backends.redis_store.timing import RoundTrip, timed_client
+from crossdock.backends.redis_store import durability
 from crossdock.backends.redis_store.unavailable import answering
 from crossdock.queue.errors import InvalidArgument, LeaseLost, NoSuchJob, StoreUnavailable
 from crossdock.queue.jobstore import DISPATCHER_TTL_SECONDS, REQUEUE_CLEARED, StopRequest, assign_ids
@@ -134,6 +135,12 @@ class JobStore:
         if on_round_trip is None:
             return cls(connect.client(url, **options), prefix, actor, seals)
         return cls(timed_client(url, on_round_trip, **options), prefix, actor, seals)
+
+    def durable_writes(self) -> dict[str, Any] | None:
+        """``crossdock health``'s line for durable writes (:mod:`.durability`); None when the URL
+        asks for none."""
+        wanted = getattr(self.r, "durability", None)
+        return None if wanted is None else durability.health(self.r, wanted)
 
     @contextmanager
     def pipeline(self, transaction: bool = False, lease: str | None = None) -> Iterator[Any]:

@@ -53,31 +53,38 @@ def restart_slurmctld(run: ChaosRun, fault: Fault) -> str:
 DAEMON_OUTAGE_SECONDS = 3.0
 
 
-def kill_slurmd(run: ChaosRun, fault: Fault) -> str:
-    """SIGKILL one cpu node's slurmd (a crash), then start it again, as systemd would."""
+def _crash(run: ChaosRun, daemon: str, binary: str, restart) -> int | None:
+    """SIGKILL the local cluster's ``daemon`` (a crash), keep watching the service for
+    :data:`DAEMON_OUTAGE_SECONDS`, then ``restart(layout)`` it, as systemd would; its pid."""
     from crossdock.dev import slurm as dev
 
     layout = dev.Layout.of(run.env["CROSSDOCK_SLURM_DIR"])
-    node = random.Random(fault.at).choice([n for n in dev.NODES if n.name.startswith("cpu")])
-    pid = live_pid(layout.pidfile(f"slurmd-{node.name}"), "slurmd")
+    pid = live_pid(layout.pidfile(daemon), binary)
     if pid:
         os.kill(pid, signal.SIGKILL)
-    time.sleep(DAEMON_OUTAGE_SECONDS)
-    dev.start_slurmd(layout, node)
+    run.tick(DAEMON_OUTAGE_SECONDS)
+    restart(layout)
+    return pid
+
+
+def kill_slurmd(run: ChaosRun, fault: Fault) -> str:
+    """One cpu node's slurmd: its jobs' slurmstepd go on without it."""
+    from crossdock.dev import slurm as dev
+
+    node = random.Random(fault.at).choice([n for n in dev.NODES if n.name.startswith("cpu")])
+    pid = _crash(run, f"slurmd-{node.name}", "slurmd", lambda layout: dev.start_slurmd(layout, node))
     return f"slurmd of {node.name} (pid {pid}) SIGKILLed, started again after {DAEMON_OUTAGE_SECONDS:.0f}s"
 
 
 def kill_munged(run: ChaosRun, fault: Fault) -> str:
-    """SIGKILL munged: no credential is made or checked until it is back."""
+    """munged: no credential is made or checked until it is back."""
     from crossdock.dev import slurm as dev
 
-    layout = dev.Layout.of(run.env["CROSSDOCK_SLURM_DIR"])
-    pid = live_pid(layout.pidfile("munged"), "munged")
-    if pid:
-        os.kill(pid, signal.SIGKILL)
-    time.sleep(DAEMON_OUTAGE_SECONDS)
-    layout.munge_socket.unlink(missing_ok=True)  # a killed munged leaves its socket behind
-    dev.start_munged(layout)
+    def restart(layout) -> None:
+        layout.munge_socket.unlink(missing_ok=True)  # a killed munged leaves its socket behind
+        dev.start_munged(layout)
+
+    pid = _crash(run, "munged", "munged", restart)
     return f"munged (pid {pid}) SIGKILLed, started again after {DAEMON_OUTAGE_SECONDS:.0f}s"
 
 
