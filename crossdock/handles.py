@@ -34,8 +34,8 @@ if TYPE_CHECKING:
 log = logging.getLogger(__name__)
 
 POLL_SECONDS = 0.2
-"""The watcher's pass interval right after a job ended or a handle came; it grows to
-:data:`IDLE_POLL_SECONDS` while nothing ends."""
+"""The watcher's pass interval right after a job ended or a handle came, and the least between
+two passes; it grows to :data:`IDLE_POLL_SECONDS` while nothing ends."""
 IDLE_POLL_SECONDS = 2.0
 GIVE_UP_SECONDS = 600.0
 """A watcher whose service has not answered for this long stops (the next handle starts it again)."""
@@ -288,6 +288,7 @@ class _Watcher:
                 if not pending:
                     self.thread = None
                     return
+            polled_at = time.monotonic()
             try:
                 jobs = self.client.gateway.jobs(list(pending))
             except Exception as exc:  # noqa: BLE001 - the service away for a while: try again
@@ -317,6 +318,10 @@ class _Watcher:
             delay = POLL_SECONDS if ended or self.woken.is_set() else min(delay * 1.5, IDLE_POLL_SECONDS)
             self.woken.clear()
             self.woken.wait(delay)
+            # a new handle ends the wait early, but passes stay POLL_SECONDS apart: a burst of
+            # submissions is one pass over the watched jobs, not one per submission
+            if (rest := POLL_SECONDS - (time.monotonic() - polled_at)) > 0:
+                time.sleep(rest)
 
 
 _WATCHERS: dict[int, _Watcher] = {}

@@ -13,7 +13,7 @@ from crossdock import signing
 from crossdock.backends.local import gpus
 from crossdock.backends.local.backend import local_nodes
 from crossdock.queue.admission import admit
-from crossdock.queue.bounds import check_job_counts
+from crossdock.queue.bounds import JobCounts
 from crossdock.queue.durations import duration
 from crossdock.queue.errors import InvalidArgument, InvalidJob, PermissionDenied, StoreUnavailable, shown
 from crossdock.queue.models import Job, JobSpec
@@ -76,7 +76,7 @@ def load_inventory(rt: Runtime, store_optional: bool = False) -> list[Node]:
         if not store_optional:
             raise
         nodes = None
-    return list(local_nodes(rt.config, gpus.discover())) if nodes is None else nodes
+    return list(local_nodes(rt.config, gpus.discovered())) if nodes is None else nodes
 
 
 def check(rt: Runtime, specs: Iterable[JobSpec], nodes: Sequence[Node] | None = None,
@@ -147,10 +147,8 @@ def submit(rt: Runtime, specs: Iterable[JobSpec], token: str | None = None,
         raise InvalidArgument(f"idempotency token: {shown(token, 80)} is not a string of 1 to {TOKEN_MAX_CHARS}"
                               " characters; give a UUID")
     jobs = check(rt, specs, nodes, who)
-    adding = Counter(j.spec.user for j in jobs)
-    limits = rt.config.limits
-    return rt.store.submit(jobs, token=token, actor=who.name,
-                           admit=lambda live: check_job_counts(live, adding, limits))
+    counts = JobCounts(Counter(j.spec.user for j in jobs), rt.config.limits)
+    return rt.store.submit(jobs, token=token, actor=who.name, admit=counts)
 
 
 def owned(rt: Runtime, refs: Iterable[str], who: Caller, action: str) -> list[Job]:

@@ -8,6 +8,7 @@ field, the value, the limit and its config key, and what to do.
 
 from __future__ import annotations
 
+from dataclasses import dataclass
 from typing import Mapping
 
 from crossdock.queue.config_limits import Limits
@@ -56,6 +57,27 @@ def check_job_counts(live: Mapping[str, int], adding: Mapping[str, int], limits:
             raise LimitExceeded(over("jobs", f"{have} pending or running + {n} submitted for {owner or 'nobody'!r}",
                                      f"{limits.max_submit_jobs} per user, Slurm's MaxSubmitJobs", "max_submit_jobs",
                                      "wait for some to finish, cancel some, or submit fewer (an array of N counts N)"))
+
+
+@dataclass(frozen=True)
+class JobCounts:
+    """One submission's ``max_submit_jobs`` check, handed to the store: what each owner adds and
+    the most jobs one may have pending or running. The store counts each owner's live jobs in the
+    very step that stores the submission (no other submission between), and refuses with
+    :meth:`check` when :meth:`over`."""
+
+    adding: Mapping[str, int]
+    limits: Limits
+
+    @property
+    def most(self) -> int:
+        return self.limits.max_submit_jobs
+
+    def over(self, live: Mapping[str, int]) -> bool:
+        return any(live.get(o, 0) + n > self.most for o, n in self.adding.items())
+
+    def check(self, live: Mapping[str, int]) -> None:
+        check_job_counts(live, self.adding, self.limits)
 
 
 def request_too_large(where: str, limits: Limits) -> str:

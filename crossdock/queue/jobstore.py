@@ -224,7 +224,16 @@ class RecordsStatuses(Protocol):
 
 
 @runtime_checkable
-class BackendStore(JobReads, JobTransitions, StopRequests, Heartbeats, JobResults, JobOutput, Protocol):
+class Installation(Protocol):
+    """Which store this is, for what a backend leaves behind in a system that outlives a store."""
+
+    def installation(self) -> tuple[str, bool]:
+        """The store's identity (made once) and whether it also answers for jobs a backend tagged
+        before stores had one (true only for a store whose first jobs an earlier release wrote)."""
+
+
+@runtime_checkable
+class BackendStore(JobReads, JobTransitions, StopRequests, Heartbeats, JobResults, JobOutput, Installation, Protocol):
     """What a backend is handed (``BackendContext.store``): the roles its adapters play."""
 
     @property

@@ -67,7 +67,7 @@ def _checked(cfg: ClusterConfig, text: str, source: str) -> Checked:
     from crossdock.backends.local.backend import local_nodes
     from crossdock.queue.probe import dry_cycle
 
-    errors = dry_cycle(cfg, local_nodes(cfg, gpus.discover()), datetime.now(timezone.utc))
+    errors = dry_cycle(cfg, local_nodes(cfg, gpus.discovered()), datetime.now(timezone.utc))
     if errors:
         raise ConfigError(located(errors, text, source))
     return Checked(cfg, text, lint(cfg))

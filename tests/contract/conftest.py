@@ -245,9 +245,7 @@ class SlurmAdapter(ShellVictims, Adapter):
         release_shell(job, exit_code)
 
     def objects(self, job: Job, backend: Any) -> int:
-        from crossdock.backends.slurm.request import job_tag
-
-        return sum(1 for j in backend.own_jobs() if j.comment == job_tag(job.id, job.attempts))
+        return sum(1 for j in backend.own_jobs() if backend.tags.key(j.comment) == backend.tags.job(job.id, job.attempts))
 
 
 class KubernetesAdapter(Adapter):

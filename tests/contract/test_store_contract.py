@@ -56,6 +56,34 @@ def test_submitted_jobs_get_consecutive_ids_and_wait_pending(store):
         store.get(10**9)
 
 
+def test_concurrent_submissions_of_one_owner_stop_exactly_at_the_job_limit(store):
+    """max_submit_jobs counted in the step that stores: 8 clients racing 4 jobs each at a limit
+    of 10 (2 already live) store exactly 8 more, each submission whole or refused whole."""
+    from crossdock.queue.bounds import JobCounts
+    from crossdock.queue.config_limits import Limits
+    from crossdock.queue.errors import LimitExceeded
+
+    user = f"u{uuid.uuid4().hex[:8]}"
+    submitted(store, 2, user)
+    limit = JobCounts({user: 4}, Limits(max_submit_jobs=10))
+    start = threading.Barrier(8)
+
+    def one(_i):
+        jobs = [Job(id=0, spec=JobSpec(command=["true"], user=user)) for _ in range(4)]
+        start.wait()
+        try:
+            return len(store.submit(jobs, admit=limit))
+        except LimitExceeded as exc:
+            assert "+ 4 submitted" in str(exc), exc
+            return 0
+
+    with ThreadPoolExecutor(8) as pool:
+        stored = list(pool.map(one, range(8)))
+    assert sorted(stored) == [0] * 6 + [4, 4]
+    live = [j for j in store.get_many(store.pending_ids()) if j.spec.user == user]
+    assert len(live) == 10
+
+
 # --- transitions -----------------------------------------------------------------------------------
 
 MOVES = [(old, new) for old in (JobState.PENDING, JobState.SCHEDULED, JobState.RUNNING) for new in JobState]

@@ -443,6 +443,31 @@ def test_a_backend_keeps_the_prefix_it_was_built_with(monkeypatch):
     assert theirs.status([job]) == {}  # not theirs, whatever the environment says
 
 
+def test_a_store_started_afresh_does_not_take_an_earlier_stores_jobs_for_its_own():
+    """slurmctld remembers jobs of a store since wiped (ids from 1 again, the same prefix): the new
+    store's job 1 is not the old job 1, whether the old one was tagged before stores had an
+    identity or with the old store's own; it is submitted, and the old ones are foreign."""
+    driver = MemoryDriver()
+    old = [SlurmJob(job_id=7, state="RUNNING", reason="None", exit_code=0, signal=None, comment="crossdock:1:0",
+                    nodes=("cpu1",)),
+           SlurmJob(job_id=8, state="COMPLETED", reason="None", exit_code=3, signal=None,
+                    comment="crossdock:2:0@0ld0ld0ld0ld")]
+    driver.records = list(old)
+    fresh = SlurmBackend(driver, prefix="cd", installation=lambda: ("a1b2c3d4e5f6", False))
+    one, two = _job(job_id=1, attempt=0), _job(job_id=2, attempt=0)
+    assert fresh.find(one) is None and fresh.find(two) is None
+    assert fresh.status([one, two]) == {}  # nothing of theirs reported as ours: both are lost, not "ended"
+    assert fresh.submit(one) == "101" and driver.submitted[-1].comment == "crossdock:1:0@a1b2c3d4e5f6"
+    assert fresh.submit(one) == "101"  # a replay finds its own
+    driver.nodes = driver.partitions = list
+    assert [j.job_id for j in fresh.cluster().foreign_jobs] == [7]  # the old running one holds cpu1
+    # a store an earlier release wrote (an upgrade) still knows its jobs tagged then, and not another store's
+    upgraded = SlurmBackend(driver, prefix="cd", installation=lambda: ("c0ffeec0ffee", True))
+    assert upgraded.find(one) == "7" and upgraded.find(two) is None
+    assert upgraded.status([one])[1].state is JobState.RUNNING
+    assert upgraded.tags.parse("crossdock:1:0") == (1, 0) and upgraded.tags.parse("crossdock:1:0@other") is None
+
+
 class FakeStore:
     """The preemption the backend records (the rest of the store is not needed)."""
 

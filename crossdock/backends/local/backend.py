@@ -24,7 +24,7 @@ from crossdock.queue.snapshot import GpuDevice, Node
 from crossdock.queue.states import JobState
 
 
-def local_nodes(cfg: ClusterConfig, discovered: list[gpu_discovery.DiscoveredGpu] | None) -> tuple[Node, ...]:
+def local_nodes(cfg: ClusterConfig, discovered: Sequence[gpu_discovery.DiscoveredGpu] | None) -> tuple[Node, ...]:
     """Nodes of every local pool. Discovered GPUs replace the declared ones on the first node of
     the first local pool, this machine (the nodes declared after it, in that pool or another, keep
     their declared GPUs: they are not the same devices again); ``cpus: auto`` / ``memory_mib:
@@ -59,12 +59,9 @@ class LocalBackend:
 
     def __init__(self, store: BackendStore, cfg: ClusterConfig, state_dir: Path, env: dict[str, str]):
         self.store, self.cfg, self.state_dir, self.env = store, cfg, state_dir, env
-        self._gpus: list[gpu_discovery.DiscoveredGpu] | None | bool = False
 
     def inventory(self) -> Inventory:
-        if self._gpus is False:
-            self._gpus = gpu_discovery.discover()
-        return Inventory(local_nodes(self.cfg, self._gpus or None))
+        return Inventory(local_nodes(self.cfg, gpu_discovery.discovered() or None))
 
     def submit(self, job: Job, fresh: bool = False) -> str:
         """Start a detached supervisor for this attempt. The caller has claimed the dispatch, so

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import functools
 import logging
 import shutil
 import subprocess
@@ -78,6 +79,14 @@ def discover() -> list[DiscoveredGpu] | None:
     """The GPUs of this machine, or None when no discovery method works (use the config)."""
     found = _nvml()
     return found if found is not None else _nvidia_smi()
+
+
+@functools.cache
+def discovered() -> tuple[DiscoveredGpu, ...] | None:
+    """:func:`discover`, once per process: a submission's admission (before the scheduler's first
+    inventory) and the local backend look once instead of loading NVML or running nvidia-smi each time."""
+    found = discover()
+    return None if found is None else tuple(found)
 
 
 def short_model(name: str) -> str:

@@ -16,10 +16,12 @@ from __future__ import annotations
 
 import threading
 import time
+import uuid
 from contextlib import contextmanager
 from datetime import datetime, timezone
 from typing import Any, Callable, Iterable, Iterator, Mapping, Sequence
 
+from crossdock.queue.bounds import JobCounts
 from crossdock.queue.errors import LeaseLost, NoSuchJob
 from crossdock.queue.jobstore import DISPATCHER_TTL_SECONDS, REQUEUE_CLEARED, StopRequest, assign_ids
 from crossdock.queue.models import ATTEMPTS_KEPT, Attempt, Job
@@ -69,6 +71,7 @@ class MemoryStore:
         self._pending: set[int] = set()
         self._active: set[int] = set()
         self._last_id = 0
+        self._identity = uuid.uuid4().hex[:12]
         self._tokens: dict[tuple[str, str], list[int]] = {}
         self._events: list[dict[str, str]] = []
         self._job_events: dict[int, list[dict[str, str]]] = {}
@@ -104,9 +107,13 @@ class MemoryStore:
     def _live(self, key: tuple[str, Any]) -> bool:
         return self._expiry.get(key, float("-inf")) > self.clock()
 
+    def installation(self) -> tuple[str, bool]:
+        """As ``JobStore.installation``: this store's own identity; it never held an earlier release's jobs."""
+        return self._identity, False
+
     # --- submit and read --------------------------------------------------------------------
     def submit(self, jobs: Sequence[Job], token: str | None = None, actor: str | None = None,
-               admit: Callable[[dict[str, int]], None] | None = None) -> list[Job]:
+               admit: JobCounts | None = None) -> list[Job]:
         """Store new jobs (id 0) with consecutive ids, as ``JobStore.submit``; a token's repeat
         returns the jobs it first stored."""
         with self._lock:
@@ -115,7 +122,8 @@ class MemoryStore:
             if token and key in self._tokens:
                 return self.get_many(self._tokens[key])
             if admit is not None:
-                admit({o: sum(1 for i in self._pending | self._active if self._jobs[i].spec.user == o) for o in owners})
+                admit.check({o: sum(1 for i in self._pending | self._active if self._jobs[i].spec.user == o)
+                             for o in owners})
             stored = assign_ids(jobs, self._last_id + 1)
             self._last_id += len(stored)
             for job in stored:

@@ -21,6 +21,11 @@ class Keys:
         return f"{self.prefix}:format"
 
     @property
+    def installation(self) -> str:
+        """STRING (JSON): the store's identity and whether it knows legacy tags (:meth:`JobStore.installation`)."""
+        return f"{self.prefix}:installation"
+
+    @property
     def format_lock(self) -> str:
         """STRING (with a TTL): the token of the process bringing the store to the current format."""
         return f"{self.prefix}:format:lock"

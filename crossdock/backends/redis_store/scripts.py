@@ -159,3 +159,60 @@ redis.call('HSET', KEYS[6], ARGV[1], ARGV[4])
 redis.call('ZADD', KEYS[7], ARGV[5], ARGV[1])
 return 1
 """
+
+SUBMIT = """
+-- submit: store new jobs, whose ids the caller reserved, in one step: unless the token already
+-- stored a submission, or an owner would go over the job limit (counted here, so no submission
+-- of the same owner comes between the count and the write, and none has to retry).
+-- KEYS[1] idempotency key (any key without a token)   KEYS[2] store format key   KEYS[3] pending zset
+-- KEYS[4] active zset   KEYS[5] all-jobs zset   KEYS[6] global event stream   KEYS[7] installation key
+-- KEYS[8 .. 7+owners] each owner's jobs zset; then 3 per job: its hash, its name index zset,
+--   its array zset (its hash again when it is not an array task)
+-- ARGV[1] "1" with a token   ARGV[2] the token's TTL (s)   ARGV[3] the ids, JSON (the token's value)
+-- ARGV[4] the format to set when there is none ("" = leave it: not the store's first jobs)
+-- ARGV[5] stream max length   ARGV[6] most live jobs per owner ("" = no limit)   ARGV[7] owners
+-- ARGV[8] the installation record to set with the format when there is none
+-- ARGV[9 .. 8+owners] the jobs each owner adds; then per job: id, its owner's number (1-based),
+--   its array position ("" = none), n, n hash fields and values, m, m event fields and values
+-- returns {0, ids JSON} for a token already used (its TTL renewed), {1} when stored,
+--   {2, each owner's live jobs} when one would go over the limit (nothing stored)
+if ARGV[1] == '1' then
+  local first = redis.call('GET', KEYS[1])
+  if first then
+    redis.call('EXPIRE', KEYS[1], ARGV[2])
+    return {0, first}
+  end
+end
+local owners = tonumber(ARGV[7])
+if ARGV[6] ~= '' then
+  local live, over = {2}, false
+  for o = 1, owners do
+    local have = redis.call('ZINTERCARD', 2, KEYS[7 + o], KEYS[3]) + redis.call('ZINTERCARD', 2, KEYS[7 + o], KEYS[4])
+    live[o + 1] = have
+    if have + tonumber(ARGV[8 + o]) > tonumber(ARGV[6]) then over = true end
+  end
+  if over then return live end
+end
+if ARGV[4] ~= '' then
+  redis.call('SET', KEYS[2], ARGV[4], 'NX')
+  redis.call('SET', KEYS[7], ARGV[8], 'NX')
+end
+if ARGV[1] == '1' then redis.call('SET', KEYS[1], ARGV[3], 'EX', ARGV[2]) end
+local a, k = 9 + owners, 8 + owners
+while a <= #ARGV do
+  local id, mine, pos = ARGV[a], KEYS[7 + tonumber(ARGV[a + 1])], ARGV[a + 2]
+  local n = tonumber(ARGV[a + 3])
+  redis.call('HSET', KEYS[k], unpack(ARGV, a + 4, a + 3 + n))
+  a = a + 4 + n
+  redis.call('ZADD', KEYS[5], id, id)
+  redis.call('ZADD', KEYS[3], id, id)
+  redis.call('ZADD', KEYS[k + 1], id, id)
+  redis.call('ZADD', mine, id, id)
+  if pos ~= '' then redis.call('ZADD', KEYS[k + 2], pos, id) end
+  local m = tonumber(ARGV[a])
+  redis.call('XADD', KEYS[6], 'MAXLEN', '~', ARGV[5], '*', 'job', id, unpack(ARGV, a + 1, a + m))
+  a = a + 1 + m
+  k = k + 3
+end
+return {1}
+"""

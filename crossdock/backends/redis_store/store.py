@@ -13,6 +13,7 @@ from __future__ import annotations
 import base64
 import json
 import logging
+import secrets
 import time
 from contextlib import contextmanager
 from dataclasses import dataclass
@@ -36,6 +37,7 @@ from crossdock.backends.redis_store.services import ServiceStore
 from crossdock.backends.redis_store.timing import RoundTrip, timed_client
 from crossdock.backends.redis_store import durability
 from crossdock.backends.redis_store.unavailable import answering
+from crossdock.queue.bounds import JobCounts
 from crossdock.queue.errors import InvalidArgument, LeaseLost, NoSuchJob, StoreUnavailable
 from crossdock.queue.jobstore import DISPATCHER_TTL_SECONDS, REQUEUE_CLEARED, StopRequest, assign_ids
 from crossdock.queue.models import ATTEMPTS_KEPT, REQUEUED, Job
@@ -94,6 +96,10 @@ class Recorded:
     """The state it was in (a transition's)."""
 
 
+def _installation_record(legacy: bool) -> str:
+    return json.dumps({"id": secrets.token_hex(6), "legacy": legacy})
+
+
 class JobStore:
     def __init__(self, client: redis.Redis, prefix: str = "cd", actor: str = "crossdock",
                  seals: SpecSeals | None = None):
@@ -110,6 +116,7 @@ class JobStore:
         self._lease = self.r.register_script(scripts.LEASE)
         self._release = self.r.register_script(scripts.RELEASE)
         self._archive = self.r.register_script(scripts.ARCHIVE)
+        self._submit_script = self.r.register_script(scripts.SUBMIT)
         self.autoscale = AutoscaleRecords(self.r, self.k, STREAM_MAXLEN)
         """The autoscaler's state, last decisions and change events."""
         self.deschedule = DeschedulerRecords(self.r, self.k, STREAM_MAXLEN)
@@ -135,6 +142,19 @@ class JobStore:
         if on_round_trip is None:
             return cls(connect.client(url, **options), prefix, actor, seals)
         return cls(timed_client(url, on_round_trip, **options), prefix, actor, seals)
+
+    def installation(self) -> tuple[str, bool]:
+        """This store's identity, made once (random), and whether it also answers for jobs tagged
+        before stores had one: true for a store whose first jobs an earlier release wrote (an
+        upgrade), false for one that starts with it (its first submission makes it). A backend puts the identity in the tags
+        of what it submits, so a store started afresh never takes an earlier store's jobs, still
+        known to the backend, for its own."""
+        raw = self.r.get(self.k.installation)
+        if raw is None:  # a store's first submission makes it (legacy false): this store predates it
+            self.r.set(self.k.installation, _installation_record(legacy=bool(self.r.exists(self.k.job_counter))), nx=True)
+            raw = self.r.get(self.k.installation)
+        record = json.loads(raw)
+        return record["id"], record["legacy"]
 
     def durable_writes(self) -> dict[str, Any] | None:
         """``crossdock health``'s line for durable writes (:mod:`.durability`); None when the URL
@@ -163,16 +183,17 @@ class JobStore:
 
     # --- submit ----------------------------------------------------------------------------
     def submit(self, jobs: Sequence[Job], token: str | None = None, actor: str | None = None,
-               admit: Callable[[dict[str, int]], None] | None = None) -> list[Job]:
+               admit: JobCounts | None = None) -> list[Job]:
         """Store new jobs atomically and give them ids. ``jobs`` carry id 0 (assigned here).
 
         An array is passed as its task jobs; they get consecutive ids and the first id is the
         array job id. With ``token``, a repeated submission returns the jobs first created; the
         token is the owners' own (another user's same token is another submission). ``admit``
-        is handed each owner's jobs pending or running, read in the same transaction, and may
-        refuse (raise) before anything is stored. A store that does not answer raises
-        :class:`StoreUnavailable`; whether the jobs were stored is then unknown, and a retry with
-        the same token settles it.
+        (``max_submit_jobs``) counts each owner's jobs pending or running in the step that stores
+        the jobs, and refuses before anything is stored. One script stores it all, so concurrent
+        submissions of one owner queue in Redis instead of retrying on each other's writes. A
+        store that does not answer raises :class:`StoreUnavailable`; whether the jobs were stored
+        is then unknown, and a retry with the same token settles it.
         """
         actor = actor or self.actor
         owners = sorted({j.spec.user for j in jobs})
@@ -184,37 +205,33 @@ class JobStore:
                             ) from exc.__cause__
 
     def _submit(self, jobs: Sequence[Job], owners: Sequence[str], idem: str | None, token: str | None, actor: str,
-                admit: Callable[[dict[str, int]], None] | None) -> list[Job]:
-        fresh = None  # the store's first jobs: it is this release's from the start (its format key)
-        while True:
-            with self.r.pipeline() as pipe:
-                try:
-                    watched = [idem] if idem else []
-                    if admit is not None:
-                        watched += [self.k.user_jobs(o) for o in owners]
-                    if watched:
-                        pipe.watch(*watched)
-                    first = pipe.get(idem) if idem else None
-                    if first is not None:
-                        # a write (the token's lease renewed): under durable writes its WAIT also
-                        # covers the first submission, which may not have reached a replica yet
-                        self.r.expire(idem, IDEMPOTENCY_TTL_S)
-                        return self._replayed(json.loads(first), token or "")
-                    if admit is not None:
-                        admit(self._live_counts(pipe, owners))
-                    last = self.r.incrby(self.k.job_counter, len(jobs))
-                    stored = assign_ids(jobs, last - len(jobs) + 1)
-                    fresh = last == len(jobs) if fresh is None else fresh
-                    pipe.multi()
-                    if fresh:
-                        pipe.set(self.k.store_format, STORE_FORMAT, nx=True)
-                    if idem:
-                        pipe.set(idem, json.dumps([j.id for j in stored]), ex=IDEMPOTENCY_TTL_S)
-                    self._write_new(pipe, stored, actor)
-                    pipe.execute()
-                    return stored
-                except redis.WatchError:
-                    continue
+                admit: JobCounts | None) -> list[Job]:
+        if idem and (first := self.r.get(idem)) is not None:  # a replay reserves no ids (the script checks again)
+            return self._replayed(self._replay(idem, first), token or "")
+        last = self.r.incrby(self.k.job_counter, len(jobs))
+        stored = assign_ids(jobs, last - len(jobs) + 1)
+        ids = json.dumps([j.id for j in stored])
+        keys = [idem or self.k.store_format, self.k.store_format, self.k.pending, self.k.active, self.k.all_jobs,
+                self.k.events, self.k.installation, *(self.k.user_jobs(o) for o in owners)]
+        args: list[Any] = [1 if idem else 0, IDEMPOTENCY_TTL_S, ids, STORE_FORMAT if last == len(jobs) else "",
+                           STREAM_MAXLEN, "" if admit is None else admit.most, len(owners),
+                           _installation_record(legacy=False),
+                           *(admit.adding.get(o, 0) if admit else 0 for o in owners)]
+        self._new_jobs(stored, actor, {o: i + 1 for i, o in enumerate(owners)}, keys, args)
+        answer = self._submit_script(keys=keys, args=args)
+        if int(answer[0]) == 0:
+            return self._replayed(json.loads(answer[1]), token or "")
+        if int(answer[0]) == 2:
+            assert admit is not None
+            admit.check(dict(zip(owners, (int(n) for n in answer[1:]))))
+            raise AssertionError("the submit script refused a submission within the job limit")
+        return stored
+
+    def _replay(self, idem: str, first: str) -> list[int]:
+        # a write (the token's lease renewed): under durable writes its WAIT also covers the
+        # first submission, which may not have reached a replica yet
+        self.r.expire(idem, IDEMPOTENCY_TTL_S)
+        return json.loads(first)
 
     def _replayed(self, ids: list[int], token: str) -> list[Job]:
         """The jobs a token first stored; refused once they left the hot keys (archived)."""
@@ -225,29 +242,20 @@ class JobStore:
                                   " moved to history (crossdock history); use a new token")
         return jobs
 
-    def _live_counts(self, pipe: Any, owners: Sequence[str]) -> dict[str, int]:
-        """Each owner's jobs pending or running (the two sets are disjoint), on a watching pipeline."""
-        counts = {}
-        for owner in owners:
-            mine = self.k.user_jobs(owner)
-            counts[owner] = (int(pipe.execute_command("ZINTERCARD", 2, mine, self.k.pending))
-                             + int(pipe.execute_command("ZINTERCARD", 2, mine, self.k.active)))
-        return counts
-
-    def _write_new(self, pipe: Any, jobs: Sequence[Job], actor: str) -> None:
+    def _new_jobs(self, jobs: Sequence[Job], actor: str, owner_no: Mapping[str, int], keys: list[str],
+                  args: list[Any]) -> None:
+        """Each job's keys and arguments for the submit script (:data:`scripts.SUBMIT`)."""
         now = time.time()
         for job in jobs:
             ev = {"event": "submitted", "actor": actor, "to": job.state.value, "time": now}
             sealed = self.seals.fields(job) if self.seals is not None else {}
-            h = job_to_hash(job, sealed.get("spec"))
-            pipe.hset(self.k.job(job.id), mapping={**h, **sealed, FIRST: event_json(ev, now)})
-            pipe.zadd(self.k.all_jobs, {job.id: job.id})
-            pipe.zadd(self.k.pending, {job.id: job.id})
-            pipe.zadd(self.k.by_name(job.spec.user, job.spec.display_name()), {job.id: job.id})
-            pipe.zadd(self.k.user_jobs(job.spec.user), {job.id: job.id})
-            if job.array_job_id is not None:
-                pipe.zadd(self.k.array(job.array_job_id), {job.id: job.array_task_id or 0})
-            pipe.xadd(self.k.events, {"job": job.id, **ev}, maxlen=STREAM_MAXLEN, approximate=True)
+            fields = {**job_to_hash(job, sealed.get("spec")), **sealed, FIRST: event_json(ev, now)}
+            array = job.array_job_id is not None
+            keys += [self.k.job(job.id), self.k.by_name(job.spec.user, job.spec.display_name()),
+                     self.k.array(job.array_job_id) if array else self.k.job(job.id)]
+            args += [job.id, owner_no[job.spec.user], (job.array_task_id or 0) if array else "",
+                     2 * len(fields), *(x for kv in fields.items() for x in kv),
+                     2 * len(ev), *(x for kv in ev.items() for x in kv)]
 
     # --- read ------------------------------------------------------------------------------
     def get(self, job_id: int) -> Job:

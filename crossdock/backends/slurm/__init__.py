@@ -92,4 +92,5 @@ def from_config(config: ClusterConfig | None, store: StopRequests | None = None,
 def create(ctx: Any) -> SlurmBackend:
     # the tags carry the prefix of the store this backend serves, not whatever the process's
     # environment says later (a process may hold two installations' runtimes)
-    return from_config(ctx.config, ctx.store, ctx.environ, prefix=ctx.child_env.get("CROSSDOCK_PREFIX"))
+    return from_config(ctx.config, ctx.store, ctx.environ, prefix=ctx.child_env.get("CROSSDOCK_PREFIX"),
+                       installation=ctx.store.installation)

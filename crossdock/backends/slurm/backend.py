@@ -1,6 +1,6 @@
 """The Slurm backend: inventory, idempotent dispatch, batched follow, cancel and preempt.
 
-Every job crossdock submits carries ``crossdock:<job id>:<attempt>`` in its Slurm comment.
+Every job crossdock submits carries ``crossdock:<job id>:<attempt>@<installation>`` in its Slurm comment (:class:`Tags`).
 Before submitting, the backend looks for that tag, so a dispatch task that runs twice (a
 Celery retry, a worker that died after sbatch returned) finds the job instead of submitting
 it again. While slurmctld is unreachable, submission retries (looking for the tag again
@@ -57,11 +57,10 @@ from crossdock.backends.slurm.driver import (
 )
 from crossdock.backends.slurm.request import (
     array_file_patterns,
+    Tags,
     build_request,
-    group_tag,
     groupable,
     job_tag,
-    parse_tag,
 )
 from crossdock.backends.slurm.rest import RestDriver
 from crossdock.backends.slurm.states import format_array_tasks, translate
@@ -129,11 +128,15 @@ class SlurmBackend(PowerSave, StartEstimates):
         clock: Callable[[], float] = time.monotonic,
         sleep: Callable[[float], None] = time.sleep,
         prefix: str | None = None,
+        installation: Callable[[], tuple[str, bool]] | None = None,
     ):
         self.driver = driver
         # the tags' installation prefix, fixed here: a process holding two installations' backends
         # (or whose environment changes later) still tags and finds each one's own jobs
         self.prefix = os.environ.get("CROSSDOCK_PREFIX", "cd") if prefix is None else prefix
+        self._installation, self._tags = installation, None
+        """The store's identity and whether it knows legacy tags (:class:`Tags`), asked once, when
+        first needed (a backend is built before the store may answer)."""
         self.config = config
         self.store = store
         self.preempt_policy = preempt_policy
@@ -157,6 +160,13 @@ class SlurmBackend(PowerSave, StartEstimates):
         transport = "unix" if driver == "rest-unix" else "jwt"
         return cls(RestDriver.from_env(env, transport=transport, fallback=cli), **kwargs)
 
+    @property
+    def tags(self) -> Tags:
+        if self._tags is None:
+            ident, legacy = self._installation() if self._installation is not None else ("", True)
+            self._tags = Tags(self.prefix, ident, legacy)
+        return self._tags
+
     # --- pools ------------------------------------------------------------------------------
 
     def _slurm_pools(self) -> dict[str, str]:
@@ -175,7 +185,7 @@ class SlurmBackend(PowerSave, StartEstimates):
 
     def cluster(self) -> ClusterView:
         nodes, partitions, jobs = self.driver.nodes(), self.driver.partitions(), self.driver.jobs()
-        foreign = [j for j in jobs if parse_tag(j.comment, self.prefix) is None and translate(j.state).state.active]
+        foreign = [j for j in jobs if self.tags.key(j.comment) is None and translate(j.state).state.active]
         return ClusterView(partitions, nodes, foreign)
 
     def inventory(self) -> Inventory:
@@ -256,13 +266,12 @@ class SlurmBackend(PowerSave, StartEstimates):
         the idempotency lookup; a driver without ``own_jobs`` lists everything."""
         prefix = job_tag(0, 0, self.prefix).rsplit(":", 2)[0] + ":"
         own = getattr(self.driver, "own_jobs", None)
-        if own is not None:
-            return own(prefix)
-        return [j for j in self.driver.jobs() if j.comment.startswith(prefix)]
+        listed = own(prefix) if own is not None else [j for j in self.driver.jobs() if j.comment.startswith(prefix)]
+        return [j for j in listed if self.tags.key(j.comment) is not None]
 
     def find(self, job: Job, jobs: Iterable[SlurmJob] | None = None) -> str | None:
         """The Slurm job id of ``job``'s current attempt if it was already submitted."""
-        return self._tagged(self.own_jobs() if jobs is None else jobs).get(job_tag(job.id, job.attempts, self.prefix))
+        return self._tagged(self.own_jobs() if jobs is None else jobs).get(self.tags.job(job.id, job.attempts))
 
     def submit(
         self,
@@ -285,9 +294,9 @@ class SlurmBackend(PowerSave, StartEstimates):
             nodelist=nodelist if nodelist is not None else (job.nodes or None),
             slurm_ids=slurm_ids,
             gpu_types=self.gpu_types(job),
-            prefix=self.prefix,
+            tags=self.tags,
         )
-        return self._submit_once(job_tag(job.id, job.attempts, self.prefix), request, lookup=not fresh)
+        return self._submit_once(self.tags.job(job.id, job.attempts), request, lookup=not fresh)
 
     def submit_array(self, tasks: Sequence[Job], throttle: int | None = None, fresh: bool = False) -> dict[int, str]:
         """Tasks of one crossdock array (same attempt) as one Slurm array; returns crossdock job
@@ -317,22 +326,22 @@ class SlurmBackend(PowerSave, StartEstimates):
         whole = first.model_copy(update={"id": first.array_job_id, "array_job_id": None, "array_task_id": None,
                                          "nodes": [], "gpu_ids": []})
         request = build_request(whole, partition=self.partition_of(first), gpu_types=self.gpu_types(whole),
-                                prefix=self.prefix)
+                                tags=self.tags)
         # File names carry crossdock's array id, as when its tasks are dispatched one by one.
         stdout, stderr = array_file_patterns(first.spec, first.array_job_id)
         env = {k: v for k, v in request.env.items() if k != "CROSSDOCK_JOB_ID"}  # one task's id: not the group's
         env["CROSSDOCK_ARRAY_JOB_ID"] = str(first.array_job_id)
+        tag = self.tags.group(first.array_job_id, first.attempts,
+                              None if first.spec.array is None or ids[0] == min(first.spec.array.task_ids) else ids[0])
         request = replace(
             request,
             env=env,
-            comment=group_tag(first.array_job_id, first.attempts,
-                              None if first.spec.array is None or ids[0] == min(first.spec.array.task_ids) else ids[0],
-                              self.prefix),
+            comment=self.tags.written(tag),
             array=format_array_tasks(ids, throttle),
             stdout=stdout,
             stderr=stderr,
         )
-        slurm_id = self._submit_once(request.comment, request, lookup=not fresh)
+        slurm_id = self._submit_once(tag, request, lookup=not fresh)
         return {t.id: f"{slurm_id}_{t.array_task_id}" for t in tasks}
 
     def _submit_tasks(self, tasks: Sequence[Job], throttle: int | None, fresh: bool) -> dict[int, str]:
@@ -343,10 +352,10 @@ class SlurmBackend(PowerSave, StartEstimates):
         refs: dict[int, str] = {}
         for n, task in enumerate(ordered):
             request = build_request(task, partition=self.partition_of(task), gpu_types=self.gpu_types(task),
-                                    prefix=self.prefix)
+                                    tags=self.tags)
             if throttle and n >= throttle:
                 request = replace(request, dependency=f"afterany:{refs[ordered[n - throttle].id]}")
-            refs[task.id] = self._submit_once(request.comment, request, lookup=not fresh)
+            refs[task.id] = self._submit_once(self.tags.job(task.id, task.attempts), request, lookup=not fresh)
         return refs
 
     def _submit_once(self, tag: str, request: SubmitRequest, lookup: bool = True) -> str:
@@ -375,10 +384,10 @@ class SlurmBackend(PowerSave, StartEstimates):
     def submit_many(self, jobs: list[Job], *, partition: str | None = None) -> list[str]:
         """Submit a batch: one lookup for the whole batch, then submissions in parallel."""
         known = self._tagged(self.own_jobs())
-        refs: list[str | None] = [known.get(job_tag(j.id, j.attempts, self.prefix)) for j in jobs]
+        refs: list[str | None] = [known.get(self.tags.job(j.id, j.attempts)) for j in jobs]
         todo = [i for i, ref in enumerate(refs) if ref is None]
         requests = {i: build_request(jobs[i], partition=partition or self.partition_of(jobs[i]),
-                                     gpu_types=self.gpu_types(jobs[i]), prefix=self.prefix) for i in todo}
+                                     gpu_types=self.gpu_types(jobs[i]), tags=self.tags) for i in todo}
         with ThreadPoolExecutor(max_workers=self.parallelism) as pool:
             for i, job_id in zip(todo, pool.map(lambda i: self.driver.submit(requests[i]), todo)):
                 refs[i] = str(job_id)
@@ -388,7 +397,7 @@ class SlurmBackend(PowerSave, StartEstimates):
         """(crossdock array id, attempt) → the Slurm array ids of its groups."""
         found: dict[tuple[int, int], list[str]] = {}
         for j in jobs:
-            tag = parse_tag(j.comment, self.prefix)
+            tag = self.tags.parse(j.comment)
             if tag is not None and j.array_job_id is not None:
                 ids = found.setdefault(tag, [])
                 if str(j.array_job_id) not in ids:
@@ -399,8 +408,8 @@ class SlurmBackend(PowerSave, StartEstimates):
         """crossdock tag → Slurm job id (the array job id for arrays)."""
         found: dict[str, str] = {}
         for j in jobs:
-            if parse_tag(j.comment, self.prefix) is not None:
-                found.setdefault(j.comment, str(j.array_job_id or j.job_id))
+            if (key := self.tags.key(j.comment)) is not None:
+                found.setdefault(key, str(j.array_job_id or j.job_id))
         return found
 
     # --- control ----------------------------------------------------------------------------
@@ -528,7 +537,7 @@ class SlurmBackend(PowerSave, StartEstimates):
                 groups = self._groups(records) if groups is None else groups
                 ref = _task_ref(job, groups, lambda refs: self._status_refs(refs, records))
             if ref is None:
-                ref = tagged.get(job_tag(job.id, job.attempts, self.prefix))
+                ref = tagged.get(self.tags.job(job.id, job.attempts))
             if ref is not None:
                 refs[job.id] = ref
         found = self._status_refs(list(refs.values()), records)
@@ -604,7 +613,7 @@ class SlurmBackend(PowerSave, StartEstimates):
         by_ref: dict[str, JobStatus] = {}
         arrays: dict[str, dict[int, JobStatus]] = {}
         for j in records:
-            for status in _statuses(j, self.prefix):
+            for status in _statuses(j, self.tags):
                 by_ref[status.ref] = status
                 # A meta record with no task left to name (slurmrestd shows one for a throttled
                 # array whose pending tasks were cancelled) stands for no task.
@@ -614,7 +623,7 @@ class SlurmBackend(PowerSave, StartEstimates):
         missing = [r for r in wanted if r not in arrays and r not in by_ref]
         if missing and self._has_accounting():
             for j in self.driver.history(missing):  # type: ignore[attr-defined]
-                for status in _statuses(j, self.prefix):
+                for status in _statuses(j, self.tags):
                     by_ref.setdefault(status.ref, status)
         result: dict[str, JobStatus] = {}
         for ref in wanted:
@@ -641,7 +650,7 @@ def _task_ref(job: Job, groups: Mapping[tuple[int, int], list[str]],
     return next((r for r in candidates if found[r].state is not None), None)
 
 
-def _statuses(j: SlurmJob, prefix: str) -> list[JobStatus]:
+def _statuses(j: SlurmJob, tags: Tags) -> list[JobStatus]:
     translated = translate(j.state, j.reason)
     finished = translated.state.terminal or translated.state == JobState.PREEMPTED
     common = dict(
@@ -652,7 +661,7 @@ def _statuses(j: SlurmJob, prefix: str) -> list[JobStatus]:
         slurm_state=j.state,
         nodes=j.nodes,
         restarts=j.restarts,
-        tag=parse_tag(j.comment, prefix),
+        tag=tags.parse(j.comment),
     )
     if j.array_pending_tasks:
         return [JobStatus(ref=f"{j.array_job_id}_{t}", **common) for t in j.array_pending_tasks]

@@ -1,7 +1,8 @@
 """A crossdock job (spec, id, attempt) → one Slurm submission (:class:`SubmitRequest`).
 
-The job's tag ``crossdock[/<prefix>]:<job id>:<attempt>`` goes into Slurm's ``--comment``: the same
-dispatch replayed finds the job it already submitted by that tag instead of submitting twice.
+The job's tag ``crossdock[/<prefix>]:<job id>:<attempt>@<installation>`` goes into Slurm's
+``--comment``: the same dispatch replayed finds the job it already submitted by that tag instead
+of submitting twice. ``<installation>`` is the store's own identity (:class:`Tags`).
 """
 
 from __future__ import annotations
@@ -11,6 +12,7 @@ import re
 import shlex
 import sys
 from collections.abc import Mapping
+from dataclasses import dataclass
 from datetime import datetime
 from pathlib import Path
 
@@ -58,6 +60,48 @@ def parse_tag(comment: str, prefix: str | None = None) -> tuple[int, int] | None
     A group of array tasks gives (array job id, attempt)."""
     m = re.match(rf"^{re.escape(_tag_prefix(prefix))}:(\d+):(\d+)(?::\d+)?$", comment or "")
     return (int(m[1]), int(m[2])) if m else None
+
+
+@dataclass(frozen=True)
+class Tags:
+    """How one installation tags its Slurm jobs and knows them again.
+
+    A tag names the key prefix and the job, and ends with ``@<installation>``, the identity of the
+    store that made it: a store started afresh (ids from 1 again) beside a slurmctld that still
+    remembers an earlier store's jobs of the same prefix does not take them for its own (it once
+    did: job 1 "ended" with the other job 1's exit code and never ran). ``legacy``: also know tags
+    without an identity, written before there were any; true only for a store that held jobs
+    when it got its identity (an upgrade), so that its jobs in flight are still found.
+
+    Tags are compared in their *key* form, without the identity (:meth:`key`): a job tagged by the
+    previous release and one tagged now are the same job."""
+
+    prefix: str | None = None
+    installation: str = ""
+    legacy: bool = True
+
+    def job(self, job_id: int, attempt: int) -> str:
+        """The key form of a job's tag (compare with :meth:`key`)."""
+        return job_tag(job_id, attempt, self.prefix)
+
+    def group(self, array_job_id: int, attempt: int, first_task: int | None) -> str:
+        return group_tag(array_job_id, attempt, first_task, self.prefix)
+
+    def written(self, key: str) -> str:
+        """The comment to submit with: the key form and this installation's identity."""
+        return f"{key}@{self.installation}" if self.installation else key
+
+    def key(self, comment: str) -> str | None:
+        """The key form of ``comment`` when it is this installation's tag, else None."""
+        base, at, ident = (comment or "").partition("@")
+        if at and ident != self.installation or not at and self.installation and not self.legacy:
+            return None
+        return base if parse_tag(base, self.prefix) is not None else None
+
+    def parse(self, comment: str) -> tuple[int, int] | None:
+        """(job id, attempt) of this installation's tag, else None (see :func:`parse_tag`)."""
+        key = self.key(comment)
+        return None if key is None else parse_tag(key, self.prefix)
 
 
 def render_script(spec: JobSpec) -> str:
@@ -173,7 +217,7 @@ def build_request(
     slurm_ids: Mapping[int, str] | None = None,
     workdir: str | None = None,
     gpu_types: Mapping[str, str] | None = None,
-    prefix: str | None = None,
+    tags: Tags | None = None,
 ) -> SubmitRequest:
     """The submission for ``job``'s current attempt, placed on ``partition``/``nodelist``.
 
@@ -201,7 +245,7 @@ def build_request(
     return SubmitRequest(
         script=render_script(spec),
         name=spec.display_name(),
-        comment=job_tag(job.id, job.attempts, prefix),
+        comment=(tags := tags or Tags()).written(tags.job(job.id, job.attempts)),
         workdir=spec.workdir or workdir or os.getcwd(),
         partition=partition or spec.partition,
         nodelist=tuple(nodelist if nodelist is not None else spec.nodelist),

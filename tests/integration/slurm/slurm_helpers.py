@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import itertools
+import random
 import time
 from collections.abc import Callable
 from pathlib import Path
@@ -12,7 +13,10 @@ from crossdock.backends.slurm import JobStatus, SlurmBackend
 from crossdock.queue.models import Job
 
 DRIVERS = ["cli", "rest"]
-_ids = itertools.count(int(time.time() * 1000) % 10**9)
+_ids = itertools.count(random.SystemRandom().randrange(10**9, 10**12))
+"""Job ids of this test process: a random start, so that two processes (xdist workers, whose
+backends share the default tag prefix) never make the same ids. (A start from the clock once
+did: workers started within a second overlapped, and each took the other's job for its own.)"""
 
 
 def next_job_id() -> int:

@@ -14,7 +14,6 @@ import yaml
 
 from crossdock import service
 from crossdock.backends.slurm.cli import parse_scontrol_job
-from crossdock.backends.slurm.request import parse_tag
 from crossdock.queue.models import ArraySpec, JobSpec
 from crossdock.queue.states import JobState
 
@@ -65,7 +64,8 @@ def fitting(tmp_path, redis_url, monkeypatch):
 
 def slurm_records(rt, array_job_id: int):
     """Slurm's records (``scontrol show job -o``) of this crossdock array, any attempt or group."""
-    return [j for j in rt.backends("slurm").driver.jobs() if (parse_tag(j.comment) or (None,))[0] == array_job_id]
+    slurm = rt.backends("slurm")
+    return [j for j in slurm.driver.jobs() if (slurm.tags.parse(j.comment) or (None,))[0] == array_job_id]
 
 
 def stamps(tmp_path: Path, array_job_id: int, task: int) -> tuple[float, float]:
@@ -113,7 +113,8 @@ def test_throttle_reaches_slurm_as_array_task_throttle(queued, tmp_path):
         assert time.monotonic() < deadline, "tasks never dispatched"
         time.sleep(0.2)
     lines = rt.backends("slurm").driver._run(["scontrol", "show", "job", "-o"]).splitlines()
-    mine = [ln for ln in lines if ln.startswith("JobId=") and (parse_tag(parse_scontrol_job(ln).comment) or (0,))[0]
+    tags = rt.backends("slurm").tags
+    mine = [ln for ln in lines if ln.startswith("JobId=") and (tags.parse(parse_scontrol_job(ln).comment) or (0,))[0]
             == array_id]
     assert mine and all("ArrayTaskThrottle=2" in ln for ln in mine)
     assert len({parse_scontrol_job(ln).array_job_id for ln in mine}) == 1

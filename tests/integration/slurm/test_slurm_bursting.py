@@ -20,7 +20,6 @@ import yaml
 from crossdock import service
 from crossdock.backends.fake import CAPABILITIES as FAKE_CAPABILITIES
 from crossdock.backends.fake.backend import FakeBackend
-from crossdock.backends.slurm.request import parse_tag
 from crossdock.queue.models import JobSpec
 from crossdock.queue.states import JobState
 from crossdock.workers import tasks as worker_tasks
@@ -119,7 +118,7 @@ def test_overflow_bursts_to_kubernetes_while_slurm_is_saturated_and_comes_back_a
          timeout=90)
     assert {store.get(j.id).pool for j in back} == {"hpc"}
     # A job never on both: each has objects in exactly one backend, for one attempt.
-    in_slurm = {parse_tag(j.comment)[0] for j in slurm.own_jobs() if parse_tag(j.comment)}
+    in_slurm = {slurm.tags.parse(j.comment)[0] for j in slurm.own_jobs() if slurm.tags.parse(j.comment)}
     in_kube = {obj.job_id for obj in kube.jobs.values()}
     for job in [*overflow, *back]:
         assert (job.id in in_slurm) != (job.id in in_kube), job.id
