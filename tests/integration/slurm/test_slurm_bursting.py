@@ -1,68 +1,88 @@
-"""Bursting on the real Slurm cluster: a queue whose pools are a Slurm partition and a Kubernetes
-pool sends the jobs that fit nowhere to Kubernetes while Slurm's own estimate (``sbatch
---test-only``) is far, takes them back once the partition drains, and never puts a job on both.
+"""Bursting between the real Slurm cluster and the real Kubernetes plane: a queue whose pools are a
+Slurm partition and a Kubernetes pool (one kwok node of its own, 8 CPUs) sends the jobs that fit
+nowhere to Kubernetes while Slurm's own estimate (``sbatch --test-only``) is far, takes them back
+once the partition drains, and never puts a job on both.
 
-The Kubernetes side is the fake backend standing in as kind ``k8s`` (its pool's nodes declared,
-its jobs in memory): what is under test is the routing, Slurm's estimate and the leader's wiring;
-the store, the scheduling cycle, the dispatch tasks and the follower are the real ones, run in
-this process (cycle and follow driven step by step).
+The store, the scheduling cycle, both backends, the dispatch tasks and the follower are the real
+ones, run in this process (cycle and follow driven step by step); the Kubernetes jobs are pods
+that kwok runs for the seconds their job asks.
 """
 
 from __future__ import annotations
 
+import secrets
 import time
 import uuid
-from dataclasses import replace
 
 import pytest
 import yaml
 
 from crossdock import service
-from crossdock.backends.fake import CAPABILITIES as FAKE_CAPABILITIES
-from crossdock.backends.fake.backend import FakeBackend
+from crossdock.backends.kubernetes import manifests as m
+from crossdock.dev.k8s.nodes import NodePool
 from crossdock.queue.models import JobSpec
 from crossdock.queue.states import JobState
 from crossdock.workers import tasks as worker_tasks
 from crossdock.workers import leader
 from crossdock.workers.leader import Scheduler
+from tests.waiting import eventually
 
-pytestmark = [pytest.mark.slurm, pytest.mark.autoscale, pytest.mark.redis]
-
-CONFIG = {
-    "priority_classes": {"batch": {"value": 500}},
-    "pools": {"hpc": {"backend": "slurm", "partition": "gpu-l4", "backend_queue": 10},
-              "kube": {"backend": "k8s", "selector": {"pool": "cpu"}, "backend_queue": 10,
-                       "nodes": [{"name": "kube-0", "cpus": 8, "memory_mib": 16000}]}},
-    "queues": {"burst": {"priority_class": "batch", "pools": ["hpc", "kube"]},
-               "slurm_only": {"priority_class": "batch", "pools": ["hpc"]},
-               "kube_only": {"priority_class": "batch", "pools": ["kube"]}},
-    "default_queue": "burst",
-    "autoscaler": {"burst_margin_seconds": 60},
-    "scheduler": {"interval_seconds": 0.3, "lease_seconds": 2},
-}
+pytestmark = [pytest.mark.slurm, pytest.mark.kubernetes, pytest.mark.hybrid, pytest.mark.autoscale,
+              pytest.mark.redis]
 
 
-class KubeStandIn(FakeBackend):
-    """The fake backend as a Kubernetes pool: a queue of its own (pods may wait), no estimator."""
-
-    kind = "k8s"
-    capabilities = replace(FAKE_CAPABILITIES, backend_queue=True)
+def config(tag: str) -> dict:
+    return {
+        "priority_classes": {"batch": {"value": 500}},
+        "pools": {"hpc": {"backend": "slurm", "partition": "gpu-l4", "backend_queue": 10},
+                  "kube": {"backend": "k8s", "selector": {"crossdock.io/pool": tag}, "backend_queue": 10}},
+        "queues": {"burst": {"priority_class": "batch", "pools": ["hpc", "kube"]},
+                   "slurm_only": {"priority_class": "batch", "pools": ["hpc"]},
+                   "kube_only": {"priority_class": "batch", "pools": ["kube"]}},
+        "default_queue": "burst",
+        "autoscaler": {"burst_margin_seconds": 60},
+        "scheduler": {"interval_seconds": 0.3, "lease_seconds": 2},
+    }
 
 
 @pytest.fixture
-def crossdock(slurm_cluster, tmp_path, redis_url, monkeypatch):
+def kube_pool(k8s_client):
+    """One kwok node of 8 CPUs under a label of its own, and a namespace; both gone afterwards."""
+    from kubernetes import client
+
+    core = client.CoreV1Api(k8s_client)
+    tag = f"bu{secrets.token_hex(3)}"
+    [node] = NodePool(tag, 1, cpu="8", memory="16Gi").nodes()
+    namespace = f"cd-burst-{uuid.uuid4().hex[:8]}"
+    core.create_namespace(client.V1Namespace(metadata=client.V1ObjectMeta(name=namespace)))
+    core.create_node(node)
+    try:
+        eventually("the kwok node Ready", lambda: any(c.type == "Ready" and c.status == "True" for c in
+                                                      core.read_node(node["metadata"]["name"]).status.conditions or []))
+        eventually("the namespace's service account", lambda: core.list_namespaced_service_account(namespace).items)
+        yield tag, namespace
+    finally:
+        client.BatchV1Api(k8s_client).delete_collection_namespaced_job(namespace, propagation_policy="Background")
+        core.delete_collection_namespaced_pod(namespace, grace_period_seconds=0)
+        core.delete_node(node["metadata"]["name"])
+        core.delete_namespace(namespace)
+
+
+@pytest.fixture
+def crossdock(slurm_cluster, kube_pool, k8s_kubeconfig, tmp_path, redis_url, monkeypatch):
     from crossdock.runtime import Runtime
 
+    tag, namespace = kube_pool
     cfg = tmp_path / "crossdock.yaml"
-    cfg.write_text(yaml.safe_dump(CONFIG))
+    cfg.write_text(yaml.safe_dump(config(tag)))
     env = {"CROSSDOCK_REDIS_URL": redis_url, "CROSSDOCK_STATE_DIR": str(tmp_path / "state"),
            "CROSSDOCK_CONFIG": str(cfg), "CROSSDOCK_PREFIX": f"b{uuid.uuid4().hex[:10]}",
-           "CROSSDOCK_SLURM_ENV": slurm_cluster["CROSSDOCK_SLURM_ENV"]}
+           "CROSSDOCK_SLURM_ENV": slurm_cluster["CROSSDOCK_SLURM_ENV"],
+           "CROSSDOCK_KUBECONFIG": str(k8s_kubeconfig), "CROSSDOCK_K8S_NAMESPACE": namespace,
+           "CROSSDOCK_K8S_TTL_SECONDS": "600"}
     for k, v in env.items():
         monkeypatch.setenv(k, v)
     rt = Runtime.from_env(start_redis=False)
-    kube = KubeStandIn(rt.config, rt.store)
-    rt.backends.use("k8s", kube)
     monkeypatch.setattr(worker_tasks, "runtime", lambda: rt)  # the dispatch tasks run in this process
 
     def send(name: str, args: list, kind: str) -> None:
@@ -70,7 +90,7 @@ def crossdock(slurm_cluster, tmp_path, redis_url, monkeypatch):
 
     monkeypatch.setattr(leader, "INVENTORY_REFRESH_SECONDS", 0.0)  # read the backends every step
     sched = Scheduler(rt, send)
-    sched.kube = kube
+    sched.namespace = namespace
     yield sched
     for job in rt.store.get_many(rt.store.active_ids()):
         if job.backend == "slurm":
@@ -96,7 +116,7 @@ def spec(tmp_path, queue: str, *, sleep: int = 1, limit_s: int = 120, fake_run_s
 
 
 def test_overflow_bursts_to_kubernetes_while_slurm_is_saturated_and_comes_back_as_it_drains(crossdock, jobs_dir):
-    sched, rt, kube = crossdock, crossdock.rt, crossdock.kube
+    sched, rt = crossdock, crossdock.rt
     store = rt.store
     # Saturate both: a 10-minute-limit job on the Slurm node, a long one on the Kubernetes node.
     hog, = service.submit(rt, [spec(jobs_dir, "slurm_only", sleep=20, limit_s=600)])
@@ -119,7 +139,8 @@ def test_overflow_bursts_to_kubernetes_while_slurm_is_saturated_and_comes_back_a
     assert {store.get(j.id).pool for j in back} == {"hpc"}
     # A job never on both: each has objects in exactly one backend, for one attempt.
     in_slurm = {slurm.tags.parse(j.comment)[0] for j in slurm.own_jobs() if slurm.tags.parse(j.comment)}
-    in_kube = {obj.job_id for obj in kube.jobs.values()}
+    kjobs = rt.backends("k8s").batch.list_namespaced_job(sched.namespace).items
+    in_kube = {int(kj.metadata.labels[m.LABEL_JOB_ID]) for kj in kjobs if m.LABEL_JOB_ID in kj.metadata.labels}
     for job in [*overflow, *back]:
         assert (job.id in in_slurm) != (job.id in in_kube), job.id
         assert store.get(job.id).attempts == 1
