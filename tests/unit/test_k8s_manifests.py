@@ -98,6 +98,20 @@ def test_name_labels_and_annotations_identify_the_attempt() -> None:
     assert man["metadata"]["annotations"] == {m.ANNOTATION_NAME: "resnet", m.ANNOTATION_USER: "ada"}
 
 
+def test_objects_carry_their_stores_identity_and_only_its_own_are_its_own() -> None:
+    import dataclasses
+
+    man = job(42).manifest(dataclasses.replace(OPTS, installation="a1b2c3d4e5f6"))
+    for labels in (man["metadata"]["labels"], man["spec"]["template"]["metadata"]["labels"]):
+        assert labels[m.LABEL_INSTALLATION] == "a1b2c3d4e5f6"
+    assert m.LABEL_INSTALLATION not in job(42).manifest()["metadata"]["labels"]  # no identity: none labelled
+    mine, theirs, unlabelled = {m.LABEL_INSTALLATION: "a1b2c3d4e5f6"}, {m.LABEL_INSTALLATION: "0ld0ld0ld0ld"}, {}
+    # a store started afresh: its own objects only
+    assert [m.owned_by(x, "a1b2c3d4e5f6", False) for x in (mine, theirs, unlabelled)] == [True, False, False]
+    # an upgraded store: also those made before stores had an identity
+    assert [m.owned_by(x, "a1b2c3d4e5f6", True) for x in (mine, theirs, unlabelled)] == [True, False, True]
+
+
 def test_same_job_gives_the_same_manifest() -> None:
     a, b = job().gpus(2, "A100").manifest(), job().gpus(2, "A100").manifest()
     assert json.dumps(a, sort_keys=True) == json.dumps(b, sort_keys=True)

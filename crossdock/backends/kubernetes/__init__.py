@@ -95,4 +95,4 @@ def from_config(config: ClusterConfig, store: StopRequests | None = None, enviro
 
 
 def create(ctx: Any) -> KubernetesBackend:
-    return from_config(ctx.config, ctx.store, ctx.environ)
+    return from_config(ctx.config, ctx.store, ctx.environ, installation=ctx.store.installation)

@@ -27,7 +27,7 @@ import json
 import logging
 import pwd
 import threading
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from typing import Any
 
@@ -113,8 +113,10 @@ class KubernetesBackend(ServiceReplicas):
                  store: StopRequests | None = None, image: str = "python:3.11-slim",
                  ttl_seconds_after_finished: int | None = 3600,
                  deadline_slack_seconds: int = 300, watch: bool = True, sync_timeout: float = 30.0,
-                 karpenter_node_class: str | None = None, drain_seconds: float = 5.0) -> None:
+                 karpenter_node_class: str | None = None, drain_seconds: float = 5.0,
+                 installation: Callable[[], tuple[str, bool]] | None = None) -> None:
         self.config = config
+        self._installation, self._identity = installation, None
         self.drain_seconds = drain_seconds
         """How long a draining replica stays up after leaving its Service (``replicas.py``)."""
         self.api = api_client
@@ -178,8 +180,21 @@ class KubernetesBackend(ServiceReplicas):
         return DeploymentFleets(self.api, api_error).scale(fleet, replicas, frozenset(busy))
 
     # --- dispatch ---------------------------------------------------------------------------
+    @property
+    def identity(self) -> tuple[str, bool]:
+        """The store's identity and whether it answers for unlabelled objects (``m.owned_by``),
+        asked once, when first needed."""
+        if self._identity is None:
+            self._identity = self._installation() if self._installation is not None else ("", True)
+        return self._identity
+
+    def ours(self, obj: Mapping[str, Any]) -> bool:
+        """Whether ``obj`` (a pod or Job crossdock made) is this store's, not an earlier store's."""
+        return m.owned_by(_labels(obj), *self.identity)
+
     def manifest(self, job: Job, array_tasks: Sequence[Job] | None = None) -> dict[str, Any]:
-        opts = m.Options(**{**self.options.__dict__, "gpu_products": self.gpu_products()})
+        opts = m.Options(**{**self.options.__dict__, "gpu_products": self.gpu_products(),
+                            "installation": self.identity[0]})
         try:
             return m.build(job, self.config, opts, array_tasks=array_tasks, owner_ids=owner_ids(job.spec.user))
         except ValueError as exc:
@@ -206,7 +221,7 @@ class KubernetesBackend(ServiceReplicas):
         except Exception as exc:  # noqa: BLE001
             raise api_error(exc, f"reading Job {ref}") from exc
         labels = _labels(existing)
-        if any(labels.get(k) != v for k, v in expect.items()):
+        if any(labels.get(k) != v for k, v in expect.items()) or not self.ours(existing):
             raise SubmitFailed(f"Job {ref} exists but is not this attempt's (labels {labels}); "
                                "delete it or use another namespace")
         log.info("Job %s already exists: replayed dispatch", ref)
@@ -339,6 +354,7 @@ class KubernetesBackend(ServiceReplicas):
         try:
             pods, _ = list_all(lambda **kw: self.core.list_namespaced_pod(self.namespace, **kw),
                                label_selector=f"{m.LABEL_JOB_ID}={job.id},{m.LABEL_ATTEMPT}={job.attempts}")
+            pods = [p for p in pods if self.ours(p)]
             if not pods and job.array_job_id is not None:
                 _, kjobs = self._objects()
                 found = _array_tasks(kjobs).get((job.id, job.attempts))
@@ -388,7 +404,7 @@ class KubernetesBackend(ServiceReplicas):
                     continue
                 sel = ",".join(filter(None, [f"{m.LABEL_MANAGED_BY}={m.MANAGED_BY}", selector]))
                 pods, _ = list_all(lambda **kw: self.core.list_namespaced_pod(self.namespace, **kw), label_selector=sel)
-                budget = eviction.budget_of(pdb, eviction.job_ids_of(pods))
+                budget = eviction.budget_of(pdb, eviction.job_ids_of([p for p in pods if self.ours(p)]))
                 if budget is not None:
                     out.append(budget)
             return out
@@ -443,8 +459,9 @@ class KubernetesBackend(ServiceReplicas):
             jobs: dict[str, tuple[dict[str, Any], bool]] = {}
             for obj in jobs_inf.objects():
                 name = obj["metadata"]["name"]
-                jobs[name] = jobs_inf.get(self.namespace, name)  # type: ignore[assignment]
-            return pods_inf.objects(), jobs
+                if self.ours(obj):
+                    jobs[name] = jobs_inf.get(self.namespace, name)  # type: ignore[assignment]
+            return [p for p in pods_inf.objects() if self.ours(p)], jobs
         sel = f"{m.LABEL_MANAGED_BY}={m.MANAGED_BY}"
         try:
             pods, _ = list_all(lambda **kw: self.core.list_namespaced_pod(self.namespace, **kw), label_selector=sel)
@@ -452,7 +469,7 @@ class KubernetesBackend(ServiceReplicas):
                                    label_selector=sel)
         except Exception as exc:  # noqa: BLE001
             raise api_error(exc, "listing crossdock's pods and Jobs") from exc
-        return pods, {j["metadata"]["name"]: (j, False) for j in raw_jobs}
+        return [p for p in pods if self.ours(p)], {j["metadata"]["name"]: (j, False) for j in raw_jobs if self.ours(j)}
 
     def status(self, jobs: Sequence[Job]) -> dict[int, BackendStatus]:
         pods, kjobs = self._objects()

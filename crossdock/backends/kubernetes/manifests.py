@@ -35,6 +35,9 @@ LABEL_GROUP = "crossdock.io/group"
 LABEL_ARRAY_JOB = "crossdock.io/array-job-id"
 LABEL_ARRAY_TASK = "crossdock.io/array-task-id"
 LABEL_MANAGED_BY = "app.kubernetes.io/managed-by"
+LABEL_INSTALLATION = "crossdock.io/installation"
+"""The identity of the store whose job an object is (``JobStore.installation``): a store started
+afresh in a namespace that still holds an earlier store's objects does not take them for its own."""
 MANAGED_BY = "crossdock"
 ANNOTATION_NAME = "crossdock.io/name"
 ANNOTATION_USER = "crossdock.io/user"
@@ -148,6 +151,15 @@ class Options:
     gpu_products: Mapping[str, tuple[str, ...]] = field(default_factory=dict)
     """Lower-case model → ``nvidia.com/gpu.product`` values seen on nodes (from the inventory)."""
     service_account: str | None = None
+    installation: str = ""
+    """The store's identity, labelled on every object ("": none, as before stores had one)."""
+
+
+def owned_by(labels: Mapping[str, str], installation: str, legacy: bool) -> bool:
+    """Whether an object with ``labels`` is the job of the store ``installation``: labelled with
+    it, or with none when that store also answers for objects made before stores had one."""
+    found = labels.get(LABEL_INSTALLATION)
+    return found == installation if found is not None else legacy or not installation
 
 
 def _quantity_cpu(milli: int) -> str:
@@ -323,9 +335,11 @@ def rendezvous_environment(job: Job) -> dict[str, str]:
             "PET_MASTER_PORT": str(RENDEZVOUS_PORT)}
 
 
-def _labels(job: Job, pool_name: str, group: str) -> dict[str, str]:
+def _labels(job: Job, pool_name: str, group: str, installation: str = "") -> dict[str, str]:
     labels = {LABEL_MANAGED_BY: MANAGED_BY, LABEL_JOB_ID: str(job.id), LABEL_ATTEMPT: str(job.attempts),
               LABEL_GROUP: group, LABEL_POOL: _label_value(pool_name)}
+    if installation:
+        labels[LABEL_INSTALLATION] = installation
     if job.queue:
         labels[LABEL_QUEUE] = _label_value(job.queue)
     if job.array_job_id is not None:
@@ -363,7 +377,7 @@ def build(job: Job, cfg: ClusterConfig, opts: Options = Options(), *,
     pool_name, pool = pool_of(job, cfg)
     array = array_tasks is not None and len(array_tasks) > 0
     group = group_of(job)
-    labels = _labels(job, pool_name, group)
+    labels = _labels(job, pool_name, group, opts.installation)
     if array:
         labels.pop(LABEL_JOB_ID)
         labels.pop(LABEL_ARRAY_TASK, None)

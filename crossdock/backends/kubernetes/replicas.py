@@ -23,12 +23,14 @@ log = logging.getLogger(__name__)
 
 
 class ServiceReplicas:
-    """Mixed into ``KubernetesBackend`` (which sets ``core``, ``namespace`` and ``drain_seconds``)."""
+    """Mixed into ``KubernetesBackend`` (which sets ``core``, ``namespace`` and ``drain_seconds``,
+    and says which pods are its store's: ``ours``)."""
 
     core: client.CoreV1Api
     namespace: str
     drain_seconds: float
     clock: Callable[[], float] = staticmethod(time.time)
+    ours: Callable[[Any], bool]
 
     def _service_error(self, exc: BaseException, what: str) -> Exception:
         from crossdock.backends.kubernetes.backend import api_error
@@ -82,6 +84,7 @@ class ServiceReplicas:
         sel = f"{m.LABEL_JOB_ID}={job.id},{m.LABEL_ATTEMPT}={job.attempts}"
         try:
             pods, _ = list_all(lambda **kw: self.core.list_namespaced_pod(self.namespace, **kw), label_selector=sel)
+            pods = [p for p in pods if self.ours(p)]
             drained = 0
             for pod in pods:
                 if ((pod.get("metadata") or {}).get("labels") or {}).get(serving.LABEL_SERVING) == "false":

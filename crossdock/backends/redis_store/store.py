@@ -146,11 +146,11 @@ class JobStore:
     def installation(self) -> tuple[str, bool]:
         """This store's identity, made once (random), and whether it also answers for jobs tagged
         before stores had one: true for a store whose first jobs an earlier release wrote (an
-        upgrade), false for one that starts with it (its first submission makes it). A backend puts the identity in the tags
-        of what it submits, so a store started afresh never takes an earlier store's jobs, still
-        known to the backend, for its own."""
+        upgrade), false for one that starts with it (its first submission makes it). A backend
+        puts the identity in the tags of what it submits, so a store started afresh never takes
+        an earlier store's jobs, still known to the backend, for its own."""
         raw = self.r.get(self.k.installation)
-        if raw is None:  # a store's first submission makes it (legacy false): this store predates it
+        if raw is None:  # none yet: a store that already holds jobs had them from an earlier release
             self.r.set(self.k.installation, _installation_record(legacy=bool(self.r.exists(self.k.job_counter))), nx=True)
             raw = self.r.get(self.k.installation)
         record = json.loads(raw)

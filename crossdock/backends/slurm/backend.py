@@ -1,6 +1,7 @@
 """The Slurm backend: inventory, idempotent dispatch, batched follow, cancel and preempt.
 
-Every job crossdock submits carries ``crossdock:<job id>:<attempt>@<installation>`` in its Slurm comment (:class:`Tags`).
+Every job crossdock submits carries ``crossdock:<job id>:<attempt>@<installation>`` in its Slurm
+comment (:class:`Tags`).
 Before submitting, the backend looks for that tag, so a dispatch task that runs twice (a
 Celery retry, a worker that died after sbatch returned) finds the job instead of submitting
 it again. While slurmctld is unreachable, submission retries (looking for the tag again

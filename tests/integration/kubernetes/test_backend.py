@@ -68,6 +68,13 @@ def cfg() -> ClusterConfig:
     return parse_config(CONFIG)
 
 
+@pytest.fixture(scope="module", autouse=True)
+def priority_classes(k8s_client: client.ApiClient, cfg: ClusterConfig) -> None:
+    """The config's PriorityClasses, for every test here (one alone on a fresh plane too: without
+    them the Job controller creates no pod)."""
+    KubernetesBackend(cfg, k8s_client, watch=False).sync_priority_classes()
+
+
 @pytest.fixture
 def backend(k8s_client: client.ApiClient, k8s_namespace: str, cfg: ClusterConfig) -> Iterator[KubernetesBackend]:
     b = KubernetesBackend(cfg, k8s_client, namespace=k8s_namespace, ttl_seconds_after_finished=None,
@@ -550,6 +557,34 @@ def _duplicate(core: client.CoreV1Api, ns: str, pod: client.V1Pod) -> None:
            "spec": {**raw["spec"], "schedulingGates": [{"name": once.GATE}]}}
     dup["spec"].pop("nodeName", None)
     core.create_namespaced_pod(ns, dup)
+
+
+def test_a_store_started_afresh_does_not_take_an_earlier_stores_objects_for_its_own(
+        k8s_client: client.ApiClient, k8s_namespace: str, cfg: ClusterConfig) -> None:
+    """The namespace still holds the Job of an earlier store's job 7 (made before stores had an
+    identity); a store started afresh (ids from 1 again) gets its own job 7: it is not told that
+    Job's outcome, and its dispatch is refused with the fix rather than taking the Job over. A
+    store that an earlier release wrote (an upgrade) still follows it."""
+    core = client.CoreV1Api(k8s_client)
+    job = make_job("preprocessing", run_seconds=0.5)
+    earlier = KubernetesBackend(cfg, k8s_client, namespace=k8s_namespace, watch=False)
+    earlier.submit(job)
+    assert wait_state(earlier, job, JobState.COMPLETED).state is JobState.COMPLETED
+    fresh = KubernetesBackend(cfg, k8s_client, namespace=k8s_namespace, watch=False,
+                              installation=lambda: ("a1b2c3d4e5f6", False))
+    assert fresh.status([job]) == {}  # not its job: the follower finds it lost, not ended
+    with pytest.raises(SubmitFailed, match="not this attempt's.*another namespace"):
+        fresh.submit(job)
+    upgraded = KubernetesBackend(cfg, k8s_client, namespace=k8s_namespace, watch=False,
+                                 installation=lambda: ("c0ffeec0ffee", True))
+    assert upgraded.status([job])[job.id].state is JobState.COMPLETED
+    # the fresh store's own jobs carry its identity and are its own, watched or listed
+    mine = make_job("preprocessing", run_seconds=0.5)
+    fresh.submit(mine)
+    assert {p.metadata.labels[m.LABEL_INSTALLATION] for p in wait_for(
+        "its pod", lambda: pods_of(core, k8s_namespace, mine))} == {"a1b2c3d4e5f6"}
+    assert wait_state(fresh, mine, JobState.COMPLETED).state is JobState.COMPLETED
+    assert upgraded.status([mine]) == {}
 
 
 @pytest.mark.parametrize("when", ["before-release", "after-release"])

@@ -77,7 +77,8 @@ def test_retention_frees_the_store(store):
         finished(store, name=f"n{i}")
     store.expire_finished(min_age_seconds=0, history_seconds=86400)
     left = [k for k in store.r.scan_iter(f"{store.k.prefix}:*")
-            if not k.startswith((store.k.history, store.k.events, store.k.job_counter, store.k.store_format))]
+            if not k.startswith((store.k.history, store.k.events, store.k.job_counter, store.k.store_format,
+                                 store.k.installation))]
     assert left == []
 
 
