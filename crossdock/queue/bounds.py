@@ -64,7 +64,7 @@ class JobCounts:
     """One submission's ``max_submit_jobs`` check, handed to the store: what each owner adds and
     the most jobs one may have pending or running. The store counts each owner's live jobs in the
     very step that stores the submission (no other submission between), and refuses with
-    :meth:`check` when :meth:`over`."""
+    :meth:`check` when an owner's live jobs and those it adds are over :attr:`most`."""
 
     adding: Mapping[str, int]
     limits: Limits
@@ -72,9 +72,6 @@ class JobCounts:
     @property
     def most(self) -> int:
         return self.limits.max_submit_jobs
-
-    def over(self, live: Mapping[str, int]) -> bool:
-        return any(live.get(o, 0) + n > self.most for o, n in self.adding.items())
 
     def check(self, live: Mapping[str, int]) -> None:
         check_job_counts(live, self.adding, self.limits)

@@ -151,7 +151,8 @@ class JobStore:
         an earlier store's jobs, still known to the backend, for its own."""
         raw = self.r.get(self.k.installation)
         if raw is None:  # none yet: a store that already holds jobs had them from an earlier release
-            self.r.set(self.k.installation, _installation_record(legacy=bool(self.r.exists(self.k.job_counter))), nx=True)
+            legacy = bool(self.r.exists(self.k.job_counter))
+            self.r.set(self.k.installation, _installation_record(legacy), nx=True)
             raw = self.r.get(self.k.installation)
         record = json.loads(raw)
         return record["id"], record["legacy"]
@@ -211,11 +212,12 @@ class JobStore:
         last = self.r.incrby(self.k.job_counter, len(jobs))
         stored = assign_ids(jobs, last - len(jobs) + 1)
         ids = json.dumps([j.id for j in stored])
+        fresh = last == len(jobs)  # the store's first jobs: its format and identity are this release's
         keys = [idem or self.k.store_format, self.k.store_format, self.k.pending, self.k.active, self.k.all_jobs,
                 self.k.events, self.k.installation, *(self.k.user_jobs(o) for o in owners)]
-        args: list[Any] = [1 if idem else 0, IDEMPOTENCY_TTL_S, ids, STORE_FORMAT if last == len(jobs) else "",
+        args: list[Any] = [1 if idem else 0, IDEMPOTENCY_TTL_S, ids, STORE_FORMAT if fresh else "",
                            STREAM_MAXLEN, "" if admit is None else admit.most, len(owners),
-                           _installation_record(legacy=False),
+                           _installation_record(legacy=False) if fresh else "",
                            *(admit.adding.get(o, 0) if admit else 0 for o in owners)]
         self._new_jobs(stored, actor, {o: i + 1 for i, o in enumerate(owners)}, keys, args)
         answer = self._submit_script(keys=keys, args=args)

@@ -91,17 +91,21 @@ class Tags:
         """The comment to submit with: the key form and this installation's identity."""
         return f"{key}@{self.installation}" if self.installation else key
 
+    def _base(self, comment: str) -> str | None:
+        """``comment`` less its identity when the identity is this installation's (or absent and
+        legacy tags are known), else None."""
+        base, at, ident = (comment or "").partition("@")
+        return None if at and ident != self.installation or not at and self.installation and not self.legacy else base
+
     def key(self, comment: str) -> str | None:
         """The key form of ``comment`` when it is this installation's tag, else None."""
-        base, at, ident = (comment or "").partition("@")
-        if at and ident != self.installation or not at and self.installation and not self.legacy:
-            return None
-        return base if parse_tag(base, self.prefix) is not None else None
+        base = self._base(comment)
+        return base if base is not None and parse_tag(base, self.prefix) is not None else None
 
     def parse(self, comment: str) -> tuple[int, int] | None:
         """(job id, attempt) of this installation's tag, else None (see :func:`parse_tag`)."""
-        key = self.key(comment)
-        return None if key is None else parse_tag(key, self.prefix)
+        base = self._base(comment)
+        return None if base is None else parse_tag(base, self.prefix)
 
 
 def render_script(spec: JobSpec) -> str:
