@@ -68,7 +68,7 @@ def nodes_ready(api: Api, expected: set[str]) -> bool:
         return False
     ready = set()
     for node in body.get("items", []):
-        conditions = {c["type"]: c["status"] for c in node.get("status", {}).get("conditions", [])}
+        conditions = {c["type"]: c["status"] for c in (node.get("status") or {}).get("conditions") or []}
         taints = {t["key"] for t in node.get("spec", {}).get("taints", []) or []}
         if conditions.get("Ready") == "True" and not any(t.startswith("node.kubernetes.io/") for t in taints):
             ready.add(node["metadata"]["name"])

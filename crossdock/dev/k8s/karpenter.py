@@ -87,8 +87,9 @@ def install_crds(api: Api, timeout: float) -> None:
     def established() -> bool:
         for name in names:
             code, body = api.request("GET", f"{CRD_PATH}/{name}")
-            conds = {c["type"]: c["status"] for c in (body or {}).get("status", {}).get("conditions", [])} \
-                if code == 200 else {}
+            # a CRD just created may answer with no status yet, or with its conditions null
+            status = ((body or {}).get("status") or {}) if code == 200 else {}
+            conds = {c["type"]: c["status"] for c in status.get("conditions") or []}
             if conds.get("Established") != "True":
                 return False
         return True

@@ -211,7 +211,7 @@ def _node_ready(api: Api) -> bool:
     code_l, lease = api.request("GET", f"/apis/coordination.k8s.io/v1/namespaces/kube-node-lease/leases/{NAME}")
     if code != 200 or code_l != 200:
         return False
-    conditions = {c["type"]: c for c in node.get("status", {}).get("conditions", [])}
+    conditions = {c["type"]: c for c in (node.get("status") or {}).get("conditions") or []}
     ready = conditions.get("Ready", {})
     return (ready.get("status") == "True" and ready.get("reason") == "KubeletReady"
             and node["status"].get("nodeInfo", {}).get("kubeletVersion") == versions()["KUBERNETES_VERSION"]
