@@ -59,6 +59,36 @@ class NodeDecl(_Cfg):
     gpus: int = Field(0, ge=0, le=MAX_NODE_GPUS)
     gpu_model: str | None = None
     labels: dict[str, str] = Field(default_factory=dict)
+    cpuset: str | None = Field(None, max_length=1024, description="local backend: the machine's CPUs this node's"
+                               " jobs are pinned to, in Linux's list format (0-3,8); several nodes may split one machine")
+
+    @field_validator("cpuset")
+    @classmethod
+    def _cpuset(cls, v: str | None) -> str | None:
+        if v is not None:
+            cpu_list(v)  # raises ValueError naming what is wrong
+        return v
+
+    @model_validator(mode="after")
+    def _cpus_fit_the_cpuset(self) -> NodeDecl:
+        if self.cpuset is not None and isinstance(self.cpus, int) and self.cpus > len(cpu_list(self.cpuset)):
+            raise ValueError(f"cpus {self.cpus} is more than the {len(cpu_list(self.cpuset))} CPUs of cpuset"
+                             f" {self.cpuset!r}; declare cpus: {len(cpu_list(self.cpuset))} or a larger cpuset")
+        return self
+
+
+def cpu_list(text: str) -> frozenset[int]:
+    """The CPUs of a Linux CPU list (``0-3,8``, as ``taskset -c`` and ``cpuset.cpus`` write them)."""
+    cpus: set[int] = set()
+    for part in text.split(","):
+        lo, sep, hi = part.strip().partition("-")
+        if not lo.isdigit() or (sep and not hi.isdigit()) or (sep and int(hi) < int(lo)):
+            raise ValueError(f"{text!r} is not a CPU list: {part.strip()!r} is neither N nor N-M (M >= N);"
+                             " write it as taskset -c does, e.g. 0-3,8")
+        if int(hi or lo) >= MAX_NODE_CPUS:
+            raise ValueError(f"{text!r}: CPU {int(hi or lo)} is beyond {MAX_NODE_CPUS - 1}")
+        cpus.update(range(int(lo), int(hi or lo) + 1))
+    return frozenset(cpus)
 
 
 class NodeTemplate(_Cfg):

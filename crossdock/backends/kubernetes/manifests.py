@@ -24,6 +24,7 @@ from crossdock.backends.kubernetes import once, serving
 from crossdock.queue.config import ClusterConfig, Pool
 from crossdock.queue.models import Job
 from crossdock.queue.sbatch_extras import constraint_terms
+from crossdock.queue.scheduler.request import cpu_milli
 from crossdock.queue.slurm_env import batch_environment
 
 LABEL_JOB_ID = "crossdock.io/job-id"
@@ -169,10 +170,7 @@ def _quantity_cpu(milli: int) -> str:
 def resources(job: Job, cfg: ClusterConfig, opts: Options) -> dict[str, dict[str, str]]:
     """Requests and limits of one worker pod (one node's share of the job)."""
     spec = job.spec
-    queue = cfg.queues.get(job.queue)
-    cpu_limit = spec.cpus_per_node() * 1000
-    ratio = queue.cpu_request_ratio if queue is not None else 1.0
-    cpu_request = max(1, int(cpu_limit * ratio))
+    cpu_request, cpu_limit = cpu_milli(job, cfg)
     mem = spec.mem_per_node(cfg.scheduler.default_mem_per_cpu_mib * spec.cpus_per_node())
     requests = {"cpu": _quantity_cpu(cpu_request)}
     limits = {"cpu": _quantity_cpu(cpu_limit)}

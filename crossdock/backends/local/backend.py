@@ -19,6 +19,7 @@ from crossdock.backends.local import resources, spawner, workspace
 from crossdock.backends.local.record import record
 from crossdock.queue.config import ClusterConfig
 from crossdock.queue.models import Job
+from crossdock.queue.scheduler.request import cpu_milli
 from crossdock.queue.serving import ServiceSpec
 from crossdock.queue.snapshot import GpuDevice, Node
 from crossdock.queue.states import JobState
@@ -65,9 +66,14 @@ class LocalBackend:
 
     def submit(self, job: Job, fresh: bool = False) -> str:
         """Start a detached supervisor for this attempt. The caller has claimed the dispatch, so
-        a redelivered task never gets here twice for one attempt."""
+        a redelivered task never gets here twice for one attempt. The supervisor holds the job to
+        its CPU request and limit (:mod:`.cpulimit`), as a pod's are."""
         logdir = private_dir(self.state_dir / "log")
-        args = [str(job.id), str(job.attempts), str(self.cfg.scheduler.kill_wait_seconds)]
+        request, limit = cpu_milli(job, self.cfg)
+        args = [str(job.id), str(job.attempts), str(self.cfg.scheduler.kill_wait_seconds), f"--cpu={request}:{limit}"]
+        cpuset = self._cpuset(job.nodes[0] if job.nodes else None)
+        if cpuset:
+            args.append(f"--cpuset={cpuset}")
         log_path = logdir / f"supervisor-{job.id}.log"
         if spawner.spawn(self.state_dir, args, self.env, log_path):  # forked, imports already done
             return f"local:{socket.gethostname()}"
@@ -76,6 +82,15 @@ class LocalBackend:
                                     env=self.env, stdin=subprocess.DEVNULL, stdout=log, stderr=log, close_fds=True)
             proc.wait()  # the daemonizing parent exits at once
         return f"local:{socket.gethostname()}"
+
+    def _cpuset(self, node: str | None) -> str | None:
+        """The CPUs the config pins node ``node``'s jobs to (its ``cpuset``), if any."""
+        for pool in self.cfg.pools.values():
+            if pool.backend == self.kind:
+                for d in pool.nodes or ():
+                    if d.name == node:
+                        return d.cpuset
+        return None
 
     def cancel(self, job: Job) -> None:
         """The supervisor sees the cancel request within a heartbeat and stops the job."""

@@ -30,6 +30,7 @@ from pathlib import Path
 
 from crossdock import signing
 from crossdock.backends.local import replica as service_replica, workspace
+from crossdock.backends.local.cpulimit import CpuLimit
 from crossdock.backends.local.memlimit import MemoryLimit
 from crossdock.backends.local.environment import job_environment, output_paths
 from crossdock.jobtools.srun import steps_file
@@ -40,6 +41,7 @@ from crossdock.backends.pypayload import checkpoint_context, verified_payload
 from crossdock.backends.redis_store.embedded import private_dir
 from crossdock.backends.redis_store.sealing import BAD_SEAL, SpecSeals
 from crossdock.backends.redis_store.store import JobStore
+from crossdock.queue.config import cpu_list
 from crossdock.queue.errors import CrossdockError, StoreUnavailable
 from crossdock.queue.jobstore import JobResults, StopRequest
 from crossdock.queue.models import Job
@@ -154,8 +156,13 @@ class StoreLink:
 
 
 class Supervisor:
-    def __init__(self, store: JobStore, state_dir: Path, kill_wait: float, give_up_seconds: float = GIVE_UP_SECONDS):
+    def __init__(self, store: JobStore, state_dir: Path, kill_wait: float, give_up_seconds: float = GIVE_UP_SECONDS,
+                 cpu: tuple[int, int] | None = None, cpuset: frozenset[int] | None = None):
         self.store, self.state_dir, self.kill_wait = store, state_dir, kill_wait
+        self.cpu_milli = cpu
+        """The attempt's CPU (request, limit) in millicores, from the backend; None: not confined."""
+        self.cpuset = cpuset
+        """The CPUs its node is pinned to (the node's ``cpuset``); None: all of this machine's."""
         self.give_up_seconds = give_up_seconds
         self.link = StoreLink()
         self.running_recorded = False
@@ -165,6 +172,7 @@ class Supervisor:
         """Cancelled while being dispatched (before RUNNING got through)."""
         self.memory: MemoryLimit | None = None
         """The attempt's memory limit, when the job asked for memory."""
+        self.cpu: CpuLimit | None = None
         self.output: OutputPump | None = None
         """A Python job's output, on its way to the store."""
 
@@ -187,17 +195,24 @@ class Supervisor:
                                                                 None, None, time.time()), ws)
         node = job.nodes[0] if job.nodes else socket.gethostname()
         mem_mib = job.spec.mem_per_node()  # 0: no request (--mem=0 is the whole node, as in Slurm)
+        cgroup = f"crossdock-{job_id}-{attempt}-{os.getpid()}"  # one supervisor's: unique across installations
         if mem_mib:
-            self.memory = MemoryLimit.create(mem_mib * 1024 * 1024, f"crossdock-{job_id}-{attempt}")
+            self.memory = MemoryLimit.create(mem_mib * 1024 * 1024, cgroup)
+        if self.cpu_milli is not None:
+            self.cpu = CpuLimit.create(*self.cpu_milli, cgroup, self.memory)
         try:
+            cpus = self._cpus()
             proc, files = self._start(job, node, ws)
         except (OSError, ValueError, CrossdockError) as exc:
             failed = workspace.Outcome(JobState.FAILED, f"LaunchFailed: {exc}", 127, None, None, time.time())
-            if self.memory is not None:
-                self.memory.close()
+            self._release_cgroups()
             return self._finish(job, attempt, failed, ws)
         if self.memory is not None:
             self.memory.attach(proc.pid)
+        if self.cpu is not None:
+            self.cpu.attach(proc.pid)
+        if cpus is not None:
+            _pin(proc.pid, cpus)
         workspace.record_watcher(ws, proc.pid)
         started, ref = time.time(), f"local:{socket.gethostname()}:{proc.pid}"
         self._mark_running(job, attempt, proc, ref)
@@ -209,16 +224,31 @@ class Supervisor:
         for f in files:
             f.close()
         self.steps_file.unlink(missing_ok=True)  # srun's step counter, if the job ran srun
-        if self.memory is not None:
-            self.memory.close()
-            if ending == "exit" and self.memory.exceeded:  # the kernel's OOM killer may end it between polls
-                ending = "oom"
+        self._release_cgroups()
+        if self.memory is not None and ending == "exit" and self.memory.exceeded:  # the OOM killer, between polls
+            ending = "oom"
         if ending == "stale":
             log.warning("job %s attempt %s moved on while the store was out of reach; stopped it", job_id, attempt)
             return 0
         outcome = self._outcome(proc.returncode, ending, started, ref,
                                 self.memory.peak_kib if self.memory is not None else None)
         return self._finish(job, attempt, outcome, ws)
+
+    def _cpus(self) -> frozenset[int] | None:
+        """The CPUs to pin the job to: its node's cpuset, of those this supervisor may use."""
+        if self.cpuset is None:
+            return None
+        usable = self.cpuset & set(os.sched_getaffinity(0))
+        if not usable:
+            raise ValueError(f"the node's cpuset {sorted(self.cpuset)} has none of this machine's usable CPUs"
+                             f" {sorted(os.sched_getaffinity(0))}; fix the node's cpuset in the config")
+        return frozenset(usable)
+
+    def _release_cgroups(self) -> None:
+        if self.cpu is not None:  # first: on cgroup v2 the memory limit's cgroup may be the one they share
+            self.cpu.close()
+        if self.memory is not None:
+            self.memory.close()
 
     def _until_answered(self, call):
         """``call()`` once the store answers; None when it stays unreachable past the give-up time."""
@@ -413,6 +443,14 @@ class Supervisor:
         return 0
 
 
+def _pin(pid: int, cpus: frozenset[int]) -> None:
+    """Pin the job's first process (what it starts from now on inherits the mask)."""
+    try:
+        os.sched_setaffinity(pid, cpus)
+    except OSError as exc:  # it ended already
+        log.info("could not pin process %s to CPUs %s: %s", pid, sorted(cpus), exc)
+
+
 def _read(path: Path) -> bytes:
     try:
         return path.read_bytes()
@@ -425,9 +463,12 @@ def _now() -> datetime:
 
 
 def main(argv: list[str]) -> int:
-    """``JOB ATTEMPT KILL_WAIT [--daemonize]``; the store, prefix and state directory come from
-    the environment the local backend starts it with (``CROSSDOCK_REDIS_URL`` …)."""
+    """``JOB ATTEMPT KILL_WAIT [--cpu=REQUEST:LIMIT] [--cpuset=LIST] [--daemonize]`` (CPU in
+    millicores; the CPUs of the job's node); the store, prefix and state directory come from the
+    environment the local backend starts it with (``CROSSDOCK_REDIS_URL`` …)."""
     job_id, attempt, kill_wait = int(argv[1]), int(argv[2]), float(argv[3])
+    cpu = next((tuple(int(v) for v in a.split("=", 1)[1].split(":", 1)) for a in argv if a.startswith("--cpu=")), None)
+    cpuset = next((cpu_list(a.split("=", 1)[1]) for a in argv if a.startswith("--cpuset=")), None)
     if "--daemonize" in argv:
         if os.fork():
             os._exit(0)
@@ -439,7 +480,8 @@ def main(argv: list[str]) -> int:
     if missing:
         raise SystemExit(f"crossdock supervisor: {', '.join(missing)} not set (the local backend sets them)")
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(name)s %(message)s")
-    return Supervisor(store_from_env(), Path(os.environ["CROSSDOCK_STATE_DIR"]), kill_wait).run(job_id, attempt)
+    return Supervisor(store_from_env(), Path(os.environ["CROSSDOCK_STATE_DIR"]), kill_wait,
+                      cpu=cpu, cpuset=cpuset).run(job_id, attempt)  # type: ignore[arg-type]
 
 
 def _name_process(name: str) -> None:

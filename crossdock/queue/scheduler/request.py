@@ -87,10 +87,18 @@ class Request:
         return self.hkey
 
 
+def cpu_milli(job: Job, config: ClusterConfig) -> tuple[int, int]:
+    """One node's share of the job's CPU in millicores: (request, limit). The limit is the CPUs
+    it asked for, the request that times its queue's ``cpu_request_ratio``; every backend that
+    confines CPU (a pod's resources, a local job's cgroup) writes these two."""
+    queue = config.queues.get(job.queue)
+    limit = job.spec.cpus_per_node() * 1000
+    return max(1, int(limit * (queue.cpu_request_ratio if queue else 1.0))), limit
+
+
 def build_request(job: Job, config: ClusterConfig) -> Request:
     spec = job.spec
     queue = config.queues.get(job.queue)
-    ratio = queue.cpu_request_ratio if queue else 1.0
     cpus = spec.cpus_per_node()
     mem = spec.mem_per_node(config.scheduler.default_mem_per_cpu_mib * cpus)
     pc = config.priority_classes.get(job.priority_class) if job.priority_class else None
@@ -127,7 +135,7 @@ def build_request(job: Job, config: ClusterConfig) -> Request:
         job_id=job.id, queue=job.queue, user=spec.user, priority=job.priority,
         preemptible=job.preemptible and service is None,
         can_preempt=pc is not None and pc.preemption_policy != "Never", pools=pools, nodes=spec.nodes,
-        cpu_milli=max(1, int(cpus * 1000 * ratio)), memory_mib=mem, gpus=gpus, gpu_share_milli=share, mig=mig,
+        cpu_milli=cpu_milli(job, config)[0], memory_mib=mem, gpus=gpus, gpu_share_milli=share, mig=mig,
         mig_count=mig_count, models=models, nodelist=frozenset(spec.nodelist), exclude=frozenset(spec.exclude),
         node_selector=tuple(sorted(selector.items())), tolerations=tolerations,
         features=tuple(constraint_terms(constraint)) if constraint else (), anti_affinity=spec.anti_affinity,
