@@ -25,7 +25,6 @@ import json
 import math
 import os
 import resource
-import socket
 import subprocess
 import sys
 import tempfile
@@ -36,15 +35,11 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
+from crossdock.dev.proc import free_port  # noqa: E402
+
 HPA_SYNC_SECONDS = 15.0
 SERVER = [sys.executable, "-m", "crossdock.jobtools.demo_server", "--service-ms", "20", "--concurrency", "4"]
 CHILD_ENV = {"PATH": "/usr/local/bin:/usr/bin:/bin", "PYTHONPATH": str(ROOT)}
-
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
 
 
 def wait_for(cond, timeout: float, what: str):

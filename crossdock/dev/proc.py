@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import contextlib
 import os
+import random
 import signal
 import socket
 import subprocess
@@ -109,9 +110,37 @@ def log_tail(path: Path, lines: int) -> str:
         return "(no log)"
 
 
-def free_port() -> int:
-    """A TCP port on 127.0.0.1 that nothing listens on now."""
-    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
+LOWEST_PORT = 10_000
+
+
+def ephemeral_ports(path: Path = Path("/proc/sys/net/ipv4/ip_local_port_range")) -> tuple[int, int]:
+    """The range the kernel draws the local port of every outgoing connection from."""
+    try:
+        lo, hi = (int(v) for v in path.read_text().split())
+        return lo, hi
+    except (OSError, ValueError):
+        return 32768, 60999  # Linux's default
+
+
+def free_port(rng: random.Random | None = None) -> int:
+    """A TCP port on 127.0.0.1 that nothing listens on now, for a daemon to listen on soon.
+
+    Drawn below the ephemeral range: a port the kernel picks (``bind(0)``) is one it may also give
+    the next outgoing connection of any process before the daemon binds it (a CI run's
+    kube-controller-manager met "address already in use" on such a port, taken by a client
+    connection meanwhile). Below the range only another caller of this function can take it, and
+    the draw is random over thousands of ports."""
+    lo, _ = ephemeral_ports()
+    rng = rng or random.SystemRandom()
+    for _ in range(64 if lo - LOWEST_PORT > 1000 else 0):
+        port = rng.randrange(LOWEST_PORT, lo)
+        with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
+            try:
+                sock.bind(("127.0.0.1", port))
+            except OSError:
+                continue
+            return port
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:  # no room below the range
         sock.bind(("127.0.0.1", 0))
         return int(sock.getsockname()[1])
 

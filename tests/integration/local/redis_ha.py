@@ -5,23 +5,17 @@ from __future__ import annotations
 
 import shutil
 import signal
-import socket
 import subprocess
 from pathlib import Path
 
 import pytest
 import redis
 
+from crossdock.dev.proc import free_port
 from tests.conftest import in_ci
 from tests.waiting import eventually
 
 MASTER_NAME = "crossdock"
-
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
 
 
 class RedisHA:

@@ -5,7 +5,6 @@ a replica that dies, and its Prometheus metrics."""
 from __future__ import annotations
 
 import dataclasses
-import socket
 import subprocess
 import sys
 import threading
@@ -14,18 +13,13 @@ import urllib.request
 import pytest
 
 from crossdock.dev.loadgen import LoadRun, Step
+from crossdock.dev.proc import free_port
 from crossdock.queue.ports import ReadsServiceMetrics
 from crossdock.queue.serving import Endpoint
 from crossdock.workers.router import RouterPart, RouterSettings, RouteSpec
 from tests.waiting import eventually
 
 pytestmark = pytest.mark.services
-
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
 
 
 class MemorySource:

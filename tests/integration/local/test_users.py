@@ -11,7 +11,6 @@ from __future__ import annotations
 import os
 import pwd
 import shutil
-import socket
 import subprocess
 import sys
 import time
@@ -21,6 +20,7 @@ from pathlib import Path
 import pytest
 import yaml
 
+from crossdock.dev.proc import free_port
 from crossdock.queue.states import JobState
 from tests.conftest import TEST_CONFIG, Cluster
 
@@ -42,12 +42,6 @@ def second_user() -> pwd.struct_passwd:
         subprocess.run(["useradd", "--system", "--no-create-home", "--shell", "/usr/sbin/nologin", SECOND],
                        check=False, capture_output=True)
         time.sleep(0.1)
-
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
 
 
 @pytest.fixture

@@ -9,7 +9,6 @@ from __future__ import annotations
 import json
 import os
 import signal
-import socket
 import subprocess
 import sys
 import time
@@ -19,17 +18,12 @@ from pathlib import Path
 
 import pytest
 
+from crossdock.dev.proc import free_port
 from tests.prometheus_server import prometheus_binary
 
 pytestmark = [pytest.mark.operate, pytest.mark.redis, pytest.mark.celery]
 
 JOBS = 3
-
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
 
 
 def wait_until(what: str, condition, timeout: float, log: Path | None = None):
