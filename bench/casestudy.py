@@ -4,6 +4,10 @@ the ``crossdock`` row.
 
 Run: ``python bench/casestudy.py [--seed 42] [--hours 48] [--jobs 2] [--json out.json] [--plot docs/img/casestudy.png]``.
 The setups run in parallel (``--jobs`` processes), each on the same arrivals.
+
+``--live`` adds the live part (:mod:`crossdock.dev.casestudy_live`: the demo server under a load
+generator beside CPU-heavy training, real cgroup quotas, one setup after the other; about three
+minutes); ``--live-only`` runs it alone. Its rows go to the JSON's ``live`` key.
 """
 
 from __future__ import annotations
@@ -32,6 +36,18 @@ def _one(args: tuple[str, int, float | None, str]) -> dict:
     return run_casestudy(cs, seed=seed, setups=[setup])["setups"][setup]
 
 
+def run_live(seconds: float, qps: float) -> dict:
+    from crossdock.dev import casestudy_live
+
+    t0 = time.monotonic()
+    live = casestudy_live.run(seconds=seconds, qps=qps)
+    load = live["load"]
+    print(f"live: {load['qps']:g} requests/s of {load['cpu_ms_per_request']:g} ms CPU for {load['seconds']:g} s per setup,"
+          f" {load['cpus']} CPUs, {time.monotonic() - t0:.0f} s wall")
+    print(casestudy_live.render(live))
+    return live
+
+
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--scenario", default=str(SCENARIO))
@@ -40,13 +56,23 @@ def main() -> int:
     ap.add_argument("--jobs", type=int, default=2)
     ap.add_argument("--json", type=Path, default=None)
     ap.add_argument("--plot", type=Path, default=None)
+    ap.add_argument("--live", action="store_true", help="also run the live part on this machine")
+    ap.add_argument("--live-only", action="store_true", help="run only the live part")
+    ap.add_argument("--live-seconds", type=float, default=30.0, help="load per live setup (default 30)")
+    ap.add_argument("--live-qps", type=float, default=40.0, help="requests/s of the live load (default 40)")
     a = ap.parse_args()
+    live = run_live(a.live_seconds, a.live_qps) if a.live or a.live_only else None
+    if a.live_only:
+        if a.json:
+            a.json.write_text(json.dumps({"live": live}, indent=1) + "\n")
+        return 0
     cs = load_casestudy(a.scenario)
     t0 = time.monotonic()
     tasks = [(a.scenario, a.seed, a.hours, name) for name in cs.setups]
     with ProcessPoolExecutor(max_workers=max(1, a.jobs)) as pool:
         rows = dict(zip(cs.setups, pool.map(_one, tasks)))
-    data = {"scenario": cs.name, "seed": a.seed, "hours": a.hours or cs.hours, "setups": rows}
+    data = {"scenario": cs.name, "seed": a.seed, "hours": a.hours or cs.hours, "setups": rows,
+            **({"live": live} if live else {})}
     print(f"{cs.name}: {data['hours']:g} simulated hours, seed {a.seed}, {time.monotonic() - t0:.0f} s wall")
     print(render_table(data))
     met = targets_met(rows["crossdock"]) if "crossdock" in rows else {}

@@ -67,8 +67,13 @@ class LoadResult:
 
     def p95(self, **where) -> float:
         """p95 latency (seconds) of the successful requests (nearest rank), nan when none."""
+        return self.percentile(0.95, **where)
+
+    def percentile(self, q: float, **where) -> float:
+        """The ``q`` quantile (0 < q ≤ 1) of the successful requests' latency in seconds (nearest
+        rank), nan when none."""
         lat = sorted(s.latency for s in self.select(**where) if s.ok and s.latency is not None)
-        return lat[max(0, math.ceil(0.95 * len(lat)) - 1)] if lat else math.nan
+        return lat[max(0, math.ceil(q * len(lat)) - 1)] if lat else math.nan
 
 
 async def _one(session: aiohttp.ClientSession, url: str, step: int, due: float, t0: float, out: list[Sample]) -> None:
