@@ -9,13 +9,14 @@ from __future__ import annotations
 
 import contextlib
 import os
-import random
 import signal
 import socket
 import subprocess
 import time
 from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
+
+from crossdock.backends.local.ports import LOWEST_PORT, ephemeral_ports, free_port  # noqa: F401 (the dev services' ports)
 
 GONE_STATES = (None, "Z", "X")
 """Process states (``proc_state``) of a process that no longer runs: none, zombie, dead."""
@@ -108,41 +109,6 @@ def log_tail(path: Path, lines: int) -> str:
         return "\n".join(path.read_text(errors="replace").splitlines()[-lines:])
     except OSError:
         return "(no log)"
-
-
-LOWEST_PORT = 10_000
-
-
-def ephemeral_ports(path: Path = Path("/proc/sys/net/ipv4/ip_local_port_range")) -> tuple[int, int]:
-    """The range the kernel draws the local port of every outgoing connection from."""
-    try:
-        lo, hi = (int(v) for v in path.read_text().split())
-        return lo, hi
-    except (OSError, ValueError):
-        return 32768, 60999  # Linux's default
-
-
-def free_port(rng: random.Random | None = None) -> int:
-    """A TCP port on 127.0.0.1 that nothing listens on now, for a daemon to listen on soon.
-
-    Drawn below the ephemeral range: a port the kernel picks (``bind(0)``) is one it may also give
-    the next outgoing connection of any process before the daemon binds it (a CI run's
-    kube-controller-manager met "address already in use" on such a port, taken by a client
-    connection meanwhile). Below the range only another caller of this function can take it, and
-    the draw is random over thousands of ports."""
-    lo, _ = ephemeral_ports()
-    rng = rng or random.SystemRandom()
-    for _ in range(64 if lo - LOWEST_PORT > 1000 else 0):
-        port = rng.randrange(LOWEST_PORT, lo)
-        with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
-            try:
-                sock.bind(("127.0.0.1", port))
-            except OSError:
-                continue
-            return port
-    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:  # no room below the range
-        sock.bind(("127.0.0.1", 0))
-        return int(sock.getsockname()[1])
 
 
 def port_is_free(port: int) -> bool:

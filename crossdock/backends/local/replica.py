@@ -6,25 +6,18 @@ starts, in ``PORT``, with ``CROSSDOCK_SERVICE`` (the service's name) and ``CROSS
 the server starts, so crossdock's router (:mod:`crossdock.workers.router`) probes it from its
 first second and sends it traffic once it answers its readiness path.
 
-The port is free when picked and bound by the server a moment later: another process could take
-it in between. The server then fails to start, the attempt ends FAILED and the controller starts
+The port is free when picked (below the kernel's ephemeral range: :mod:`.ports`) and bound by
+the server a moment later: another process could take it in between. The server then fails to start, the attempt ends FAILED and the controller starts
 another replica (a new port), which is what Kubernetes would do for a pod that crashes at start.
 """
 
 from __future__ import annotations
 
-import socket
-
+from crossdock.backends.local.ports import free_port  # noqa: F401 (the supervisor's)
 from crossdock.backends.redis_store.services import ServiceStore
 from crossdock.queue.models import Job
 
 HOST = "127.0.0.1"
-
-
-def free_port(host: str = HOST) -> int:
-    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
-        s.bind((host, 0))
-        return s.getsockname()[1]
 
 
 def replica_environment(job: Job, port: int) -> dict[str, str]:
