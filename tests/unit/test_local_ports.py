@@ -9,10 +9,10 @@ from crossdock.backends.local import ports
 
 def test_a_free_port_is_drawn_below_the_kernels_ephemeral_range_and_binds():
     lo, _ = ports.ephemeral_ports()
-    ports = {ports.free_port(random.Random(seed)) for seed in range(20)}
-    assert all(ports.LOWEST_PORT <= p < lo for p in ports) and len(ports) > 1, ports
+    drawn = {ports.free_port(random.Random(seed)) for seed in range(20)}
+    assert all(ports.LOWEST_PORT <= p < lo for p in drawn) and len(drawn) > 1, drawn
     with socket.socket() as s:
-        s.bind(("127.0.0.1", ports.pop()))  # free: a daemon can listen there
+        s.bind(("127.0.0.1", drawn.pop()))  # free: a daemon can listen there
 
 
 def test_no_ephemeral_range_to_read_means_linuxs_default(tmp_path):
