@@ -28,6 +28,7 @@ runs a short version and checks its invariants.
 from __future__ import annotations
 
 import json
+import math
 import os
 import subprocess
 import sys
@@ -194,8 +195,6 @@ def _group(pgid: int) -> list[int]:
 
 
 def _rank(values: list[float], q: float) -> float:
-    import math
-
     return values[max(0, math.ceil(q * len(values)) - 1)] if values else math.nan
 
 

@@ -46,13 +46,18 @@ def weight(request_milli: int) -> int:
 
 def _own_cgroup_v1(proc: Path, root: Path) -> Path | None:
     """This process's directory in the v1 ``cpu`` hierarchy (``cpu`` or ``cpu,cpuacct``)."""
-    for line in (memlimit._read(proc / "self" / "cgroup") or "").splitlines():
+    for line in (memlimit.read_text(proc / "self" / "cgroup") or "").splitlines():
         parts = line.split(":", 2)
         if len(parts) == 3 and "cpu" in parts[1].split(","):
             for mount in (parts[1], "cpu"):
                 if (root / mount / "cpu.shares").exists():
                     return root / mount / parts[2].strip().lstrip("/")
     return None
+
+
+def controller_here(proc: Path = memlimit.PROC, root: Path = memlimit.CGROUP) -> bool:
+    """Whether this process has a cgroup cpu controller to make a job's cgroup under."""
+    return _own_cgroup_v1(proc, root) is not None or memlimit.own_cgroup_v2(proc, root) is not None
 
 
 class CpuLimit:
@@ -67,7 +72,7 @@ class CpuLimit:
         """The limit in a cgroup of its own (v1), or in the job's one cgroup (v2); unconfined where
         this machine allows neither."""
         delegated = Path(os.environ["CROSSDOCK_CGROUP"]) if os.environ.get("CROSSDOCK_CGROUP") else None
-        v2 = delegated or memlimit._own_cgroup_v2(proc, root)
+        v2 = delegated or memlimit.own_cgroup_v2(proc, root)
         if v2 is not None:
             shared = memory is not None and memory.cgroup is not None
             child = memory.cgroup if shared else v2 / name  # type: ignore[union-attr]
@@ -84,7 +89,7 @@ class CpuLimit:
     @classmethod
     def _made(cls, child: Path, v2_parent: Path | None, files: dict[str, str], owned: bool) -> CpuLimit:
         try:
-            if v2_parent is not None and "cpu" not in (memlimit._read(v2_parent / "cgroup.subtree_control") or "").split():
+            if v2_parent is not None and "cpu" not in (memlimit.read_text(v2_parent / "cgroup.subtree_control") or "").split():
                 (v2_parent / "cgroup.subtree_control").write_text("+cpu")
             child.mkdir(exist_ok=True)
             for knob, value in files.items():
@@ -92,7 +97,7 @@ class CpuLimit:
         except OSError as exc:
             log.info("no cgroup for the job's CPU request and limit (%s): its CPU is not confined", exc)
             if owned:
-                memlimit._rmdir(child)
+                memlimit.rmdir_quietly(child)
             return cls(None, False)
         return cls(child, owned)
 
@@ -114,7 +119,7 @@ class CpuLimit:
         """(periods throttled, periods run) so far, from ``cpu.stat``."""
         if self.cgroup is None:
             return None
-        stat = dict(line.split(" ", 1) for line in (memlimit._read(self.cgroup / "cpu.stat") or "").splitlines()
+        stat = dict(line.split(" ", 1) for line in (memlimit.read_text(self.cgroup / "cpu.stat") or "").splitlines()
                     if " " in line)
         try:
             return int(stat.get("nr_throttled", 0)), int(stat.get("nr_periods", 0))
@@ -125,5 +130,5 @@ class CpuLimit:
         """Remove the cgroup (empty once the job's processes are gone); a shared one is the memory
         limit's to remove."""
         if self.cgroup is not None and self.owned:
-            memlimit._rmdir(self.cgroup)
+            memlimit.rmdir_quietly(self.cgroup)
         self.cgroup = None

@@ -30,7 +30,7 @@ PROC = Path("/proc")
 PAGE = os.sysconf("SC_PAGE_SIZE")
 
 
-def _read(path: Path) -> str | None:
+def read_text(path: Path) -> str | None:
     try:
         return path.read_text()
     except (OSError, UnicodeDecodeError):
@@ -47,7 +47,7 @@ def group_rss(pgid: int, proc: Path = PROC) -> int:
     for name in entries:
         if not name.isdigit():
             continue
-        stat = _read(proc / name / "stat")
+        stat = read_text(proc / name / "stat")
         if not stat:
             continue
         fields = stat[stat.rfind(")") + 2:].split()  # the command name may hold blanks and parentheses
@@ -56,10 +56,10 @@ def group_rss(pgid: int, proc: Path = PROC) -> int:
     return total
 
 
-def _own_cgroup_v2(proc: Path, root: Path) -> Path | None:
+def own_cgroup_v2(proc: Path, root: Path) -> Path | None:
     if not (root / "cgroup.controllers").exists():  # not a cgroup v2 mount
         return None
-    for line in (_read(proc / "self" / "cgroup") or "").splitlines():
+    for line in (read_text(proc / "self" / "cgroup") or "").splitlines():
         if line.startswith("0::"):
             return root / line[3:].strip().lstrip("/")
     return None
@@ -78,11 +78,11 @@ class MemoryLimit:
     @classmethod
     def create(cls, limit_bytes: int, name: str, proc: Path = PROC, root: Path = CGROUP) -> MemoryLimit:
         """A limit enforced by a new child cgroup when this machine allows one, else by the watcher."""
-        base = Path(os.environ["CROSSDOCK_CGROUP"]) if os.environ.get("CROSSDOCK_CGROUP") else _own_cgroup_v2(proc, root)
+        base = Path(os.environ["CROSSDOCK_CGROUP"]) if os.environ.get("CROSSDOCK_CGROUP") else own_cgroup_v2(proc, root)
         if base is not None:
             child = base / name
             try:
-                if "memory" not in (_read(base / "cgroup.subtree_control") or "").split():
+                if "memory" not in (read_text(base / "cgroup.subtree_control") or "").split():
                     (base / "cgroup.subtree_control").write_text("+memory")
                 child.mkdir(exist_ok=True)
                 (child / "memory.max").write_text(str(limit_bytes))
@@ -92,7 +92,7 @@ class MemoryLimit:
                 return cls(limit_bytes, child, proc)
             except OSError as exc:
                 log.info("no cgroup for the job's memory limit (%s); watching its resident memory instead", exc)
-                _rmdir(child)
+                rmdir_quietly(child)
         return cls(limit_bytes, None, proc)
 
     @property
@@ -115,7 +115,7 @@ class MemoryLimit:
         if self.pgid is None or self.exceeded:
             return self.exceeded
         if self.cgroup is not None:
-            current = _read(self.cgroup / "memory.peak") or _read(self.cgroup / "memory.current") or "0"
+            current = read_text(self.cgroup / "memory.peak") or read_text(self.cgroup / "memory.current") or "0"
             self.peak = max(self.peak, int(current.split()[0]))
             self.exceeded = self._oom_kills() > 0
             return self.exceeded
@@ -131,7 +131,7 @@ class MemoryLimit:
         return self.exceeded
 
     def _oom_kills(self) -> int:
-        for line in (_read(self.cgroup / "memory.events") or "").splitlines():  # type: ignore[operator]
+        for line in (read_text(self.cgroup / "memory.events") or "").splitlines():  # type: ignore[operator]
             key, _, value = line.partition(" ")
             if key == "oom_kill" and value.strip().isdigit():
                 return int(value)
@@ -141,14 +141,14 @@ class MemoryLimit:
         """Remove the cgroup (empty once the job's processes are gone)."""
         if self.cgroup is not None:
             self.check()
-            _rmdir(self.cgroup)
+            rmdir_quietly(self.cgroup)
 
     @property
     def peak_kib(self) -> int | None:
         return self.peak // 1024 if self.peak else None
 
 
-def _rmdir(path: Path) -> None:
+def rmdir_quietly(path: Path) -> None:
     try:
         path.rmdir()
     except OSError:

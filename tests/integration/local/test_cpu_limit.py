@@ -46,11 +46,6 @@ json.dump({"cgroup": str(base), "knobs": knobs, "throttled": int(stat["nr_thrott
 """
 
 
-def cgroup_cpu_here() -> bool:
-    return cpulimit._own_cgroup_v1(cpulimit.memlimit.PROC, cpulimit.memlimit.CGROUP) is not None or \
-        cpulimit.memlimit._own_cgroup_v2(cpulimit.memlimit.PROC, cpulimit.memlimit.CGROUP) is not None
-
-
 @pytest.fixture
 def crossdock_env(crossdock_env):
     """The suite's config, one more queue whose jobs request half their CPUs and one more pool
@@ -67,7 +62,7 @@ def crossdock_env(crossdock_env):
 
 @pytest.fixture(autouse=True)
 def _needs_a_cpu_cgroup():
-    if not cgroup_cpu_here():
+    if not cpulimit.controller_here():
         if in_ci():
             pytest.fail("no cgroup cpu controller on this machine under CI=true", pytrace=False)
         pytest.skip("no cgroup cpu controller on this machine")
