@@ -24,7 +24,7 @@ from crossdock.backends.kubernetes import once, serving
 from crossdock.queue.config import ClusterConfig, Pool
 from crossdock.queue.models import Job
 from crossdock.queue.sbatch_extras import constraint_terms
-from crossdock.queue.scheduler.request import cpu_milli
+from crossdock.queue.cpu_share import cpu_milli
 from crossdock.queue.slurm_env import batch_environment
 
 LABEL_JOB_ID = "crossdock.io/job-id"

@@ -19,7 +19,7 @@ from crossdock.backends.local import resources, spawner, workspace
 from crossdock.backends.local.record import record
 from crossdock.queue.config import ClusterConfig
 from crossdock.queue.models import Job
-from crossdock.queue.scheduler.request import cpu_milli
+from crossdock.queue.cpu_share import cpu_milli
 from crossdock.queue.serving import ServiceSpec
 from crossdock.queue.snapshot import GpuDevice, Node
 from crossdock.queue.states import JobState

@@ -2,7 +2,7 @@
 the request becomes the job's CPU weight (what it gets when the machine is contended; what it
 leaves unused goes to the others) and the limit a CFS quota (``limit`` CPUs per 100 ms period,
 throttled for the rest of a period once spent). The request is the job's CPUs times its queue's
-``cpu_request_ratio``, the limit its CPUs (:func:`crossdock.queue.scheduler.request.cpu_milli`),
+``cpu_request_ratio``, the limit its CPUs (:func:`crossdock.queue.cpu_share.cpu_milli`),
 the same figures a Kubernetes pool writes in the pod.
 
 The conversions are the kubelet's (``pkg/kubelet/cm/helpers_linux.go``): shares = milliCPU ×

@@ -15,6 +15,7 @@ from datetime import datetime
 
 from crossdock.queue.admission import check_limits
 from crossdock.queue.config import ClusterConfig
+from crossdock.queue.cpu_share import cpu_milli
 from crossdock.queue.errors import InvalidJob
 from crossdock.queue.models import Job
 from crossdock.queue.sbatch_extras import constraint_terms
@@ -85,15 +86,6 @@ class Request:
     def shape_key(self) -> tuple:
         """Two requests with equal shape keys fit exactly the same nodes in the same state."""
         return self.hkey
-
-
-def cpu_milli(job: Job, config: ClusterConfig) -> tuple[int, int]:
-    """One node's share of the job's CPU in millicores: (request, limit). The limit is the CPUs
-    it asked for, the request that times its queue's ``cpu_request_ratio``; every backend that
-    confines CPU (a pod's resources, a local job's cgroup) writes these two."""
-    queue = config.queues.get(job.queue)
-    limit = job.spec.cpus_per_node() * 1000
-    return max(1, int(limit * (queue.cpu_request_ratio if queue else 1.0))), limit
 
 
 def build_request(job: Job, config: ClusterConfig) -> Request:
