@@ -18,7 +18,7 @@ from crossdock.queue.serving import ServiceSpec
 
 RESOURCE_WEIGHTS = ("cpu", "memory", "nvidia.com/gpu")
 SCORE_PLUGINS = ("BalancedAllocation", "CrossdockGpu", "GpuFragmentation", "LeastAllocated", "MostAllocated",
-                 "RequestedToCapacityRatio", "ServiceSpread")
+                 "RequestedToCapacityRatio", "ServiceSpread", "TaintToleration")
 """The score plugins a queue's ``plugin_weights`` may name: the vocabulary of the config, kept here so
 that validating a config needs no plugin; the scheduler's registry holds exactly these scores
 (``tests/unit/scheduler/test_scheduler_framework.py`` checks both lists agree)."""

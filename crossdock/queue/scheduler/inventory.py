@@ -70,6 +70,9 @@ class Inventory:
         self.schedulable = np.array([x.schedulable for x in self.nodes], bool)
         self.tainted = np.array([i for i, x in enumerate(self.nodes) if x.taints], np.int64)
         """Indexes of the nodes with taints (the TaintToleration filter looks only at these)."""
+        soft = [tuple(t for t in x.taints if t.rpartition(":")[2] == "PreferNoSchedule") for x in self.nodes]
+        self.soft_tainted = np.array([i for i, s in enumerate(soft) if s], np.int64)
+        """Indexes of the nodes with ``PreferNoSchedule`` taints (the TaintToleration score's)."""
         self.pool_names = sorted({x.pool for x in self.nodes})
         pid = {p: i for i, p in enumerate(self.pool_names)}
         self.pool_id = np.array([pid[x.pool] for x in self.nodes], np.int32)
@@ -115,7 +118,8 @@ class Inventory:
         """Inference service -> node -> its replicas there (the ServiceSpread plugin)."""
         shapes: dict[tuple, int] = {}
         self.shape_id = np.array([shapes.setdefault((x.cpu_milli, x.memory_mib, self.model[i], tuple(self.dev_island[i]),
-                                                     int(self.gpu_total[i])), len(shapes))
+                                                     int(self.gpu_total[i]), (x.pool, soft[i]) if soft[i] else ()),
+                                                    len(shapes))
                                   for i, x in enumerate(self.nodes)], np.int64)
         self.sig = self.shape_id.copy()
         """Equal for nodes in the same state (same shape, same use): scores are computed once per value."""

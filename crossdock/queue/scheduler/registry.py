@@ -49,11 +49,14 @@ PRE_FILTERS = ("PerJobLimits", "Quota", "Licenses")
 RESERVES = ("Quota", "Licenses")
 PERMITS = ("Coscheduling",)
 POST_FILTERS = ("DefaultPreemption",)
+SOFT_TAINT_WEIGHT = 1000
+"""TaintToleration's weight: its −100 for a node with an untolerated ``PreferNoSchedule`` taint
+outweighs every resource score (binpack's largest sum is 101·100 + 100)."""
 PLACEMENT_SCORES: dict[str, dict[str, int]] = {
-    "binpack": {"CrossdockGpu": 101, "RequestedToCapacityRatio": 1},
-    "spread": {"LeastAllocated": 1},
-    "most-requested": {"MostAllocated": 1},
-    "balanced": {"BalancedAllocation": 1},
+    "binpack": {"CrossdockGpu": 101, "RequestedToCapacityRatio": 1, "TaintToleration": SOFT_TAINT_WEIGHT},
+    "spread": {"LeastAllocated": 1, "TaintToleration": SOFT_TAINT_WEIGHT},
+    "most-requested": {"MostAllocated": 1, "TaintToleration": SOFT_TAINT_WEIGHT},
+    "balanced": {"BalancedAllocation": 1, "TaintToleration": SOFT_TAINT_WEIGHT},
 }
 
 

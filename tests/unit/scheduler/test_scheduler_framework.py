@@ -11,7 +11,7 @@ from crossdock.queue.scheduler.framework import (Code, FilterPlugin, PermitPlugi
 from crossdock.queue.config import SCORE_PLUGINS
 from crossdock.queue.scheduler.profiles import profile_for
 from crossdock.queue.scheduler.registry import (FILTERS, PERMITS, POST_FILTERS, PRE_FILTERS, REGISTRY, RESERVES,
-                                                create)
+                                                SOFT_TAINT_WEIGHT, create)
 from crossdock.queue.snapshot import Snapshot
 
 POINTS = [(FILTERS, FilterPlugin), (PRE_FILTERS, PreFilterPlugin), (RESERVES, ReservePlugin), (PERMITS, PermitPlugin),
@@ -50,12 +50,14 @@ def test_status_codes_say_what_happens_next():
     ("balanced", {"BalancedAllocation": 1}),
 ])
 def test_placement_names_the_score_plugins(placement, scores):
-    assert {p.name: w for p, w in profile_for(placement).scores} == scores
+    # every placement also takes nodes with an untolerated PreferNoSchedule taint last
+    assert {p.name: w for p, w in profile_for(placement).scores} == {**scores, "TaintToleration": SOFT_TAINT_WEIGHT}
 
 
 def test_plugin_weights_reweight_or_switch_off_scores():
     prof = profile_for("binpack", {"CrossdockGpu": 0, "LeastAllocated": 3, "cpu": 5})
-    assert {p.name: w for p, w in prof.scores} == {"RequestedToCapacityRatio": 1, "LeastAllocated": 3}
+    assert {p.name: w for p, w in prof.scores} == {"RequestedToCapacityRatio": 1, "LeastAllocated": 3,
+                                                  "TaintToleration": SOFT_TAINT_WEIGHT}
 
 
 def test_resource_weights_from_plugin_weights_steer_placement():

@@ -1,7 +1,14 @@
-"""TaintToleration: a node's ``NoSchedule``/``NoExecute`` taints must each be tolerated.
+"""TaintToleration: a node's ``NoSchedule``/``NoExecute`` taints must each be tolerated (filter),
+and a node with a ``PreferNoSchedule`` taint the job does not tolerate is taken last (score).
 
 Taints are strings ``key[=value]:Effect`` (``nvidia.com/gpu=present:NoSchedule``); a job
-tolerates with its own tolerations plus those of the node's pool.
+tolerates with its own tolerations plus those of the node's pool. The score is kube-scheduler's
+TaintToleration score without its normalisation (which the per-state score cache cannot do): 0
+for a node without an untolerated ``PreferNoSchedule`` taint, −100 for one with any, weighted
+:data:`~crossdock.queue.scheduler.registry.SOFT_TAINT_WEIGHT` in every placement so that it
+outranks the resource scores, as kube-scheduler's weight 3 does against its own. The autoscaler
+puts such a taint on the nodes it would like to retire (:data:`DELETION_CANDIDATE`), so that
+new work fills the others and those empty on their own.
 """
 
 from __future__ import annotations
@@ -14,7 +21,17 @@ from crossdock.queue.scheduler.registry import register
 from crossdock.queue.scheduler.request import Request, Toleration, pool_tolerations
 
 NAME = "TaintToleration"
+MAX_NODE_SCORE = 100
 HARD_EFFECTS = ("NoSchedule", "NoExecute")
+SOFT_EFFECT = "PreferNoSchedule"
+DELETION_CANDIDATE = f"crossdock.io/deletion-candidate:{SOFT_EFFECT}"
+"""The autoscaler's soft taint (cluster-autoscaler's ``DeletionCandidateOfClusterAutoscaler``;
+when each node became one is in the autoscaler's state, not in the taint, so that tainted nodes
+in one state still score once)."""
+
+
+def is_soft(taint: str) -> bool:
+    return parse_taint(taint)[2] == SOFT_EFFECT
 
 
 def parse_taint(taint: str) -> tuple[str, str, str]:
@@ -25,9 +42,11 @@ def parse_taint(taint: str) -> tuple[str, str, str]:
     return key, value, effect
 
 
-def tolerates(tolerations: tuple[Toleration, ...], taint: str) -> bool:
+def tolerates(tolerations: tuple[Toleration, ...], taint: str, soft: bool = False) -> bool:
+    """Whether ``tolerations`` tolerate ``taint``; a ``PreferNoSchedule`` taint counts only when
+    ``soft`` (the score asks; the filter ignores it)."""
     key, value, effect = parse_taint(taint)
-    if effect not in HARD_EFFECTS:
+    if effect not in HARD_EFFECTS and not (soft and effect == SOFT_EFFECT):
         return True
     for t_key, op, t_value, t_effect in tolerations:
         if t_effect and t_effect != effect:
@@ -55,4 +74,16 @@ class TaintToleration(SimpleFilter):
             node = inv.nodes[idx[k]]
             tol = req.tolerations + pool_tolerations(state.config, node.pool)
             out[k] = all(tolerates(tol, t) for t in node.taints)
+        return out
+
+    def score(self, state: CycleState, req: Request, idx: np.ndarray) -> np.ndarray:
+        inv = state.inventory
+        out = np.zeros(len(idx), np.int64)
+        soft = inv.soft_tainted
+        hits = np.flatnonzero(np.isin(idx, soft)) if len(soft) else ()
+        for k in hits:
+            node = inv.nodes[idx[k]]
+            tol = req.tolerations + pool_tolerations(state.config, node.pool)
+            if not all(tolerates(tol, t, soft=True) for t in node.taints if is_soft(t)):
+                out[k] = -MAX_NODE_SCORE
         return out
