@@ -38,11 +38,12 @@ def tables(report: dict[str, Any], now: float) -> list[Table]:
                        *(str(r.get(k, "-")) for k in ("backlog", "current", "recommended", "desired")),
                        _limited(r), _change(r["last_change"], now))
     pools = Table(title="pools", box=None, header_style="bold", title_justify="left")
-    for col in ("POOL", "READY", "STARTING", "DESIRED", "WAITING JOBS", "LIMITED BY", "LAST CHANGE"):
+    for col in ("POOL", "READY", "STARTING", "DESIRED", "WAITING JOBS", "TAKEN LAST", "LIMITED BY", "LAST CHANGE"):
         pools.add_column(col, no_wrap=col != "LIMITED BY")
     for r in report["pools"]:
         pools.add_row(r["pool"], *(str(r.get(k, "-")) for k in ("ready", "starting", "desired", "waiting")),
-                      _limited(r), _change(r["last_change"], now))
+                      str(len(r["candidates"])) if "candidates" in r else "-", _limited(r),
+                      _change(r["last_change"], now))
     return [t for t, rows in ((fleets, report["fleets"]), (pools, report["pools"])) if rows]
 
 

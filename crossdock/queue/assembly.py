@@ -8,7 +8,7 @@ benchmarks and tests build snapshots the same way the live scheduler does.
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Mapping, Sequence
 
 from crossdock.queue.config import ClusterConfig
@@ -16,7 +16,7 @@ from crossdock.queue.cycle import facts_of
 from crossdock.queue.models import DependencyType, Job
 from crossdock.queue.scheduler.fairshare import accrue, dominant_share
 from crossdock.queue.scheduler.licenses import in_use
-from crossdock.queue.snapshot import Allocation, JobFacts, Node, Snapshot
+from crossdock.queue.snapshot import DELETION_CANDIDATE, Allocation, JobFacts, Node, Snapshot
 from crossdock.queue.states import JobState
 
 
@@ -96,6 +96,8 @@ class Records:
     usage: Mapping[str, float] = field(default_factory=dict)
     destinations: Mapping[int, str] = field(default_factory=dict)
     """The descheduler's reserved destinations of moved jobs (job id -> node)."""
+    soft_tainted: frozenset[str] = frozenset()
+    """The autoscaler's deletion candidates: nodes that get its ``PreferNoSchedule`` taint."""
 
 
 def build_snapshot(records: Records, config: ClusterConfig) -> Snapshot:
@@ -113,7 +115,9 @@ def build_snapshot(records: Records, config: ClusterConfig) -> Snapshot:
     facts = dict(records.others)
     facts.update({i: facts_of(j) for i, j in known.items() if i in records.wanted})
     pending_ids = {j.id for j in records.pending}
-    return Snapshot(nodes=tuple(records.nodes), allocations=tuple(allocations), jobs=facts,
+    nodes = tuple(replace(n, taints=(*n.taints, DELETION_CANDIDATE))
+                  if n.name in records.soft_tainted and DELETION_CANDIDATE not in n.taints else n for n in records.nodes)
+    return Snapshot(nodes=nodes, allocations=tuple(allocations), jobs=facts,
                     running_per_array=running_per_array, usage=dict(records.usage),
                     nominations={k: v for k, v in records.nominations.items() if k in pending_ids},
                     backend_queued=backend_queued,

@@ -11,6 +11,12 @@ from typing import Mapping
 from crossdock.queue.states import JobState
 
 
+DELETION_CANDIDATE = "crossdock.io/deletion-candidate:PreferNoSchedule"
+"""The autoscaler's soft taint on the nodes it would like to retire (cluster-autoscaler's
+``DeletionCandidateOfClusterAutoscaler``); the cycle takes them last (the TaintToleration score).
+When each became one is in the autoscaler's state, not in the taint, so that tainted nodes in one
+state still score once."""
+
 @dataclass(frozen=True, slots=True)
 class GpuDevice:
     """One physical GPU. ``island`` groups GPUs joined by NVLink; ``mig`` lists its MIG slices."""

@@ -5,7 +5,8 @@
   :func:`crossdock.queue.autoscale.plan.plan` gets what the store and backends would hand it (a
   :class:`~crossdock.queue.snapshot.Snapshot` of the ready nodes and what runs on them, the
   active jobs as :class:`~crossdock.queue.models.Job` records, each pool's
-  :class:`~crossdock.queue.ports.NodeGroup`) and its node decisions are carried out.
+  :class:`~crossdock.queue.ports.NodeGroup`) and its node decisions are carried out; its deletion
+  candidates carry the soft taint in the next pass's snapshot and placement takes them last.
 - :class:`KedaPoll` — a KEDA ScaledObject per elastic queue, its replicas being the pool's worker
   nodes (as Slinky scales Slurm NodeSets with KEDA): every ``poll_s`` (KEDA's pollingInterval,
   30 s; the HPA's own 15 s sync is folded into it) ``desired = ceil(backlog / per_replica)``:
@@ -23,6 +24,7 @@ from __future__ import annotations
 
 import math
 import time
+from dataclasses import replace
 from datetime import datetime, timezone
 from typing import Callable
 
@@ -31,7 +33,7 @@ from crossdock.queue.autoscale import plan as autoscale_plan
 from crossdock.queue.config import ClusterConfig
 from crossdock.queue.models import GpuRequest, Job, JobSpec
 from crossdock.queue.ports import NodeGroup
-from crossdock.queue.snapshot import Allocation, GpuDevice, Node, Snapshot
+from crossdock.queue.snapshot import DELETION_CANDIDATE, Allocation, GpuDevice, Node, Snapshot
 from crossdock.queue.states import JobState
 from crossdock.sim.elastic import STARTING, UP, Actions, ElasticJob, ElasticSim
 from crossdock.sim.trace import MILLI
@@ -72,6 +74,8 @@ class CrossdockPlan:
         self._nodes: dict[str, Node] = {}
         self._records: dict[tuple[int, int], tuple[Job, Allocation | None]] = {}
         self._seen: tuple[int, float] | None = None
+        self._last: frozenset[str] = frozenset()
+        """The last pass's deletion candidates: their nodes carry the soft taint, as the leader's snapshot has it."""
 
     def tick(self, sim: ElasticSim, now: float) -> Actions:
         if self.idle_s is not None and self._seen is not None:
@@ -102,7 +106,10 @@ class CrossdockPlan:
                 actions.add[d.pool] = actions.add.get(d.pool, 0) + d.add
             actions.remove.extend(d.remove)
             actions.drain.extend(d.drain)
-        quiet = not (actions.add or actions.remove or actions.drain)
+        last = autoscale_plan.soft_tainted(result.state)
+        if last != self._last:
+            actions.taken_last, self._last = tuple(sorted(last)), last
+        quiet = not (actions.add or actions.remove or actions.drain or actions.taken_last is not None)
         self._seen = (sim.version, now) if quiet else None
         return actions
 
@@ -114,7 +121,7 @@ class CrossdockPlan:
             node = self._nodes[name] = Node(name, pool, p.backend, t.cpus * MILLI, t.memory_mib, gpus,
                                             labels={**p.selector, **t.labels}, taints=tuple(t.taints),
                                             gpu_sharing=p.gpu.sharing, max_pods=t.max_pods)
-        return node
+        return replace(node, taints=(*node.taints, DELETION_CANDIDATE)) if name in self._last else node
 
     def _record(self, sim: ElasticSim, job: ElasticJob) -> tuple[Job, Allocation | None]:
         """The job as the store holds it (and its allocation while it runs), built once per attempt."""

@@ -9,7 +9,9 @@ a ready node has room, with the simulator's version of the queue's placement (``
 becoming ready, arrivals, one placement pass, then the autoscaler's tick — so a tick sees the
 backlog the instant it forms.
 
-Nothing removes a node that runs work the autoscaler did not ask to drain: such a request is
+Placement takes the nodes the autoscaler's last tick named in ``taken_last`` last (its soft taint:
+a node with an untolerated ``PreferNoSchedule`` taint, which crossdock's score ranks below every
+untainted node that fits). Nothing removes a node that runs work the autoscaler did not ask to drain: such a request is
 counted in ``refused_removals`` (a correct autoscaler keeps it at 0), and drained jobs are
 requeued (their progress lost). Node-hours count a node from the request to its removal, as
 clouds bill it.
@@ -60,6 +62,8 @@ class Actions:
     add: dict[str, int] = field(default_factory=dict)
     remove: list[str] = field(default_factory=list)
     drain: list[int] = field(default_factory=list)
+    taken_last: tuple[str, ...] | None = None
+    """Nodes placement takes last from now on (the autoscaler's soft taint); None: as before."""
 
 
 class Autoscaler(Protocol):
@@ -154,6 +158,8 @@ class ElasticSim:
         for p in self.pools.values():
             self.pool_of_slot[p.slots] = p.name
         self.billed_since = np.zeros(len(table))
+        self.last = np.zeros(len(table), bool)
+        """Slots placement takes last (``Actions.taken_last``)."""
         self.serial = 0
         self.version = 0
         """Bumped by every change an autoscaler could see (jobs placed or gone, nodes up or down)."""
@@ -191,6 +197,7 @@ class ElasticSim:
         name = f"{pool.name}-{self.serial:05d}"
         self.names[slot], self.slot_of[name] = name, slot
         self.status[slot], self.billed_since[slot] = STARTING, now
+        self.last[slot] = False
         self.version += 1
         return slot
 
@@ -204,6 +211,9 @@ class ElasticSim:
 
     def _apply(self, actions: Actions, now: float) -> None:
         res = self.result
+        if actions.taken_last is not None:
+            self.last[:] = False
+            self.last[[self.slot_of[n] for n in actions.taken_last if n in self.slot_of]] = True
         for pool, n in actions.add.items():
             p = self.pools[pool]
             n = min(n, int((self.status[p.slots] == OFF).sum()))
@@ -268,6 +278,8 @@ class ElasticSim:
             shape = (job.pool, job.req.cpu, job.req.mem, job.req.num, job.req.milli)
             cand = self.state.feasible(job.req, up[job.pool]) if shape not in failed and len(up[job.pool]) else ()
             if len(cand):
+                first = cand[~self.last[cand]]
+                cand = first if len(first) else cand
                 slot, gpus = self.policy[job.queue](self.state, job.req, cand, self.rng)
                 self._start(job, int(slot), gpus, now)
             else:

@@ -30,7 +30,8 @@ import time
 from typing import Any, Callable, Collection, Mapping, Sequence
 
 from crossdock.observe import metrics
-from crossdock.queue.autoscale.plan import AutoscalePlan, AutoscaleState, FleetDecision, Inputs, NodeDecision, plan
+from crossdock.queue.autoscale.plan import (AutoscalePlan, AutoscaleState, FleetDecision, Inputs, NodeDecision, plan,
+                                            soft_tainted)
 from crossdock.queue.config import ClusterConfig, Fleet
 from crossdock.queue.models import Job
 from crossdock.queue.ports import NodeGroup, ProvisionsNodes, ScalesFleet
@@ -87,6 +88,19 @@ class Autoscaler:
         self.busy, self.plan_fn, self.clock = busy, plan_fn, clock
         self.waiting: dict[int, str] = {}
         """The last pass's pending jobs waiting for capacity → why (for :func:`capacity_reasons`)."""
+        self._soft: frozenset[str] | None = None
+
+    def soft_tainted(self) -> frozenset[str]:
+        """The nodes the cycle takes last (the last pass's deletion candidates; before this process's
+        first pass, the stored state's)."""
+        if not self.wanted():
+            return frozenset()
+        if self._soft is None:
+            try:
+                self._soft = soft_tainted(AutoscaleState.from_dict(self.rt.store.autoscale.state() or {}))
+            except ValueError:  # a state pass_once reports and replaces
+                self._soft = frozenset()
+        return self._soft
 
     def wanted(self) -> bool:
         cfg = self.rt.config
@@ -108,7 +122,7 @@ class Autoscaler:
     # --- one pass ----------------------------------------------------------------------------
     def pass_once(self) -> AutoscalePlan | None:
         if not self.wanted():
-            self.waiting = {}
+            self.waiting, self._soft = {}, frozenset()
             return None
         cfg, store = self.rt.config, self.rt.store
         pending = store.get_many(store.pending_ids())
@@ -130,6 +144,7 @@ class Autoscaler:
         state = AutoscaleState.from_dict(store.autoscale.state() or {})
         result = self.plan_fn(Inputs(snapshot, [*pending, *active], replicas, groups), state, cfg, self.clock())
         store.autoscale.save_state(result.state.to_dict())
+        self._soft = soft_tainted(result.state)
         changes = [*self._scale_fleets(result.fleets, fleets, errors), *self._resize_pools(result.nodes, active, errors)]
         passed = decisions(result, groups, fleets, errors)
         store.autoscale.record_pass(passed, changes, self.holder)
@@ -263,7 +278,7 @@ def decisions(result: AutoscalePlan, groups: Mapping[str, NodeGroup], fleets: Ma
         out_pools.append({"pool": d.pool, "ready": len(g.ready), "starting": len(g.starting),
                           "stopping": len(g.stopping), "current": d.current, "desired": d.desired, "add": d.add,
                           "remove": list(d.remove), "drain": list(d.drain), "waiting": len(d.waiting),
-                          "limited_by": d.limited_by, "message": d.message, "error": errors.get(f"pool:{d.pool}")})
+                          "candidates": list(d.candidates), "limited_by": d.limited_by, "message": d.message, "error": errors.get(f"pool:{d.pool}")})
     out_pools += [{"pool": key.split(":", 1)[1], "error": why} for key, why in errors.items()
                   if key.startswith("pool:") and key.split(":", 1)[1] not in decided_pools]
     return {"fleets": out_fleets, "pools": out_pools}

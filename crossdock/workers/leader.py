@@ -127,7 +127,8 @@ class Scheduler:
         if spent and not read_only:
             store.deschedule.release(spent)
         return build_snapshot(Records(pending, active, inv.nodes, inv.foreign, frozenset(wanted), others,
-                                      store.nominations(j.id for j in pending), usage, destinations), config)
+                                      store.nominations(j.id for j in pending), usage, destinations,
+                                      self.autoscaler.soft_tainted()), config)
 
     def accrue(self, nodes: Sequence[Node], active: list[Job]) -> dict[str, float]:
         """Charge the running jobs' fair-share usage since the last accrual, and save it."""

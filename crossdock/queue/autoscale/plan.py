@@ -60,6 +60,9 @@ class NodeDecision:
     """Pending jobs that wait for nodes of this pool (being added or starting)."""
     failed: tuple[str, ...] = ()
     """Starting nodes given up after ``max_node_provision_seconds`` (also in ``remove``)."""
+    candidates: tuple[str, ...] = ()
+    """Deletion candidates: nodes below the utilisation threshold that stay, which the cycle takes
+    last (:attr:`.scaledown.ScaleDown.candidates`)."""
 
 
 @dataclass
@@ -81,13 +84,15 @@ class AutoscaleState:
     earlier where the loop records the names ``add_nodes`` returned."""
     failed: dict[str, int] = field(default_factory=dict)
     """Pool → how many of its starting nodes were given up after ``max_node_provision_seconds``."""
+    candidates: dict[str, float] = field(default_factory=dict)
+    """Node → since when it has been a deletion candidate (the cycle's soft taint, :func:`soft_tainted`)."""
 
     def to_dict(self) -> dict:
         return {"recommendations": {q: [[t, r] for t, r in v] for q, v in self.recommendations.items()},
                 "scale_events": {q: [[t, c] for t, c in v] for q, v in self.scale_events.items()},
                 "last_active": dict(self.last_active), "unneeded_since": dict(self.unneeded_since),
                 "last_scale_up": dict(self.last_scale_up), "requested": dict(self.requested),
-                "failed": dict(self.failed)}
+                "failed": dict(self.failed), "candidates": dict(self.candidates)}
 
     @classmethod
     def from_dict(cls, data: Mapping) -> "AutoscaleState":
@@ -101,7 +106,7 @@ class AutoscaleState:
         try:
             return cls(pairs("recommendations"), pairs("scale_events"), times("last_active"),
                        times("unneeded_since"), times("last_scale_up"), times("requested"),
-                       {str(k): int(v) for k, v in (data.get("failed") or {}).items()})
+                       {str(k): int(v) for k, v in (data.get("failed") or {}).items()}, times("candidates"))
         except (TypeError, ValueError, AttributeError) as exc:
             raise ValueError(f"autoscaler state: not what AutoscaleState.to_dict writes ({exc}); delete the"
                              " stored state to start afresh") from None
@@ -154,10 +159,13 @@ def plan(inputs: Inputs, state: AutoscaleState, config: ClusterConfig, now: floa
 
     nxt = AutoscaleState.from_dict(state.to_dict())
     if not config.autoscaler.enabled:
+        nxt.candidates = {}
         return AutoscalePlan(state=nxt, timings={"total": 0.0})
     fleets = tuple(_fleet(q, inputs, state, nxt, config, now) for q in fleet_queues(config) if q in inputs.fleets)
     lap("fleets")
     pools = [p for p, pool in config.pools.items() if pool.provisioner and p in inputs.groups]
+    if not pools:
+        nxt.candidates = {}
     nodes: list[NodeDecision] = []
     reasons: dict[int, str] = {}
     growth = capacity.Growth()
@@ -243,6 +251,7 @@ def _pools(pools: list[str], inputs: Inputs, state: AutoscaleState, nxt: Autosca
     known = {n for p in pools for g in [inputs.groups[p]] for n in (*g.ready, *g.starting, *g.stopping)}
     nxt.unneeded_since = {n: t for n, t in nxt.unneeded_since.items() if n in known}
     nxt.requested = {n: t for n, t in nxt.requested.items() if n in known}
+    nxt.candidates = {n: t for n, t in nxt.candidates.items() if n in known}
     out = [_pool(p, inputs.groups[p], growth, limits[p], p in candidates, world, jobs, state, nxt, config, now, reasons)
            for p in pools]
     lap("decide")
@@ -293,7 +302,7 @@ def _pool(p: str, group: NodeGroup, growth: "capacity.Growth", limit: tuple[int,
     message = "; ".join(text for _, text in steps)
     waiting = (est.on_new + est.on_starting) if est else ()
     return NodeDecision(p, current, current + add - len(down.remove), add, down.remove, down.drain, limited, message,
-                        waiting, down.failed)
+                        waiting, down.failed, down.candidates)
 
 
 def _limit(max_nodes: int | None, spare: int | None, current: int) -> tuple[int, str]:
@@ -305,9 +314,11 @@ def _limit(max_nodes: int | None, spare: int | None, current: int) -> tuple[int,
 
 
 def _track(nxt: AutoscaleState, group: NodeGroup, down: "scaledown.ScaleDown", now: float) -> None:
-    """The pool's nodes in the next state: since when each is unneeded, and when each starting node
-    was asked for (first seen starting, unless the loop recorded it when ``add_nodes`` answered)."""
+    """The pool's nodes in the next state: since when each is unneeded and a deletion candidate, and
+    when each starting node was asked for (first seen starting, unless the loop recorded it when
+    ``add_nodes`` answered)."""
     gone = set(down.remove)
+    was = {n: nxt.candidates.pop(n) for n in (*group.ready, *group.starting, *group.stopping) if n in nxt.candidates}
     for n in (*group.ready, *group.starting, *group.stopping):
         nxt.unneeded_since.pop(n, None)
         if n in gone or n not in group.starting:
@@ -315,3 +326,9 @@ def _track(nxt: AutoscaleState, group: NodeGroup, down: "scaledown.ScaleDown", n
         else:
             nxt.requested.setdefault(n, now)
     nxt.unneeded_since.update({n: t for n, t in down.unneeded.items() if n not in gone})
+    nxt.candidates.update({n: was.get(n, now) for n in down.candidates})
+
+
+def soft_tainted(state: AutoscaleState) -> frozenset[str]:
+    """The nodes the cycle takes last: the last pass's deletion candidates."""
+    return frozenset(state.candidates)

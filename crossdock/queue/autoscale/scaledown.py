@@ -10,6 +10,12 @@ A ready node is *unneeded* when
   the real core on the world's inventory, this node and the other unneeded ones excluded). The
   moves are kept in the world, so two nodes never count on the same free room.
 
+Every ready node below the threshold, unneeded or kept, is a *deletion candidate* while the pool
+has more than ``min_nodes`` nodes: the cycle takes it last for new work (a ``PreferNoSchedule``
+taint, as cluster-autoscaler soft-taints the nodes it means to remove), so that new work fills
+the busier nodes and a candidate that runs non-preemptible work empties as that work ends
+instead of taking more.
+
 It becomes removable once unneeded for ``scale_down_unneeded_seconds`` (600) and
 ``scale_down_delay_after_add_seconds`` (600) after the pool's last scale-up, and never below
 ``min_nodes``. Per pass, like cluster-autoscaler: empty nodes go in bulk (up to
@@ -55,6 +61,9 @@ class ScaleDown:
     """Starting nodes given up after ``max_node_provision_seconds``."""
     blocked: Mapping[str, str] = field(default_factory=dict)
     """Nodes below the threshold that stay, with why."""
+    candidates: tuple[str, ...] = ()
+    """Ready nodes below the threshold that stay this pass, least used first: new work goes
+    elsewhere while others have room (see the module's docstring)."""
     limited_by: str = ""
     message: str = ""
 
@@ -140,7 +149,8 @@ def unneeded(pool: str, group: NodeGroup, world: World | Snapshot, jobs: Mapping
     elif chosen:
         limited, message = "", f"retiring {len(chosen)} node(s) unneeded for ≥ {auto.scale_down_unneeded_seconds:.0f} s"
     drain = tuple(j for n in chosen for j in drains[n])
-    return ScaleDown(pool, found, failed + tuple(chosen), drain, failed, blocked, limited, message)
+    candidates = tuple(n for n in below if n not in chosen) if keep > config.pools[pool].min_nodes else ()
+    return ScaleDown(pool, found, failed + tuple(chosen), drain, failed, blocked, candidates, limited, message)
 
 
 def timed_out(group: NodeGroup, requested: Mapping[str, float], config: ClusterConfig, now: float) -> tuple[str, ...]:

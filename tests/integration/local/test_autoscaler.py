@@ -18,6 +18,7 @@ from crossdock.backends.fake.backend import FakeBackend
 from crossdock.queue.autoscale.plan import AutoscalePlan, AutoscaleState, FleetDecision, NodeDecision
 from crossdock.queue.models import JobSpec
 from crossdock.queue.ports import BackendUnavailable
+from crossdock.queue.snapshot import DELETION_CANDIDATE
 from crossdock.queue.states import JobState, Reason
 from crossdock.runtime import Runtime
 from crossdock.workers.leader import Scheduler
@@ -171,6 +172,27 @@ def test_nodes_are_drained_of_preemptible_work_before_they_go(rt, fake, sched, t
     assert [e["event"] for e in autoscale_events(rt)] == ["nodes_drained", "nodes_removed", "nodes_removed"]
 
 
+def test_the_cycle_takes_the_passes_deletion_candidates_last_and_a_new_leader_too(rt, fake, sched, tmp_path):
+    fake.add_nodes("cpu", 2)  # cpu-1 and cpu-2, equal and empty: the cycle's tie goes to cpu-1
+    sched.script.next = AutoscalePlan(nodes=(NodeDecision("cpu", current=2, desired=2, candidates=("cpu-1",)),),
+                                      state=AutoscaleState(candidates={"cpu-1": 1.0}))
+    sched.autoscaler.pass_once()
+    first, = submit(rt, tmp_path, 1, queue="batch")
+    sched.cycle_once()
+    assert rt.store.get(first.id).nodes == ["cpu-2"]
+    assert service.autoscaling(rt)["pools"][0]["candidates"] == ["cpu-1"]
+    # a leader that starts afresh reads the candidates from the stored state before its first pass
+    successor = Scheduler(rt, lambda *a: None, holder="leader-2")
+    assert successor.autoscaler.soft_tainted() == {"cpu-1"}
+    assert any(n.name == "cpu-1" and DELETION_CANDIDATE in n.taints
+               for n in successor.snapshot([], []).nodes)
+    # the next pass names none: no node is tainted any more
+    sched.script.next = AutoscalePlan(nodes=(NodeDecision("cpu", current=2, desired=2),), state=AutoscaleState())
+    sched.autoscaler.pass_once()
+    assert sched.autoscaler.soft_tainted() == frozenset()
+    assert not any(n.taints for n in sched.snapshot([], []).nodes)
+
+
 def test_a_backend_that_is_away_skips_its_target_and_the_others_go_on(rt, fake, sched, monkeypatch):
     def away(*_a, **_k):
         raise BackendUnavailable("fleet API unreachable")
@@ -276,8 +298,8 @@ def test_crossdock_autoscale_shows_each_fleet_and_pool_with_its_last_change(rt, 
     fleet_row = next(line.split() for line in out.stdout.splitlines() if line.split()[:1] == ["prep"])
     pool_row = next(line.split() for line in out.stdout.splitlines() if line.split()[:1] == ["cpu"])
     assert fleet_row[:7] == ["prep", "fake/prep", "9", "0", "5", "4", "ScaleUpLimit"] and fleet_row[7] == "0→4"
-    # the pool as the pass found it (no node yet), what it decided, and what it did
-    assert pool_row[:6] == ["cpu", "0", "0", "3", "2", "MaxNodes"] and pool_row[6] == "0→3"
+    # the pool as the pass found it (no node yet), what it decided (no node taken last), and what it did
+    assert pool_row[:7] == ["cpu", "0", "0", "3", "2", "0", "MaxNodes"] and pool_row[7] == "0→3"
     data = json.loads(cli("--json").stdout)
     assert data["fleets"][0]["last_change"]["event"] == "fleet_scaled"
     assert data["pools"][0]["last_change"]["nodes"] == ["cpu-1", "cpu-2", "cpu-3"]

@@ -12,7 +12,7 @@ from as_builders import T0, config, job, node, running
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from crossdock.queue.autoscale.plan import AutoscaleState, Inputs, plan
+from crossdock.queue.autoscale.plan import AutoscaleState, Inputs, plan, soft_tainted
 from crossdock.queue.cycle import run_cycle
 from crossdock.queue.ports import NodeGroup
 from crossdock.queue.snapshot import Snapshot
@@ -129,15 +129,41 @@ def test_no_removal_of_a_node_with_non_preemptible_work():
     assert alone["cpu"].limited_by == "NonPreemptible" and "job 1" in alone["cpu"].message
 
 
+def test_nodes_below_the_threshold_that_stay_are_taken_last_until_they_fill_or_go():
+    # a: 1/8 CPUs of non-preemptible work (below 0.5, kept); b: 6/8 (needed); c: empty (unneeded, waits)
+    nodes = [node("a"), node("b"), node("c")]
+    placed = [running(1, "a", queue="serve"), running(2, "b", cpus=6, queue="serve")]
+    decisions, result = one(CFG, nodes, placed)
+    assert decisions["cpu"].candidates == ("c", "a")  # the empty one first, then the least used
+    assert result.state.candidates == {"c": T0, "a": T0} and soft_tainted(result.state) == {"a", "c"}
+    # later: c has gone, a filled up to 4/8 (no longer below): neither is a candidate; since is kept for b
+    placed = [running(1, "a", cpus=4, queue="serve"), running(2, "b", cpus=1, queue="serve")]
+    _, later = one(CFG, [node("a"), node("b")], placed, state=result.state, now=T0 + 60)
+    assert later.state.candidates == {"b": T0 + 60}
+    _, again = one(CFG, [node("a"), node("b")], placed, state=later.state, now=T0 + 120)
+    assert again.state.candidates == {"b": T0 + 60}
+
+
+def test_no_candidates_at_min_nodes_or_with_the_autoscaler_off():
+    placed = [running(1, "a", queue="serve")]
+    decisions, result = one(config(pools={"cpu": {"min_nodes": 2}}), [node("a"), node("b")], placed)
+    assert decisions["cpu"].candidates == () and result.state.candidates == {}
+    state = AutoscaleState(candidates={"a": T0 - 10})
+    _, off = one(config(autoscaler={"enabled": False}), [node("a")], placed, state=state)
+    assert soft_tainted(off.state) == frozenset()
+
+
 def test_disabled_decides_nothing():
     decisions, result = one(config(autoscaler={"enabled": False}), [], [], [job(1, cpus=8)])
     assert decisions == {} and result.reasons == {}
 
 
 def test_nodes_that_left_their_pool_leave_the_state():
-    state = AutoscaleState(unneeded_since={"gone": T0 - 10, "a": T0 - 10}, requested={"gone2": T0 - 10})
+    state = AutoscaleState(unneeded_since={"gone": T0 - 10, "a": T0 - 10}, requested={"gone2": T0 - 10},
+                           candidates={"gone3": T0 - 10})
     _, result = one(CFG, [node("a")], state=state)
     assert result.state.unneeded_since == {"a": T0 - 10} and result.state.requested == {}
+    assert "gone3" not in result.state.candidates
 
 
 @settings(max_examples=40, deadline=None, suppress_health_check=[HealthCheck.too_slow])
@@ -157,9 +183,9 @@ times = st.dictionaries(names, st.floats(0, 2e9, allow_nan=False), max_size=4)
 
 
 @given(st.dictionaries(names, pairs, max_size=3), st.dictionaries(names, pairs, max_size=3), times, times, times,
-       times, st.dictionaries(names, st.integers(0, 100), max_size=3))
-def test_state_survives_a_json_round_trip(recs, events, active, since, up, requested, failed):
-    state = AutoscaleState(recs, events, active, since, up, requested, failed)
+       times, st.dictionaries(names, st.integers(0, 100), max_size=3), times)
+def test_state_survives_a_json_round_trip(recs, events, active, since, up, requested, failed, candidates):
+    state = AutoscaleState(recs, events, active, since, up, requested, failed, candidates)
     assert AutoscaleState.from_dict(json.loads(json.dumps(state.to_dict()))) == state
 
 

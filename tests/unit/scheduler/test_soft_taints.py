@@ -6,8 +6,7 @@ import pytest
 from sched_builders import NOW, config, job, node, running
 
 from crossdock.queue.cycle import run_cycle
-from crossdock.queue.scheduler.plugins.taint_toleration import DELETION_CANDIDATE
-from crossdock.queue.snapshot import Snapshot
+from crossdock.queue.snapshot import DELETION_CANDIDATE, Snapshot
 
 SOFT = (DELETION_CANDIDATE,)
 

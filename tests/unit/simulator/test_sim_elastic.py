@@ -12,7 +12,9 @@ from typer.testing import CliRunner
 
 from crossdock.sim.autoscalers import CrossdockPlan, KedaPoll
 from crossdock.sim.day import DAY_S, DayJob, hourly_arrivals, trace_day
-from crossdock.sim.elastic import ElasticSim, elastic_jobs
+from crossdock.queue.autoscale import plan as autoscale_plan
+from crossdock.queue.snapshot import DELETION_CANDIDATE
+from crossdock.sim.elastic import UP, Actions, ElasticSim, elastic_jobs
 from crossdock.sim.elastic_scenario import run_day
 from crossdock.sim.trace import DEFAULT_PODS, load_pods
 
@@ -56,6 +58,50 @@ def test_the_keda_like_setup_reacts_no_earlier_than_its_poll_and_crossdock_withi
     next_poll = np.ceil(at / 30.0) * 30.0
     assert first["KEDA-like poll"] == next_poll
     assert at <= first["crossdock"] <= at + config.autoscaler.interval_seconds
+
+
+class TakesLast:
+    """Names, at its first tick, every ready CPU node but ``keep`` as one placement takes last."""
+
+    name, interval_s = "scripted", 1.0
+
+    def __init__(self, keep: int):
+        self.keep, self.done = keep, False
+
+    def tick(self, sim, now):
+        if self.done:
+            return Actions()
+        self.done = True
+        names = sim.nodes("cpu", UP)
+        return Actions(taken_last=tuple(n for k, n in enumerate(names) if k != self.keep))
+
+
+@pytest.mark.parametrize("keep", [0, 3])
+def test_placement_takes_the_autoscalers_deletion_candidates_last(keep):
+    config = small_config()
+    jobs = [DayJob(5.0, 3600.0, 4000, 8192) for _ in range(9)]  # 8 fill one 32-core node, the 9th spills
+    sim = ElasticSim(config, elastic_jobs(config, jobs, ROUTE), TakesLast(keep), horizon_s=60, initial="max")
+    r = sim.run()
+    slots = [j.slot for j in sorted(r.jobs, key=lambda j: j.id)]
+    kept = sim.slot_of[sim.nodes("cpu", UP)[keep]]
+    assert slots[:8] == [kept] * 8 and slots[8] != kept
+
+
+def test_the_plans_deletion_candidates_reach_placement_and_its_next_snapshot():
+    config = small_config()
+    seen = []
+
+    def planner(inputs, state, cfg, now):
+        seen.append({n.name for n in inputs.snapshot.nodes if DELETION_CANDIDATE in n.taints})
+        return autoscale_plan.plan(inputs, state, cfg, now)
+
+    # one small long job on a node, nothing else: the node is below the threshold and stays (its
+    # job is not preemptible), so it is a candidate from the pass after it started
+    sim = ElasticSim(config, elastic_jobs(config, [DayJob(0.0, 7200.0, 4000, 8192)], ROUTE),
+                     CrossdockPlan(config, planner), horizon_s=120)
+    sim.run()
+    (node,) = {j.slot for j in sim.jobs}
+    assert seen[-1] == {sim.names[node]} and sim.last[node]
 
 
 def test_nodes_start_after_the_provisioning_delay():

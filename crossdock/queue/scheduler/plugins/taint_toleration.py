@@ -7,7 +7,7 @@ TaintToleration score without its normalisation (which the per-state score cache
 for a node without an untolerated ``PreferNoSchedule`` taint, −100 for one with any, weighted
 :data:`~crossdock.queue.scheduler.registry.SOFT_TAINT_WEIGHT` in every placement so that it
 outranks the resource scores, as kube-scheduler's weight 3 does against its own. The autoscaler
-puts such a taint on the nodes it would like to retire (:data:`DELETION_CANDIDATE`), so that
+puts such a taint on the nodes it would like to retire (:data:`crossdock.queue.snapshot.DELETION_CANDIDATE`), so that
 new work fills the others and those empty on their own.
 """
 
@@ -24,10 +24,6 @@ NAME = "TaintToleration"
 MAX_NODE_SCORE = 100
 HARD_EFFECTS = ("NoSchedule", "NoExecute")
 SOFT_EFFECT = "PreferNoSchedule"
-DELETION_CANDIDATE = f"crossdock.io/deletion-candidate:{SOFT_EFFECT}"
-"""The autoscaler's soft taint (cluster-autoscaler's ``DeletionCandidateOfClusterAutoscaler``;
-when each node became one is in the autoscaler's state, not in the taint, so that tainted nodes
-in one state still score once)."""
 
 
 def is_soft(taint: str) -> bool:
