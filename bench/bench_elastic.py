@@ -1,6 +1,12 @@
 """Reaction time to a backlog spike: crossdock's autoscaler loop against a KEDA-like 30 s poll.
 
     python bench/bench_elastic.py [--spikes 20] [--jobs 5000] [--seed 42] [--json]
+    python bench/bench_elastic.py --day [--seed 42] [--json]
+
+``--day``: the elastic day instead (``configs/scenarios/elastic-day.yaml``, 8,152 jobs of the
+trace over one day): node-hours and the p95/p99 queue wait of crossdock and the KEDA-like poll on
+the same arrivals, as ratios against the poll (about 1.5 min for crossdock, 1 min for the poll on
+one core).
 
 An empty autoscaled GPU pool and CPU pool (no node up, ``min_nodes: 0``) on the elastic
 simulation's virtual clock (``crossdock.sim.elastic``); at a moment drawn uniformly within one
@@ -32,6 +38,7 @@ from crossdock.queue.config import parse_config  # noqa: E402
 from crossdock.sim.autoscalers import CrossdockPlan, KedaPoll  # noqa: E402
 from crossdock.sim.day import DayJob  # noqa: E402
 from crossdock.sim.elastic import ElasticSim, elastic_jobs  # noqa: E402
+from crossdock.sim.elastic_scenario import load_elastic, run_elastic  # noqa: E402
 from crossdock.sim.trace import DEFAULT_PODS, MILLI, load_pods  # noqa: E402
 
 ROUTE = {"gpu": "gpu", "cpu": "cpu"}
@@ -86,13 +93,42 @@ def react(setup: str, jobs: list[DayJob], at: float, config) -> tuple[float, flo
     return result.first_scale_up - at, getattr(scaler, "first_wall_s", None)
 
 
+DAY = Path(__file__).resolve().parents[1] / "configs" / "scenarios" / "elastic-day.yaml"
+DAY_METRICS = ("node_hours", "wait_p95_s", "wait_p99_s", "wait_max_s")
+
+
+def day(seed: int, as_json: bool) -> int:
+    sc, config = load_elastic(DAY)
+    t0 = time.perf_counter()
+    results = {k: r.summary() for k, r in run_elastic(sc, config, seed=seed, setups=("keda", "crossdock")).items()}
+    base = results["keda"]
+    rows = [{"setup": k, **{m: r[m] for m in DAY_METRICS},
+             **{f"{m}_ratio": round(r[m] / base[m], 3) if base[m] else None for m in DAY_METRICS}}
+            for k, r in results.items()]
+    out = {"scenario": DAY.name, "seed": seed, "jobs": base["jobs"],
+           "bench_wall_s": round(time.perf_counter() - t0, 1), "rows": rows}
+    if as_json:
+        print(json.dumps(out))
+        return 0
+    print(f"{out['scenario']}, {out['jobs']} jobs, seed {seed} (simulated day; baseline: KEDA-like 30 s poll = 1.000)")
+    print(f"{'setup':<12}{'node-hours':>12}{'×':>7}{'wait p95 s':>12}{'×':>7}{'wait p99 s':>12}{'×':>7}{'max s':>9}")
+    for r in rows:
+        print(f"{r['setup']:<12}{r['node_hours']:>12.1f}{r['node_hours_ratio']:>7.3f}{r['wait_p95_s']:>12.1f}"
+              f"{r['wait_p95_s_ratio'] or 0:>7.3f}{r['wait_p99_s']:>12.1f}{r['wait_p99_s_ratio'] or 0:>7.3f}"
+              f"{r['wait_max_s']:>9.0f}")
+    return 0
+
+
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--spikes", type=int, default=20)
     ap.add_argument("--jobs", type=int, default=5000)
     ap.add_argument("--seed", type=int, default=42)
+    ap.add_argument("--day", action="store_true", help="the elastic day instead of spikes")
     ap.add_argument("--json", action="store_true")
     args = ap.parse_args(argv)
+    if args.day:
+        return day(args.seed, args.json)
     config = parse_config(CONFIG)
     rng = np.random.default_rng(args.seed)
     rows: dict[str, list[float]] = {"keda": [], "crossdock": []}

@@ -115,8 +115,9 @@ def build_snapshot(records: Records, config: ClusterConfig) -> Snapshot:
     facts = dict(records.others)
     facts.update({i: facts_of(j) for i, j in known.items() if i in records.wanted})
     pending_ids = {j.id for j in records.pending}
+    soft = records.soft_tainted
     nodes = tuple(replace(n, taints=(*n.taints, DELETION_CANDIDATE))
-                  if n.name in records.soft_tainted and DELETION_CANDIDATE not in n.taints else n for n in records.nodes)
+                  if n.name in soft and DELETION_CANDIDATE not in n.taints else n for n in records.nodes)
     return Snapshot(nodes=nodes, allocations=tuple(allocations), jobs=facts,
                     running_per_array=running_per_array, usage=dict(records.usage),
                     nominations={k: v for k, v in records.nominations.items() if k in pending_ids},
