@@ -84,6 +84,10 @@ class Capabilities:
     (``EvictsJobs``): the descheduler's way to move work."""
     services: bool = False
     """Runs the replicas of inference services (``RunsServices``): readiness, drain, a stable address."""
+    routed: bool = False
+    """Its service replicas listen on this machine and are reached through crossdock's router, which
+    ``crossdock up`` runs while a pool has such a backend (the others' replicas have an address of
+    their own: a Kubernetes Service)."""
 
 
 @dataclass(frozen=True)

@@ -3,8 +3,9 @@
 :class:`crossdock.workers.router.RouteSource`): which services it fronts and where their
 replicas listen.
 
-It fronts a service whose replicas may run on a local pool (the service's ``pools``, else its
-queue's); the others are reached through their backend's own address (a Kubernetes Service).
+It fronts a service whose replicas may run on a pool whose backend is ``routed`` (the local one:
+the service's ``pools``, else its queue's); the others are reached through their backend's own
+address (a Kubernetes Service).
 A service keeps the port it had (``address`` in its record), so clients' URLs survive a restart
 of ``crossdock up``.
 """
@@ -22,6 +23,7 @@ from pathlib import Path
 from typing import Any, Mapping
 
 from crossdock.backends.redis_store.services import ServiceStore
+from crossdock.backends.registry import capabilities
 from crossdock.observe import exporter
 from crossdock.queue.config import ClusterConfig
 from crossdock.queue.serving import Endpoint, ServiceMetrics, ServiceRecord
@@ -30,16 +32,17 @@ from crossdock.workers.router import Router, RouterSettings, RouteSpec
 log = logging.getLogger(__name__)
 
 
-def local_pools(cfg: ClusterConfig) -> frozenset[str]:
-    return frozenset(name for name, pool in cfg.pools.items() if pool.backend == "local")
+def routed_pools(cfg: ClusterConfig) -> frozenset[str]:
+    """The pools whose backend's replicas are reached through the router (``Capabilities.routed``)."""
+    return frozenset(name for name, pool in cfg.pools.items() if capabilities(pool.backend).routed)
 
 
 def fronted(record: ServiceRecord, cfg: ClusterConfig) -> bool:
-    """Whether the router fronts this service: one of its pools is local."""
+    """Whether the router fronts this service: one of its pools is routed."""
     spec = record.spec
     queue = cfg.queue_name(spec.queue)
     pools = spec.pools if spec.pools is not None else cfg.pools_of(queue) if queue in cfg.queues else []
-    return bool(local_pools(cfg) & set(pools))
+    return bool(routed_pools(cfg) & set(pools))
 
 
 def address_port(address: str | None) -> int:
@@ -76,7 +79,7 @@ class StoreRoutes:
 def router_part(rt) -> list["RouterProcess"]:
     """The router as a part of ``crossdock up`` (``rt``: its Runtime), where a pool is local; it
     opens a listener only for services that exist, so without any it reads the store and waits."""
-    if not local_pools(rt.config):
+    if not routed_pools(rt.config):
         return []
     return [RouterProcess(rt)]
 
