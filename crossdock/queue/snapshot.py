@@ -11,11 +11,19 @@ from typing import Mapping
 from crossdock.queue.states import JobState
 
 
-DELETION_CANDIDATE = "crossdock.io/deletion-candidate:PreferNoSchedule"
+SOFT_EFFECT = "PreferNoSchedule"
+"""The taint effect placement honours as a preference only (the TaintToleration score)."""
+DELETION_CANDIDATE = f"crossdock.io/deletion-candidate:{SOFT_EFFECT}"
 """The autoscaler's soft taint on the nodes it would like to retire (cluster-autoscaler's
 ``DeletionCandidateOfClusterAutoscaler``); the cycle takes them last (the TaintToleration score).
 When each became one is in the autoscaler's state, not in the taint, so that tainted nodes in one
 state still score once."""
+
+
+def soft_taints(taints: tuple[str, ...]) -> tuple[str, ...]:
+    """The ``key[=value]:PreferNoSchedule`` taints among ``taints``."""
+    return tuple(t for t in taints if t.rpartition(":")[2] == SOFT_EFFECT)
+
 
 @dataclass(frozen=True, slots=True)
 class GpuDevice:

@@ -11,9 +11,9 @@ backlog the instant it forms.
 
 Placement takes the nodes the autoscaler's last tick named in ``taken_last`` last (its soft taint:
 a node with an untolerated ``PreferNoSchedule`` taint, which crossdock's score ranks below every
-untainted node that fits). Nothing removes a node that runs work the autoscaler did not ask to drain: such a request is
-counted in ``refused_removals`` (a correct autoscaler keeps it at 0), and drained jobs are
-requeued (their progress lost). Node-hours count a node from the request to its removal, as
+untainted node that fits). Nothing removes a node that runs work the autoscaler did not ask to
+drain: such a request is counted in ``refused_removals`` (a correct autoscaler keeps it at 0),
+and drained jobs are requeued (their progress lost). Node-hours count a node from the request to its removal, as
 clouds bill it.
 """
 

@@ -19,7 +19,7 @@ from typing import Sequence
 
 import numpy as np
 
-from crossdock.queue.snapshot import Allocation, Node
+from crossdock.queue.snapshot import Allocation, Node, soft_taints
 
 FULL = 1000
 
@@ -70,7 +70,7 @@ class Inventory:
         self.schedulable = np.array([x.schedulable for x in self.nodes], bool)
         self.tainted = np.array([i for i, x in enumerate(self.nodes) if x.taints], np.int64)
         """Indexes of the nodes with taints (the TaintToleration filter looks only at these)."""
-        soft = [tuple(t for t in x.taints if t.rpartition(":")[2] == "PreferNoSchedule") for x in self.nodes]
+        soft = [soft_taints(x.taints) for x in self.nodes]
         self.soft_tainted = np.array([i for i, s in enumerate(soft) if s], np.int64)
         """Indexes of the nodes with ``PreferNoSchedule`` taints (the TaintToleration score's)."""
         self.pool_names = sorted({x.pool for x in self.nodes})

@@ -7,8 +7,9 @@ TaintToleration score without its normalisation (which the per-state score cache
 for a node without an untolerated ``PreferNoSchedule`` taint, −100 for one with any, weighted
 :data:`~crossdock.queue.scheduler.registry.SOFT_TAINT_WEIGHT` in every placement so that it
 outranks the resource scores, as kube-scheduler's weight 3 does against its own. The autoscaler
-puts such a taint on the nodes it would like to retire (:data:`crossdock.queue.snapshot.DELETION_CANDIDATE`), so that
-new work fills the others and those empty on their own.
+puts such a taint on the nodes it would like to retire
+(:data:`crossdock.queue.snapshot.DELETION_CANDIDATE`), so that new work fills the others and
+those empty on their own.
 """
 
 from __future__ import annotations
@@ -19,15 +20,11 @@ from crossdock.queue.scheduler.framework import CycleState
 from crossdock.queue.scheduler.plugins._base import SimpleFilter
 from crossdock.queue.scheduler.registry import register
 from crossdock.queue.scheduler.request import Request, Toleration, pool_tolerations
+from crossdock.queue.snapshot import SOFT_EFFECT, soft_taints
 
 NAME = "TaintToleration"
 MAX_NODE_SCORE = 100
 HARD_EFFECTS = ("NoSchedule", "NoExecute")
-SOFT_EFFECT = "PreferNoSchedule"
-
-
-def is_soft(taint: str) -> bool:
-    return parse_taint(taint)[2] == SOFT_EFFECT
 
 
 def parse_taint(taint: str) -> tuple[str, str, str]:
@@ -80,6 +77,6 @@ class TaintToleration(SimpleFilter):
         for k in hits:
             node = inv.nodes[idx[k]]
             tol = req.tolerations + pool_tolerations(state.config, node.pool)
-            if not all(tolerates(tol, t, soft=True) for t in node.taints if is_soft(t)):
+            if not all(tolerates(tol, t, soft=True) for t in soft_taints(node.taints)):
                 out[k] = -MAX_NODE_SCORE
         return out
