@@ -172,7 +172,7 @@ class ServiceStatus(_Model):
     recommendations: list[tuple[float, int]] = Field(default_factory=list)
     """(time, recommended) of earlier passes within the stabilization windows (HPA's memory)."""
     scale_events: list[tuple[float, int]] = Field(default_factory=list)
-    """(time, change) of the scale steps within the policies' periods."""
+    """(time, change) of the scale steps, in the HPA's slots (``hpa.record_scale_event``)."""
     pending_since: dict[int, float] = Field(default_factory=dict)
     """Replica job id → when the controller first saw it pending (its fallback clock)."""
     failures: list[float] = Field(default_factory=list)

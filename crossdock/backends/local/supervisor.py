@@ -166,6 +166,9 @@ class Supervisor:
         self.give_up_seconds = give_up_seconds
         self.link = StoreLink()
         self.running_recorded = False
+        self.started = 0.0
+        """When the attempt was launched (epoch seconds, before its process exists): its start
+        time, so the time it ran is never shorter than its process ran, however late RUNNING lands."""
         self.stale = False
         """The job moved on to another attempt or state while the store was out of reach."""
         self.cancelled = False
@@ -202,6 +205,7 @@ class Supervisor:
             self.cpu = CpuLimit.create(*self.cpu_milli, cgroup, self.memory)
         try:
             cpus = self._cpus()
+            self.started = time.time()
             proc, files = self._start(job, node, ws)
         except (OSError, ValueError, CrossdockError) as exc:
             failed = workspace.Outcome(JobState.FAILED, f"LaunchFailed: {exc}", 127, None, None, time.time())
@@ -214,7 +218,7 @@ class Supervisor:
         if cpus is not None:
             _pin(proc.pid, cpus)
         workspace.record_watcher(ws, proc.pid)
-        started, ref = time.time(), f"local:{socket.gethostname()}:{proc.pid}"
+        ref = f"local:{socket.gethostname()}:{proc.pid}"
         self._mark_running(job, attempt, proc, ref)
         ending = self._watch(job, attempt, proc, ws)
         # set by a replayed RUNNING, which may have found the job ended or moved on already
@@ -230,7 +234,7 @@ class Supervisor:
         if ending == "stale":
             log.warning("job %s attempt %s moved on while the store was out of reach; stopped it", job_id, attempt)
             return 0
-        outcome = self._outcome(proc.returncode, ending, started, ref,
+        outcome = self._outcome(proc.returncode, ending, self.started, ref,
                                 self.memory.peak_kib if self.memory is not None else None)
         return self._finish(job, attempt, outcome, ws)
 
@@ -272,7 +276,7 @@ class Supervisor:
         while being dispatched, or moved on meanwhile, is stopped."""
         try:
             moved = self.store.transition(job.id, JobState.RUNNING, attempt=attempt, unless="cancel_requested",
-                                          fields={"start_time": _now(), "pid": proc.pid, "reason": Reason.NONE,
+                                          fields={"start_time": datetime.fromtimestamp(self.started, timezone.utc), "pid": proc.pid, "reason": Reason.NONE,
                                                   "backend_ref": ref}, actor="local")
             now = self.store.get(job.id) if not moved else None
         except StoreUnavailable as exc:
@@ -456,10 +460,6 @@ def _read(path: Path) -> bytes:
         return path.read_bytes()
     except OSError:
         return b""
-
-
-def _now() -> datetime:
-    return datetime.now(timezone.utc)
 
 
 def main(argv: list[str]) -> int:

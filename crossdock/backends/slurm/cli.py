@@ -11,6 +11,7 @@ import json
 import os
 import pwd
 import re
+import signal
 import subprocess
 import tempfile
 from collections.abc import Mapping, Sequence
@@ -33,6 +34,13 @@ from crossdock.backends.slurm.states import expand_array_tasks, node_names, pars
 from crossdock.queue.environ import exportable
 
 DEFAULT_TIMEOUT_S = 30.0
+
+
+def signal_name(number: int) -> str:
+    try:
+        return signal.Signals(number).name
+    except ValueError:
+        return f"signal {number}"
 
 
 def sbatch_options(req: SubmitRequest) -> list[str]:
@@ -122,6 +130,12 @@ class CliDriver:
             raise SlurmUnavailable(f"{argv[0]} timed out after {self.timeout_s:.0f}s") from None
         except FileNotFoundError:
             raise SlurmUnavailable(f"{argv[0]} is not installed (crossdock dev slurm up installs it)") from None
+        if done.returncode < 0:
+            # Killed by a signal, not an answer: sbatch dies of SIGPIPE when munged goes away
+            # mid-request. Whether slurmctld took the job is unknown, so this is "unavailable":
+            # a retry looks for the job's tag before it submits again.
+            raise SlurmUnavailable(f"{argv[0]} was killed by {signal_name(-done.returncode)}"
+                                   f"{': ' + done.stderr.strip() if done.stderr.strip() else ''}")
         if done.returncode != 0:
             message = (done.stderr or done.stdout).strip()
             if UNAVAILABLE_PATTERNS.search(message):

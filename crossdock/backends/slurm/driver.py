@@ -41,6 +41,8 @@ UNAVAILABLE_PATTERNS = re.compile(
     r"Unable to contact slurm controller|Socket timed out|Connection refused|Zero Bytes were transmitted"
     r"|Communication connection failure|slurm_load_jobs error|Slurm backup controller in standby"
     r"|Transport endpoint is not connected|Unable to establish controller"
+    # munged restarting: the client cannot sign the request, slurmctld never saw it
+    r"|Munge encode failed|Protocol authentication error"
     # Right after slurmctld restarts, nodes are "unknown" until their slurmd registers again
     # and submissions are refused with this; it persists only while nodes really are down.
     r"|Required node not available",

@@ -308,6 +308,40 @@ def normalize(current_replicas: int, recommended: int, *, min_replicas: int, max
                                downscale_stabilization=downscale_stabilization)[0]
 
 
+def record_scale_event(events: list[tuple[float, int]], now: float, change: int,
+                       behavior: dict | None) -> list[tuple[float, int]]:
+    """``storeScaleEvent``: the scale events ``(timestamp, replicas changed: + added, − removed)``
+    after a pass at ``now`` that changed the scale by ``change``, in upstream's slot order.
+
+    As upstream keeps them: the legacy path (``behavior`` None) keeps none; otherwise the event
+    takes the slot of the last event of its direction older than that direction's longest policy
+    period (``markScaleEventsOutdated``), else a new one. So an old event stays until one of its
+    own direction reuses its slot, and the periods of the *other* direction see only what stayed:
+    with scale-down policies of 2 s, a scale-up's 15 s period counts at most the last scale-down
+    or two, not every one of the 15 s. The list stays as short as upstream's (no pruning, which
+    would change which slot is reused). ``behavior`` may be the HPA's as stored (unset fields are
+    filled as upstream fills them)."""
+    if behavior is None or change == 0:
+        return list(events)
+    rules = _filled(behavior, DOWNSCALE_STABILIZATION_SECONDS)["scaleUp" if change > 0 else "scaleDown"]
+    longest = max([float(p["periodSeconds"]) for p in rules.get("policies") or ()] or [0.0])
+    out = list(events)
+    outdated = [i for i, (t, c) in enumerate(out) if (c > 0) == (change > 0) and now - t > longest]
+    if outdated:
+        out[outdated[-1]] = (now, change)
+    else:
+        out.append((now, change))
+    return out
+
+
+def recommendation_window(behavior: dict | None) -> float:
+    """How long a recommendation matters: the longest stabilization window of a filled
+    ``behavior``; the legacy path's downscale window without one."""
+    if behavior is None:
+        return float(DOWNSCALE_STABILIZATION_SECONDS)
+    return max(float(r.get("stabilizationWindowSeconds") or 0) for r in (behavior["scaleUp"], behavior["scaleDown"]))
+
+
 def tolerances(behavior: dict | None, tolerance: float = DEFAULT_TOLERANCE) -> tuple[float, float]:
     """(scale-up, scale-down) tolerance of ``behavior`` (``tolerancesForHpa``): a direction's own
     when it sets one, else the controller's ``tolerance`` (``--horizontal-pod-autoscaler-tolerance``)."""

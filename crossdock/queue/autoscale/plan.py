@@ -72,7 +72,7 @@ class AutoscaleState:
     recommendations: dict[str, list[tuple[float, int]]] = field(default_factory=dict)
     """Queue → (time, recommended replicas), pruned to the longest stabilization window."""
     scale_events: dict[str, list[tuple[float, int]]] = field(default_factory=dict)
-    """Queue → (time, replica change: + added, − removed), pruned to the longest policy period."""
+    """Queue → (time, replica change: + added, − removed), in the HPA's slots (:func:`hpa.record_scale_event`)."""
     last_active: dict[str, float] = field(default_factory=dict)
     """Queue → the last time its backlog was above the activation threshold."""
     unneeded_since: dict[str, float] = field(default_factory=dict)
@@ -181,24 +181,13 @@ def fleet_queues(config: ClusterConfig) -> list[str]:
             if c.elastic != "none" and c.elastic.metric == "queue_length" and c.elastic.fleet is not None]
 
 
-def _windows(behavior: dict | None) -> tuple[float, float]:
-    """How long recommendations and scale events matter: the longest stabilization window, the
-    longest policy period (the legacy path: its 300 s window, and no policies)."""
-    if behavior is None:
-        return float(hpa.DOWNSCALE_STABILIZATION_SECONDS), 0.0
-    rules = (behavior["scaleUp"], behavior["scaleDown"])
-    window = max(float(r.get("stabilizationWindowSeconds") or 0) for r in rules)
-    period = max([float(p["periodSeconds"]) for r in rules for p in r.get("policies") or ()] or [0.0])
-    return window, period
-
-
 def _fleet(queue: str, inputs: Inputs, state: AutoscaleState, nxt: AutoscaleState, config: ClusterConfig,
            now: float) -> FleetDecision:
     elastic = config.queues[queue].elastic
     current = int(inputs.fleets[queue])
     backlog = keda.backlog(inputs.jobs, queue)
     behavior = hpa.behavior_dict(elastic.behavior)
-    window, period = _windows(behavior)
+    window = hpa.recommendation_window(behavior)
     history = state.recommendations.get(queue) or [(now, current)]  # upstream seeds the first pass so
     events = state.scale_events.get(queue, [])
     step = keda.elastic_pass(
@@ -212,9 +201,8 @@ def _fleet(queue: str, inputs: Inputs, state: AutoscaleState, nxt: AutoscaleStat
     # fleet), and KEDA's 0 ↔ 1 is not one of its scale events.
     kept = [(t, r) for t, r in history if now - t <= window]
     nxt.recommendations[queue] = kept + [(now, step.recommended)] if current else kept
-    nxt.scale_events[queue] = [(t, c) for t, c in events if now - t < period]
-    if step.replicas != current and current and step.replicas:
-        nxt.scale_events[queue].append((now, step.replicas - current))
+    scaled = step.replicas != current and current and step.replicas
+    nxt.scale_events[queue] = hpa.record_scale_event(events, now, step.replicas - current if scaled else 0, behavior)
     per = elastic.per_replica
     message = f"backlog {backlog}, {per:g} per replica: {step.recommended} recommended"
     if step.limited_by:

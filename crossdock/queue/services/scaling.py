@@ -40,14 +40,6 @@ def behavior(spec: ServiceSpec) -> dict:
                                  "scaleDown": {"stabilizationWindowSeconds": spec.scale_down_stabilization_seconds}})
 
 
-def _memory(rules: dict) -> tuple[float, float]:
-    """How long recommendations and scale events matter: the longest window, the longest period."""
-    pair = (rules["scaleUp"], rules["scaleDown"])
-    window = max(float(r["stabilizationWindowSeconds"] or 0) for r in pair)
-    period = max([float(p["periodSeconds"]) for r in pair for p in r.get("policies") or ()] or [0.0])
-    return window, period
-
-
 def current_replicas(spec: ServiceSpec, status: ServiceStatus) -> int:
     """The scale the last pass set (the HPA's ``spec.replicas``); a new service starts at its minimum."""
     current = status.desired if status.updated_at else spec.min_replicas
@@ -69,10 +61,10 @@ def proposals(spec: ServiceSpec, metrics: ServiceMetrics, current: int, ready: i
 def desired_replicas(spec: ServiceSpec, status: ServiceStatus, metrics: ServiceMetrics | None, override: int | None,
                      ready: int, now: float) -> Scale:
     rules = behavior(spec)
-    window, period = _memory(rules)
+    window = hpa.recommendation_window(rules)
     current = current_replicas(spec, status)
     history = [(t, r) for t, r in status.recommendations if now - t <= window]
-    events = [(t, c) for t, c in status.scale_events if now - t < period]
+    events = list(status.scale_events)
     if override is not None:
         return Scale(override, override, "Override", f"set to {override} by hand (scale --auto clears it)",
                      history, events)
@@ -99,5 +91,5 @@ def desired_replicas(spec: ServiceSpec, status: ServiceStatus, metrics: ServiceM
         message += f", {desired} after {limited}"
     kept = seeded + [(now, recommended)] if current else seeded
     if desired != current and current and desired:
-        events = events + [(now, desired - current)]
+        events = hpa.record_scale_event(events, now, desired - current, rules)
     return Scale(recommended, desired, limited, message, kept, events)

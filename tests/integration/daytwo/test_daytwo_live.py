@@ -151,7 +151,7 @@ def test_an_edit_of_ups_file_does_not_silently_undo_config_apply(start_up, cross
 
 # --- 5. the services example as written; an update lifts a crash-loop hold ---------------------
 @pytest.mark.services
-def test_the_services_example_runs_as_written_and_an_update_lifts_a_crash_loop(start_up, crossdock_env):
+def test_the_services_example_runs_as_written_and_an_update_lifts_a_crash_loop(start_up, crossdock_env, request):
     cfg = copy.deepcopy(TEST_CONFIG)
     cfg["services"] = {"interval_seconds": 0.5, "router": {"probe_seconds": 0.2}}
     Path(crossdock_env["CROSSDOCK_CONFIG"]).write_text(yaml.safe_dump(cfg))
@@ -159,6 +159,16 @@ def test_the_services_example_runs_as_written_and_an_update_lifts_a_crash_loop(s
     env = {**crossdock_env, "PATH": f"{Path(sys.executable).parent}{os.pathsep}{os.environ['PATH']}"}
     proc, rt = start_up(env, workers=1)
     services = rt.store.services
+
+    def delete_services() -> None:
+        """Replicas are local jobs, which outlive ``crossdock up`` as jobs outlive a restart: the
+        services are deleted while up still runs (before it is stopped), so none lingers."""
+        for name in services.names():
+            assert cli(env, "services", "delete", name).returncode == 0
+        wait_until("the services gone and their replicas ended",
+                   lambda: not services.names() and not rt.store.active_ids(), 90)
+
+    request.addfinalizer(delete_services)
 
     # docs/services.md, "Trying it", word for word
     r = cli(env, "serve", "demo", "--command", "python -m crossdock.jobtools.demo_server --service-ms 20",

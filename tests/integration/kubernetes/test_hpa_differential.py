@@ -11,9 +11,10 @@ Every metric request is one controller sync. The adapter's value source answers 
 value of the script (so the trace does not depend on timing) and notes what the controller read
 just before: the Deployment's ``spec.replicas`` (the scale it reads; nobody else writes it) and
 ``status.replicas`` (the AverageValue path's replica count). Replaying those syncs through
-``recommend`` + ``normalize`` with crossdock's own history (recommendations and scale events,
-aged by the syncs' times, seeded with ``(0, current)``) must predict what the controller set at
-every sync: the ``spec.replicas`` the next sync reads.
+``recommend`` + ``normalize`` with crossdock's own history (recommendations seeded with
+``(0, current)``; scale events in the controller's slots, kept by ``record_scale_event``; both aged
+by the syncs' times) must predict what the controller set at every sync: the ``spec.replicas`` the
+next sync reads.
 
 Times are the adapter's, a few milliseconds before the controller's own clock reading; a
 prediction that only differs because a recommendation or event sits within ``EPSILON`` of a
@@ -41,7 +42,7 @@ from crossdock.backends.kubernetes.external_metrics import (APISERVICE_NAME, BAC
                                                             service_manifest, store_backlog_source)
 from crossdock.dev.k8s import LABEL_POOL, components
 from crossdock.dev.k8s.state import read_state
-from crossdock.queue.autoscale.hpa import normalize, recommend, tolerances
+from crossdock.queue.autoscale.hpa import normalize, recommend, record_scale_event, tolerances
 from crossdock.queue.models import Job, JobSpec
 from crossdock.queue.states import JobState
 from k8s_helpers import wait_for
@@ -202,8 +203,8 @@ class Replay:
     target_type: str = "AverageValue"
     target: int = PER_REPLICA
     recommendations: list[tuple[float, int]] = dataclasses.field(default_factory=list)
-    up_events: list[tuple[float, int]] = dataclasses.field(default_factory=list)
-    down_events: list[tuple[float, int]] = dataclasses.field(default_factory=list)
+    events: list[tuple[float, int]] = dataclasses.field(default_factory=list)
+    """(time, signed change), kept by crossdock's ``record_scale_event`` as the controller keeps them."""
 
     def tolerances(self) -> dict[str, float]:
         up, down = tolerances(self.behavior)
@@ -215,7 +216,8 @@ class Replay:
 
         return normalize(sync.spec, raw, min_replicas=self.min_replicas, max_replicas=self.max_replicas,
                          behavior=self.behavior, recommendations=aged(self.recommendations),
-                         scale_up_events=aged(self.up_events), scale_down_events=aged(self.down_events),
+                         scale_up_events=aged([(at, n) for at, n in self.events if n > 0]),
+                         scale_down_events=aged([(at, -n) for at, n in self.events if n < 0]),
                          downscale_stabilization=self.legacy_window)
 
     def raw(self, sync: Sync, **tolerances: float | None) -> int:
@@ -248,9 +250,8 @@ class Replay:
                 how = "" if (read, shift) == (sync, 0.0) else ("previous" if read is not sync else "edge")
                 break
         self.recommendations.append((sync.at, raw))
-        if self.behavior is not None and predicted != sync.spec:
-            events = self.up_events if predicted > sync.spec else self.down_events
-            events.append((sync.at, abs(predicted - sync.spec)))
+        if predicted != sync.spec:
+            self.events = record_scale_event(self.events, sync.at, predicted - sync.spec, self.behavior)
         return raw, predicted, how
 
 

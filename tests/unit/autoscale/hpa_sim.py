@@ -18,8 +18,7 @@ class Loop:
     min_replicas: int = 1
     max_replicas: int = 10_000
     recs: list[tuple[float, int]] = field(default_factory=list)
-    ups: list[tuple[float, int]] = field(default_factory=list)
-    downs: list[tuple[float, int]] = field(default_factory=list)
+    events: list[tuple[float, int]] = field(default_factory=list)  # (time, ± change), storeScaleEvent's slots
     last_active: float | None = None
     seeded: bool = False
 
@@ -30,11 +29,12 @@ class Loop:
         self.recs = [(t, r) for t, r in self.recs if now - t <= HISTORY_SECONDS]
         if recommended is not None:
             self.recs.append((now, recommended))
-        if new > self.replicas and self.behavior is not None:
-            self.ups.append((now, new - self.replicas))
-        elif new < self.replicas and self.behavior is not None:
-            self.downs.append((now, self.replicas - new))
+        self.events = hpa.record_scale_event(self.events, now, new - self.replicas, self.behavior)
         self.replicas = new
+
+    def _ups_downs(self, now: float) -> dict[str, list[tuple[float, int]]]:
+        return {"scale_up_events": self._ages([(t, c) for t, c in self.events if c > 0], now),
+                "scale_down_events": self._ages([(t, -c) for t, c in self.events if c < 0], now)}
 
     def hpa_pass(self, now: float, metric: float, target: float, target_type: str = "AverageValue") -> tuple[int, str]:
         if not self.seeded:
@@ -45,8 +45,7 @@ class Loop:
                                     scale_up_tolerance=up, scale_down_tolerance=down)
         new, reason = hpa.normalize_explained(
             self.replicas, recommended, min_replicas=self.min_replicas, max_replicas=self.max_replicas,
-            behavior=self.behavior, recommendations=self._ages(self.recs, now),
-            scale_up_events=self._ages(self.ups, now), scale_down_events=self._ages(self.downs, now))
+            behavior=self.behavior, recommendations=self._ages(self.recs, now), **self._ups_downs(now))
         self._record(now, recommended, new)
         return new, reason
 
@@ -59,8 +58,7 @@ class Loop:
             metric=metric, per_replica=per_replica, activation=activation, cooldown_seconds=cooldown,
             min_replicas=self.min_replicas, max_replicas=self.max_replicas, current_replicas=self.replicas,
             last_active=self.last_active, now=now, behavior=self.behavior,
-            recommendations=self._ages(self.recs, now), scale_up_events=self._ages(self.ups, now),
-            scale_down_events=self._ages(self.downs, now))
+            recommendations=self._ages(self.recs, now), **self._ups_downs(now))
         if step.active:
             self.last_active = now
         # at zero replicas the HPA KEDA generated is disabled (ScalingDisabled) and records nothing

@@ -64,8 +64,12 @@ def test_state_keeps_recommendations_and_events_for_the_next_pass():
     assert (d.desired, d.limited_by) == (5, "ScaleUpLimit")
     d, state = run(c, 95, 5, state, now=T0 + 15)  # the period has passed: max(+4, +100 %) = 10
     assert d.desired == 10
+    assert state.scale_events["batch"] == [(T0, 4), (T0 + 15, 5)]  # the +4 is not older than the period yet
     _, later = run(c, 95, 10, state, now=T0 + 2000)
-    assert [t for t, _ in later.scale_events["batch"]] == []  # events age out after the longest period
+    assert later.scale_events["batch"] == state.scale_events["batch"]  # no scale step: the slots stay
+    d, later = run(c, 150, 10, later, now=T0 + 2001)
+    # as the controller's storeScaleEvent: the last outdated slot of the direction is reused
+    assert d.desired == 15 and later.scale_events["batch"] == [(T0, 4), (T0 + 2001, 5)]
     assert min(t for t, _ in later.recommendations["batch"]) >= T0 + 2000 - 300
 
 
