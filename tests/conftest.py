@@ -273,6 +273,10 @@ def pytest_xdist_make_scheduler(config, log):
     return parallel.scheduler(config, log)
 
 
+def pytest_terminal_summary(terminalreporter):
+    parallel.summary(terminalreporter)
+
+
 # --- leaving -------------------------------------------------------------------------------------
 
 

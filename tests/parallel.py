@@ -83,6 +83,28 @@ def finish(config: pytest.Config) -> None:
         shutil.rmtree(os.environ[GROUPS_DIR], ignore_errors=True)
 
 
+RECORDED: dict[str, str] = {}
+"""On the controller, once the scheduler has read them: the workers' ``{node id: group}``."""
+
+
+def summary(terminalreporter) -> None:
+    """The time each group took (setup, call and teardown of its tests, summed): a group runs on
+    one worker, so the longest is the least the suite can take however many workers run it."""
+    if not distributing(terminalreporter.config):
+        return
+    seconds: dict[str, float] = {}
+    tests: dict[str, set[str]] = {}
+    for reports in terminalreporter.stats.values():
+        for report in reports:
+            if isinstance(report, pytest.TestReport):
+                group = RECORDED.get(report.nodeid, "(any worker)")
+                seconds[group] = seconds.get(group, 0.0) + report.duration
+                tests.setdefault(group, set()).add(report.nodeid)
+    terminalreporter.write_sep("=", "time per group (a group runs on one worker)")
+    for group, total in sorted(seconds.items(), key=lambda kv: -kv[1]):
+        terminalreporter.write_line(f"{total:8.1f}s {group} ({len(tests[group])} tests)")
+
+
 def scheduler(config: pytest.Config, log):
     """xdist's loadgroup scheduling over the groups the workers recorded."""
     if config.getoption("dist", "no") != "loadgroup":
@@ -99,6 +121,7 @@ def scheduler(config: pytest.Config, log):
                     raise RuntimeError(f"no worker recorded its test groups in {os.environ[GROUPS_DIR]}"
                                        " (tests/parallel.py record)")
                 self.groups = json.loads(records[0].read_text())
+                RECORDED.update(self.groups)
             return self.groups.get(nodeid) or super()._split_scope(nodeid)
 
     return RecordedGroups(config, log)
