@@ -132,5 +132,10 @@ def test_the_scheduler_service_runs_a_job_and_flower_sees_its_task_events(redis_
     finally:
         receiver.should_stop = True
         up.send_signal(signal.SIGTERM)
-        up.wait(30)
+        try:
+            up.wait(120)  # Celery's warm shutdown, stretched on a loaded machine
+        except subprocess.TimeoutExpired:
+            up.kill()  # never left running after the test (its workers go with it)
+            up.wait()
+            raise AssertionError(f"up did not stop within 120 s of SIGTERM:\n{log.read_text()[-3000:]}") from None
         conn.release()

@@ -275,8 +275,9 @@ class Supervisor:
         """Record RUNNING (again after an outage: it may have landed already). A job cancelled
         while being dispatched, or moved on meanwhile, is stopped."""
         try:
+            started = datetime.fromtimestamp(self.started, timezone.utc)
             moved = self.store.transition(job.id, JobState.RUNNING, attempt=attempt, unless="cancel_requested",
-                                          fields={"start_time": datetime.fromtimestamp(self.started, timezone.utc), "pid": proc.pid, "reason": Reason.NONE,
+                                          fields={"start_time": started, "pid": proc.pid, "reason": Reason.NONE,
                                                   "backend_ref": ref}, actor="local")
             now = self.store.get(job.id) if not moved else None
         except StoreUnavailable as exc:
