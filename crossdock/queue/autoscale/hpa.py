@@ -334,6 +334,13 @@ def record_scale_event(events: list[tuple[float, int]], now: float, change: int,
     return out
 
 
+def event_ages(events: list[tuple[float, int]], now: float) -> dict[str, list[tuple[float, int]]]:
+    """``events`` as kept by :func:`record_scale_event`, as :func:`normalize` takes them at ``now``:
+    ``scale_up_events`` and ``scale_down_events``, ``(age, replicas)`` each."""
+    return {"scale_up_events": [(now - t, c) for t, c in events if c > 0],
+            "scale_down_events": [(now - t, -c) for t, c in events if c < 0]}
+
+
 def recommendation_window(behavior: dict | None) -> float:
     """How long a recommendation matters: the longest stabilization window of a filled
     ``behavior``; the legacy path's downscale window without one."""

@@ -192,9 +192,7 @@ def _fleet(queue: str, inputs: Inputs, state: AutoscaleState, nxt: AutoscaleStat
     events = state.scale_events.get(queue, [])
     step = keda.elastic_pass(
         elastic, backlog, current_replicas=current, last_active=state.last_active.get(queue), now=now,
-        recommendations=[(now - t, r) for t, r in history],
-        scale_up_events=[(now - t, c) for t, c in events if c > 0],
-        scale_down_events=[(now - t, -c) for t, c in events if c < 0])
+        recommendations=[(now - t, r) for t, r in history], **hpa.event_ages(events, now))
     if step.active:
         nxt.last_active[queue] = now
     # The HPA keeps what its own passes saw and did: at zero replicas it is disabled (KEDA wakes the

@@ -80,9 +80,7 @@ def desired_replicas(spec: ServiceSpec, status: ServiceStatus, metrics: ServiceM
     seeded = history or [(now, current)]  # upstream seeds the first pass with the current scale
     desired, limited = hpa.normalize_explained(
         current, recommended, min_replicas=spec.min_replicas, max_replicas=spec.max_replicas, behavior=rules,
-        recommendations=[(now - t, r) for t, r in seeded],
-        scale_up_events=[(now - t, c) for t, c in events if c > 0],
-        scale_down_events=[(now - t, -c) for t, c in events if c < 0])
+        recommendations=[(now - t, r) for t, r in seeded], **hpa.event_ages(events, now))
     parts = [f"{metrics.qps:g} qps / {spec.target_qps:g} per replica → {asked['qps']}"] if "qps" in asked else []
     if "p95" in asked:
         parts.append(f"p95 {metrics.p95_seconds * 1000:.0f} ms / {spec.p95_ms:g} ms objective → {asked['p95']}")

@@ -42,7 +42,7 @@ from crossdock.backends.kubernetes.external_metrics import (APISERVICE_NAME, BAC
                                                             service_manifest, store_backlog_source)
 from crossdock.dev.k8s import LABEL_POOL, components
 from crossdock.dev.k8s.state import read_state
-from crossdock.queue.autoscale.hpa import normalize, recommend, record_scale_event, tolerances
+from crossdock.queue.autoscale.hpa import event_ages, normalize, recommend, record_scale_event, tolerances
 from crossdock.queue.models import Job, JobSpec
 from crossdock.queue.states import JobState
 from k8s_helpers import wait_for
@@ -216,8 +216,7 @@ class Replay:
 
         return normalize(sync.spec, raw, min_replicas=self.min_replicas, max_replicas=self.max_replicas,
                          behavior=self.behavior, recommendations=aged(self.recommendations),
-                         scale_up_events=aged([(at, n) for at, n in self.events if n > 0]),
-                         scale_down_events=aged([(at, -n) for at, n in self.events if n < 0]),
+                         **event_ages(self.events, sync.at + shift),
                          downscale_stabilization=self.legacy_window)
 
     def raw(self, sync: Sync, **tolerances: float | None) -> int:

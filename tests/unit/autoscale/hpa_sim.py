@@ -32,10 +32,6 @@ class Loop:
         self.events = hpa.record_scale_event(self.events, now, new - self.replicas, self.behavior)
         self.replicas = new
 
-    def _ups_downs(self, now: float) -> dict[str, list[tuple[float, int]]]:
-        return {"scale_up_events": self._ages([(t, c) for t, c in self.events if c > 0], now),
-                "scale_down_events": self._ages([(t, -c) for t, c in self.events if c < 0], now)}
-
     def hpa_pass(self, now: float, metric: float, target: float, target_type: str = "AverageValue") -> tuple[int, str]:
         if not self.seeded:
             self.recs.append((now, self.replicas))
@@ -45,7 +41,7 @@ class Loop:
                                     scale_up_tolerance=up, scale_down_tolerance=down)
         new, reason = hpa.normalize_explained(
             self.replicas, recommended, min_replicas=self.min_replicas, max_replicas=self.max_replicas,
-            behavior=self.behavior, recommendations=self._ages(self.recs, now), **self._ups_downs(now))
+            behavior=self.behavior, recommendations=self._ages(self.recs, now), **hpa.event_ages(self.events, now))
         self._record(now, recommended, new)
         return new, reason
 
@@ -58,7 +54,7 @@ class Loop:
             metric=metric, per_replica=per_replica, activation=activation, cooldown_seconds=cooldown,
             min_replicas=self.min_replicas, max_replicas=self.max_replicas, current_replicas=self.replicas,
             last_active=self.last_active, now=now, behavior=self.behavior,
-            recommendations=self._ages(self.recs, now), **self._ups_downs(now))
+            recommendations=self._ages(self.recs, now), **hpa.event_ages(self.events, now))
         if step.active:
             self.last_active = now
         # at zero replicas the HPA KEDA generated is disabled (ScalingDisabled) and records nothing

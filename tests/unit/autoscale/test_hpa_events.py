@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from crossdock.queue.autoscale.hpa import default_behavior, normalize, recommend, record_scale_event
+from crossdock.queue.autoscale.hpa import default_behavior, event_ages, normalize, recommend, record_scale_event
 
 # scaleUp: the default policies (4 pods or 100 % per 15 s); scaleDown: 1 pod per 2 s
 UNSET = default_behavior({"scaleUp": {"tolerance": 0.06},
@@ -45,8 +45,7 @@ def test_a_scale_up_counts_only_the_scale_downs_that_kept_their_slot():
 
     def step(kept: list[tuple[float, int]]) -> int:
         return normalize(current, raw, min_replicas=1, max_replicas=12, behavior=UNSET, recommendations=[],
-                         scale_up_events=[(now - t, c) for t, c in kept if c > 0],
-                         scale_down_events=[(now - t, -c) for t, c in kept if c < 0])
+                         **event_ages(kept, now))
 
     assert raw == 6 and step(events) == 3
     assert step([(3.5, 4), (11.4, -1), (13.5, -1), (15.6, -1)]) == 5
