@@ -63,8 +63,10 @@ fi
 # and services, so 4 on 2 cores); the tests sharing the Slurm cluster, the Kubernetes plane or the
 # chaos run each stay on one worker, one at a time (tests/parallel.py). Then any marked serial
 # (a test that needs the machine to itself; none asserts on wall time), alone.
-$py -m pytest -q -p no:cacheprovider -n "${CROSSDOCK_TEST_WORKERS:-4}" --dist loadgroup -m "not serial" \
-  --durations=25  # the slowest tests, for keeping CI within its time
+# The slowest tests, for keeping CI within its time; every test's time in .state/test-times.tsv.
+CROSSDOCK_TEST_TIMES="${CROSSDOCK_TEST_TIMES:-$CROSSDOCK_STATE_DIR/test-times.tsv}" \
+  $py -m pytest -q -p no:cacheprovider -n "${CROSSDOCK_TEST_WORKERS:-4}" --dist loadgroup -m "not serial" \
+  --durations=25
 parallel=$?
 $py -m pytest -q -p no:cacheprovider -m serial
 alone=$?

@@ -83,6 +83,10 @@ def finish(config: pytest.Config) -> None:
         shutil.rmtree(os.environ[GROUPS_DIR], ignore_errors=True)
 
 
+TIMES = "CROSSDOCK_TEST_TIMES"
+"""The environment variable naming a file for every test's time (seconds, group, node id; the
+slowest first), written at the end of a distributed run: what to shorten to keep CI in its time."""
+
 RECORDED: dict[str, str] = {}
 """On the controller, once the scheduler has read them: the workers' ``{node id: group}``."""
 
@@ -94,15 +98,22 @@ def summary(terminalreporter) -> None:
         return
     seconds: dict[str, float] = {}
     tests: dict[str, set[str]] = {}
+    each: dict[str, float] = {}
     for reports in terminalreporter.stats.values():
         for report in reports:
             if isinstance(report, pytest.TestReport):
                 group = RECORDED.get(report.nodeid, "(any worker)")
                 seconds[group] = seconds.get(group, 0.0) + report.duration
                 tests.setdefault(group, set()).add(report.nodeid)
+                each[report.nodeid] = each.get(report.nodeid, 0.0) + report.duration
     terminalreporter.write_sep("=", "time per group (a group runs on one worker)")
     for group, total in sorted(seconds.items(), key=lambda kv: -kv[1]):
         terminalreporter.write_line(f"{total:8.1f}s {group} ({len(tests[group])} tests)")
+    if where := os.environ.get(TIMES):
+        rows = sorted(each.items(), key=lambda kv: -kv[1])
+        Path(where).parent.mkdir(parents=True, exist_ok=True)
+        Path(where).write_text("".join(f"{t:.2f}\t{RECORDED.get(n, '-')}\t{n}\n" for n, t in rows))
+        terminalreporter.write_line(f"every test's time: {where}")
 
 
 def scheduler(config: pytest.Config, log):
