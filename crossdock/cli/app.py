@@ -96,11 +96,13 @@ app.add_typer(api.tokens_app, name="tokens")
 
 
 @app.command()
-def demo(jobs_scale: int = typer.Option(1, "--scale", help="multiply the batch size")) -> None:
+def demo(jobs_scale: int = typer.Option(1, "--scale", help="multiply the batch size"),
+         steps: list[int] = typer.Option([], "--step", min=1, max=6,
+                                          help="run only this step of the story (1-6; repeat for more)")) -> None:
     """Run a realistic batch end to end on this machine and print a summary table."""
     from crossdock.cli.demo import run_demo
 
-    raise typer.Exit(run_demo(jobs_scale))
+    raise typer.Exit(run_demo(jobs_scale, set(steps)))
 
 
 class _LazyCommands(MutableMapping[str, click.Command]):

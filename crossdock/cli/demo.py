@@ -18,7 +18,8 @@ shows:
 6. **GPU placement**: GPU jobs binpacked on two nodes of fake A100s (declared in the config, run
    here), shown on the fragmentation view the dashboard draws, keep a whole node for a 4-GPU job.
 
-Steps 2 and 5-6 live in :mod:`crossdock.cli.demo_steps`. The demo runs on its own config
+``crossdock demo --step N`` (repeatable) runs only those steps. Steps 2 and 5-6 live in
+:mod:`crossdock.cli.demo_steps`. The demo runs on its own config
 (``crossdock-demo.yaml`` in its output folder: the embedded default plus the queues and pools of
 its steps, and no per-job caps) unless CROSSDOCK_CONFIG names one, in which case a step whose
 queue that config lacks says so and is skipped; when it stops, it stops everything it started
@@ -142,7 +143,8 @@ def queue_nodes(rt, queue: str) -> list:
     return [n for n in load_inventory(rt) if n.pool in pools]
 
 
-def run_demo(scale: int = 1) -> int:
+def run_demo(scale: int = 1, steps: set[int] | frozenset[int] = frozenset()) -> int:
+    """The story's ``steps`` (all when empty), in order; 0 when each showed what it should."""
     from crossdock.cli import demo_steps
     from crossdock.cli.admin import _leave_redis
     from crossdock.settings import Settings
@@ -165,13 +167,13 @@ def run_demo(scale: int = 1) -> int:
     console.print(f"[bold]crossdock demo[/] — Redis {shown(rt.redis_url)}, config {rt.settings.config_path},"
                   f" outputs in {workdir}", highlight=False)
     svc = Service(rt, workers=2, logfile=workdir / "worker.log")
+    story = {1: lambda: batch(rt, client, workdir, scale), 2: lambda: demo_steps.two_backends(rt, client, slurm),
+             3: lambda: preemption(rt, client), 4: lambda: elastic(rt, client),
+             5: lambda: demo_steps.traffic_step(rt, client), 6: lambda: demo_steps.gpu_placement(rt, client)}
     try:
-        ok = batch(rt, client, workdir, scale)
-        ok &= demo_steps.two_backends(rt, client, slurm)
-        ok &= preemption(rt, client)
-        ok &= elastic(rt, client)
-        ok &= demo_steps.traffic_step(rt, client)
-        ok &= demo_steps.gpu_placement(rt, client)
+        ok = True
+        for n in sorted(steps or story):
+            ok &= story[n]()
         took = f" in {time.monotonic() - started:.0f} s"
         console.print(f"\n[bold green]demo finished as expected{took}[/]" if ok
                       else f"\n[bold red]demo: unexpected states{took}[/]", highlight=False)

@@ -96,15 +96,16 @@ def test_up_lists_its_router_for_prometheus_and_after_sigterm_leaves_no_process_
         assert noise not in out, f"{noise!r} in up's output:\n{out[-3000:]}"
 
 
-def run_demo(tmp_path: Path, **extra_env: str) -> str:
-    """``crossdock demo`` as a new user runs it (its own state directory, no crossdock variable but
-    ``extra_env``): its output, once it exited 0 and left no process of its state directory running."""
+def run_demo(tmp_path: Path, *args: str, **extra_env: str) -> str:
+    """``crossdock demo ARGS`` as a new user runs it (its own state directory, no crossdock variable
+    but ``extra_env``): its output, once it exited 0, left no process of its state directory running
+    and printed neither noise nor its embedded Redis' password."""
     state = tmp_path / "state"
     env = {k: v for k, v in os.environ.items() if not k.startswith("CROSSDOCK_")}
     env.update(CROSSDOCK_STATE_DIR=str(state), **extra_env)
     try:
-        r = subprocess.run([sys.executable, "-m", "crossdock", "demo"], env=env, cwd=tmp_path, capture_output=True,
-                           text=True, timeout=280)  # under the suite's 300 s per test
+        r = subprocess.run([sys.executable, "-m", "crossdock", "demo", *args], env=env, cwd=tmp_path,
+                           capture_output=True, text=True, timeout=280)  # under the suite's 300 s per test
         left = gone(state)
     finally:
         for pid in processes_of(state):  # only if the demo failed half-way
@@ -114,6 +115,8 @@ def run_demo(tmp_path: Path, **extra_env: str) -> str:
     assert left == {} and embedded.pid(state) is None
     for noise in ("killing it", "SecurityWarning", "Traceback"):
         assert noise not in out, f"{noise!r} in the demo's output:\n{out[-4000:]}"
+    password = embedded.password_path(state).read_text().strip()
+    assert password and password not in out  # masked wherever the demo shows its Redis
     return out
 
 
@@ -165,7 +168,8 @@ def test_the_demo_tells_each_step_of_the_story_and_leaves_nothing_running(tmp_pa
 @pytest.mark.celery
 @pytest.mark.slurm
 def test_the_demo_spreads_one_queue_over_this_machine_and_the_local_slurm_cluster(tmp_path, slurm_cluster):
-    out = run_demo(tmp_path, CROSSDOCK_SLURM_ENV=slurm_cluster["CROSSDOCK_SLURM_ENV"])
+    out = run_demo(tmp_path, "--step", "2", CROSSDOCK_SLURM_ENV=slurm_cluster["CROSSDOCK_SLURM_ENV"])
+    assert "step 1:" not in out and "step 3:" not in out  # that step alone
     assert_lines(out, "step 2: one queue, two backends — the hybrid queue spans this machine and the cpu partition"
                  " of the local Slurm cluster", "binpacked over its pools local (local) and hpc (slurm)",
                  "hybrid: 3/3 jobs completed, on 2 of its 2 pools", "demo finished as expected")
