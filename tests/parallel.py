@@ -99,6 +99,7 @@ def summary(terminalreporter) -> None:
     seconds: dict[str, float] = {}
     tests: dict[str, set[str]] = {}
     each: dict[str, float] = {}
+    busy: dict[str, float] = {}
     for reports in terminalreporter.stats.values():
         for report in reports:
             if isinstance(report, pytest.TestReport):
@@ -106,9 +107,14 @@ def summary(terminalreporter) -> None:
                 seconds[group] = seconds.get(group, 0.0) + report.duration
                 tests.setdefault(group, set()).add(report.nodeid)
                 each[report.nodeid] = each.get(report.nodeid, 0.0) + report.duration
+                worker = getattr(getattr(report, "node", None), "gateway", None)
+                worker = getattr(worker, "id", "?")
+                busy[worker] = busy.get(worker, 0.0) + report.duration
     terminalreporter.write_sep("=", "time per group (a group runs on one worker)")
     for group, total in sorted(seconds.items(), key=lambda kv: -kv[1]):
         terminalreporter.write_line(f"{total:8.1f}s {group} ({len(tests[group])} tests)")
+    terminalreporter.write_line("time per worker (balanced when close): "
+                                + ", ".join(f"{w} {t:.0f}s" for w, t in sorted(busy.items())))
     if where := os.environ.get(TIMES):
         rows = sorted(each.items(), key=lambda kv: -kv[1])
         Path(where).parent.mkdir(parents=True, exist_ok=True)
