@@ -309,13 +309,21 @@ def test_submission_survives_a_controller_outage(backend, slurm_cluster, make_jo
     layout = dev.Layout.of(slurm_cluster["CROSSDOCK_SLURM_DIR"])
     job = make_job(command=["echo", "after the outage"])
     result: dict[str, object] = {}
-    retries: list[float] = []  # when each wait before another try began
+    retries: list[float] = []  # on the backend's clock: when each wait before another try began
+    # The backend's clock runs 5 s ahead at each of its waits until slurmctld is restarted: the
+    # outage lasts 30 s on it (a third of the backend's 90 s of retries) in a few real seconds,
+    # each try a real one against the stopped controller.
+    ahead = {"s": 0.0, "outage": True}
+
+    def clock() -> float:
+        return time.monotonic() + ahead["s"]
 
     def retry_sleep(seconds: float) -> None:
-        retries.append(time.monotonic())
+        retries.append(clock())
+        ahead["s"] += 5.0 if ahead["outage"] else 0.0
         time.sleep(seconds)
 
-    backend = SlurmBackend.from_env(slurm_cluster, driver=backend.driver.name, sleep=retry_sleep)
+    backend = SlurmBackend.from_env(slurm_cluster, driver=backend.driver.name, clock=clock, sleep=retry_sleep)
 
     def submit() -> None:
         try:
@@ -324,7 +332,7 @@ def test_submission_survives_a_controller_outage(backend, slurm_cluster, make_jo
             result["error"] = exc
 
     dev.stop_controller(layout)
-    stopped_at = time.monotonic()
+    stopped_at = clock()
     try:
         thread = threading.Thread(target=submit)
         thread.start()
@@ -332,16 +340,17 @@ def test_submission_survives_a_controller_outage(backend, slurm_cluster, make_jo
         # as soon as the submission ends (or gives up) before it.
         while not (retries and retries[-1] - stopped_at >= 30):
             assert thread.is_alive() and not result, \
-                f"submission ended {time.monotonic() - stopped_at:.0f}s into the outage: {result}"
-            assert time.monotonic() - stopped_at < 60, f"no retry 30 s into the outage (retries: {len(retries)})"
+                f"submission ended {clock() - stopped_at:.0f}s into the outage: {result}"
+            assert clock() - stopped_at < 60, f"no retry 30 s into the outage (retries: {len(retries)})"
             thread.join(0.2)
         assert thread.is_alive() and not result, "submission should still be retrying while slurmctld is down"
     finally:
+        ahead["outage"] = False
         dev.start_controller(layout)
     thread.join(timeout=90)
     dev.wait_nodes_ready(layout)
     assert "error" not in result, result.get("error")
-    assert time.monotonic() - stopped_at >= 30
+    assert clock() - stopped_at >= 30
     status = wait_job(backend, job, lambda s: s.state.terminal, timeout=60)
     assert (status.state, status.ref) == (JobState.COMPLETED, result["ref"])
 
