@@ -273,6 +273,12 @@ def pytest_xdist_make_scheduler(config, log):
     return parallel.scheduler(config, log)
 
 
+@pytest.hookimpl(hookwrapper=True)
+def pytest_runtest_makereport(item, call):
+    outcome = yield
+    parallel.cpu(item, outcome.get_result())
+
+
 def pytest_terminal_summary(terminalreporter):
     parallel.summary(terminalreporter)
 

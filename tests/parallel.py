@@ -84,11 +84,28 @@ def finish(config: pytest.Config) -> None:
 
 
 TIMES = "CROSSDOCK_TEST_TIMES"
-"""The environment variable naming a file for every test's time (seconds, group, node id; the
-slowest first), written at the end of a distributed run: what to shorten to keep CI in its time."""
+"""The environment variable naming a file for every test's time (seconds, CPU seconds of its
+worker and the children it reaped, group, node id; the slowest first), written at the end of a distributed run: what to shorten to keep CI in its time."""
 
 RECORDED: dict[str, str] = {}
 """On the controller, once the scheduler has read them: the workers' ``{node id: group}``."""
+
+
+_CPU_AT = pytest.StashKey[float]()
+
+
+def _cpu_seconds() -> float:
+    t = os.times()
+    return t.user + t.system + t.children_user + t.children_system
+
+
+def cpu(item: pytest.Item, report: pytest.TestReport) -> None:
+    """On a worker, each phase's report carries the CPU seconds the worker and the children it
+    reaped spent in it (``cpu_s``): what a test costs the machine, which lengthens the others."""
+    now = _cpu_seconds()
+    start = now if report.when == "setup" else item.stash.get(_CPU_AT, now)
+    item.stash[_CPU_AT] = now
+    report.user_properties.append(("cpu_s", round(now - start, 3)))
 
 
 def summary(terminalreporter) -> None:
@@ -99,6 +116,7 @@ def summary(terminalreporter) -> None:
     seconds: dict[str, float] = {}
     tests: dict[str, set[str]] = {}
     each: dict[str, float] = {}
+    used: dict[str, float] = {}
     busy: dict[str, float] = {}
     for reports in terminalreporter.stats.values():
         for report in reports:
@@ -107,6 +125,7 @@ def summary(terminalreporter) -> None:
                 seconds[group] = seconds.get(group, 0.0) + report.duration
                 tests.setdefault(group, set()).add(report.nodeid)
                 each[report.nodeid] = each.get(report.nodeid, 0.0) + report.duration
+                used[report.nodeid] = used.get(report.nodeid, 0.0) + dict(report.user_properties).get("cpu_s", 0.0)
                 worker = getattr(getattr(report, "node", None), "gateway", None)
                 worker = getattr(worker, "id", "?")
                 busy[worker] = busy.get(worker, 0.0) + report.duration
@@ -118,7 +137,8 @@ def summary(terminalreporter) -> None:
     if where := os.environ.get(TIMES):
         rows = sorted(each.items(), key=lambda kv: -kv[1])
         Path(where).parent.mkdir(parents=True, exist_ok=True)
-        Path(where).write_text("".join(f"{t:.2f}\t{RECORDED.get(n, '-')}\t{n}\n" for n, t in rows))
+        Path(where).write_text("seconds\tcpu_seconds\tgroup\ttest\n" + "".join(
+            f"{t:.2f}\t{used.get(n, 0.0):.2f}\t{RECORDED.get(n, '-')}\t{n}\n" for n, t in rows))
         terminalreporter.write_line(f"every test's time: {where}")
 
 
