@@ -109,14 +109,17 @@ def test_print_output_is_kept_and_a_new_process_reattaches_by_id(crossdock, tmp_
 
 
 class Steps:
-    """A resumable job as submitit has them: ``checkpoint`` returns the call that resumes it."""
+    """A resumable job as submitit has them: ``checkpoint`` returns the call that resumes it. With
+    ``hold``, its first attempt runs up to ``hold`` steps (until it is stopped, in a test that stops
+    it), and an attempt after it goes on to ``n``."""
 
-    def __init__(self):
-        self.done, self.starts = 0, []
+    def __init__(self, hold: int | None = None):
+        self.done, self.starts, self.hold = 0, [], hold
 
     def __call__(self, n):
         self.starts.append(self.done)
-        while self.done < n:
+        end = self.hold if self.hold is not None and len(self.starts) == 1 else n
+        while self.done < end:
             print(f"step {self.done}", flush=True)
             time.sleep(0.1)
             self.done += 1
@@ -128,7 +131,7 @@ class Steps:
 
 def test_a_requeued_python_job_resumes_from_its_checkpoint(crossdock):
     client = Client(crossdock.rt)
-    h = client.submit(Steps(), 300)
+    h = client.submit(Steps(hold=1000), 30)  # the first attempt runs until the requeue stops it
     wait_until("the job ran five steps", lambda: "step 5\n" in h.logs(), HANG)
     assert h.requeue()  # running: preempted (SIGTERM), then requeued
     followed = subprocess.run([sys.executable, "-m", "crossdock", "logs", "-f", str(h.id)], capture_output=True,
@@ -138,7 +141,7 @@ def test_a_requeued_python_job_resumes_from_its_checkpoint(crossdock):
     job = h.job
     assert job.state is JobState.COMPLETED and job.attempts == 2
     log = h.logs()
-    assert log.count("step 0\n") == 1 and "step 299\n" in log  # every attempt's output, no step run twice from 0
+    assert log.count("step 0\n") == 1 and "step 29\n" in log  # every attempt's output, no step run twice from 0
     assert followed.returncode == 0 and followed.stdout == log
 
 
