@@ -85,7 +85,8 @@ def finish(config: pytest.Config) -> None:
 
 TIMES = "CROSSDOCK_TEST_TIMES"
 """The environment variable naming a file for every test's time (seconds, CPU seconds of its
-worker and the children it reaped, group, node id; the slowest first), written at the end of a distributed run: what to shorten to keep CI in its time."""
+worker and the children it reaped, group, node id; the slowest first), written at the end of a
+distributed run: what to shorten to keep CI in its time."""
 
 RECORDED: dict[str, str] = {}
 """On the controller, once the scheduler has read them: the workers' ``{node id: group}``."""
@@ -110,7 +111,8 @@ def cpu(item: pytest.Item, report: pytest.TestReport) -> None:
 
 def summary(terminalreporter) -> None:
     """The time each group took (setup, call and teardown of its tests, summed): a group runs on
-    one worker, so the longest is the least the suite can take however many workers run it."""
+    one worker, so the longest is the least the suite can take however many workers run it. Then
+    the time each worker was busy, and (``CROSSDOCK_TEST_TIMES``) every test's time and CPU."""
     if not distributing(terminalreporter.config):
         return
     seconds: dict[str, float] = {}
@@ -126,8 +128,7 @@ def summary(terminalreporter) -> None:
                 tests.setdefault(group, set()).add(report.nodeid)
                 each[report.nodeid] = each.get(report.nodeid, 0.0) + report.duration
                 used[report.nodeid] = used.get(report.nodeid, 0.0) + dict(report.user_properties).get("cpu_s", 0.0)
-                worker = getattr(getattr(report, "node", None), "gateway", None)
-                worker = getattr(worker, "id", "?")
+                worker = getattr(getattr(getattr(report, "node", None), "gateway", None), "id", "?")
                 busy[worker] = busy.get(worker, 0.0) + report.duration
     terminalreporter.write_sep("=", "time per group (a group runs on one worker)")
     for group, total in sorted(seconds.items(), key=lambda kv: -kv[1]):
