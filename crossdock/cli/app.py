@@ -102,7 +102,7 @@ def demo(jobs_scale: int = typer.Option(1, "--scale", help="multiply the batch s
     """Run a realistic batch end to end on this machine and print a summary table."""
     from crossdock.cli.demo import run_demo
 
-    raise typer.Exit(run_demo(jobs_scale, set(steps)))
+    raise typer.Exit(run_demo(jobs_scale, steps))
 
 
 class _LazyCommands(MutableMapping[str, click.Command]):

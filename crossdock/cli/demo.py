@@ -34,7 +34,7 @@ import sys
 import tempfile
 import time
 from pathlib import Path
-from typing import Callable
+from typing import Callable, Iterable
 
 import yaml
 from rich.live import Live
@@ -143,7 +143,7 @@ def queue_nodes(rt, queue: str) -> list:
     return [n for n in load_inventory(rt) if n.pool in pools]
 
 
-def run_demo(scale: int = 1, steps: set[int] | frozenset[int] = frozenset()) -> int:
+def run_demo(scale: int = 1, steps: Iterable[int] = ()) -> int:
     """The story's ``steps`` (all when empty), in order; 0 when each showed what it should."""
     from crossdock.cli import demo_steps
     from crossdock.cli.admin import _leave_redis
@@ -172,7 +172,7 @@ def run_demo(scale: int = 1, steps: set[int] | frozenset[int] = frozenset()) -> 
              5: lambda: demo_steps.traffic_step(rt, client), 6: lambda: demo_steps.gpu_placement(rt, client)}
     try:
         ok = True
-        for n in sorted(steps or story):
+        for n in sorted(set(steps) or story):
             ok &= story[n]()
         took = f" in {time.monotonic() - started:.0f} s"
         console.print(f"\n[bold green]demo finished as expected{took}[/]" if ok
