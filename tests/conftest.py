@@ -8,6 +8,7 @@ import re
 import threading
 import time
 import uuid
+import warnings
 from pathlib import Path
 
 import pytest
@@ -230,7 +231,7 @@ def k8s_client(k8s_kubeconfig):
 
 
 @pytest.fixture(scope="session")
-def slurm_cluster() -> dict[str, str]:
+def slurm_session() -> dict[str, str]:
     """The local Slurm cluster (``crossdock.dev.slurm``), started when needed: the environment its
     clients need. A cluster that cannot come up fails the test, never skips it."""
     from crossdock.dev import slurm as dev
@@ -241,6 +242,20 @@ def slurm_cluster() -> dict[str, str]:
     assert current["up"] and current["rest"], f"local Slurm cluster is not up: {current}"
     return {**os.environ, **dev.read_env(state_dir), "CROSSDOCK_SLURM_DIR": current["dir"],
             "CROSSDOCK_SLURM_ENV": str(current["env_file"])}
+
+
+@pytest.fixture(scope="module")
+def slurm_cluster(slurm_session) -> dict[str, str]:
+    """:func:`slurm_session`, with no job left in it and every node ready when a module starts:
+    what an earlier module left behind (a failed test's jobs, a job a chaos run stranded) is
+    cancelled and named in a warning, so it fails that module, not every module after it."""
+    from crossdock.dev import slurm as dev
+
+    left = dev.clear_jobs(slurm_session["CROSSDOCK_SLURM_DIR"])
+    if left:
+        warnings.warn(f"Slurm jobs {', '.join(left)} were left by an earlier module; cancelled", stacklevel=1)
+    dev.wait_nodes_ready(dev.Layout.of(slurm_session["CROSSDOCK_SLURM_DIR"]))
+    return slurm_session
 
 
 @pytest.fixture(scope="session")

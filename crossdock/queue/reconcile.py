@@ -282,8 +282,8 @@ def _reported(job: Job, st: BackendStatus, seen: Seen) -> Settle | Update | None
     if state is JobState.PREEMPTED:
         then = Preempted(job.spec.requeue, cancel)
     elif state is JobState.NODE_FAIL and job.spec.requeue:
-        # The backend lost this attempt's node (a Slurm node that failed to resume): a new
-        # attempt, as for a job whose watcher vanished; a cancel wins.
+        # The backend lost this attempt's node (a Slurm node that failed to resume, a launch
+        # slurmctld lost): a new attempt, as for a job whose watcher vanished; a cancel wins.
         then = Requeue(reason)
     return Settle(job, state, reason, st.exit_code, tuple(st.nodes) or tuple(job.nodes), signal=st.signal,
                   started=at if state is JobState.RUNNING else None,

@@ -63,6 +63,7 @@ from crossdock.backends.slurm.request import (
     groupable,
     job_tag,
 )
+from crossdock.backends.slurm.launch import LAUNCH_LOST, LaunchWatch
 from crossdock.backends.slurm.rest import RestDriver
 from crossdock.backends.slurm.states import format_array_tasks, translate
 from crossdock.queue.config import ClusterConfig
@@ -145,6 +146,7 @@ class SlurmBackend(PowerSave, StartEstimates):
         self.retry_interval_s = retry_interval_s
         self.parallelism = parallelism
         self._clock, self._sleep = clock, sleep
+        self._launches = LaunchWatch(self._batch_launched, clock)
         self._accounting: bool | None = None
         self._gpu_types: dict[str, dict[str, str]] = {}
         """Node → crossdock's GPU model name (upper-cased) → the GRES type as the node spells it."""
@@ -154,7 +156,7 @@ class SlurmBackend(PowerSave, StartEstimates):
     @classmethod
     def from_env(cls, env: Mapping[str, str], driver: str = "cli", **kwargs: Any) -> "SlurmBackend":
         """``driver``: ``cli``, ``rest`` (JWT over TCP) or ``rest-unix`` (local auth). The REST
-        drivers fall back to the CLI for what v0.0.38 lacks (requeue, hold, release)."""
+        drivers fall back to the CLI for what v0.0.38 lacks (requeue, hold, release, sstat)."""
         cli = CliDriver(env)
         if driver == "cli":
             return cls(cli, **kwargs)
@@ -560,6 +562,7 @@ class SlurmBackend(PowerSave, StartEstimates):
             )
         out.update(self._vanished(gone, refs))
         self._strand_checks(jobs, out)
+        self._launch_checks(jobs, out)
         return out
 
     def _strand_checks(self, jobs: Sequence[Job], out: dict[int, BackendStatus]) -> None:
@@ -586,6 +589,29 @@ class SlurmBackend(PowerSave, StartEstimates):
             log.warning("job %s: Slurm job %s waits for %s, which failed to resume; cancelled, crossdock requeues it",
                         job.id, st.ref, ",".join(lost))
             out[job.id] = replace(st, state=JobState.NODE_FAIL, reason=RESUME_FAILED)
+
+    def _launch_checks(self, jobs: Sequence[Job], out: dict[int, BackendStatus]) -> None:
+        """Attempts Slurm reports running whose batch script never reached their node (a launch
+        lost across a slurmctld restart, :mod:`.launch`): each is cancelled in Slurm (nothing of it
+        runs; the node is freed) and reported NODE_FAIL, which the follower requeues as a new attempt."""
+        running = {(j.id, j.attempts): out[j.id].ref for j in jobs
+                   if j.id in out and out[j.id].state is JobState.RUNNING}
+        for job_id, _ in self._launches.lost(running):
+            st = out[job_id]
+            try:
+                self.driver.cancel(st.ref)
+            except SlurmError as exc:  # the next pass looks again
+                log.warning("job %s: cancelling Slurm job %s, whose launch was lost, failed: %s", job_id, st.ref, exc)
+                continue
+            log.warning("job %s: Slurm job %s runs on %s, which never got its batch script (a launch lost when"
+                        " slurmctld restarted); cancelled, crossdock requeues it", job_id, st.ref, ",".join(st.nodes))
+            out[job_id] = replace(st, state=JobState.NODE_FAIL, reason=LAUNCH_LOST)
+
+    def _batch_launched(self, ref: str) -> bool | None:
+        try:
+            return self.driver.batch_launched(ref)
+        except SlurmError:  # no way to ask (slurmrestd without the CLI beside it), or no answer
+            return None
 
     def _vanished(self, jobs: list[Job], refs: Mapping[int, str]) -> dict[int, BackendStatus]:
         """Jobs Slurm no longer knows that crossdock asked to stop: a pending array task that is

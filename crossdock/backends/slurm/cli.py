@@ -232,6 +232,18 @@ class CliDriver:
     def update_nodes(self, names: Sequence[str], state: str) -> None:
         self._run(["scontrol", "update", f"nodename={','.join(names)}", f"state={state}"])
 
+    def batch_launched(self, job_id: str) -> bool | None:
+        # sstat exits 0 whatever happens: a step it found is printed, anything else goes to stderr
+        # (the node unreachable, the job gone); a node that has no such step prints nothing at all.
+        try:
+            done = subprocess.run(["sstat", "--noheader", "--parsable2", "--format=JobID", f"--jobs={job_id}.batch"],
+                                  env=dict(self.env), capture_output=True, text=True, timeout=self.timeout_s)
+        except (subprocess.TimeoutExpired, FileNotFoundError):
+            return None
+        if done.stdout.strip():
+            return True
+        return False if done.returncode == 0 and not done.stderr.strip() else None
+
     def will_run(self, request: SubmitRequest) -> WillRun:
         argv = ["sbatch", "--test-only", *sbatch_options(request)]
         out = self._run(argv, stdin=request.script, env={**self.env, **request.env}, stderr=True)

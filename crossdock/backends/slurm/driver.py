@@ -182,6 +182,10 @@ class SlurmDriver(Protocol):
     def will_run(self, request: SubmitRequest) -> WillRun:
         """When and where Slurm would start ``request`` if submitted now (``sbatch --test-only``)."""
 
+    def batch_launched(self, job_id: str) -> bool | None:
+        """Whether the node running the job has its batch step (``sstat``): True; False when the
+        node answered that it has none; None when that cannot be told (no answer, an error)."""
+
 
 @dataclass(frozen=True)
 class WillRun:

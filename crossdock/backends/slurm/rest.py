@@ -324,3 +324,6 @@ class RestDriver:
 
     def will_run(self, request: SubmitRequest) -> WillRun:
         return self._fallback("will-run test (sbatch --test-only)").will_run(request)
+
+    def batch_launched(self, job_id: str) -> bool | None:
+        return self._fallback("step statistics (sstat)").batch_launched(job_id)

@@ -28,7 +28,7 @@ gres.conf text, the state directory), ``packages`` (apt), ``daemons`` (start, wa
 """
 
 from crossdock.dev.slurm.cli import app, main
-from crossdock.dev.slurm.cluster import down, issue_token, read_env, status, up
+from crossdock.dev.slurm.cluster import clear_jobs, down, issue_token, read_env, status, up
 from crossdock.dev.slurm.config import CRED_EXPIRE_S, prepare, render_gres_conf, render_slurm_conf
 from crossdock.dev.slurm.daemons import (
     OPENAPI_PLUGIN,
@@ -58,7 +58,7 @@ from crossdock.dev.slurm.packages import PACKAGES, ensure_packages, missing_pack
 __all__ = [
     "CRED_EXPIRE_S", "NODES", "OPENAPI_PLUGIN", "PACKAGES", "PARTITIONS", "READY_NODE_STATES", "READY_TIMEOUT_S",
     "RESTD_USER", "ClusterError", "Layout", "NodeSpec", "PartitionSpec", "app", "default_dir", "default_port_base",
-    "down", "ensure_packages", "issue_token", "main", "missing_packages", "node_states", "prepare",
+    "clear_jobs", "down", "ensure_packages", "issue_token", "main", "missing_packages", "node_states", "prepare",
     "read_env", "render_gres_conf", "render_slurm_conf", "start_controller", "start_munged", "start_restd",
     "start_slurmd", "status", "stop_controller", "up", "wait_nodes_ready",
 ]

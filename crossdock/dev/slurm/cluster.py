@@ -133,33 +133,34 @@ def read_env(state_dir: str | os.PathLike[str] | None = None) -> dict[str, str]:
     return parse_env(text)
 
 
-def _cancel_all_jobs(layout: Layout) -> None:
-    env = layout.client_env()
-    try:
-        ids = subprocess.run(
-            ["squeue", "-h", "-o", "%A"], env=env, capture_output=True, text=True, timeout=10
-        ).stdout.split()
-        if not ids:
-            return
-        subprocess.run(["scancel", *ids], env=env, capture_output=True, timeout=30)
+def clear_jobs(state_dir: str | os.PathLike[str] | None = None, timeout_s: float = 60,
+               port_base: int | None = None) -> list[str]:
+    """Cancel every job the cluster still holds and wait until none is left running: the ids
+    cancelled. Raises ClusterError when one has not ended within ``timeout_s``."""
+    env = Layout.of(state_dir, port_base).client_env()
+    ids = subprocess.run(["squeue", "-h", "-o", "%A"], env=env, capture_output=True, text=True,
+                         timeout=30).stdout.split()
+    if not ids:
+        return []
+    subprocess.run(["scancel", *ids], env=env, capture_output=True, timeout=30)
 
-        def drained() -> bool:
-            out = subprocess.run(
-                ["squeue", "-h", "-t", "running,completing,suspended", "-o", "%A"],
-                env=env, capture_output=True, text=True, timeout=10,
-            )
-            return out.returncode != 0 or not out.stdout.strip()
+    def drained() -> bool:
+        out = subprocess.run(["squeue", "-h", "-t", "pending,running,completing,suspended", "-o", "%A"],
+                             env=env, capture_output=True, text=True, timeout=30)
+        return out.returncode == 0 and not out.stdout.strip()
 
-        wait(drained, 15, "jobs to end")
-    except (subprocess.TimeoutExpired, ClusterError) as exc:
-        log.warning("could not cancel every job before stopping: %s", exc)
+    wait(drained, timeout_s, f"jobs {','.join(ids)} to end after scancel")
+    return ids
 
 
 def down(state_dir: str | os.PathLike[str] | None = None, port_base: int | None = None) -> list[str]:
     """Cancel every job and stop every daemon; returns the names of the daemons stopped."""
     layout = Layout.of(state_dir, port_base)
     if live_pid(layout.pidfile("slurmctld"), "slurmctld"):
-        _cancel_all_jobs(layout)
+        try:
+            clear_jobs(layout.root, timeout_s=15, port_base=layout.port_base)
+        except (subprocess.TimeoutExpired, ClusterError) as exc:
+            log.warning("could not cancel every job before stopping: %s", exc)
     stopped = []
     # Elastic nodes' slurmd run only while powered up (started by the ResumeProgram).
     for name, binary in [*((f"slurmd-{n.name}", "slurmd") for n in ELASTIC_NODES), *reversed(layout.daemons())]:

@@ -12,7 +12,9 @@ from __future__ import annotations
 
 import os
 import random
+import re
 import signal
+import subprocess
 import tempfile
 import time
 from pathlib import Path
@@ -88,6 +90,28 @@ def kill_munged(run: ChaosRun, fault: Fault) -> str:
     return f"munged (pid {pid}) SIGKILLed, started again after {DAEMON_OUTAGE_SECONDS:.0f}s"
 
 
+def slurm_view(verdicts, run: ChaosRun, lines: int = 30) -> str:
+    """What Slurm says of each job judged wrong: ``scontrol show job`` and the daemons' log lines
+    that name it (the logs outlive the run; the chaos run's own report has only crossdock's view)."""
+    from crossdock.dev import slurm as dev
+
+    layout = dev.Layout.of(run.env["CROSSDOCK_SLURM_DIR"])
+    out = []
+    for v in verdicts:
+        ref = v.job.backend_ref if v.problem and v.job else None
+        if not ref:
+            continue
+        shown = subprocess.run(["scontrol", "show", "job", ref], env=layout.client_env(), capture_output=True,
+                               text=True, timeout=30)
+        out.append(f"\nslurm job {ref} (crossdock job {v.job.id}):\n{shown.stdout or shown.stderr}")
+        pattern = re.compile(rf"\b(JobId=|job[ _]?){re.escape(ref)}\b", re.I)
+        for logfile in sorted(layout.logs.glob("slurm*.log")):
+            hits = [line for line in logfile.read_text(errors="replace").splitlines() if pattern.search(line)]
+            if hits:
+                out.append(f"--- {logfile.name} ---\n" + "\n".join(hits[-lines:]))
+    return "\n".join(out)
+
+
 def test_slurm_controller_restart_every_job_ends_once(slurm_cluster):
     from crossdock.dev import slurm as dev
 
@@ -104,5 +128,5 @@ def test_slurm_controller_restart_every_job_ends_once(slurm_cluster):
     verdicts, table = run_chaos(run)
     verdict = check(run.history)
     print(verdict.summary(), flush=True)
-    assert not [v for v in verdicts if v.problem], table
+    assert not [v for v in verdicts if v.problem], table + slurm_view(verdicts, run)
     assert verdict.ok, verdict.report()
