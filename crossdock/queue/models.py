@@ -450,14 +450,13 @@ class Job(_Model):
     exit_code: int | None = None
     signal: int | None = None
     max_rss_kib: int | None = None
-    """Peak resident memory of the job's processes in KiB, where its backend reports it (sacct's MaxRSS)."""
+    """The most resident memory (KiB) the attempt was seen to use, where its backend measures it
+    (the local backend: its process tree)."""
     submit_time: datetime | None = None
     eligible_time: datetime | None = None
     scheduled_time: datetime | None = None
     start_time: datetime | None = None
     end_time: datetime | None = None
-    max_rss_kib: int | None = None
-    """The most resident memory the attempt was seen to use, where its backend measures it (local)."""
     past_attempts: list[Attempt] = Field(default_factory=list)
     """The attempts a requeue ended, oldest first (the last :data:`ATTEMPTS_KEPT`); the job's own
     fields are its last attempt's."""
