@@ -54,6 +54,7 @@ def main() -> int:
     ap.add_argument("--seed", type=int, default=42)
     ap.add_argument("--hours", type=float, default=None, help="simulated hours (default: the file's)")
     ap.add_argument("--jobs", type=int, default=2)
+    ap.add_argument("--setups", default=None, help="comma-separated setups to run (default: the table's)")
     ap.add_argument("--json", type=Path, default=None)
     ap.add_argument("--plot", type=Path, default=None)
     ap.add_argument("--live", action="store_true", help="also run the live part on this machine")
@@ -68,9 +69,13 @@ def main() -> int:
         return 0
     cs = load_casestudy(a.scenario)
     t0 = time.monotonic()
-    tasks = [(a.scenario, a.seed, a.hours, name) for name in cs.setups]
+    names = a.setups.split(",") if a.setups else [n for n, s in cs.setups.items() if s.table]
+    unknown = [n for n in names if n not in cs.setups]
+    if unknown:
+        ap.error(f"--setups: unknown {', '.join(unknown)}; {a.scenario} has {', '.join(cs.setups)}")
+    tasks = [(a.scenario, a.seed, a.hours, name) for name in names]
     with ProcessPoolExecutor(max_workers=max(1, a.jobs)) as pool:
-        rows = dict(zip(cs.setups, pool.map(_one, tasks)))
+        rows = dict(zip(names, pool.map(_one, tasks)))
     data = {"scenario": cs.name, "seed": a.seed, "hours": a.hours or cs.hours, "setups": rows,
             **({"live": live} if live else {})}
     print(f"{cs.name}: {data['hours']:g} simulated hours, seed {a.seed}, {time.monotonic() - t0:.0f} s wall")

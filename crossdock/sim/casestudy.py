@@ -77,6 +77,7 @@ class CaseSetup(Setup):
     classes: dict[str, CaseClass]  # type: ignore[assignment]
     one_domain: bool = Field(False, description="the multi-worker job is one gang on one NVLink domain; "
                              "otherwise its workers are placed one by one, each where the placement puts it")
+    table: bool = Field(True, description="in the table (run by default); false: a variant run when named")
 
 
 class CaseStudy(_M):
@@ -177,11 +178,11 @@ def arrivals(cs: CaseStudy, seed: int) -> list[dict[str, Any]]:
 
 
 def run_casestudy(cs: CaseStudy, seed: int = 42, setups: list[str] | None = None) -> dict[str, dict[str, Any]]:
-    """``{"setups": {name: the table's row}}`` for every setup (or those named)."""
+    """``{"setups": {name: the table's row}}`` for every setup of the table (or those named)."""
     jobs = arrivals(cs, seed)
     sc = cs.scenario()
     rows: dict[str, dict[str, Any]] = {}
-    for name in setups or list(cs.setups):
+    for name in setups or [n for n, s in cs.setups.items() if s.table]:
         setup = cs.setups[name]
         mine = [w for j in jobs for w in
                 (as_workers(j, cs.distributed.workers) if j["klass"] == DISTRIBUTED and not setup.one_domain else [j])]

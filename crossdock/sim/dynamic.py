@@ -20,12 +20,12 @@ from __future__ import annotations
 
 import heapq
 from dataclasses import dataclass, field
-from typing import Any, Sequence
+from typing import Any, Mapping, Sequence
 
 import numpy as np
 
 from crossdock.sim.cluster import ClusterState, PodReq, pod_req
-from crossdock.sim.policies import get_policy
+from crossdock.sim.policies import Policy, get_policy
 from crossdock.sim.trace import MILLI, NodeTable, PodTable
 from crossdock.queue.scheduler.plugins import gpu_frag
 from crossdock.queue.scheduler.plugins.gpu_frag import TypicalPods
@@ -129,7 +129,7 @@ class DynamicResult:
 class _Sim:
     def __init__(self, nodes: NodeTable, jobs: Sequence[SimJob], typical: TypicalPods | None, seed: int,
                  preemption: bool, defrag: bool, scan_limit: int, sample_every_s: float, descheduler: Any = None,
-                 observer: Any = None):
+                 observer: Any = None, policies: Mapping[str, Policy] | None = None):
         self.state = ClusterState(nodes, typical)
         self.rng = np.random.default_rng(seed)
         self.state.tie_rank = self.rng.permutation(len(nodes))
@@ -146,7 +146,8 @@ class _Sim:
         self.samples: list[tuple[float, float, float, int]] = []
         self.sample_every = sample_every_s
         self.next_sample = 0.0
-        self.policies = {name: get_policy(name) for name in {j.policy for j in self.jobs}}
+        given = policies or {}
+        self.policies = {name: given.get(name) or get_policy(name) for name in {j.policy for j in self.jobs}}
         self.descheduler = descheduler
         """A :class:`crossdock.sim.deschedule.SimDescheduler` run every ``interval`` simulated seconds."""
         self.observer = observer
@@ -378,18 +379,19 @@ class _Sim:
 def simulate(nodes: NodeTable, jobs: Sequence[SimJob], typical: TypicalPods | None = None, seed: int = 42,
              preemption: bool = False, defrag: bool = False, horizon_s: float | None = None,
              scan_limit: int = 256, sample_every_s: float = 60.0, descheduler: Any = None,
-             observer: Any = None) -> DynamicResult:
+             observer: Any = None, policies: Mapping[str, Policy] | None = None) -> DynamicResult:
     """Run ``jobs`` (arrival/duration in seconds) on ``nodes``; see the module docstring.
     ``typical`` defaults to the typical pods of the GPU jobs given; ``descheduler``: the live
     descheduling policy, run periodically (:mod:`crossdock.sim.deschedule`); ``observer(sim, now)``:
-    called at every sample."""
+    called at every sample; ``policies``: the placement of a job's ``policy`` name, where not one of
+    :data:`crossdock.sim.policies.POLICIES`."""
     if typical is None:
         gpu = [j.req for j in jobs if j.req.num > 0]
         if gpu:
             typical = gpu_frag.typical_pods(np.array([r.cpu for r in gpu]), np.array([r.milli for r in gpu]),
                                             np.array([r.num for r in gpu]), np.array([r.spec for r in gpu]))
     return _Sim(nodes, jobs, typical, seed, preemption, defrag, scan_limit, sample_every_s, descheduler,
-                observer).run(horizon_s)
+                observer, policies).run(horizon_s)
 
 
 def replay_trace(nodes: NodeTable, pods: PodTable, policy: str = "crossdock", seed: int = 42,

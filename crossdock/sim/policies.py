@@ -29,7 +29,7 @@ with the bin-packing shape breaking its ties, as ``registry.PLACEMENT_SCORES`` d
 
 from __future__ import annotations
 
-from typing import Callable
+from typing import Callable, Mapping
 
 import numpy as np
 
@@ -205,13 +205,14 @@ def crossdock_policy(state: ClusterState, pod: PodReq, cand: np.ndarray, rng: np
 
 # --- kube resource strategies (crossdock placements) ---------------------------------------
 GPU_RESOURCE = "nvidia.com/gpu"
+EQUAL_WEIGHTS = {"cpu": 1, "memory": 1, GPU_RESOURCE: 1}
 
 
 def kube_scores(state: ClusterState, pod: PodReq, cand: np.ndarray, strategy: str,
-                shape: list[tuple[int, int]] | None = None) -> np.ndarray:
+                shape: list[tuple[int, int]] | None = None, weights: Mapping[str, int] | None = None) -> np.ndarray:
     """kube-scheduler's NodeResourcesFit scores over CPU, memory and whole GPUs, from the
     scheduling core (``crossdock.queue.scheduler.scoring``). A GPU counts as requested once any
-    share of it is used; a share asks for no whole GPU."""
+    share of it is used; a share asks for no whole GPU. ``weights``: per resource, 1 where not given."""
     from crossdock.queue.scheduler.scoring import node_scores
 
     busy = state.gpu_count[cand] - (state.gpu_left[cand] == MILLI).sum(axis=1)
@@ -219,8 +220,7 @@ def kube_scores(state: ClusterState, pod: PodReq, cand: np.ndarray, strategy: st
     used = {"cpu": state.cpu_cap[cand] - state.cpu_left[cand], "memory": state.nodes.mem[cand] - state.mem_left[cand],
             GPU_RESOURCE: busy}
     request = {"cpu": pod.cpu, "memory": pod.mem, GPU_RESOURCE: pod.num if pod.milli >= MILLI else 0}
-    weights = {"cpu": 1, "memory": 1, GPU_RESOURCE: 1}
-    return node_scores(strategy, alloc, used, request, weights, shape)
+    return node_scores(strategy, alloc, used, request, {**EQUAL_WEIGHTS, **(weights or {})}, shape)
 
 
 BINPACK_SHAPE = [(0, 0), (100, 10)]
@@ -231,10 +231,10 @@ CROSSDOCK_WEIGHT = PLACEMENT_SCORES["binpack"][gpu_frag.CROSSDOCK_PLUGIN]
 any resource score (0–100), so those only break its ties."""
 
 
-def _kube_policy(strategy: str, with_crossdock: bool = False) -> Policy:
+def _kube_policy(strategy: str, with_crossdock: bool = False, weights: Mapping[str, int] | None = None) -> Policy:
     def policy(state: ClusterState, pod: PodReq, cand: np.ndarray, rng: np.random.Generator) -> Choice:
         shape = BINPACK_SHAPE if strategy == "requested_to_capacity_ratio" else None
-        score = kube_scores(state, pod, cand, strategy, shape).astype(np.float64)
+        score = kube_scores(state, pod, cand, strategy, shape, weights).astype(np.float64)
         if with_crossdock:
             score = score + CROSSDOCK_WEIGHT * crossdock_scores(state, pod, cand)
         node = int(cand[pick_max(score, cand, state, rng)])
@@ -242,6 +242,9 @@ def _kube_policy(strategy: str, with_crossdock: bool = False) -> Policy:
     return policy
 
 
+KUBE_STRATEGIES = {"binpack": ("requested_to_capacity_ratio", True), "most-requested": ("most_allocated", False),
+                   "spread": ("least_allocated", False)}
+"""The placements that score resources: (kube-scheduler strategy, with the crossdock GPU score)."""
 POLICIES: dict[str, Policy] = {
     "random": random_policy,
     "dotprod": dotprod_policy,
@@ -249,14 +252,30 @@ POLICIES: dict[str, Policy] = {
     "bestfit": bestfit_policy,
     "fgd": fgd_policy,
     "crossdock": crossdock_policy,
-    "binpack": _kube_policy("requested_to_capacity_ratio", with_crossdock=True),
-    "most-requested": _kube_policy("most_allocated"),
-    "spread": _kube_policy("least_allocated"),
+    **{name: _kube_policy(*how) for name, how in KUBE_STRATEGIES.items()},
 }
 CROSSDOCK_POLICIES = ("crossdock", "binpack", "most-requested", "spread")
 
 
-def get_policy(name: str) -> Policy:
+def weight_errors(name: str, weights: Mapping[str, int]) -> list[str]:
+    """What is wrong with resource ``weights`` for the placement ``name`` (a live queue's rules)."""
+    from crossdock.queue.scheduler.scoring import validate_weights
+
+    if name not in KUBE_STRATEGIES:
+        return [f"plugin_weights: {name!r} scores no resources; resource weights apply to {', '.join(KUBE_STRATEGIES)}"]
+    errors = [f"plugin_weights.{k}: unknown resource; choose among {', '.join(EQUAL_WEIGHTS)}"
+              for k in weights if k not in EQUAL_WEIGHTS]
+    try:
+        validate_weights({**EQUAL_WEIGHTS, **weights}, KUBE_STRATEGIES[name][0])
+    except ValueError as exc:
+        errors.append(f"plugin_{exc}")
+    return errors
+
+
+def get_policy(name: str, weights: Mapping[str, int] | None = None) -> Policy:
+    """The policy ``name``; with resource ``weights``, a kube strategy weighted so."""
+    if weights:
+        return _kube_policy(*KUBE_STRATEGIES[name], weights=weights)
     try:
         return POLICIES[name]
     except KeyError:

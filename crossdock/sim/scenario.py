@@ -19,7 +19,7 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_valida
 
 from crossdock.sim.cluster import PodReq
 from crossdock.sim.dynamic import DynamicResult, SimJob, simulate
-from crossdock.sim.policies import POLICIES
+from crossdock.sim.policies import POLICIES, get_policy, weight_errors
 from crossdock.sim.trace import MILLI, NodeTable, PodTable
 from crossdock.queue.errors import CrossdockError
 from crossdock.queue.scheduler.plugins import gpu_frag
@@ -89,6 +89,9 @@ class ClassSetup(_M):
     priority: int = 0
     preemptible: bool = False
     checkpoint_minutes: float = Field(0, ge=0, description="a preempted job keeps its progress in these steps")
+    plugin_weights: dict[str, int] = Field(default_factory=dict, description=(
+        "resource weights of the binpack, spread and most-requested scores (cpu, memory, nvidia.com/gpu; 1 each "
+        "when not given), as a live queue's plugin_weights"))
 
 
 class Setup(_M):
@@ -125,6 +128,8 @@ class Scenario(_M):
                 if cs.placement not in POLICIES:
                     errors.append(f"setups.{sname}.classes.{cname}.placement: unknown {cs.placement!r}; "
                                   f"choose one of {', '.join(POLICIES)}")
+                elif cs.plugin_weights:
+                    errors += [f"setups.{sname}.classes.{cname}.{e}" for e in weight_errors(cs.placement, cs.plugin_weights)]
         if errors:
             raise ValueError("; ".join(errors))
         return self
@@ -231,12 +236,15 @@ def run_setup(sc: Scenario, setup_name: str, jobs: list[dict[str, Any]], seed: i
     setup = sc.setups[setup_name]
     nodes, pools = build_nodes(sc)
     sim_jobs = []
+    # A class with resource weights of its own places with a policy of its own, named after it.
+    policy_of = {c: f"{cs.placement}@{c}" if cs.plugin_weights else cs.placement for c, cs in setup.classes.items()}
+    policies = {policy_of[c]: get_policy(cs.placement, cs.plugin_weights) for c, cs in setup.classes.items()}
     for k, j in enumerate(jobs):
         cs = setup.classes[j["klass"]]
         allowed = np.unique(np.concatenate([pools[p] for p in cs.pools]))
         sim_jobs.append(SimJob(k, j["klass"], j["arrival"], j["duration"],
                                PodReq(j["cpu"], j["mem"], j["num"], j["milli"], PodTable.ANY, k),
-                               cs.priority, cs.preemptible and setup.preemption, cs.placement, allowed,
+                               cs.priority, cs.preemptible and setup.preemption, policy_of[j["klass"]], allowed,
                                pools=[pools[p] for p in cs.pools], checkpoint_s=cs.checkpoint_minutes * 60))
     desched = None
     if setup.descheduler is not None:
@@ -254,7 +262,7 @@ def run_setup(sc: Scenario, setup_name: str, jobs: list[dict[str, Any]], seed: i
         desched = SimDescheduler(sim_config(classes, list(sc.pools), block), pool_of, interval, evict_only)
     result = simulate(nodes, sim_jobs, _typical(jobs), seed=seed, preemption=setup.preemption,
                       defrag=setup.defragmentation, horizon_s=sc.hours * 3600, sample_every_s=sample_every_s,
-                      descheduler=desched, observer=observer)
+                      descheduler=desched, observer=observer, policies=policies)
     result.extra["setup"] = setup_name
     result.extra["label"] = setup.label
     return result

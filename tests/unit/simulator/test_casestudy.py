@@ -88,7 +88,8 @@ def small(tmp_path_factory) -> dict:
 
 def test_every_setup_is_in_the_table_with_every_field_in_range(small):
     rows = small["setups"]
-    assert set(rows) == set(yaml.safe_load(SCENARIO.read_text())["setups"])
+    setups = yaml.safe_load(SCENARIO.read_text())["setups"]
+    assert set(rows) == {name for name, s in setups.items() if s.get("table", True)} >= {"baseline", "crossdock"}
     for name, r in rows.items():
         assert FIELDS <= set(r), name
         assert 0 <= r["gpu_utilisation_pct"] <= 100 and 0 <= r["node_cpu_spread_pct"] <= 100

@@ -120,7 +120,11 @@ def test_scenario_runs_every_setup_on_the_same_arrivals(tmp_path):
     (("placement: spread, priority: 10", "placement: tetris, priority: 10"), "unknown 'tetris'"),
     (("infer: {pools: [gpu, cpu]", "infer: {pools: [gpu, tpu]"), "unknown pool 'tpu'"),
     (("gpu_share: {500: 1.0}", "gpu_share: {500: 0.5}"), "sum to 1"),
-], ids=["placement", "pool", "probabilities"])
+    (("placement: spread, priority: 10", "placement: spread, plugin_weights: {cpu: 0, gpu: 2}, priority: 10"),
+     r"setups.b.classes.infer.plugin_weights.gpu: unknown resource.*plugin_weights.cpu: 0 is not in the valid range"),
+    (("train: {pools: [gpu], priority: 1", "train: {pools: [gpu], plugin_weights: {cpu: 2}, priority: 1"),
+     "setups.b.classes.train.plugin_weights: 'crossdock' scores no resources"),
+], ids=["placement", "pool", "probabilities", "weights", "weights-of-a-placement-without-resources"])
 def test_bad_scenarios_name_the_problem(tmp_path, edit, needle):
     path = write(tmp_path, "s.yaml", SCENARIO.replace(*edit))
     with pytest.raises(ScenarioError, match=needle):

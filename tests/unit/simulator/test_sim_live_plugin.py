@@ -20,7 +20,7 @@ from crossdock.queue.models import GpuRequest, Job, JobSpec
 from crossdock.queue.scheduler.framework import CycleState
 from crossdock.queue.scheduler.inventory import Inventory
 from crossdock.queue.scheduler.plugins import gpu_frag
-from crossdock.queue.scheduler.plugins.gpu_fragmentation import FragCache, typical_of
+from crossdock.queue.scheduler.plugins.gpu_fragmentation import FragCache
 from crossdock.queue.scheduler.registry import create
 from crossdock.queue.scheduler.request import build_request
 from crossdock.queue.snapshot import Allocation, GpuDevice, Node

@@ -40,6 +40,17 @@ def test_policy_choice(policy, left, cpu, p, expected):
     assert all(st_.gpu_left[node, g] >= p.milli for g in gpus)
 
 
+def test_resource_weights_decide_which_free_resource_spread_looks_at():
+    # n0 has more CPU free, n1 more memory: equal weights pick n1, CPU weighted x3 picks n0.
+    table = nodes((64000, 1 << 20, 2, "T4"), (64000, 1 << 20, 2, "T4"))
+    st_ = state(table, WORK, cpu_left=[60000, 32000])
+    st_.mem_left[:] = [1 << 19, 1 << 20]
+    p = pod(1000)
+    cand = st_.feasible(p)
+    assert get_policy("spread")(st_, p, cand, np.random.default_rng(0))[0] == 1
+    assert get_policy("spread", {"cpu": 3})(st_, p, cand, np.random.default_rng(0))[0] == 0
+
+
 def test_fgd_and_crossdock_pick_the_gpu_that_a_share_fits_best():
     st_ = state(nodes((64000, 1 << 20, 2, "T4")), WORK, gpu_left=[[1000, 500]])
     for name in ("fgd", "crossdock"):
