@@ -2,7 +2,8 @@
 
 from __future__ import annotations
 
-from crossdock.backends.slurm.launch import CHECKS_PER_PASS, LAUNCH_GRACE_S, RECHECK_S, LaunchWatch
+from crossdock.backends.slurm.cli import _CONFIG_LINE
+from crossdock.backends.slurm.launch import CHECKS_PER_PASS, LAUNCH_GRACE_S, RECHECK_S, LaunchWatch, grace_s
 
 
 class Nodes:
@@ -83,3 +84,21 @@ def test_one_pass_asks_a_bounded_number_of_nodes_and_the_next_pass_the_rest():
     assert sorted(nodes.asked, key=int) == [str(i) for i in range(n)]
     watch.lost(running)
     assert len(nodes.asked) == n  # all launched: nobody is asked again
+
+
+def test_the_grace_is_twice_what_slurm_allows_a_launch_and_at_least_a_minute():
+    assert grace_s(20) == LAUNCH_GRACE_S  # Slurm's defaults: BatchStartTimeout 10 s + MessageTimeout 10 s
+    assert grace_s(310) == 620  # a site with a long prolog raised BatchStartTimeout to 300 s
+    config = "BatchStartTimeout       = 300 sec\nBcastExclude            = /lib,/usr/lib\nMessageTimeout          = 10 sec\n"
+    assert dict(_CONFIG_LINE.findall(config)) == {"BatchStartTimeout": "300", "MessageTimeout": "10"}
+
+
+def test_a_longer_grace_waits_longer():
+    nodes, clock = Nodes({"11": False}), Clock()
+    watch = LaunchWatch(nodes, clock, grace=grace_s(310))
+    watch.lost({(1, 0): "11"})
+    clock.now += LAUNCH_GRACE_S
+    assert watch.lost({(1, 0): "11"}) == [] and nodes.asked == []
+    clock.now += 620 - LAUNCH_GRACE_S
+    watch.lost({(1, 0): "11"})
+    assert nodes.asked == ["11"]

@@ -63,7 +63,7 @@ from crossdock.backends.slurm.request import (
     groupable,
     job_tag,
 )
-from crossdock.backends.slurm.launch import LAUNCH_LOST, LaunchWatch
+from crossdock.backends.slurm.launch import LAUNCH_LOST, LaunchWatch, grace_s as launch_grace_s
 from crossdock.backends.slurm.rest import RestDriver
 from crossdock.backends.slurm.states import format_array_tasks, translate
 from crossdock.queue.config import ClusterConfig
@@ -146,7 +146,8 @@ class SlurmBackend(PowerSave, StartEstimates):
         self.retry_interval_s = retry_interval_s
         self.parallelism = parallelism
         self._clock, self._sleep = clock, sleep
-        self._launches = LaunchWatch(self._batch_launched, clock)
+        self._launches: LaunchWatch | None = None
+        """Made at the first status pass that can read how long Slurm lets a launch take."""
         self._accounting: bool | None = None
         self._gpu_types: dict[str, dict[str, str]] = {}
         """Node → crossdock's GPU model name (upper-cased) → the GRES type as the node spells it."""
@@ -596,6 +597,15 @@ class SlurmBackend(PowerSave, StartEstimates):
         runs; the node is freed) and reported NODE_FAIL, which the follower requeues as a new attempt."""
         running = {(j.id, j.attempts): out[j.id].ref for j in jobs
                    if j.id in out and out[j.id].state is JobState.RUNNING}
+        if self._launches is None:
+            if not running:
+                return
+            try:
+                self._launches = LaunchWatch(self._batch_launched, self._clock,
+                                             launch_grace_s(self.driver.launch_timeout_s()))
+            except SlurmError as exc:  # no check until it can be read: a grace too short would cancel jobs that run
+                log.warning("Slurm's launch timeouts unreadable (%s): launches not checked this pass", exc)
+                return
         for job_id, _ in self._launches.lost(running):
             st = out[job_id]
             try:

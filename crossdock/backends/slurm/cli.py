@@ -99,6 +99,10 @@ def export_value(export: str, env: Mapping[str, str]) -> str:
     return names if export.upper() == "NONE" else f"{export},{names}"
 
 
+_CONFIG_LINE = re.compile(r"^(\w+)\s+= (\d+) sec\b", re.M)
+"""A line of ``scontrol show config`` that gives seconds (``MessageTimeout          = 10 sec``)."""
+
+
 class CliDriver:
     name = "cli"
 
@@ -243,6 +247,13 @@ class CliDriver:
         if done.stdout.strip():
             return True
         return False if done.returncode == 0 and not done.stderr.strip() else None
+
+    def launch_timeout_s(self) -> float:
+        conf = dict(_CONFIG_LINE.findall(self._run(["scontrol", "show", "config"])))
+        try:
+            return float(conf["BatchStartTimeout"]) + float(conf["MessageTimeout"])
+        except KeyError as exc:
+            raise SlurmError(f"scontrol show config: no {exc.args[0]}") from None
 
     def will_run(self, request: SubmitRequest) -> WillRun:
         argv = ["sbatch", "--test-only", *sbatch_options(request)]

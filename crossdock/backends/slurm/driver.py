@@ -186,6 +186,10 @@ class SlurmDriver(Protocol):
         """Whether the node running the job has its batch step (``sstat``): True; False when the
         node answered that it has none; None when that cannot be told (no answer, an error)."""
 
+    def launch_timeout_s(self) -> float:
+        """Seconds after which slurmctld calls a batch job that has not launched missing
+        (``BatchStartTimeout`` + ``MessageTimeout`` of ``scontrol show config``)."""
+
 
 @dataclass(frozen=True)
 class WillRun:

@@ -8,7 +8,8 @@ every 20th ping (about 33 minutes with the default ``SlurmdTimeout``).
 
 :class:`LaunchWatch` tells such an attempt from a running one by asking its node for the batch
 step (``sstat``, through the driver's ``batch_launched``), once the attempt has been running for
-:data:`LAUNCH_GRACE_S`, and calls it lost only when the node answers twice, :data:`RECHECK_S`
+its grace (:func:`grace_s`: twice the time Slurm itself allows a launch, at least
+:data:`LAUNCH_GRACE_S`), and calls it lost only when the node answers twice, :data:`RECHECK_S`
 apart, that it has no such step. An attempt whose step answered is not asked again.
 """
 
@@ -18,8 +19,7 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 
 LAUNCH_GRACE_S = 60.0
-"""How long an attempt runs before its launch is checked: Slurm's own check waits for
-``BatchStartTimeout`` + ``MessageTimeout`` (20 s by default) after the start."""
+"""The least time an attempt runs before its launch is checked."""
 RECHECK_S = 10.0
 """Between the node's first "no such step" and the second that makes the attempt lost."""
 CHECKS_PER_PASS = 16
@@ -30,6 +30,13 @@ LAUNCH_LOST = "LaunchLost"
 
 Attempt = tuple[int, int]
 """(crossdock job id, attempt)."""
+
+
+def grace_s(slurm_launch_s: float) -> float:
+    """How long an attempt runs before its launch is checked, when Slurm calls a batch job missing
+    ``slurm_launch_s`` after its start (``BatchStartTimeout`` + ``MessageTimeout``, 20 s by default;
+    a site whose prolog runs long raises ``BatchStartTimeout`` for Slurm's sake, and so for this)."""
+    return max(LAUNCH_GRACE_S, 2 * slurm_launch_s)
 
 
 @dataclass
@@ -43,8 +50,9 @@ class LaunchWatch:
     """Which running attempts lost their launch; ``probe(ref)`` asks the node (True: the batch
     step is there, False: the node has none, None: no answer)."""
 
-    def __init__(self, probe: Callable[[str], bool | None], clock: Callable[[], float]):
-        self._probe, self._clock = probe, clock
+    def __init__(self, probe: Callable[[str], bool | None], clock: Callable[[], float],
+                 grace: float = LAUNCH_GRACE_S):
+        self._probe, self._clock, self.grace = probe, clock, grace
         self._seen: dict[Attempt, _Seen] = {}
 
     def lost(self, running: Mapping[Attempt, str]) -> list[Attempt]:
@@ -56,7 +64,7 @@ class LaunchWatch:
         asked = 0
         for key, ref in running.items():
             seen = self._seen[key]
-            if seen.launched or now - seen.since < LAUNCH_GRACE_S:
+            if seen.launched or now - seen.since < self.grace:
                 continue
             if seen.missing_at is not None and now - seen.missing_at < RECHECK_S:
                 continue

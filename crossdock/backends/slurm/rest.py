@@ -327,3 +327,6 @@ class RestDriver:
 
     def batch_launched(self, job_id: str) -> bool | None:
         return self._fallback("step statistics (sstat)").batch_launched(job_id)
+
+    def launch_timeout_s(self) -> float:
+        return self._fallback("configuration (scontrol show config)").launch_timeout_s()

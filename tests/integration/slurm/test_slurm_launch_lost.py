@@ -16,7 +16,7 @@ import pytest
 from slurm_helpers import wait_file, wait_for
 
 from crossdock.backends.slurm import SlurmBackend
-from crossdock.backends.slurm.launch import LAUNCH_GRACE_S, LAUNCH_LOST, RECHECK_S
+from crossdock.backends.slurm.launch import LAUNCH_GRACE_S, LAUNCH_LOST, RECHECK_S, grace_s
 from crossdock.dev import slurm as dev
 from crossdock.dev.proc import live_pid
 from crossdock.queue.states import JobState
@@ -57,6 +57,8 @@ def test_a_launch_lost_across_a_controller_restart_is_cancelled_and_reported_nod
         dev.start_controller(layout)
         dev.wait_nodes_ready(layout)
         jobs = [lost, healthy]
+        # Slurm's own BatchStartTimeout + MessageTimeout, 10 + 10 s here: crossdock waits the least grace.
+        assert grace_s(backend.driver.launch_timeout_s()) == LAUNCH_GRACE_S
         assert {i: s.state for i, s in backend.status(jobs).items()} == {
             lost.id: JobState.RUNNING, healthy.id: JobState.RUNNING}
         clock.now += LAUNCH_GRACE_S
