@@ -135,21 +135,21 @@ def read_env(state_dir: str | os.PathLike[str] | None = None) -> dict[str, str]:
 
 def clear_jobs(state_dir: str | os.PathLike[str] | None = None, timeout_s: float = 60,
                port_base: int | None = None) -> list[str]:
-    """Cancel every job the cluster still holds and wait until none is left running: the ids
-    cancelled. Raises ClusterError when one has not ended within ``timeout_s``."""
+    """Cancel every job the cluster still holds and wait until none is left, those already
+    completing included: the ids cancelled. Raises ClusterError when one has not ended within
+    ``timeout_s``."""
     env = Layout.of(state_dir, port_base).client_env()
-    ids = subprocess.run(["squeue", "-h", "-o", "%A"], env=env, capture_output=True, text=True,
-                         timeout=30).stdout.split()
-    if not ids:
-        return []
-    subprocess.run(["scancel", *ids], env=env, capture_output=True, timeout=30)
 
-    def drained() -> bool:
-        out = subprocess.run(["squeue", "-h", "-t", "pending,running,completing,suspended", "-o", "%A"],
-                             env=env, capture_output=True, text=True, timeout=30)
-        return out.returncode == 0 and not out.stdout.strip()
+    def listed(states: str) -> list[str] | None:
+        out = subprocess.run(["squeue", "-h", "-t", states, "-o", "%A"], env=env, capture_output=True, text=True,
+                             timeout=30)
+        return out.stdout.split() if out.returncode == 0 else None
 
-    wait(drained, timeout_s, f"jobs {','.join(ids)} to end after scancel")
+    ids = listed("pending,running,suspended") or []
+    if ids:
+        subprocess.run(["scancel", *ids], env=env, capture_output=True, timeout=30)
+    wait(lambda: listed("pending,running,completing,suspended") == [], timeout_s,
+         f"jobs {','.join(ids) or '(completing)'} to end")
     return ids
 
 

@@ -75,3 +75,4 @@ def test_a_launch_lost_across_a_controller_restart_is_cancelled_and_reported_nod
         assert backend.status([healthy])[healthy.id].state is JobState.RUNNING
     finally:
         backend.cancel(healthy)
+        wait_for(backend, healthy.backend_ref, lambda s: s.state is not None and s.state.terminal)
