@@ -65,6 +65,9 @@ class SimJob:
     attempt_start: float = 0.0
     checkpoint_s: float = 0.0
     """Progress is kept in multiples of this when preempted (0: a preempted job restarts)."""
+    service: bool = False
+    """A replica of its class's service: placed among the feasible nodes holding the fewest
+    replicas of that class (the live ``ServiceSpread`` soft filter)."""
     done_s: float = 0.0
 
 
@@ -182,10 +185,19 @@ class _Sim:
         for group in job.pools or [job.nodes]:
             cand = self.state.feasible(job.req, group)
             if len(cand):
+                if job.service:
+                    cand = self._fewest_replicas(job.klass, cand)
                 node, gpus = self.policies[job.policy](self.state, job.req, cand, self.rng)
                 self._start(job, node, gpus, now)
                 return True
         return False
+
+    def _fewest_replicas(self, klass: str, cand: np.ndarray) -> np.ndarray:
+        """The nodes of ``cand`` running the fewest jobs of ``klass`` (``crossdock.queue.scheduler.
+        plugins.service_spread.prefer``)."""
+        counts = np.fromiter((sum(self.running[j].klass == klass for j in self.on_node.get(int(n), ())) for n in cand),
+                             np.int64, len(cand))
+        return cand[counts == counts.min()]
 
     def _victims(self, job: SimJob, node: int) -> list[SimJob] | None:
         """Fewest lower-priority preemptible jobs on ``node`` whose eviction lets ``job`` fit."""

@@ -92,6 +92,9 @@ class ClassSetup(_M):
     plugin_weights: dict[str, int] = Field(default_factory=dict, description=(
         "resource weights of the binpack, spread and most-requested scores (cpu, memory, nvidia.com/gpu; 1 each "
         "when not given), as a live queue's plugin_weights"))
+    service: bool = Field(False, description=(
+        "the class's jobs are replicas of one service: each goes among the feasible nodes to those holding the "
+        "fewest of its replicas, as the live ServiceSpread spreads an inference service"))
 
 
 class Setup(_M):
@@ -245,7 +248,8 @@ def run_setup(sc: Scenario, setup_name: str, jobs: list[dict[str, Any]], seed: i
         sim_jobs.append(SimJob(k, j["klass"], j["arrival"], j["duration"],
                                PodReq(j["cpu"], j["mem"], j["num"], j["milli"], PodTable.ANY, k),
                                cs.priority, cs.preemptible and setup.preemption, policy_of[j["klass"]], allowed,
-                               pools=[pools[p] for p in cs.pools], checkpoint_s=cs.checkpoint_minutes * 60))
+                               pools=[pools[p] for p in cs.pools], checkpoint_s=cs.checkpoint_minutes * 60,
+                               service=cs.service))
     desched = None
     if setup.descheduler is not None:
         from crossdock.sim.deschedule import SimDescheduler, sim_config

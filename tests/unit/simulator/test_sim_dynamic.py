@@ -29,6 +29,15 @@ def test_a_job_waits_for_the_gpu_then_runs():
     assert r.delays_min().tolist() == pytest.approx([0, 90 / 60])
 
 
+@pytest.mark.parametrize("service,nodes_used", [(False, 1), (True, 2)])
+def test_a_service_spreads_its_replicas_where_its_placement_would_pack_them(service, nodes_used):
+    two = nodes((16000, 65536, 0, "T4"), (16000, 65536, 0, "T4"))
+    cpu = PodReq(1000, 1024, 0, 0, PodTable.ANY)
+    replicas = [job(i, i, 1000, cpu, klass="svc", policy="most-requested", service=service) for i in range(2)]
+    simulate(two, replicas, horizon_s=100)
+    assert len({r.node for r in replicas} - {-1}) == nodes_used
+
+
 def test_higher_priority_preempts_and_the_victim_restarts():
     low = job(0, 0, 1000, priority=100, preemptible=True)
     high = job(1, 10, 50, priority=1000)
