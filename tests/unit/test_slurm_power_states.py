@@ -45,6 +45,12 @@ class Driver:
     def update_nodes(self, names, state):
         self.updates.append((tuple(names), state))
 
+    def launch_timeout_s(self):
+        return 20.0
+
+    def batch_launched(self, job_id):
+        return True
+
     def will_run(self, request):
         self.will_runs.append(request.partition)
         return WillRun(self.start, ("elastic1",), request.partition)

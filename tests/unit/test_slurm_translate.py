@@ -321,6 +321,12 @@ class MemoryDriver:
         self._check()
         return list(self.records)
 
+    def launch_timeout_s(self):
+        return 20.0  # Slurm's defaults: BatchStartTimeout 10 s + MessageTimeout 10 s
+
+    def batch_launched(self, job_id):
+        return True
+
 
 def test_replayed_dispatch_submits_once():
     driver = MemoryDriver()
