@@ -13,6 +13,7 @@ from crossdock.queue.config import parse_config
 from crossdock.queue.models import ArraySpec, Job, JobSpec
 from crossdock.queue.ports import Backend, SupportsArrays
 from crossdock.queue.states import JobState, Reason
+from tests.clock import Clock
 
 CONFIG = parse_config({
     "priority_classes": {"b": {"value": 1}},
@@ -22,14 +23,6 @@ CONFIG = parse_config({
               "other": {"backend": "local"}},
     "queues": {"q": {"priority_class": "b", "pools": ["box"]}},
 })
-
-
-class Clock:
-    def __init__(self):
-        self.now = 100.0
-
-    def __call__(self) -> float:
-        return self.now
 
 
 class Stops:
@@ -89,7 +82,7 @@ def test_driven_to_each_end():
 
 
 def test_cancel_and_preempt_with_its_grace():
-    clock, stops = Clock(), Stops()
+    clock, stops = Clock(100.0), Stops()
     fake = FakeBackend(CONFIG, stops, clock=clock)
     a, b, c = job(1), job(2), job(3)
     for j in (a, b, c):
@@ -105,7 +98,7 @@ def test_cancel_and_preempt_with_its_grace():
 
 
 def test_simulated_runs_end_by_themselves_as_on_kwok():
-    clock = Clock()
+    clock = Clock(100.0)
     fake = FakeBackend(CONFIG, clock=clock)
     slow = job(1, env={"CROSSDOCK_SIMULATE_RUN_SECONDS": "2", "CROSSDOCK_SIMULATE_EXIT_CODE": "4"})
     at_once = job(2, env={"CROSSDOCK_SIMULATE_EXIT_CODE": "0"})
@@ -119,7 +112,7 @@ def test_simulated_runs_end_by_themselves_as_on_kwok():
 
 
 def test_array_is_one_submission_that_keeps_its_throttle():
-    clock = Clock()
+    clock = Clock(100.0)
     fake = FakeBackend(CONFIG, clock=clock)
     spec = JobSpec(command=["true"], array=ArraySpec(task_ids=[0, 1, 2], max_running=2),
                    env={"CROSSDOCK_SIMULATE_RUN_SECONDS": "1"})

@@ -7,18 +7,11 @@ from crossdock.backends.memory_store import MemoryStore
 from crossdock.queue.jobstore import DISPATCHER_TTL_SECONDS
 from crossdock.queue.models import Job, JobSpec
 from crossdock.queue.states import JobState
-
-
-class Clock:
-    def __init__(self) -> None:
-        self.now = 1000.0
-
-    def __call__(self) -> float:
-        return self.now
+from tests.clock import Clock
 
 
 def test_heartbeats_lease_and_dispatchers_expire_on_the_store_clock():
-    clock = Clock()
+    clock = Clock(1000.0)
     store = MemoryStore(clock=clock)
     [job] = store.submit([Job(id=0, spec=JobSpec(command=["true"], user="alice"))])
     store.transition(job.id, JobState.SCHEDULED, bump_attempt=True)

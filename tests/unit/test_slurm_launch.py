@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from crossdock.backends.slurm.cli import _CONFIG_LINE
 from crossdock.backends.slurm.launch import CHECKS_PER_PASS, LAUNCH_GRACE_S, RECHECK_S, LaunchWatch, grace_s
+from tests.clock import Clock
 
 
 class Nodes:
@@ -17,16 +18,8 @@ class Nodes:
         return self.answers[ref]
 
 
-class Clock:
-    def __init__(self) -> None:
-        self.now = 1000.0
-
-    def __call__(self) -> float:
-        return self.now
-
-
 def test_an_attempt_is_lost_when_its_node_twice_has_no_batch_step_after_the_grace():
-    nodes, clock = Nodes({"11": False, "12": True}), Clock()
+    nodes, clock = Nodes({"11": False, "12": True}), Clock(1000.0)
     watch = LaunchWatch(nodes, clock)
     running = {(1, 0): "11", (2, 0): "12"}
     assert watch.lost(running) == [] and nodes.asked == []  # just started: nobody is asked
@@ -40,7 +33,7 @@ def test_an_attempt_is_lost_when_its_node_twice_has_no_batch_step_after_the_grac
 
 
 def test_no_answer_proves_nothing_and_starts_the_two_checks_over():
-    nodes, clock = Nodes({"11": False}), Clock()
+    nodes, clock = Nodes({"11": False}), Clock(1000.0)
     watch = LaunchWatch(nodes, clock)
     running = {(1, 0): "11"}
     watch.lost(running)
@@ -57,7 +50,7 @@ def test_no_answer_proves_nothing_and_starts_the_two_checks_over():
 
 
 def test_an_attempt_that_stops_running_is_forgotten_and_a_new_attempt_gets_its_own_grace():
-    nodes, clock = Nodes({"11": False, "21": False}), Clock()
+    nodes, clock = Nodes({"11": False, "21": False}), Clock(1000.0)
     watch = LaunchWatch(nodes, clock)
     watch.lost({(1, 0): "11"})
     clock.now += LAUNCH_GRACE_S
@@ -73,7 +66,7 @@ def test_an_attempt_that_stops_running_is_forgotten_and_a_new_attempt_gets_its_o
 
 def test_one_pass_asks_a_bounded_number_of_nodes_and_the_next_pass_the_rest():
     n = CHECKS_PER_PASS + 5
-    nodes, clock = Nodes({str(i): True for i in range(n)}), Clock()
+    nodes, clock = Nodes({str(i): True for i in range(n)}), Clock(1000.0)
     watch = LaunchWatch(nodes, clock)
     running = {(i, 0): str(i) for i in range(n)}
     watch.lost(running)
@@ -94,7 +87,7 @@ def test_the_grace_is_twice_what_slurm_allows_a_launch_and_at_least_a_minute():
 
 
 def test_a_longer_grace_waits_longer():
-    nodes, clock = Nodes({"11": False}), Clock()
+    nodes, clock = Nodes({"11": False}), Clock(1000.0)
     watch = LaunchWatch(nodes, clock, grace=grace_s(310))
     watch.lost({(1, 0): "11"})
     clock.now += LAUNCH_GRACE_S

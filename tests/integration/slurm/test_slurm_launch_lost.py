@@ -20,18 +20,9 @@ from crossdock.backends.slurm.launch import LAUNCH_GRACE_S, LAUNCH_LOST, RECHECK
 from crossdock.dev import slurm as dev
 from crossdock.dev.proc import live_pid
 from crossdock.queue.states import JobState
+from tests.clock import Clock
 
 pytestmark = pytest.mark.slurm
-
-
-class Clock:
-    """The backend's clock, moved by the test: the grace and the recheck pass in no time."""
-
-    def __init__(self) -> None:
-        self.now = 0.0
-
-    def __call__(self) -> float:
-        return self.now
 
 
 @pytest.mark.parametrize("driver", ["cli", "rest"])
@@ -39,7 +30,7 @@ def test_a_launch_lost_across_a_controller_restart_is_cancelled_and_reported_nod
         slurm_cluster, make_job, jobs_dir, driver):
     layout = dev.Layout.of(slurm_cluster["CROSSDOCK_SLURM_DIR"])
     cpu1 = next(n for n in dev.NODES if n.name == "cpu1")
-    clock = Clock()
+    clock = Clock()  # the backend's: the grace and the recheck pass in no time
     backend = SlurmBackend.from_env(slurm_cluster, driver=driver, clock=clock)
     healthy = make_job("#!/bin/sh\necho started\nsleep 300\n", partition="cpu", nodelist=["cpu2"])
     healthy = healthy.model_copy(update={"backend_ref": backend.submit(healthy, partition="cpu", nodelist=["cpu2"])})
